@@ -1,0 +1,1 @@
+"""Prometheus exporter for platform_common.jobs queues: metrics computed on scrape."""

@@ -1,0 +1,75 @@
+"""The metric catalogue: every metric's name, type, help, unit and labels, declared once.
+
+The exporter emits exactly these; the dashboards, alerts, runbooks and the README's
+metric table are generated from them; a test checks the live exposition against them.
+Names follow the Prometheus guide: base units, `_total` on counters, `_seconds` on
+durations. `name` is the series name as exposed (a counter's includes `_total`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["AGENT_TYPE", "CATALOGUE", "Metric", "by_key"]
+
+MetricType = Literal["gauge", "counter", "histogram"]
+AGENT_TYPE = "agent_type"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    key: str
+    """Stable handle used by code (`by_key("queue_depth")`), independent of any prefix."""
+    name: str
+    """Exposed series name without namespace; counters end in `_total`."""
+    type: MetricType
+    help: str
+    unit: str
+    """Grafana unit for panels showing this metric (`short`, `s`, `ops`, `dateTimeAsIso`)."""
+    labels: tuple[str, ...] = (AGENT_TYPE,)
+
+    @property
+    def family(self) -> str:
+        """The name given to prometheus-client metric families (no `_total`)."""
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+    def full_name(self, namespace: str = "") -> str:
+        return f"{namespace}_{self.name}" if namespace else self.name
+
+
+def _m(key: str, name: str, type_: MetricType, help_: str, unit: str,
+       labels: tuple[str, ...] = (AGENT_TYPE,)) -> Metric:  # fmt: skip
+    return Metric(key, name, type_, help_, unit, labels)
+
+
+CATALOGUE: tuple[Metric, ...] = (
+    # The spec's six, under exactly these names.
+    _m("queue_depth", "queue_depth", "gauge", "Jobs waiting in the queue (LLEN of the queue list).", "short"),
+    _m("enqueued", "jobs_enqueued_total", "counter", "Jobs accepted by enqueue.", "short"),
+    _m("completed", "jobs_completed_total", "counter", "Jobs whose handler succeeded.", "short"),
+    _m("failed", "jobs_failed_total", "counter", "Jobs that failed for good (last attempt used or not retryable).", "short"),
+    _m("latency", "job_latency_seconds", "histogram", "Time from enqueue to successful completion.", "s"),
+    _m("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
+    # What on-call needs beside them.
+    _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
+    _m("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting for a retry (delayed sorted set).", "short"),
+    _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
+    _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
+    _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),
+    _m("expired", "jobs_expired_total", "counter", "Jobs dropped because their TTL passed before completion.", "short"),
+    _m("oldest_age", "oldest_job_age_seconds", "gauge", "Age of the oldest waiting job (0 when the queue is empty).", "s"),
+    _m("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),
+    _m("last_heartbeat", "worker_last_heartbeat_timestamp_seconds", "gauge", "Unix time of the newest worker heartbeat.", "dateTimeAsIso"),
+    # The exporter's own health (gauges, as Prometheus' exporter guide recommends).
+    _m("redis_up", "queue_exporter_redis_up", "gauge", "1 when the last scrape read Redis, else 0.", "short", ()),
+    _m("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),
+    _m("malformed", "queue_exporter_malformed_values_total", "counter", "Values in Redis the exporter could not parse and skipped.", "short", ()),
+    _m("types_dropped", "queue_exporter_agent_types_dropped", "gauge", "Agent types not exported because the type cap was reached.", "short", ()),
+)  # fmt: skip
+
+_BY_KEY = {metric.key: metric for metric in CATALOGUE}
+
+
+def by_key(key: str) -> Metric:
+    return _BY_KEY[key]

@@ -1,0 +1,1 @@
+"""platform_common.jobs: the JobStore contract and the Redis job queue."""

@@ -1,0 +1,176 @@
+"""Every Redis key and channel name the package uses, built here and nowhere else.
+
+Cluster layout: every key of one agent (JobStore) or one agent type (queue) carries
+that name as its hash tag, written `{name}`, so each Lua script touches exactly one
+slot and the same code runs on Redis Cluster. The braces are deliberate: the
+notes' `result:{job_id}` would hash by job id and split a job's result from its
+queue, so the job id is never inside braces here.
+
+JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
+    agentjobs:{agent}:<job_id>                  HASH  the record (fields below)
+    agentjobs:{agent}:idx:<owner bucket>        ZSET  time index, see index.py
+
+Queue (one set per agent type), prefix default "jobs":
+    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
+    jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
+    jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
+    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
+    jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps
+    jobs:{type}:result:<id>   STRING result JSON, with the job's TTL
+    jobs:{type}:dead          LIST   job ids that used their last attempt
+    jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
+    jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
+    jobs:types                SET    every agent type ever enqueued (exporter discovery;
+                                     written with a plain SADD, never inside a script)
+Channel: agent:<type>:completed  (the spec's name; PUBLISH reaches every cluster node)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "COMPLETION_PATTERN",
+    "DEFAULT_LATENCY_BUCKETS",
+    "LATENCY_COUNT_FIELD",
+    "LATENCY_SUM_FIELD",
+    "QUEUE_PREFIX",
+    "SHARED_OWNER_BUCKET",
+    "STATS_COUNTERS",
+    "STORE_PREFIX",
+    "QueueKeys",
+    "StoreKeys",
+    "completion_channel",
+    "latency_bucket_field",
+]
+
+STORE_PREFIX = "agentjobs"
+QUEUE_PREFIX = "jobs"
+SHARED_OWNER_BUCKET = "__shared__"
+
+# Fields of the queue stats hash that count events; each is only ever HINCRBY'd
+# by the script that performs the transition it counts.
+STATS_COUNTERS = (
+    "enqueued",
+    "started",
+    "completed",
+    "failed",
+    "retried",
+    "dead_lettered",
+    "expired",
+)
+LATENCY_SUM_FIELD = "latency_sum"
+LATENCY_COUNT_FIELD = "latency_count"
+
+COMPLETION_PATTERN = "agent:*:completed"
+
+
+# Default latency buckets (seconds): agent jobs take from well under a second to
+# several minutes. Configurable per queue; the exporter discovers the bounds from
+# the hash fields, so a change of buckets needs no exporter change.
+DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+
+def latency_bucket_field(upper_bound: float) -> str:
+    """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last).
+
+    Buckets are stored NON-cumulative: an observation increments only the smallest
+    bound >= its value (one HINCRBY per completion); the exporter sums them into
+    Prometheus' cumulative `le` buckets."""
+    return f"latency_le:{_format_bound(upper_bound)}"
+
+
+def _format_bound(value: float) -> str:
+    if value == float("inf"):
+        return "+Inf"
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def completion_channel(agent_type: str) -> str:
+    return f"agent:{agent_type}:completed"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreKeys:
+    """Keys of one agent's JobStore namespace."""
+
+    agent: str
+    prefix: str = STORE_PREFIX
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.agent}}}"
+
+    def record(self, job_id: str) -> str:
+        return f"{self.base}:{job_id}"
+
+    def scan_pattern(self) -> str:
+        # Braces are not glob-special in Redis MATCH; the index keys are excluded
+        # by the caller (they contain ':idx:').
+        return f"{self.base}:*"
+
+    def index(self, owner_bucket: str) -> str:
+        return f"{self.base}:idx:{owner_bucket}"
+
+    def is_record_key(self, key: str) -> bool:
+        return key.startswith(self.base + ":") and ":idx:" not in key[len(self.base) :]
+
+    def job_id_of(self, key: str) -> str:
+        return key[len(self.base) + 1 :]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Keys of one agent type's queue."""
+
+    agent_type: str
+    prefix: str = QUEUE_PREFIX
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.agent_type}}}"
+
+    @property
+    def queue(self) -> str:
+        return f"{self.base}:queue"
+
+    @property
+    def processing(self) -> str:
+        return f"{self.base}:processing"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.base}:leases"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.base}:workers"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}:job:{job_id}"
+
+    def result(self, job_id: str) -> str:
+        return f"{self.base}:result:{job_id}"
+
+    @property
+    def channel(self) -> str:
+        return completion_channel(self.agent_type)
+
+    @staticmethod
+    def types_key(prefix: str = QUEUE_PREFIX) -> str:
+        return f"{prefix}:types"
