@@ -1,0 +1,1 @@
+"""Test-only helpers: launchers for Prometheus, Alertmanager and worker processes."""
