@@ -14,8 +14,9 @@ from platform_common.jobs.status import JobStatus
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=8,
 )
 json_dicts = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
