@@ -1,0 +1,1 @@
+"""Generated runbook pages (markdown), shipped as package data for the exporter to serve."""
