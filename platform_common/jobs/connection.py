@@ -3,19 +3,24 @@
 One URL says everything: `redis://` or `rediss://` (TLS), user and password in the
 URL (ACL), `?ssl_ca_certs=`, `?ssl_certfile=` / `?ssl_keyfile=` (client certificate),
 `?password_file=` (read at start, so the secret stays out of the URL), and
-`?cluster=true` for Redis Cluster. `redacted()` is the only form that may be logged.
+`?cluster=true` for Redis Cluster (several `host:port,host:port` startup nodes allowed).
+Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]`
+(`rediss+sentinel://` for TLS; `?sentinel_password_file=` when the sentinels require
+a password of their own). `redacted_url()` is the only form that may be logged.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -26,6 +31,23 @@ __all__ = ["RedisClient", "RedisSettings", "redact_url"]
 RedisClient = aioredis.Redis | RedisCluster
 
 _SCHEMES = ("redis", "rediss")
+# scheme -> TLS on?
+_SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
+DEFAULT_PORT = 6379
+DEFAULT_SENTINEL_PORT = 26379
+# Sentinel master names are configuration words; anything else is a typo or an attack.
+_SERVICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# Connection options that also apply to the sentinels themselves (never the data
+# nodes' credentials: sentinels have their own, see `sentinel_password`).
+_SENTINEL_SHARED_KWARGS = (
+    "socket_timeout",
+    "socket_connect_timeout",
+    "retry",
+    "ssl",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
@@ -38,9 +60,10 @@ def redact_url(url: str) -> str:
     if parts.password is None:
         return url
     user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
+    # Everything after the last '@' is host:port[,host:port...]; parts.port would
+    # raise on a multi-host (sentinel, cluster) netloc.
+    hosts = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{hosts}").geturl()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +80,12 @@ class RedisSettings:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     cluster: bool = False
+    # Every host:port of the URL, `host`/`port` being the first: the cluster's startup
+    # nodes or the sentinels. Empty when the settings were built by hand.
+    addresses: tuple[tuple[str, int], ...] = ()
+    # Set for redis+sentinel:// URLs: the master name the sentinels monitor.
+    sentinel_service: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
     socket_timeout: float = 5.0
     connect_timeout: float = 5.0
     max_connections: int = 20
@@ -66,33 +95,36 @@ class RedisSettings:
     def from_url(
         cls, url: str, *, setting_name: str = "REDIS_URL", **overrides: Any
     ) -> RedisSettings:
-        """Parse a redis:// or rediss:// URL; a bad one raises ConfigurationError naming
-        `setting_name` (and never echoing the password)."""
+        """Parse a redis://, rediss:// or redis+sentinel:// URL; a bad one raises
+        ConfigurationError naming `setting_name` (and never echoing the password)."""
         safe = redact_url(url)
         try:
             parts = urlsplit(url)
-            port = parts.port or 6379
         except ValueError as exc:
             raise ConfigurationError(setting_name, f"malformed URL {safe!r}: {exc}") from None
-        if parts.scheme not in _SCHEMES:
+        sentinel = parts.scheme in _SENTINEL_SCHEMES
+        if parts.scheme not in _SCHEMES and not sentinel:
             raise ConfigurationError(
-                setting_name, f"scheme must be redis:// or rediss://, got {safe!r}"
+                setting_name,
+                "scheme must be redis://, rediss://, redis+sentinel:// or "
+                f"rediss+sentinel://, got {safe!r}",
             )
-        if not parts.hostname:
-            raise ConfigurationError(setting_name, f"no host in {safe!r}")
-        db = 0
-        path = parts.path.strip("/")
-        if path:
-            if not path.isdigit():
-                raise ConfigurationError(setting_name, f"database must be a number, got {path!r}")
-            db = int(path)
+        username, password, addresses = _parse_netloc(
+            parts.netloc,
+            DEFAULT_SENTINEL_PORT if sentinel else DEFAULT_PORT,
+            setting_name,
+            safe,
+        )
+        service, db = _parse_path(parts.path, sentinel, setting_name)
         values: dict[str, Any] = {
-            "host": parts.hostname,
-            "port": port,
+            "host": addresses[0][0],
+            "port": addresses[0][1],
+            "addresses": addresses,
             "db": db,
-            "username": unquote(parts.username) if parts.username else None,
-            "password": unquote(parts.password) if parts.password else None,
-            "tls": parts.scheme == "rediss",
+            "username": username,
+            "password": password,
+            "tls": parts.scheme == "rediss" or _SENTINEL_SCHEMES.get(parts.scheme, False),
+            "sentinel_service": service,
             "setting_name": setting_name,
         }
         for key, raw in parse_qsl(parts.query, keep_blank_values=True):
@@ -100,6 +132,8 @@ class RedisSettings:
                 values[key] = raw
             elif key == "password_file":
                 values["password"] = _read_password_file(raw, setting_name)
+            elif key == "sentinel_password_file" and sentinel:
+                values["sentinel_password"] = _read_password_file(raw, setting_name)
             elif key == "cluster":
                 if raw.lower() not in _BOOL:
                     raise ConfigurationError(
@@ -115,14 +149,32 @@ class RedisSettings:
         values.update(overrides)
         if values.get("cluster") and db != 0:
             raise ConfigurationError(setting_name, "Redis Cluster has only database 0")
+        if values.get("cluster") and sentinel:
+            raise ConfigurationError(
+                setting_name, "cluster=true cannot be combined with redis+sentinel://"
+            )
+        if len(addresses) > 1 and not (values.get("cluster") or sentinel):
+            raise ConfigurationError(
+                setting_name,
+                f"several hosts need cluster=true or redis+sentinel://, got {safe!r}",
+            )
         return cls(**values)
 
     def redacted_url(self) -> str:
-        scheme = "rediss" if self.tls else "redis"
         auth = ""
         if self.username or self.password:
             auth = quote(self.username or "") + (":***" if self.password else "") + "@"
-        return f"{scheme}://{auth}{self.host}:{self.port}/{self.db}"
+        hosts = ",".join(f"{host}:{port}" for host, port in self.all_addresses())
+        if self.sentinel_service is not None:
+            scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+            return f"{scheme}://{auth}{hosts}/{self.sentinel_service}/{self.db}"
+        scheme = "rediss" if self.tls else "redis"
+        suffix = "?cluster=true" if self.cluster else ""
+        return f"{scheme}://{auth}{hosts}/{self.db}{suffix}"
+
+    def all_addresses(self) -> tuple[tuple[str, int], ...]:
+        """Every host:port to try: the URL's list, or just host:port."""
+        return self.addresses or ((self.host, self.port),)
 
     def client_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -152,10 +204,47 @@ class RedisSettings:
     def make_client(self, **extra: Any) -> RedisClient:
         """A new client with its own pool; the caller closes it with `aclose()`."""
         kwargs = self.client_kwargs() | extra
+        if self.sentinel_service is not None:
+            return self._make_sentinel_client(kwargs)
         if self.cluster:
             kwargs.pop("health_check_interval", None)
-            return RedisCluster(**kwargs)
+            # The other URL hosts are extra startup nodes: a client made while the
+            # first one is down (failover) still finds the cluster.
+            startup = [ClusterNode(host, port) for host, port in self.all_addresses()[1:]]
+            return RedisCluster(startup_nodes=startup or None, **kwargs)
         return aioredis.Redis(**kwargs)
+
+    def _make_sentinel_client(self, kwargs: dict[str, Any]) -> RedisClient:
+        assert self.sentinel_service is not None
+        kwargs.pop("host")
+        kwargs.pop("port")
+        sentinel_kwargs = {k: kwargs[k] for k in _SENTINEL_SHARED_KWARGS if k in kwargs}
+        if self.sentinel_password is not None:
+            sentinel_kwargs["password"] = self.sentinel_password
+        manager = Sentinel(  # type: ignore[no-untyped-call]
+            list(self.all_addresses()), sentinel_kwargs=sentinel_kwargs, **kwargs
+        )
+        client: SentinelMasterClient = manager.master_for(
+            self.sentinel_service, redis_class=SentinelMasterClient
+        )
+        client.sentinel_manager = manager
+        return client
+
+
+class SentinelMasterClient(aioredis.Redis):
+    """A client of the current master that also closes its sentinel connections.
+
+    redis-py's `master_for` leaves the Sentinel's own clients open when the master
+    client is closed; an owner that calls `aclose()` expects everything released.
+    """
+
+    sentinel_manager: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinel_manager is not None:
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.aclose()
 
 
 def _read_password_file(path: str, setting_name: str) -> str:
@@ -175,3 +264,67 @@ def _positive_float(raw: str, name: str) -> float:
     if value <= 0:
         raise ConfigurationError(name, f"must be positive, got {raw!r}")
     return value
+
+
+def _parse_netloc(
+    netloc: str, default_port: int, setting_name: str, safe: str
+) -> tuple[str | None, str | None, tuple[tuple[str, int], ...]]:
+    """[user[:password]@]host[:port][,host[:port]...] -> (user, password, addresses)."""
+    userinfo, at, host_list = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, _, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) or None
+    addresses = []
+    for item in host_list.split(","):
+        host, port = _split_host_port(item, default_port, setting_name, safe)
+        addresses.append((host, port))
+    return username, password, tuple(addresses)
+
+
+def _split_host_port(item: str, default_port: int, setting_name: str, safe: str) -> tuple[str, int]:
+    if item.startswith("["):  # IPv6 literal: [::1]:6379
+        host, _, rest = item[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else rest
+    else:
+        host, _, port_text = item.partition(":")
+    if not host:
+        raise ConfigurationError(setting_name, f"no host in {safe!r}")
+    if not port_text:
+        return host.lower(), default_port
+    # No echo of the text: in a mistyped URL it may well be the password.
+    if not _is_ascii_number(port_text) or not 0 < int(port_text) < 65536:
+        raise ConfigurationError(setting_name, "malformed URL: port must be a number 1-65535")
+    return host.lower(), int(port_text)
+
+
+def _parse_path(path: str, sentinel: bool, setting_name: str) -> tuple[str | None, int]:
+    """'/<db>' for redis://, '/<service>[/<db>]' for redis+sentinel:// -> (service, db)."""
+    segments = [segment for segment in path.split("/") if segment]
+    service = None
+    if sentinel:
+        if not segments:
+            raise ConfigurationError(
+                setting_name, "redis+sentinel:// needs the master's service name as its path"
+            )
+        service = unquote(segments.pop(0))
+        if not _SERVICE_NAME.fullmatch(service):
+            raise ConfigurationError(
+                setting_name, f"sentinel service name must match [A-Za-z0-9._-]+, got {service!r}"
+            )
+    if len(segments) > 1:
+        raise ConfigurationError(setting_name, f"unexpected path {path!r}")
+    db = 0
+    if segments:
+        if not _is_ascii_number(segments[0]):
+            raise ConfigurationError(
+                setting_name, f"database must be a number, got {segments[0]!r}"
+            )
+        db = int(segments[0])
+    return service, db
+
+
+def _is_ascii_number(text: str) -> bool:
+    # str.isdigit() alone accepts '²', which int() then refuses.
+    return text.isascii() and text.isdigit()
