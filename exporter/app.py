@@ -1,0 +1,60 @@
+"""The exporter's HTTP face: /metrics, /healthz, /readyz, /runbooks/ (FastAPI, one process)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from .runbook_pages import runbook_router
+from .service import Exporter
+from .settings import ExporterSettings
+
+__all__ = ["create_app"]
+
+_INDEX = """<!doctype html><title>queue exporter</title><h1>Queue exporter</h1>
+<ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li>
+<li><a href="readyz">/readyz</a></li><li><a href="runbooks/">/runbooks/</a></li></ul>"""
+
+
+def create_app(settings: ExporterSettings) -> FastAPI:
+    """The ASGI app; its Exporter is `app.state.exporter`, closed when the app shuts down."""
+    exporter = Exporter(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await exporter.aclose()
+
+    app = FastAPI(title="queue exporter", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.exporter = exporter
+    # The alerts' runbook_url points here, so on-call reaches the page from the alert.
+    app.include_router(runbook_router())
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        # Computed now, from one snapshot: Prometheus' scrape is the only trigger.
+        result = await exporter.scrape()
+        body, content_type = exporter.render(result, request.headers.get("accept"))
+        return Response(content=body, headers={"Content-Type": content_type})
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        # Liveness: the process serves requests. Redis trouble must not restart the pod.
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if await exporter.ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "redis unreachable"}, status_code=503)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> str:
+        return _INDEX
+
+    return app

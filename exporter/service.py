@@ -1,0 +1,86 @@
+"""The exporter's core, without HTTP: scrape Redis into metric families, and readiness.
+
+Holds only what must outlive a request: the Redis client, the reader's memory of the
+last exported types, the running total of malformed values, and whether Redis was up
+last time (so that an outage is logged once when it starts and once when it ends, not
+on every scrape).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from prometheus_client.exposition import choose_encoder
+from redis.exceptions import RedisError
+
+from platform_common.jobs.connection import RedisClient
+
+from .collector import ScrapeResult, metric_families, registry_for
+from .reader import SnapshotReader, make_exporter_client
+from .settings import ExporterSettings
+
+__all__ = ["Exporter"]
+
+log = logging.getLogger("exporter")
+
+# What an unreachable, slow or refusing Redis raises: all of them mean "up 0".
+_REDIS_DOWN = (RedisError, OSError, TimeoutError)
+
+
+class Exporter:
+    """Computes metrics on demand; one instance per process, no background task."""
+
+    def __init__(self, settings: ExporterSettings, client: RedisClient | None = None) -> None:
+        self.settings = settings
+        self._client = client if client is not None else make_exporter_client(settings)
+        self._reader = SnapshotReader(self._client, settings)
+        self._malformed_total = 0
+        self._redis_was_up: bool | None = None
+
+    async def scrape(self) -> ScrapeResult:
+        """Read one snapshot within the timeout; a failure gives a result without one."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.redis_timeout):
+                snapshot = await self._reader.read()
+        except _REDIS_DOWN as exc:
+            self._note_redis(up=False, problem=exc)
+            return ScrapeResult(None, time.perf_counter() - started, self._malformed_total)
+        self._note_redis(up=True)
+        if snapshot.malformed:
+            log.warning("skipped %d malformed value(s) in Redis", snapshot.malformed)
+        self._malformed_total += snapshot.malformed
+        return ScrapeResult(snapshot, time.perf_counter() - started, self._malformed_total)
+
+    def render(self, result: ScrapeResult, accept: str | None) -> tuple[bytes, str]:
+        """Exposition bytes and content type: OpenMetrics if `accept` asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        families = metric_families(result, self.settings.namespace)
+        return encoder(registry_for(families)), content_type
+
+    async def ready(self) -> bool:
+        """True when Redis answers PING within the timeout."""
+        try:
+            async with asyncio.timeout(self.settings.redis_timeout):
+                # redis-py types ping() for sync and async clients at once.
+                await self._client.ping()  # type: ignore[misc]
+        except _REDIS_DOWN:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _note_redis(self, *, up: bool, problem: BaseException | None = None) -> None:
+        if up == self._redis_was_up:
+            return
+        where = self.settings.redis.redacted_url()
+        if up:
+            log.info("reading Redis at %s", where)
+        else:
+            # The exception text names host and port at most: redis-py never puts the
+            # password in it, and the URL is the redacted form.
+            log.warning("Redis at %s unreachable: %s: %s", where, type(problem).__name__, problem)
+        self._redis_was_up = up

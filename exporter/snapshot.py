@@ -1,0 +1,215 @@
+"""What one scrape read from Redis, as plain data, and the parser from raw replies to it.
+
+Parsing never raises on bad data: a value that does not parse is skipped and counted
+in `malformed`, so one corrupt field cannot hide the rest of the queue's metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from platform_common.jobs.keys import (
+    DEFAULT_LATENCY_BUCKETS,
+    LATENCY_COUNT_FIELD,
+    LATENCY_SUM_FIELD,
+    STATS_COUNTERS,
+    latency_bucket_field,
+)
+
+__all__ = ["LatencyHistogram", "Snapshot", "TypeSnapshot", "parse_type_reply"]
+
+_BUCKET_PREFIX = latency_bucket_field(0.0).split(":", 1)[0] + ":"  # "latency_le:"
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyHistogram:
+    """Enqueue -> completion latency of one agent type, in Prometheus' shape."""
+
+    buckets: tuple[tuple[float, int], ...]
+    """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
+    sum: float
+    """Sum of all observed latencies, seconds."""
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSnapshot:
+    """One agent type's queue, read atomically (one Lua call, one Redis TIME)."""
+
+    agent_type: str
+    queue_depth: int
+    """LLEN of the queue list: jobs waiting."""
+    in_progress: int
+    """LLEN of the processing list: jobs a worker has taken."""
+    delayed_depth: int
+    """ZCARD of the delayed set: jobs waiting for a retry."""
+    dead_letter_depth: int
+    """LLEN of the dead-letter list."""
+    counters: Mapping[str, int] = field(default_factory=dict)
+    """Stats counter (keys.STATS_COUNTERS name) -> value; missing means never incremented,
+    exported as 0; a malformed one is absent from `counters` and from the output."""
+    latency: LatencyHistogram | None = None
+    """None when the stats hash's latency fields are unusable."""
+    oldest_age_seconds: float | None = 0.0
+    """Age of the job at the right end of the queue; 0 when empty, None when unknown."""
+    active_workers: int = 0
+    """Workers whose heartbeat is newer than the configured window (Redis TIME)."""
+    last_heartbeat_seconds: float | None = None
+    """Unix time of the newest heartbeat; None when no worker ever beat."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The whole read of one scrape."""
+
+    types: tuple[TypeSnapshot, ...]
+    types_dropped: int = 0
+    """Agent types that exist but were not exported (cap reached)."""
+    malformed: int = 0
+    """Values skipped in this read because they did not parse."""
+    round_trips: int = 1
+    """Pipelines sent to Redis (per node) for this snapshot."""
+
+
+def parse_type_reply(
+    agent_type: str,
+    reply: Sequence[object],
+    bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS,
+) -> tuple[TypeSnapshot, int]:
+    """The exporter_snapshot.lua reply -> (TypeSnapshot, number of malformed values).
+
+    Reply layout: now_ms, queue, processing, delayed, dead, stats (flat HGETALL),
+    active workers, newest heartbeat score or None, oldest job's enqueued_at or None.
+    `bucket_bounds` are the queue's configured latency buckets (see `_latency`).
+    """
+    now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply
+    malformed = 0
+    fields = _pairs(stats)
+    counters: dict[str, int] = {}
+    for name in STATS_COUNTERS:
+        if name not in fields:
+            counters[name] = 0
+            continue
+        value = _count(fields[name])
+        if value is None:
+            malformed += 1
+        else:
+            counters[name] = value
+    latency, latency_errors = _latency(fields, bucket_bounds)
+    malformed += latency_errors
+
+    oldest_age: float | None = 0.0
+    if oldest is not None:
+        enqueued_ms = _number(oldest)
+        if enqueued_ms is None or enqueued_ms < 0:
+            malformed += 1
+            oldest_age = None
+        else:
+            # A producer's clock may run ahead of Redis': never report a negative age.
+            oldest_age = max(0.0, (_int(now_ms) - enqueued_ms) / 1000.0)
+    elif _int(queue) > 0:
+        oldest_age = None  # the oldest job's hash is gone (expired): age unknown
+
+    snapshot = TypeSnapshot(
+        agent_type=agent_type,
+        queue_depth=_int(queue),
+        in_progress=_int(processing),
+        delayed_depth=_int(delayed),
+        dead_letter_depth=_int(dead),
+        counters=counters,
+        latency=latency,
+        oldest_age_seconds=oldest_age,
+        active_workers=_int(active),
+        last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
+    )
+    return snapshot, malformed
+
+
+def _latency(
+    fields: Mapping[str, str], bucket_bounds: Sequence[float]
+) -> tuple[LatencyHistogram | None, int]:
+    """Sum the NON-cumulative bucket fields into cumulative `le` buckets.
+
+    The queue only creates a bucket's field when an observation lands in it. Bounds
+    without a field are filled with 0 when every field found is one of the configured
+    bounds: then the `le` set is complete and stable from the first scrape (rate() and
+    histogram_quantile need that). A field outside the configured bounds means the queue
+    uses other buckets: then only the discovered ones are exported, which is always
+    correct (a missing bound's count is unknown, not 0).
+    """
+    malformed = 0
+    per_bound: dict[float, int] = {}
+    for name, raw in fields.items():
+        if not name.startswith(_BUCKET_PREFIX):
+            continue
+        bound = _bound(name[len(_BUCKET_PREFIX) :])
+        value = _count(raw)
+        if bound is None or value is None:
+            malformed += 1
+            continue
+        per_bound[bound] = per_bound.get(bound, 0) + value
+    expected = {float(bound) for bound in bucket_bounds} | {math.inf}
+    if set(per_bound) <= expected:
+        for bound in expected:
+            per_bound.setdefault(bound, 0)
+    per_bound.setdefault(math.inf, 0)
+    running = 0
+    buckets: list[tuple[float, int]] = []
+    for bound in sorted(per_bound):
+        running += per_bound[bound]
+        buckets.append((bound, running))
+    total = _number(fields.get(LATENCY_SUM_FIELD, "0"))
+    if total is None or total < 0:
+        # Without a sum the histogram would lie about the mean: leave it out.
+        return None, malformed + 1
+    count = fields.get(LATENCY_COUNT_FIELD)
+    if count is not None and _count(count) != running:
+        # The buckets are authoritative (the histogram must be self-consistent); a
+        # count that disagrees with them is reported, not exported.
+        malformed += 1
+    return LatencyHistogram(tuple(buckets), total), malformed
+
+
+def _pairs(flat: object) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return {str(k): str(v) for k, v in flat.items()}
+    items = list(flat) if isinstance(flat, list | tuple) else []
+    return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+
+def _number(raw: object) -> float | None:
+    try:
+        value = float(str(raw))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _count(raw: object) -> int | None:
+    """A counter value: a non-negative integer (HINCRBY writes nothing else)."""
+    text = str(raw)
+    if not text.isdigit():
+        return None
+    return int(text)
+
+
+def _bound(text: str) -> float | None:
+    if text == "+Inf":
+        return math.inf
+    value = _number(text)
+    return value if value is not None and value >= 0 else None
+
+
+def _heartbeat(raw: object) -> float | None:
+    value = _number(raw)
+    return None if value is None else value / 1000.0
+
+
+def _int(raw: object) -> int:
+    # LLEN/ZCARD/ZCOUNT/TIME arrive as integers from Redis itself: never malformed.
+    return int(str(raw))

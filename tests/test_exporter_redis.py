@@ -1,0 +1,279 @@
+"""The exporter against a real redis-server holding hand-written data in the queue layout.
+
+Covers the snapshot read (depths equal LLEN, Redis TIME for ages and heartbeats), one
+round trip per scrape, discovery and its cap, malformed data, SCRIPT FLUSH, and the HTTP
+endpoints with content negotiation. TLS, ACL and outages are in test_exporter_outage.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio.connection import Connection
+
+from exporter.app import create_app
+from exporter.reader import make_exporter_client
+from exporter.service import Exporter
+from exporter.settings import ExporterSettings
+from platform_common.jobs.keys import QueueKeys, latency_bucket_field
+from tests.support.prometheus import promtool
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def seed_type(
+    client: redis.Redis,
+    agent_type: str,
+    *,
+    waiting: int = 0,
+    processing: int = 0,
+    delayed: int = 0,
+    dead: int = 0,
+    stats: Mapping[str, Any] | None = None,
+    oldest_age_ms: int | None = None,
+    heartbeats_age_ms: Mapping[str, int] | None = None,
+) -> None:
+    """Write one agent type's keys the way the queue does (ids only in the lists)."""
+    keys = QueueKeys(agent_type)
+    now_ms = _redis_now_ms(client)
+    client.sadd(QueueKeys.types_key(), agent_type)
+    if waiting:
+        client.lpush(keys.queue, *[f"{agent_type}-w{i}" for i in range(waiting)])
+        oldest = client.lindex(keys.queue, -1)
+        age = oldest_age_ms if oldest_age_ms is not None else 0
+        client.hset(keys.job(str(oldest)), "enqueued_at", now_ms - age)
+    if processing:
+        client.lpush(keys.processing, *[f"{agent_type}-p{i}" for i in range(processing)])
+    if delayed:
+        client.zadd(keys.delayed, {f"{agent_type}-d{i}": now_ms + i for i in range(delayed)})
+    if dead:
+        client.lpush(keys.dead, *[f"{agent_type}-x{i}" for i in range(dead)])
+    if stats:
+        client.hset(keys.stats, mapping=dict(stats))
+    for worker, age in (heartbeats_age_ms or {}).items():
+        client.zadd(keys.workers, {worker: now_ms - age})
+
+
+def _redis_now_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def parse(text: str) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def of(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+class CountingConnection(Connection):
+    """Counts writes to the socket: one per command or per pipeline (a round trip)."""
+
+    sends = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sends += 1
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+def admin(redis_url: str) -> redis.Redis:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client  # type: ignore[misc]
+    client.close()
+
+
+@pytest.fixture
+async def exporter(redis_url: str) -> AsyncIterator[Exporter]:
+    settings = ExporterSettings.from_args(["--redis-url", redis_url, "--agent-types", "dining"])
+    CountingConnection.sends = 0
+    client = make_exporter_client(settings)
+    client.connection_pool.connection_class = CountingConnection  # connections are lazy
+    instance = Exporter(settings, client)
+    yield instance
+    await instance.aclose()
+
+
+async def test_depths_counters_and_histogram_match_redis(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    stats = {
+        "enqueued": 30,
+        "started": 25,
+        "completed": 17,
+        "failed": 3,
+        "retried": 5,
+        "dead_lettered": 3,
+        "expired": 2,
+        latency_bucket_field(0.5): 10,
+        latency_bucket_field(2.5): 6,
+        latency_bucket_field(float("inf")): 1,
+        "latency_sum": "21.75",
+        "latency_count": 17,
+    }
+    heartbeats = {"w1": 1000, "w2": 5000, "gone": 120_000}
+    seed_type(admin, "dining", waiting=7, processing=2, delayed=4, dead=3, stats=stats,
+              oldest_age_ms=90_000, heartbeats_age_ms=heartbeats)  # fmt: skip
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    [dining] = result.snapshot.types
+    keys = QueueKeys("dining")
+    assert dining.queue_depth == admin.llen(keys.queue) == 7
+    assert dining.in_progress == admin.llen(keys.processing) == 2
+    assert dining.delayed_depth == admin.zcard(keys.delayed) == 4
+    assert dining.dead_letter_depth == admin.llen(keys.dead) == 3
+    assert dict(dining.counters) == {
+        "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
+        "retried": 5, "dead_lettered": 3, "expired": 2,
+    }  # fmt: skip
+    assert dining.latency is not None
+    cumulative = dict(dining.latency.buckets)
+    assert (cumulative[0.25], cumulative[0.5], cumulative[1.0]) == (0, 10, 10)
+    assert (cumulative[2.5], cumulative[600.0], cumulative[float("inf")]) == (16, 16, 17)
+    assert dining.latency.sum == 21.75
+    # Ages and activity are measured against Redis TIME: 90 s old, two of three recent.
+    assert dining.oldest_age_seconds is not None and 90 <= dining.oldest_age_seconds < 100
+    assert dining.active_workers == 2
+    newest = admin.zrevrange(keys.workers, 0, 0, withscores=True)[0][1]
+    assert dining.last_heartbeat_seconds == newest / 1000
+
+
+async def test_one_round_trip_per_scrape_in_the_steady_state(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    for name in ("dining", "flights", "dmc", "experiences", "transportation"):
+        seed_type(admin, name, waiting=3, stats={"enqueued": 3})
+    first = await exporter.scrape()  # discovers four new types: reads them at once
+    assert first.snapshot is not None and len(first.snapshot.types) == 5
+    assert first.snapshot.round_trips == 2
+    before = CountingConnection.sends
+    for _ in range(3):
+        result = await exporter.scrape()
+        assert result.snapshot is not None and result.snapshot.round_trips == 1
+        assert len(result.snapshot.types) == 5
+    assert CountingConnection.sends - before == 3
+
+
+async def test_a_new_type_is_exported_by_the_scrape_that_discovers_it(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    await exporter.scrape()
+    seed_type(admin, "flights", waiting=4)
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    assert {t.agent_type: t.queue_depth for t in result.snapshot.types} == {
+        "dining": 0,
+        "flights": 4,
+    }
+
+
+async def test_cap_on_agent_types_counts_the_overflow(admin: redis.Redis, redis_url: str) -> None:
+    for index in range(6):
+        seed_type(admin, f"type{index}", waiting=1)
+    settings = ExporterSettings.from_args(["--redis-url", redis_url, "--max-agent-types", "4"])
+    exporter = Exporter(settings)
+    try:
+        result = await exporter.scrape()
+    finally:
+        await exporter.aclose()
+    assert result.snapshot is not None
+    assert [t.agent_type for t in result.snapshot.types] == ["type0", "type1", "type2", "type3"]
+    assert result.snapshot.types_dropped == 2
+
+
+async def test_malformed_values_and_wrong_key_types_never_break_a_scrape(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    seed_type(admin, "dining", waiting=2, stats={"enqueued": "lots", "completed": 5})
+    seed_type(admin, "flights", waiting=1)
+    admin.delete(QueueKeys("flights").queue)
+    admin.set(QueueKeys("flights").queue, "not a list")  # WRONGTYPE for LLEN
+    admin.sadd(QueueKeys.types_key(), "Not A Label")
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    assert [t.agent_type for t in result.snapshot.types] == ["dining"]
+    assert result.snapshot.malformed == 3  # the counter, the broken type, the bad name
+    again = await exporter.scrape()
+    assert again.malformed_total == 6  # a counter: every scrape's skipped values add up
+    samples = parse(exporter.render(again, None)[0].decode())
+    assert of(samples, "jobs_completed_total", agent_type="dining") == 5
+    assert of(samples, "jobs_enqueued_total", agent_type="dining") is None
+    assert of(samples, "queue_exporter_malformed_values_total") == 6
+
+
+async def test_script_flush_costs_one_round_trip_and_no_numbers(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    seed_type(admin, "dining", waiting=5)
+    await exporter.scrape()
+    admin.script_flush()
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    assert result.snapshot.types[0].queue_depth == 5
+    assert result.snapshot.round_trips == 2
+    steady = await exporter.scrape()
+    assert steady.snapshot is not None and steady.snapshot.round_trips == 1
+
+
+@pytest.fixture
+async def http(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(ExporterSettings.from_args(["--redis-url", redis_url]))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://exporter") as client:
+        yield client
+    await app.state.exporter.aclose()
+
+
+async def test_http_metrics_text_is_valid_for_promtool(
+    admin: redis.Redis, http: httpx.AsyncClient
+) -> None:
+    seed_type(
+        admin,
+        "dining",
+        waiting=3,
+        dead=1,
+        stats={"completed": 2, latency_bucket_field(1.0): 2, "latency_sum": "1.5"},
+    )
+    response = await http.get("/metrics", headers={"Accept": "text/plain"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    checked = promtool("check", "metrics", stdin=response.text)
+    assert checked.returncode == 0, checked.stderr
+    samples = parse(response.text)
+    assert of(samples, "queue_depth", agent_type="dining") == 3
+    assert of(samples, "dead_letter_depth", agent_type="dining") == 1
+    assert of(samples, "job_latency_seconds_bucket", agent_type="dining", le="1.0") == 2
+    assert of(samples, "queue_exporter_redis_up") == 1
+
+
+async def test_http_negotiates_openmetrics(admin: redis.Redis, http: httpx.AsyncClient) -> None:
+    seed_type(admin, "dining", waiting=1)
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    response = await http.get("/metrics", headers={"Accept": accept})
+    assert response.headers["content-type"].startswith(
+        "application/openmetrics-text; version=1.0.0"
+    )
+    assert response.text.endswith("# EOF\n")
+    assert 'queue_depth{agent_type="dining"} 1.0' in response.text
+
+
+async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/healthz")).status_code == 200
+    ready = await http.get("/readyz")
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+
+
+async def test_runbooks_are_served_beside_the_metrics(http: httpx.AsyncClient) -> None:
+    index = await http.get("/runbooks/")
+    assert index.status_code == 200
+    assert "text/html" in index.headers["content-type"]

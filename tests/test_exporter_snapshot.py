@@ -1,0 +1,145 @@
+"""Parsing the snapshot script's reply, and choosing which agent types to export."""
+
+from __future__ import annotations
+
+import math
+
+from exporter.discovery import scan_count, select_types
+from exporter.snapshot import parse_type_reply
+from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
+
+NOW_MS = 1_700_000_100_000
+
+
+def reply(
+    stats: dict[str, str] | None = None,
+    *,
+    queue: int = 0,
+    newest: str | None = None,
+    oldest: str | None = None,
+) -> list[object]:
+    flat = [item for pair in (stats or {}).items() for item in pair]
+    return [NOW_MS, queue, 2, 3, 4, flat, 1, newest, oldest]
+
+
+def test_depths_and_workers() -> None:
+    snapshot, malformed = parse_type_reply(
+        "dining", reply(queue=5, newest="1700000099000", oldest=str(NOW_MS - 12_500))
+    )
+    assert malformed == 0
+    assert (snapshot.queue_depth, snapshot.in_progress, snapshot.delayed_depth) == (5, 2, 3)
+    assert snapshot.dead_letter_depth == 4
+    assert snapshot.active_workers == 1
+    assert snapshot.last_heartbeat_seconds == 1_700_000_099.0
+    assert snapshot.oldest_age_seconds == 12.5
+
+
+def test_missing_counters_are_zero_and_buckets_become_cumulative() -> None:
+    stats = {
+        "completed": "4",
+        "latency_le:0.5": "3",
+        "latency_le:10": "1",
+        "latency_le:+Inf": "2",
+        "latency_le:2.5": "0",
+        "latency_sum": "61.5",
+        "latency_count": "6",
+    }
+    snapshot, malformed = parse_type_reply("dining", reply(stats), (0.5, 2.5, 10.0))
+    assert malformed == 0
+    assert snapshot.counters["completed"] == 4
+    assert snapshot.counters["enqueued"] == 0
+    assert snapshot.latency is not None
+    assert snapshot.latency.buckets == ((0.5, 3), (2.5, 3), (10.0, 4), (math.inf, 6))
+    assert (snapshot.latency.count, snapshot.latency.sum) == (6, 61.5)
+
+
+def test_configured_bounds_without_a_field_are_zero() -> None:
+    snapshot, _ = parse_type_reply("dining", reply({"latency_le:1": "2"}), (0.5, 1.0, 5.0))
+    assert snapshot.latency is not None
+    assert snapshot.latency.buckets == ((0.5, 0), (1.0, 2), (5.0, 2), (math.inf, 2))
+
+
+def test_a_bound_outside_the_configured_ones_exports_only_what_exists() -> None:
+    # The queue uses other buckets: a count for 0.5 would be a guess, so there is none.
+    snapshot, _ = parse_type_reply("dining", reply({"latency_le:0.75": "2"}), (0.5, 1.0))
+    assert snapshot.latency is not None
+    assert snapshot.latency.buckets == ((0.75, 2), (math.inf, 2))
+
+
+def test_no_observations_gives_an_empty_histogram() -> None:
+    snapshot, _ = parse_type_reply("dining", reply())
+    assert snapshot.latency is not None
+    assert [bound for bound, _ in snapshot.latency.buckets] == [*DEFAULT_LATENCY_BUCKETS, math.inf]
+    assert {count for _, count in snapshot.latency.buckets} == {0}
+    assert snapshot.oldest_age_seconds == 0.0
+    assert snapshot.last_heartbeat_seconds is None
+
+
+def test_malformed_values_are_skipped_and_counted() -> None:
+    stats = {
+        "enqueued": "ten",  # not a number
+        "failed": "-3",  # a counter never goes below zero
+        "completed": "2.5",  # HINCRBY writes integers only
+        "retried": "7",
+        "latency_le:abc": "1",  # unparseable bound
+        "latency_le:1": "x",  # unparseable count
+        "latency_le:0.5": "2",
+        "latency_sum": "1.0",
+    }
+    snapshot, malformed = parse_type_reply(
+        "dining", reply(stats, queue=1, oldest="yesterday"), (0.5,)
+    )
+    assert malformed == 6
+    assert "enqueued" not in snapshot.counters
+    assert "failed" not in snapshot.counters
+    assert "completed" not in snapshot.counters
+    assert snapshot.counters["retried"] == 7
+    assert snapshot.latency is not None
+    assert snapshot.latency.buckets == ((0.5, 2), (math.inf, 2))
+    assert snapshot.oldest_age_seconds is None
+
+
+def test_bad_latency_sum_drops_the_histogram_and_bad_count_is_reported() -> None:
+    snapshot, malformed = parse_type_reply("dining", reply({"latency_sum": "nan"}))
+    assert (snapshot.latency, malformed) == (None, 1)
+    snapshot, malformed = parse_type_reply(
+        "dining", reply({"latency_le:1": "2", "latency_sum": "1", "latency_count": "5"})
+    )
+    assert malformed == 1
+    assert snapshot.latency is not None and snapshot.latency.count == 2
+
+
+def test_oldest_job_age_unknown_when_its_hash_is_gone_and_never_negative() -> None:
+    gone, _ = parse_type_reply("dining", reply(queue=3, oldest=None))
+    assert gone.oldest_age_seconds is None
+    future, malformed = parse_type_reply("dining", reply(queue=1, oldest=str(NOW_MS + 5000)))
+    assert (future.oldest_age_seconds, malformed) == (0.0, 0)
+
+
+def test_configured_types_first_then_discovered_sorted() -> None:
+    selection = select_types(
+        ("flights", "dining"),
+        ["zeta", "dining", "alpha"],
+        set_size=3,
+        scan_complete=True,
+        max_agent_types=10,
+    )
+    assert selection.types == ("flights", "dining", "alpha", "zeta")
+    assert (selection.dropped, selection.invalid) == (0, 0)
+
+
+def test_cap_counts_dropped_and_invalid_names_are_not_labels() -> None:
+    discovered = [f"type{i:02d}" for i in range(10)] + ["Bad Name", "x" * 70, "a{b}"]
+    selection = select_types(
+        ("dining",), discovered, set_size=13, scan_complete=True, max_agent_types=4
+    )
+    assert selection.types == ("dining", "type00", "type01", "type02")
+    assert selection.dropped == 7
+    assert selection.invalid == 3
+
+
+def test_members_the_scan_did_not_reach_count_as_dropped() -> None:
+    selection = select_types((), ["a", "b"], set_size=50, scan_complete=False, max_agent_types=2)
+    assert selection.types == ("a", "b")
+    assert selection.dropped == 48
+    assert scan_count(1000) == 2000
