@@ -1,0 +1,108 @@
+"""A real Prometheus scrapes the exporter, started by its CLI, and its API shows the values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+
+from platform_common.jobs.keys import latency_bucket_field
+from platform_common.jobs.testing.redis_server import find_free_port
+from tests.support.prometheus import PrometheusServer, Sample
+from tests.test_exporter_redis import seed_type
+
+
+class ExporterProcess:
+    """`python -m exporter` on a free port, as a user would run it."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = find_free_port()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"exporter exited: {self.process.stdout.read()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("exporter did not answer /healthz within 30 s")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> tuple[int, str]:
+        self.process.terminate()
+        output, _ = self.process.communicate(timeout=15)
+        return self.process.returncode, output
+
+
+@pytest.fixture
+def exporter_process(redis_url: str) -> Iterator[ExporterProcess]:
+    process = ExporterProcess("--redis-url", redis_url, "--agent-types", "dining,flights")
+    try:
+        yield process
+    finally:
+        if process.process.poll() is None:
+            process.stop()
+
+
+def by_type(samples: list[Sample]) -> dict[str, float]:
+    return {s.labels["agent_type"]: s.value for s in samples}
+
+
+def test_prometheus_scrapes_the_exporter(redis_url: str, exporter_process: ExporterProcess) -> None:
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        seed_type(admin, "dining", waiting=12, dead=3, stats={
+            "enqueued": 40, "completed": 25, "failed": 3,
+            latency_bucket_field(0.5): 20, latency_bucket_field(5.0): 5, "latency_sum": "14.5",
+        })  # fmt: skip
+        seed_type(admin, "flights", waiting=2, stats={"enqueued": 2})
+    finally:
+        admin.close()
+    target = exporter_process.url.removeprefix("http://")
+    with PrometheusServer(targets=[target]) as prometheus:
+        [target_info] = prometheus.wait_targets_up()
+        assert target_info["labels"]["job"] == "queue-exporter"
+        depth = prometheus.wait_for("queue_depth", lambda r: len(r) == 2)
+        assert by_type(depth) == {"dining": 12, "flights": 2}
+        assert {s.labels["instance"] for s in depth} == {target}
+        assert by_type(prometheus.query("jobs_enqueued_total")) == {"dining": 40, "flights": 2}
+        assert by_type(prometheus.query("jobs_completed_total")) == {"dining": 25, "flights": 0}
+        assert by_type(prometheus.query("jobs_failed_total")) == {"dining": 3, "flights": 0}
+        assert by_type(prometheus.query("dead_letter_depth")) == {"dining": 3, "flights": 0}
+        buckets = prometheus.query('job_latency_seconds_bucket{agent_type="dining"}')
+        cumulative = {s.labels["le"]: s.value for s in buckets}
+        assert (cumulative["0.25"], cumulative["0.5"], cumulative["5.0"]) == (0, 20, 25)
+        assert cumulative["+Inf"] == 25
+        assert prometheus.query('job_latency_seconds_count{agent_type="dining"}')[0].value == 25
+        [up] = prometheus.query("queue_exporter_redis_up")
+        assert up.value == 1
+    code, output = exporter_process.stop()
+    # SIGTERM is a clean shutdown (uvicorn re-raises the signal once it has finished).
+    assert code in (0, -15), output
+    assert "Application shutdown complete" in output

@@ -1,0 +1,130 @@
+"""TLS (rediss:// + CA file) and a read-only ACL user (password in URL or file)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from exporter.service import Exporter
+from exporter.settings import ExporterSettings
+from platform_common.jobs.testing import RedisServer
+from tests.test_exporter_redis import of, parse, seed_type
+
+ADMIN_PASSWORD = "admin-pw-0451"
+EXPORTER_PASSWORD = "exporter-pw-7731-secret"
+# Exactly what the exporter needs: its direct commands, the commands its script calls
+# (Redis checks those against the caller too), the connection handshake; and only
+# read access to the queue keys. (Redis 7.0 has no CLIENT SETINFO; redis-py ignores its error.)
+EXPORTER_RULE = (
+    f"exporter on >{EXPORTER_PASSWORD} resetkeys %R~jobs:* resetchannels -@all "
+    "+ping +evalsha_ro +eval_ro +scard +sscan "
+    "+time +lindex +hget +zrevrange +zcount +llen +zcard +hgetall"
+)
+
+
+@pytest.fixture(scope="module")
+def tls_acl_redis() -> Iterator[RedisServer]:
+    server = RedisServer(
+        tls=True,
+        acl_users=[f"default on >{ADMIN_PASSWORD} ~* &* +@all", EXPORTER_RULE],
+    ).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def admin(tls_acl_redis: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis(
+        port=tls_acl_redis.port,
+        password=ADMIN_PASSWORD,
+        ssl=True,
+        ssl_ca_certs=tls_acl_redis.ca_file,
+        decode_responses=True,
+    )
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+async def scrape_text(url: str) -> tuple[str, Exporter]:
+    exporter = Exporter(ExporterSettings.from_args(["--redis-url", url, "--redis-timeout", "2"]))
+    try:
+        result = await exporter.scrape()
+        return exporter.render(result, None)[0].decode(), exporter
+    finally:
+        await exporter.aclose()
+
+
+async def test_tls_and_read_only_acl_user(admin: redis.Redis, tls_acl_redis: RedisServer) -> None:
+    seed_type(admin, "dining", waiting=3, dead=2, stats={"enqueued": 5},
+              heartbeats_age_ms={"w1": 100})  # fmt: skip
+    url = tls_acl_redis.url_for("exporter", EXPORTER_PASSWORD)
+    assert url.startswith("rediss://") and "ssl_ca_certs=" in url
+    text, _ = await scrape_text(url)
+    samples = parse(text)
+    assert of(samples, "queue_exporter_redis_up") == 1
+    assert of(samples, "queue_depth", agent_type="dining") == 3
+    assert of(samples, "dead_letter_depth", agent_type="dining") == 2
+    assert of(samples, "active_workers", agent_type="dining") == 1
+    assert EXPORTER_PASSWORD not in text
+
+
+def test_the_exporter_user_cannot_write(admin: redis.Redis, tls_acl_redis: RedisServer) -> None:
+    user = redis.Redis(
+        port=tls_acl_redis.port,
+        username="exporter",
+        password=EXPORTER_PASSWORD,
+        ssl=True,
+        ssl_ca_certs=tls_acl_redis.ca_file,
+    )
+    try:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            user.lpush("jobs:{dining}:queue", "x")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            user.eval("return redis.call('DEL', KEYS[1])", 1, "jobs:{dining}:queue")
+    finally:
+        user.close()
+
+
+async def test_password_from_a_file(
+    admin: redis.Redis, tls_acl_redis: RedisServer, tmp_path: Path
+) -> None:
+    seed_type(admin, "flights", waiting=1)
+    secret = tmp_path / "redis-password"
+    secret.write_text(EXPORTER_PASSWORD + "\n")
+    url = (
+        f"rediss://exporter@127.0.0.1:{tls_acl_redis.port}/0"
+        f"?ssl_ca_certs={tls_acl_redis.ca_file}&password_file={secret}"
+    )
+    text, _ = await scrape_text(url)
+    assert of(parse(text), "queue_depth", agent_type="flights") == 1
+
+
+async def test_wrong_password_is_up_0_and_never_leaks(
+    admin: redis.Redis, tls_acl_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "wrong-pw-do-not-print-9913"
+    caplog.set_level(logging.DEBUG)
+    text, exporter = await scrape_text(tls_acl_redis.url_for("exporter", wrong))
+    assert of(parse(text), "queue_exporter_redis_up") == 0
+    assert any("unreachable" in record.getMessage() for record in caplog.records)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    for secret in (wrong, EXPORTER_PASSWORD, ADMIN_PASSWORD):
+        assert secret not in logged
+        assert secret not in text
+        assert secret not in repr(exporter.settings)
+
+
+async def test_plain_connection_to_a_tls_port_is_up_0(tls_acl_redis: RedisServer) -> None:
+    text, _ = await scrape_text(
+        f"redis://exporter:{EXPORTER_PASSWORD}@127.0.0.1:{tls_acl_redis.port}/0"
+    )
+    assert of(parse(text), "queue_exporter_redis_up") == 0
