@@ -11,19 +11,16 @@ import redis
 
 from exporter.service import Exporter
 from exporter.settings import ExporterSettings
+from platform_common.jobs import acl
 from platform_common.jobs.testing import RedisServer
 from tests.test_exporter_redis import of, parse, seed_type
 
 ADMIN_PASSWORD = "admin-pw-0451"
 EXPORTER_PASSWORD = "exporter-pw-7731-secret"
-# Exactly what the exporter needs: its direct commands, the commands its script calls
-# (Redis checks those against the caller too), the connection handshake; and only
-# read access to the queue keys. (Redis 7.0 has no CLIENT SETINFO; redis-py ignores its error.)
-EXPORTER_RULE = (
-    f"exporter on >{EXPORTER_PASSWORD} resetkeys %R~jobs:* resetchannels -@all "
-    "+ping +evalsha_ro +eval_ro +scard +sscan "
-    "+time +lindex +hget +zrevrange +zcount +llen +zcard +hgetall"
-)
+# The package's read-only exporter role (platform_common.jobs.acl): its direct commands,
+# the commands its script calls (Redis checks those against the caller too), the
+# connection handshake, and read-only access to the queue keys. Nothing more.
+EXPORTER_RULE = " ".join(["exporter", "on", f">{EXPORTER_PASSWORD}", *acl.rules("exporter")])
 
 
 @pytest.fixture(scope="module")
