@@ -20,7 +20,7 @@ from platform_common.jobs.errors import ConfigurationError, ValidationError
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
 from platform_common.jobs.validation import validate_name
 
-__all__ = ["ExporterSettings", "build_parser"]
+__all__ = ["ENVIRONMENT_VARIABLES", "ExporterSettings", "build_parser"]
 
 _NAMESPACE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -56,6 +56,9 @@ _OPTIONS = (
             "the queue's latency bucket bounds, comma-separated seconds (default: the queue's)"),
     _Option("log_level", "--log-level", "EXPORTER_LOG_LEVEL", "critical..debug (default info)"),
 )  # fmt: skip
+
+ENVIRONMENT_VARIABLES = tuple(option.env for option in _OPTIONS)
+"""Every variable the exporter reads (deploy manifests are checked against it)."""
 
 
 @dataclass(frozen=True, slots=True)
