@@ -12,7 +12,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from platform_common.jobs.testing import RedisServer
+from platform_common.jobs.testing import RedisClusterNodes, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +43,25 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterNodes]:
+    """A real 3-master cluster with one replica each, started once per session (only
+    when a test asks for it). Tests that kill a node restore it before they end."""
+    cluster = RedisClusterNodes().start()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisClusterNodes) -> str:
+    """URL of the session cluster (every node a startup node), every master emptied."""
+    redis_cluster.wait_healthy()
+    for port in redis_cluster.master_ports():
+        node = redis_cluster.node_by_port(port)
+        node.cli("FLUSHALL")
+        node.cli("SCRIPT", "FLUSH")
+    return redis_cluster.url

@@ -126,7 +126,7 @@ class RedisSentinelGroup:
         new = self.replica()
         old.cli("CLIENT", "PAUSE", str(int(timeout * 1000)), "WRITE")
         try:
-            self._wait_caught_up(old, new, timeout)
+            self.wait_replicated(timeout)
             answer = self.sentinel_cli(
                 self.sentinel_ports[0], "SENTINEL", "FAILOVER", self.service_name
             )
@@ -215,7 +215,10 @@ class RedisSentinelGroup:
                 raise RuntimeError(f"redis-sentinel on {port} did not start:\n{log}")
             time.sleep(0.02)
 
-    def _wait_caught_up(self, master: RedisServer, replica: RedisServer, timeout: float) -> None:
+    def wait_replicated(self, timeout: float = 30.0) -> None:
+        """Poll until the replica has applied everything the master has sent (so a
+        kill of the master right after loses no acknowledged write)."""
+        master, replica = self.master(), self.replica()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sent = _pairs_colon(master.cli("INFO", "replication")).get("master_repl_offset")
