@@ -15,6 +15,8 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
+    jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job;
+                                     the periodic cleanup reads it (bounded per run)
     jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps
     jobs:{type}:result:<id>   STRING result JSON, with the job's TTL
     jobs:{type}:dead          LIST   job ids that used their last attempt
@@ -23,6 +25,21 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:types                SET    every agent type ever enqueued (exporter discovery;
                                      written with a plain SADD, never inside a script)
 Channel: agent:<type>:completed  (the spec's name; PUBLISH reaches every cluster node)
+    the message is the job id, published after the job's result is stored, for every
+    terminal outcome (succeeded, failed, dead-lettered, expired)
+
+Queue stats counters (per agent type, each HINCRBY'd only by the script that performs
+the transition; so they are exact across any number of processes):
+    enqueued       a job entered the queue (enqueue, or a requeue from the dead letters)
+    started        an attempt began (a claim; a crashed attempt was started too)
+    completed      a job succeeded (terminal)
+    failed         a job ended failed (terminal): every dead-lettered job, plus jobs whose
+                   handler raised a non-retryable error (those are not dead-lettered)
+    retried        a failed or crashed attempt was scheduled for another try
+    dead_lettered  a job used its last attempt and moved to the dead-letter list
+    expired        a job passed its TTL unfinished (terminal; not counted in failed)
+    So enqueued == completed + failed + expired + jobs still live (queued, delayed,
+    in progress), and failed >= dead_lettered.
 """
 
 from __future__ import annotations
@@ -148,6 +165,10 @@ class QueueKeys:
     @property
     def delayed(self) -> str:
         return f"{self.base}:delayed"
+
+    @property
+    def expiry(self) -> str:
+        return f"{self.base}:expiry"
 
     @property
     def dead(self) -> str:

@@ -1,0 +1,12 @@
+-- Delete dead-lettered jobs for good: the list entry, the record and the result.
+-- KEYS[1] dead list; KEYS[2i] job hash of job i, KEYS[2i+1] result key of job i
+-- ARGV[i] job id of job i
+-- Returns the number of jobs purged (ids not in the dead-letter list are ignored).
+local purged = 0
+for i = 1, #ARGV do
+    if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+        redis.call('DEL', KEYS[2 * i], KEYS[2 * i + 1])
+        purged = purged + 1
+    end
+end
+return purged

@@ -1,0 +1,49 @@
+-- Enqueue a batch of jobs of one agent type, all or nothing.
+-- KEYS[1]   queue list            KEYS[2] stats hash      KEYS[3] expiry zset
+-- KEYS[3+i] job hash of job i
+-- ARGV[1]   nonce: identifies this call, so a call retried after a lost reply is
+--           recognised as its own replay instead of a duplicate
+-- ARGV[2]   n, the number of jobs; then 5 arguments per job i (base = 2 + 5*(i-1)):
+--           job_id, payload JSON, ttl seconds, created_at ms, max attempts
+-- Returns {"ok", written} or {"duplicate", job_id...}: a duplicate writes nothing.
+local nonce = ARGV[1]
+local n = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local duplicates = {}
+local replayed = {}
+for i = 1, n do
+    local job_key = KEYS[3 + i]
+    if redis.call('EXISTS', job_key) == 1 then
+        if redis.call('HGET', job_key, 'nonce') == nonce then
+            replayed[i] = true
+        else
+            duplicates[#duplicates + 1] = ARGV[3 + 5 * (i - 1)]
+        end
+    end
+end
+if #duplicates > 0 then
+    return {'duplicate', unpack(duplicates)}
+end
+
+local written = 0
+for i = 1, n do
+    if not replayed[i] then
+        local base = 2 + 5 * (i - 1)
+        local job_id = ARGV[base + 1]
+        local ttl = tonumber(ARGV[base + 3])
+        local expires_at = tonumber(ARGV[base + 4]) + ttl * 1000
+        redis.call('HSET', KEYS[3 + i],
+            'payload', ARGV[base + 2], 'state', 'queued', 'attempts', 0,
+            'max_attempts', ARGV[base + 5], 'ttl', ttl, 'created_at', ARGV[base + 4],
+            'enqueued_at', now, 'expires_at', expires_at, 'nonce', nonce)
+        redis.call('ZADD', KEYS[3], expires_at, job_id)
+        redis.call('LPUSH', KEYS[1], job_id)
+        written = written + 1
+    end
+end
+if written > 0 then
+    redis.call('HINCRBY', KEYS[2], 'enqueued', written)
+end
+return {'ok', written}

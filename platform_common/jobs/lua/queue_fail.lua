@@ -1,0 +1,111 @@
+-- End an attempt that did not succeed: retry it after a backoff, dead-letter it after
+-- its last attempt, fail it for good, or give it back unstarted.
+-- KEYS[1] processing list  KEYS[2] leases zset  KEYS[3] delayed zset  KEYS[4] dead list
+-- KEYS[5] queue list       KEYS[6] expiry zset  KEYS[7] stats hash    KEYS[8] job hash
+-- KEYS[9] result key
+-- ARGV[1] job id
+-- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
+--               "fatal"   the handler raised a non-retryable error; fail now
+--               "release" a worker shutting down gives the attempt back (not counted)
+--               "lost"    the reaper: the lease expired, so the worker is gone; the
+--                         crash counts as an attempt. Fenced by the expired lease.
+-- ARGV[3] lease token (ignored in mode "lost")  ARGV[4] error text
+-- ARGV[5] completion channel
+-- ARGV[6] backoff base ms  ARGV[7] backoff factor  ARGV[8] backoff max ms
+-- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
+--         {"replay", state} {"skip"} or {"lost", state}
+local job_id = ARGV[1]
+local mode = ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
+    'worker', 'started_at', 'history')
+local state = f[1]
+
+local function drop_lease()
+    redis.call('LREM', KEYS[1], 1, job_id)
+    redis.call('ZREM', KEYS[2], job_id)
+end
+
+if mode == 'lost' then
+    local deadline = redis.call('ZSCORE', KEYS[2], job_id)
+    if not deadline or tonumber(deadline) > now then
+        return {'skip'}  -- renewed meanwhile, or already handled
+    end
+    if state == 'queued' or state == 'retrying' then
+        -- Taken with BLMOVE by a worker that died before claiming it: not an attempt.
+        drop_lease()
+        redis.call('RPUSH', KEYS[5], job_id)
+        return {'requeued'}
+    end
+    if state ~= 'running' then
+        drop_lease()
+        return {'skip'}
+    end
+    -- The stale worker must not be able to complete, fail or replay this attempt.
+    redis.call('HDEL', KEYS[8], 'token')
+else
+    if f[2] ~= ARGV[3] then
+        return {'lost', state or 'missing'}
+    end
+    if state ~= 'running' then
+        return {'replay', state}
+    end
+    if mode == 'release' then
+        drop_lease()
+        redis.call('HINCRBY', KEYS[8], 'attempts', -1)
+        redis.call('HSET', KEYS[8], 'state', 'queued')
+        redis.call('HDEL', KEYS[8], 'token')
+        redis.call('RPUSH', KEYS[5], job_id)
+        return {'released'}
+    end
+end
+
+local attempts = tonumber(f[3])
+local max_attempts = tonumber(f[4])
+local ttl = tonumber(f[5])
+local error_text = ARGV[4]
+local entry = {attempt = attempts, worker = f[6] or '', started_at = tonumber(f[7]),
+    ended_at = now, error = error_text, outcome = mode}
+local outcome
+if mode ~= 'fatal' and attempts < max_attempts then
+    local delay = tonumber(ARGV[6]) * tonumber(ARGV[7]) ^ (attempts - 1)
+    delay = math.floor(math.min(delay, tonumber(ARGV[8])))
+    entry.retry_at = now + delay
+    outcome = 'retrying'
+elseif mode == 'fatal' then
+    outcome = 'failed'
+else
+    outcome = 'dead'
+end
+local encoded = cjson.encode(entry)
+local history = f[8]
+if history then
+    history = string.sub(history, 1, -2) .. ',' .. encoded .. ']'
+else
+    history = '[' .. encoded .. ']'
+end
+drop_lease()
+redis.call('HSET', KEYS[8], 'state', outcome, 'last_error', error_text, 'history', history)
+
+if outcome == 'retrying' then
+    redis.call('ZADD', KEYS[3], entry.retry_at, job_id)
+    redis.call('HSET', KEYS[8], 'due_at', entry.retry_at)
+    redis.call('HINCRBY', KEYS[7], 'retried', 1)
+    return {'retrying', entry.retry_at}
+end
+
+redis.call('HSET', KEYS[8], 'finished_at', now)
+redis.call('ZREM', KEYS[6], job_id)
+redis.call('SET', KEYS[9],
+    '{"status":"failed","result":null,"error":' .. cjson.encode(error_text) .. '}', 'EX', ttl)
+redis.call('HINCRBY', KEYS[7], 'failed', 1)
+if outcome == 'dead' then
+    -- Kept (no TTL) until requeued or purged from the dead-letter list.
+    redis.call('LPUSH', KEYS[4], job_id)
+    redis.call('HINCRBY', KEYS[7], 'dead_lettered', 1)
+else
+    redis.call('PEXPIRE', KEYS[8], ttl * 1000)
+end
+redis.call('PUBLISH', ARGV[5], job_id)
+return {outcome}

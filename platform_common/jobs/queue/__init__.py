@@ -1,0 +1,42 @@
+"""The Redis job queue: per-agent-type queues, reliable workers, retries, dead letters,
+results and completion events. Key layout and counters: see platform_common.jobs.keys."""
+
+from __future__ import annotations
+
+from .api import JobQueue, QueueStats
+from .completions import Completion, Completions
+from .connections import QueueConnection
+from .context import Handler, JobContext, NonRetryableError, current_job
+from .dead_letters import DeadLetter, DeadLetters
+from .leases import Claim, Leases
+from .maintenance import Maintenance, ReapReport
+from .payload import JobPayload, payload_errors
+from .producer import Producer
+from .results import JobResult
+from .settings import DEFAULT_AGENT_TYPES, QueueSettings
+from .worker import Worker
+
+__all__ = [
+    "DEFAULT_AGENT_TYPES",
+    "Claim",
+    "Completion",
+    "Completions",
+    "DeadLetter",
+    "DeadLetters",
+    "Handler",
+    "JobContext",
+    "JobPayload",
+    "JobQueue",
+    "JobResult",
+    "Leases",
+    "Maintenance",
+    "NonRetryableError",
+    "Producer",
+    "QueueConnection",
+    "QueueSettings",
+    "QueueStats",
+    "ReapReport",
+    "Worker",
+    "current_job",
+    "payload_errors",
+]

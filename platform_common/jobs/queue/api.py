@@ -1,0 +1,152 @@
+"""JobQueue: the one object producers and orchestrators hold."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
+from ..record import JobRecord
+from ..status import JobStatus
+from .completions import Completions
+from .connections import QueueConnection
+from .dead_letters import DeadLetters
+from .maintenance import Maintenance
+from .producer import Job, Producer
+from .results import JobResult, get_result, parse_result
+from .settings import QueueSettings
+
+__all__ = ["JobQueue", "QueueStats"]
+
+# How a queue job's state reads as the JobStore's status vocabulary.
+_STATUS = {
+    "queued": JobStatus.PENDING,
+    "retrying": JobStatus.PENDING,
+    "running": JobStatus.RUNNING,
+    "succeeded": JobStatus.SUCCEEDED,
+    "failed": JobStatus.FAILED,
+    "dead": JobStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One agent type's queue at one moment (what the exporter also reads)."""
+
+    queued: int
+    in_progress: int
+    delayed: int
+    dead: int
+    counters: dict[str, int]
+    """Every keys.STATS_COUNTERS field (0 when never incremented), plus latency_count."""
+    latency_sum: float
+
+
+class JobQueue:
+    """Enqueue jobs, wait for completions, read results, manage dead letters.
+
+    Build it with `await JobQueue.connect(settings)` and `aclose()` it (or use
+    `async with`). Workers are separate: see Worker."""
+
+    def __init__(self, connection: QueueConnection) -> None:
+        self.connection = connection
+        self.settings = connection.settings
+        self._producer = Producer(connection)
+        self.dead_letters = DeadLetters(connection)
+
+    @classmethod
+    async def connect(cls, settings: QueueSettings | str | None = None) -> JobQueue:
+        """Connect (pre-warming the pool). `settings` may be a URL; None reads QUEUE_* env."""
+        if settings is None:
+            settings = QueueSettings.from_env()
+        elif isinstance(settings, str):
+            settings = QueueSettings.from_url(settings)
+        return cls(await QueueConnection.open(settings))
+
+    async def enqueue(self, job: Job) -> str:
+        """See Producer.enqueue."""
+        return await self._producer.enqueue(job)
+
+    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+        """See Producer.enqueue_many."""
+        return await self._producer.enqueue_many(jobs)
+
+    async def get_result(self, job_id: str, agent_type: str | None = None) -> JobResult | None:
+        """See results.get_result."""
+        return await get_result(self.connection, job_id, agent_type)
+
+    def completions(
+        self, *, watch: Iterable[tuple[str, str]] = (), every_job: bool = False
+    ) -> Completions:
+        """An async iterator of completions of the watched jobs (see Completions)."""
+        return Completions(self.connection, watch=watch, every_job=every_job)
+
+    async def ping(self) -> bool:
+        """Health check: PING through the pool."""
+        return await self.connection.ping()
+
+    async def cleanup(self, agent_type: str, limit: int | None = None) -> list[str]:
+        """Expire up to `limit` jobs of `agent_type` past their TTL (workers do this
+        periodically; safe to call from anywhere at any time)."""
+        return await Maintenance(self.connection, agent_type).cleanup(limit)
+
+    async def stats(self, agent_type: str) -> QueueStats:
+        """Depths and counters of one agent type, read in one pipelined round trip."""
+        keys = self.connection.keys(agent_type)
+        pipe = self.connection.client.pipeline(transaction=False)
+        pipe.llen(keys.queue)
+        pipe.llen(keys.processing)
+        pipe.zcard(keys.delayed)
+        pipe.llen(keys.dead)
+        pipe.hgetall(keys.stats)
+        queued, in_progress, delayed, dead, raw = await pipe.execute()
+        counters = {name: int(raw.get(name, 0)) for name in STATS_COUNTERS}
+        counters[LATENCY_COUNT_FIELD] = int(raw.get(LATENCY_COUNT_FIELD, 0))
+        return QueueStats(
+            queued, in_progress, delayed, dead, counters, float(raw.get(LATENCY_SUM_FIELD, 0))
+        )
+
+    async def get_record(self, agent_type: str, job_id: str) -> JobRecord | None:
+        """A queue job seen as a JobRecord (the JobStore's shape), or None if unknown.
+
+        A read-only view: queue state lives in the queue's keys (one hash slot per
+        agent type), never copied into a JobStore namespace. An expired job's record
+        is gone; it reads as FAILED with the expiry as its error while its result lasts."""
+        keys = self.connection.keys(agent_type)
+        pipe = self.connection.client.pipeline(transaction=False)
+        pipe.hgetall(keys.job(job_id))
+        pipe.get(keys.result(job_id))
+        fields, result_text = await pipe.execute()
+        outcome = parse_result(agent_type, job_id, result_text) if result_text else None
+        if not fields:
+            if outcome is None:
+                return None
+            return JobRecord(job_id=job_id, status=JobStatus.FAILED, error=outcome.error)
+        payload = json.loads(fields["payload"])
+        result: dict[str, Any] | None = None
+        if outcome is not None and outcome.ok:
+            value = outcome.result
+            result = value if isinstance(value, dict) else {"value": value}
+        enqueued = int(fields.get("enqueued_at", 0)) / 1000
+        updated = int(fields.get("finished_at") or fields.get("started_at") or 0) / 1000
+        return JobRecord(
+            job_id=job_id,
+            status=_STATUS.get(fields.get("state", ""), JobStatus.PENDING),
+            payload=payload,
+            result=result,
+            error=fields.get("last_error") if fields.get("state") in ("failed", "dead") else None,
+            created_at=enqueued,
+            updated_at=max(updated, enqueued),
+            version=max(1, int(fields.get("attempts", 0))),
+        )
+
+    async def aclose(self) -> None:
+        await self.connection.aclose()
+
+    async def __aenter__(self) -> JobQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,95 @@
+"""The connections of one process's queue use: a pre-warmed pool, plus dedicated
+connections for blocking commands, and the health check."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import lru_cache
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from ..connection import RedisClient
+from ..keys import QueueKeys
+from .scripts import QueueScripts
+from .settings import QueueSettings
+
+__all__ = ["QueueConnection"]
+
+
+class QueueConnection:
+    """A pooled client (min `pool_min` pre-warmed, max `pool_max`, callers wait for a
+    free connection rather than fail), the queue scripts bound to it, and the keys.
+
+    Blocking commands (BLMOVE) never use this pool: `blocking_client()` gives each
+    blocking loop a connection of its own, whose socket timeout exceeds the block
+    timeout (checked by QueueSettings)."""
+
+    def __init__(self, settings: QueueSettings) -> None:
+        self.settings = settings
+        self.client: RedisClient = _pooled_client(settings)
+        self.scripts = QueueScripts(self.client)
+        self._registered: set[str] = set()
+
+    @classmethod
+    async def open(cls, settings: QueueSettings) -> QueueConnection:
+        """Connect and pre-warm `pool_min` connections (Redis must be reachable)."""
+        connection = cls(settings)
+        try:
+            await connection.prewarm()
+        except BaseException:
+            await connection.aclose()
+            raise
+        return connection
+
+    def keys(self, agent_type: str) -> QueueKeys:
+        return _keys(agent_type, self.settings.prefix)
+
+    async def prewarm(self) -> None:
+        """Open `pool_min` connections now, so the first jobs do not pay for connecting.
+
+        redis-py has no minimum pool size: concurrent PINGs each hold their own
+        connection until answered, so the pool ends with at least that many open."""
+        await asyncio.gather(*(self._ping() for _ in range(self.settings.pool_min)))
+
+    async def register_type(self, agent_type: str) -> None:
+        """SADD the agent type to the discovery set once per process (for the exporter)."""
+        if agent_type not in self._registered:
+            await self.client.sadd(QueueKeys.types_key(self.settings.prefix), agent_type)  # type: ignore[misc]
+            self._registered.add(agent_type)
+
+    def blocking_client(self) -> RedisClient:
+        """A client with its own single connection, for BLMOVE and the like."""
+        return self.settings.redis.make_client(max_connections=1)
+
+    async def ping(self) -> bool:
+        """True when Redis answers PING through the pool (the spec's health check)."""
+        try:
+            return await self._ping()
+        except (RedisError, OSError):
+            return False
+
+    async def _ping(self) -> bool:
+        return bool(await self.client.execute_command("PING"))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _pooled_client(settings: QueueSettings) -> RedisClient:
+    redis_settings = settings.redis
+    if redis_settings.cluster or redis_settings.sentinel_service is not None:
+        # Cluster and sentinel clients keep their own per-node pools.
+        return redis_settings.make_client(max_connections=settings.pool_max)
+    kwargs = redis_settings.client_kwargs()
+    kwargs.pop("max_connections", None)
+    # Past pool_max, a caller waits (up to the socket timeout) instead of failing.
+    pool = aioredis.BlockingConnectionPool(
+        max_connections=settings.pool_max, timeout=redis_settings.socket_timeout, **kwargs
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+@lru_cache(maxsize=256)
+def _keys(agent_type: str, prefix: str) -> QueueKeys:
+    return QueueKeys(agent_type, prefix)

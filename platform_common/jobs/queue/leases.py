@@ -1,0 +1,139 @@
+"""Claim, renew, complete and fail jobs: each one script, fenced by the lease token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import LeaseLost
+from ..keys import QueueKeys, latency_bucket_field
+from .connections import QueueConnection
+
+__all__ = ["MAX_ERROR_LENGTH", "Claim", "Leases"]
+
+MAX_ERROR_LENGTH = 2000
+"""Longest error text kept per attempt (history and dead letters stay small)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job a worker now holds under a lease."""
+
+    job_id: str
+    token: str
+    """Proof of ownership: every later change of the job must present it."""
+    attempt: int
+    """1 for the first attempt; crashed attempts count."""
+    max_attempts: int
+    expires_at_ms: int
+    """The job's TTL deadline (created_at + ttl_seconds), ms since the epoch."""
+    payload: str
+    """The payload JSON as the producer stored it."""
+
+
+class Leases:
+    """The fenced operations on one agent type's jobs."""
+
+    def __init__(self, connection: QueueConnection, agent_type: str) -> None:
+        settings = connection.settings
+        self._scripts = connection.scripts
+        self.keys: QueueKeys = connection.keys(agent_type)
+        self._lease_ms = int(settings.lease_seconds * 1000)
+        self._backoff = list(settings.backoff_ms())
+        keys = self.keys
+        self._complete_keys = [keys.processing, keys.leases, keys.expiry, keys.stats]
+        self._fail_keys = [
+            keys.processing, keys.leases, keys.delayed, keys.dead, keys.queue, keys.expiry,
+            keys.stats,
+        ]  # fmt: skip
+        self._buckets: list[Any] = [latency_bucket_field(float("inf"))]
+        for bound in settings.latency_buckets:
+            self._buckets += [bound, latency_bucket_field(bound)]
+
+    async def claim(
+        self, worker_id: str, taken: Sequence[tuple[str, str]]
+    ) -> tuple[int, list[Claim]]:
+        """Start an attempt of each (job_id, token) just moved into processing.
+
+        Returns the queue length left and the claims that run; jobs past their TTL are
+        expired here (not started) and strays are dropped."""
+        keys = self.keys
+        script_keys = [keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue]
+        args: list[Any] = [self._lease_ms, worker_id, keys.channel]
+        for job_id, token in taken:
+            script_keys += [keys.job(job_id), keys.result(job_id)]
+            args += [job_id, token]
+        reply = await self._scripts.claim(script_keys, args)
+        claims = [
+            Claim(entry[0], entry[2], int(entry[3]), int(entry[4]), int(entry[5]), entry[6])
+            for entry in reply[1:]
+            if entry[1] == "run"
+        ]
+        return int(reply[0]), claims
+
+    def complete_call(
+        self, job_id: str, token: str, result_json: str
+    ) -> tuple[list[str], list[Any]]:
+        """(keys, args) of the complete script, for callers that pipeline completions."""
+        keys = self.keys
+        return (
+            [*self._complete_keys, keys.job(job_id), keys.result(job_id)],
+            [job_id, token, result_json, keys.channel, *self._buckets],
+        )
+
+    async def complete(self, job_id: str, token: str, result_json: str) -> None:
+        """Store the result (with the job's TTL), count, publish. LeaseLost if the token
+        no longer owns the job; a retried call that already succeeded is a no-op."""
+        reply = await self._scripts.complete(*self.complete_call(job_id, token, result_json))
+        check_complete_reply(job_id, reply)
+
+    async def fail(self, job_id: str, token: str, error: str, *, mode: str = "error") -> str:
+        """End the attempt unsuccessfully. mode "error" retries with backoff (or
+        dead-letters after the last attempt), "fatal" fails without retry, "release"
+        gives the attempt back unstarted. Returns the outcome; LeaseLost as above."""
+        reply = await self._scripts.fail(*self.fail_call(job_id, token, error, mode))
+        outcome = str(reply[0])
+        if outcome == "lost":
+            raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
+        if outcome == "replay":
+            return str(reply[1])
+        return outcome
+
+    def fail_call(
+        self, job_id: str, token: str, error: str, mode: str
+    ) -> tuple[list[str], list[Any]]:
+        keys = self.keys
+        return (
+            [*self._fail_keys, keys.job(job_id), keys.result(job_id)],
+            [job_id, mode, token, error[:MAX_ERROR_LENGTH], keys.channel, *self._backoff],
+        )
+
+    async def renew(self, held: Sequence[tuple[str, str]]) -> list[str]:
+        """Extend the leases of (job_id, token) pairs; returns the job ids lost."""
+        if not held:
+            return []
+        keys = self.keys
+        args: list[Any] = [self._lease_ms]
+        for job_id, token in held:
+            args += [job_id, token]
+        lost = await self._scripts.renew([keys.leases, *(keys.job(j) for j, _ in held)], args)
+        return [str(job_id) for job_id in lost]
+
+    async def expire(self, job_ids: Sequence[str]) -> list[str]:
+        """Expire the given jobs if their TTL has passed; returns those expired."""
+        if not job_ids:
+            return []
+        keys = self.keys
+        script_keys = [
+            keys.expiry, keys.queue, keys.delayed, keys.processing, keys.leases, keys.stats,
+        ]  # fmt: skip
+        for job_id in job_ids:
+            script_keys += [keys.job(job_id), keys.result(job_id)]
+        expired = await self._scripts.expire(script_keys, [keys.channel, *job_ids])
+        return [str(job_id) for job_id in expired]
+
+
+def check_complete_reply(job_id: str, reply: Any) -> None:
+    if reply[0] == "lost":
+        raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")

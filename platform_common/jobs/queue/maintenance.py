@@ -1,0 +1,94 @@
+"""The periodic chores every worker runs: reaper, retry promoter, TTL cleanup, heartbeat.
+
+Each is one bounded step, safe to run from any number of processes at once (every
+change is re-checked inside its script), so no leader election is needed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..clock import now
+from .connections import QueueConnection
+from .leases import Leases
+from .scripts import run_pipelined
+
+__all__ = ["Maintenance", "ReapReport"]
+
+PROCESSING_SCAN = 1000
+"""Oldest processing entries the reaper inspects for a missing lease, per run."""
+PROMOTE_BATCH = 1000
+"""Most due retries moved to the queue per promoter run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper run did, by outcome of the expired leases it found."""
+
+    retried: int = 0
+    dead: int = 0
+    requeued: int = 0
+    """Entries taken with BLMOVE by a worker that died before claiming: not an attempt."""
+
+
+class Maintenance:
+    """The chores for one agent type."""
+
+    def __init__(self, connection: QueueConnection, agent_type: str) -> None:
+        self._connection = connection
+        self._settings = connection.settings
+        self._leases = Leases(connection, agent_type)
+        self.keys = self._leases.keys
+
+    async def reap(self, limit: int = 100) -> ReapReport:
+        """Return jobs whose lease expired: a retry (a crash is an attempt) or a dead
+        letter after the last attempt. Jobs taken but never claimed go back unchanged."""
+        keys = self.keys
+        lease_ms = int(self._settings.lease_seconds * 1000)
+        expired = await self._connection.scripts.reap_scan(
+            [keys.processing, keys.leases], [lease_ms, PROCESSING_SCAN, limit]
+        )
+        if not expired:
+            return ReapReport()
+        calls = [
+            self._leases.fail_call(job_id, "", "lease expired: the worker stopped renewing", "lost")
+            for job_id in expired
+        ]
+        replies = await run_pipelined(self._connection.client, self._connection.scripts.fail, calls)
+        outcomes = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            outcomes.append(reply[0])
+        return ReapReport(
+            retried=outcomes.count("retrying"),
+            dead=outcomes.count("dead"),
+            requeued=outcomes.count("requeued"),
+        )
+
+    async def promote(self) -> int:
+        """Move retries whose backoff elapsed to the front of the queue."""
+        keys = self.keys
+        return int(
+            await self._connection.scripts.promote([keys.delayed, keys.queue], [PROMOTE_BATCH])
+        )
+
+    async def cleanup(self, limit: int | None = None) -> list[str]:
+        """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL.
+
+        Stale results need no sweep: every result and finished record is written
+        with its TTL, so Redis drops it; dead letters stay until purged."""
+        batch = limit or self._settings.cleanup_batch
+        # The client clock only picks candidates; the script decides with Redis TIME.
+        due = await self._connection.client.zrangebyscore(
+            self.keys.expiry, "-inf", int(now() * 1000), start=0, num=batch
+        )
+        return await self._leases.expire(due)
+
+    async def heartbeat(self, worker_id: str, *, leaving: bool = False) -> int:
+        """Record that `worker_id` is alive (or gone); returns the Redis time in ms."""
+        prune_ms = int(self._settings.heartbeat_interval * 10 * 1000)
+        return int(
+            await self._connection.scripts.heartbeat(
+                [self.keys.workers], [worker_id, "leave" if leaving else "beat", prune_ms]
+            )
+        )

@@ -1,0 +1,270 @@
+"""The job payload of the queue spec, validated: every bad field is reported at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..clock import now
+from ..errors import InvalidJobId, InvalidPayload
+from ..validation import validate_job_id
+
+__all__ = [
+    "FIELDS",
+    "MAX_TEXT_LENGTH",
+    "JobPayload",
+    "PreparedJob",
+    "encode_payload",
+    "payload_errors",
+    "prepare_job",
+]
+
+FIELDS = (
+    "job_id",
+    "session_id",
+    "orchestrator_id",
+    "agent_type",
+    "task",
+    "constraints",
+    "curated_shortlist",
+    "result_format",
+    "created_at",
+    "ttl_seconds",
+)
+# constraints and curated_shortlist may be left out (no constraints, no shortlist);
+# every other field of the spec's example is required.
+_OPTIONAL = {"constraints": dict, "curated_shortlist": list}
+MAX_TEXT_LENGTH = 200
+"""Longest session_id, orchestrator_id and result_format (ids, not prose)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPayload:
+    """One job as the orchestrator sends it to an agent worker (the spec's schema)."""
+
+    job_id: str
+    """Unique per agent type while the job lives (a UUID in the spec)."""
+    session_id: str
+    """The user session the job serves."""
+    orchestrator_id: str
+    """The orchestrator that sent the job, e.g. "orch-123"."""
+    agent_type: str
+    """Which agent's queue the job goes to, e.g. "dining"."""
+    task: str
+    """What to do, in words."""
+    constraints: dict[str, Any] = field(default_factory=dict)
+    """Structured limits of the task (cuisines, price, ...); any JSON object."""
+    curated_shortlist: list[str] = field(default_factory=list)
+    """Candidates the orchestrator already chose."""
+    result_format: str = ""
+    """The type the result must have, e.g. "RestaurantOption[]"."""
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When the orchestrator made the job (timezone-aware); the TTL counts from here."""
+    ttl_seconds: int = 60
+    """Seconds after created_at when the job expires if not finished; also how long
+    its result is kept."""
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        agent_types: Collection[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> JobPayload:
+        """Validate `data` and build the payload; InvalidPayload lists every bad field."""
+        prepare_job(data, agent_types=agent_types, max_bytes=max_bytes)
+        return cls._trusted(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobPayload:
+        """Rebuild a payload the producer validated and stored (the worker's side)."""
+        return cls._trusted(json.loads(text))
+
+    @classmethod
+    def _trusted(cls, data: Mapping[str, Any]) -> JobPayload:
+        return cls(
+            job_id=data["job_id"],
+            session_id=data["session_id"],
+            orchestrator_id=data["orchestrator_id"],
+            agent_type=data["agent_type"],
+            task=data["task"],
+            constraints=dict(data.get("constraints") or {}),
+            curated_shortlist=list(data.get("curated_shortlist") or []),
+            result_format=data["result_format"],
+            created_at=_parse_time(data["created_at"]),
+            ttl_seconds=data["ttl_seconds"],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of the spec; created_at as ISO 8601 in UTC with a "Z"."""
+        return {
+            "job_id": self.job_id,
+            "session_id": self.session_id,
+            "orchestrator_id": self.orchestrator_id,
+            "agent_type": self.agent_type,
+            "task": self.task,
+            "constraints": self.constraints,
+            "curated_shortlist": self.curated_shortlist,
+            "result_format": self.result_format,
+            "created_at": format_time(self.created_at),
+            "ttl_seconds": self.ttl_seconds,
+        }
+
+    @property
+    def created_at_ms(self) -> int:
+        return int(self.created_at.timestamp() * 1000)
+
+
+def payload_errors(data: object, *, agent_types: Collection[str] | None = None) -> dict[str, str]:
+    """Every problem of a payload mapping, field -> problem ({} when it is valid)."""
+    return _validate(data, agent_types)[0]
+
+
+def _validate(
+    data: object, agent_types: Collection[str] | None
+) -> tuple[dict[str, str], int | None]:
+    if not isinstance(data, Mapping):
+        return {"payload": f"must be a JSON object, got {type(data).__name__}"}, None
+    errors: dict[str, str] = {}
+    for name in data:
+        if name not in FIELDS:
+            errors[str(name)] = "unknown field"
+    for name in FIELDS:
+        if name not in data and name not in _OPTIONAL:
+            errors[name] = "missing field"
+    if "job_id" in data:
+        try:
+            validate_job_id(data["job_id"])
+        except InvalidJobId as exc:
+            errors["job_id"] = exc.problem
+    for name in ("session_id", "orchestrator_id", "result_format"):
+        if name in data:
+            problem = _text_problem(data[name], MAX_TEXT_LENGTH)
+            if problem:
+                errors[name] = problem
+    if "task" in data:
+        problem = _text_problem(data["task"], None)
+        if problem:
+            errors["task"] = problem
+    if "agent_type" in data:
+        agent_type = data["agent_type"]
+        if not isinstance(agent_type, str):
+            errors["agent_type"] = f"must be a string, got {type(agent_type).__name__}"
+        elif agent_types is not None and agent_type not in agent_types:
+            errors["agent_type"] = (
+                f"unknown agent type {agent_type!r}; known: {', '.join(sorted(agent_types))}"
+            )
+    constraints = data.get("constraints", {})
+    if not isinstance(constraints, dict) or not all(isinstance(k, str) for k in constraints):
+        errors["constraints"] = "must be a JSON object (string keys)"
+    shortlist = data.get("curated_shortlist", [])
+    if not isinstance(shortlist, list) or not all(isinstance(s, str) for s in shortlist):
+        errors["curated_shortlist"] = "must be a list of strings"
+    created_ms: int | None = None
+    if "created_at" in data:
+        try:
+            created_ms = int(_parse_time(data["created_at"]).timestamp() * 1000)
+        except (TypeError, ValueError) as exc:
+            errors["created_at"] = str(exc)
+    if "ttl_seconds" in data:
+        ttl = data["ttl_seconds"]
+        if isinstance(ttl, bool) or not isinstance(ttl, int):
+            errors["ttl_seconds"] = f"must be a positive int, got {type(ttl).__name__}"
+        elif ttl <= 0:
+            errors["ttl_seconds"] = f"must be a positive int, got {ttl}"
+        elif created_ms is not None and created_ms + ttl * 1000 <= now() * 1000:
+            errors["ttl_seconds"] = "created_at + ttl_seconds is already in the past"
+    return errors, created_ms
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """A validated payload, encoded once, with what the enqueue script needs."""
+
+    job_id: str
+    agent_type: str
+    encoded: str
+    created_at_ms: int
+    ttl_seconds: int
+
+
+def prepare_job(
+    data: object,
+    *,
+    agent_types: Collection[str] | None = None,
+    max_bytes: int | None = None,
+) -> PreparedJob:
+    """Validate and encode one payload (a mapping or a JobPayload); InvalidPayload lists
+    every bad field, including a payload over `max_bytes` once encoded."""
+    if isinstance(data, JobPayload):
+        data = data.to_dict()
+    errors, created_ms = _validate(data, agent_types)
+    if errors:
+        raise InvalidPayload(errors)
+    assert isinstance(data, Mapping) and created_ms is not None
+    try:
+        encoded = encode_payload(data)
+    except (TypeError, ValueError):
+        # Name the field that holds something JSON cannot carry (NaN, a set, an object).
+        bad = {name: "must hold only JSON values" for name in data if not _json_ok(data[name])}
+        raise InvalidPayload(bad or {"payload": "not JSON-serialisable"}) from None
+    if max_bytes is not None and len(encoded) > max_bytes // 4:
+        # Only measure bytes when the text could be over: UTF-8 is at most 4 bytes a char.
+        size = len(encoded.encode("utf-8"))
+        if size > max_bytes:
+            raise InvalidPayload(
+                {"payload": f"{size} bytes encoded, over the limit of {max_bytes}"}
+            )
+    return PreparedJob(data["job_id"], data["agent_type"], encoded, created_ms, data["ttl_seconds"])
+
+
+def encode_payload(data: Mapping[str, Any]) -> str:
+    """The stored JSON of a valid payload mapping (compact; created_at normalised)."""
+    body = dict(data)
+    created = body.get("created_at")
+    if isinstance(created, datetime):
+        body["created_at"] = format_time(created)
+    body.setdefault("constraints", {})
+    body.setdefault("curated_shortlist", [])
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse_time(value: object) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"not an ISO 8601 timestamp: {value[:40]!r}") from None
+    else:
+        raise TypeError(f"must be an ISO 8601 string, got {type(value).__name__}")
+    if moment.tzinfo is None:
+        raise ValueError("must carry a timezone (e.g. 2026-01-15T10:30:00Z)")
+    return moment
+
+
+def _text_problem(value: object, limit: int | None) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    if not value.strip():
+        return "must not be empty"
+    if limit is not None and len(value) > limit:
+        return f"longer than {limit} characters"
+    return None
+
+
+def _json_ok(value: object) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,167 @@
+"""Enqueue jobs: validated, written with their counters in one script, nothing on refusal."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import InvalidPayload
+from .connections import QueueConnection
+from .payload import JobPayload, PreparedJob, prepare_job
+from .scripts import run_pipelined
+
+__all__ = ["ENQUEUE_CHUNK", "Producer"]
+
+ENQUEUE_CHUNK = 500
+"""Jobs per enqueue script call in enqueue_many: big enough to amortise the round trip,
+small enough that one call never holds Redis for long."""
+
+Job = Mapping[str, Any] | JobPayload
+
+
+class Producer:
+    """Puts jobs on their agent type's queue (LPUSH side)."""
+
+    def __init__(self, connection: QueueConnection) -> None:
+        self._connection = connection
+        self._settings = connection.settings
+        # A nonce per call lets a call retried after a lost reply recognise its own
+        # writes; a process prefix plus a counter is unique without a syscall per job.
+        self._nonce_prefix = os.urandom(6).hex()
+        self._counter = itertools.count()
+
+    def _nonce(self) -> str:
+        return f"{self._nonce_prefix}:{next(self._counter)}"
+
+    def _prepare(self, job: object) -> PreparedJob:
+        return prepare_job(
+            job, agent_types=self._settings.agent_types, max_bytes=self._settings.max_payload_bytes
+        )
+
+    async def enqueue(self, job: Job) -> str:
+        """Validate and enqueue one job; returns its job_id.
+
+        Raises InvalidPayload naming every bad field (including a job_id that is
+        already queued or running); nothing is written then."""
+        prepared = self._prepare(job)
+        connection = self._connection
+        keys = connection.keys(prepared.agent_type)
+        await connection.register_type(prepared.agent_type)
+        reply = await connection.scripts.enqueue(
+            [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)],
+            [self._nonce(), 1, *self._job_args(prepared)],
+        )
+        if reply[0] == "duplicate":
+            raise InvalidPayload({"job_id": f"job {prepared.job_id!r} already exists"})
+        return prepared.job_id
+
+    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+        """Validate every job, then enqueue them all, pipelined; returns their job_ids.
+
+        All or nothing: an invalid job anywhere (errors keyed `jobs[i].field`), a
+        job_id twice in the batch, or a job_id that already exists refuses the whole
+        batch before anything is written. Only a concurrent producer enqueuing the
+        same job_id at the same instant can slip between the check and the write;
+        then the chunk holding it (ENQUEUE_CHUNK jobs of one type) is refused
+        atomically and InvalidPayload says which ids were not written."""
+        prepared, errors = self._prepare_batch(list(jobs))
+        if errors:
+            raise InvalidPayload(errors)
+        chunks = self._chunks(prepared)
+        await self._refuse_existing(chunks)
+        connection = self._connection
+        for agent_type in {job.agent_type for _, job in prepared}:
+            await connection.register_type(agent_type)
+        calls = []
+        for agent_type, chunk in chunks:
+            keys = connection.keys(agent_type)
+            job_keys = [keys.job(job.job_id) for _, job in chunk]
+            args: list[Any] = [self._nonce(), len(chunk)]
+            for _, job in chunk:
+                args += self._job_args(job)
+            calls.append(([keys.queue, keys.stats, keys.expiry, *job_keys], args))
+        replies = await run_pipelined(connection.client, connection.scripts.enqueue, calls)
+        refused: dict[str, str] = {}
+        for (_, chunk), reply in zip(chunks, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply[0] == "duplicate":
+                for index, job in chunk:
+                    refused[f"jobs[{index}].job_id"] = (
+                        f"job {job.job_id!r} already exists"
+                        if job.job_id in reply[1:]
+                        else "not written: its chunk held a duplicate"
+                    )
+        if refused:
+            raise InvalidPayload(refused)
+        return [job.job_id for _, job in prepared]
+
+    def _job_args(self, job: PreparedJob) -> list[Any]:
+        return [
+            job.job_id,
+            job.encoded,
+            job.ttl_seconds,
+            job.created_at_ms,
+            self._settings.max_attempts,
+        ]
+
+    def _prepare_batch(
+        self, jobs: list[object]
+    ) -> tuple[list[tuple[int, PreparedJob]], dict[str, str]]:
+        prepared: list[tuple[int, PreparedJob]] = []
+        errors: dict[str, str] = {}
+        seen: dict[tuple[str, str], int] = {}
+        for index, job in enumerate(jobs):
+            try:
+                ready = self._prepare(job)
+            except InvalidPayload as exc:
+                for name, problem in exc.errors.items():
+                    errors[f"jobs[{index}].{name}"] = problem
+                continue
+            identity = (ready.agent_type, ready.job_id)
+            if identity in seen:
+                errors[f"jobs[{index}].job_id"] = f"duplicate of jobs[{seen[identity]}]"
+            else:
+                seen[identity] = index
+            prepared.append((index, ready))
+        return prepared, errors
+
+    @staticmethod
+    def _chunks(
+        prepared: list[tuple[int, PreparedJob]],
+    ) -> list[tuple[str, list[tuple[int, PreparedJob]]]]:
+        by_type: dict[str, list[tuple[int, PreparedJob]]] = {}
+        for item in prepared:
+            by_type.setdefault(item[1].agent_type, []).append(item)
+        return [
+            (agent_type, items[start : start + ENQUEUE_CHUNK])
+            for agent_type, items in by_type.items()
+            for start in range(0, len(items), ENQUEUE_CHUNK)
+        ]
+
+    async def _refuse_existing(
+        self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]]
+    ) -> None:
+        """One round trip: EXISTS over each chunk's job keys (one slot per chunk)."""
+        if not chunks:
+            return
+        connection = self._connection
+        pipe = connection.client.pipeline(transaction=False)
+        for agent_type, chunk in chunks:
+            keys = connection.keys(agent_type)
+            pipe.exists(*(keys.job(job.job_id) for _, job in chunk))
+        counts = await pipe.execute()
+        suspects = [chunk for (_, chunk), count in zip(chunks, counts, strict=True) if count]
+        if not suspects:
+            return
+        errors: dict[str, str] = {}
+        for chunk in suspects:
+            pipe = connection.client.pipeline(transaction=False)
+            for _, job in chunk:
+                pipe.exists(connection.keys(job.agent_type).job(job.job_id))
+            for (index, job), exists in zip(chunk, await pipe.execute(), strict=True):
+                if exists:
+                    errors[f"jobs[{index}].job_id"] = f"job {job.job_id!r} already exists"
+        raise InvalidPayload(errors)
