@@ -24,7 +24,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def noop(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
-    workload.CLOCK.tick()
+    workload.CLOCK.tick(payload)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -60,8 +60,7 @@ async def run(args: argparse.Namespace) -> None:
         await worker.close()
         workload.emit(
             **info,
-            rate=workload.CLOCK.rate(),
-            ran=workload.CLOCK.count,
+            **workload.CLOCK.result(),
             concurrency=f"asyncio, max_jobs={args.concurrency}, poll_delay={args.poll_delay:g}s",
         )
 

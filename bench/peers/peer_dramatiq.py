@@ -22,7 +22,7 @@ def main() -> None:
     # Declared after set_broker so the actor binds to this run's server.
     @dramatiq.actor(actor_name="noop", queue_name="bench")
     def noop(payload: dict[str, Any]) -> None:
-        workload.CLOCK.tick()
+        workload.CLOCK.tick(payload)
 
     info: dict[str, object] = {"library": "dramatiq", "version": version("dramatiq")}
 
@@ -47,11 +47,10 @@ def main() -> None:
         finished = workload.CLOCK.done.wait(DRAIN_TIMEOUT)
         worker.stop()
         if not finished:
-            raise SystemExit(f"dramatiq drained {workload.CLOCK.count} of {args.n} jobs")
+            raise SystemExit(f"dramatiq drained {len(workload.CLOCK.seen)} of {args.n} jobs")
         workload.emit(
             **info,
-            rate=workload.CLOCK.rate(),
-            ran=workload.CLOCK.count,
+            **workload.CLOCK.result(),
             concurrency=f"1 process, threads={args.concurrency}",
         )
 

@@ -46,8 +46,7 @@ def main() -> None:
         worker.work(burst=True, logging_level="WARNING")
         workload.emit(
             **info,
-            rate=workload.CLOCK.rate(),
-            ran=workload.CLOCK.count,
+            **workload.CLOCK.result(),
             concurrency="SimpleWorker, 1 job at a time",
         )
 

@@ -17,7 +17,7 @@ DEQUEUE_TIMEOUT = 1.0
 
 
 async def noop(ctx: dict[str, Any], *, payload: dict[str, Any]) -> None:
-    workload.CLOCK.tick()
+    workload.CLOCK.tick(payload)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -54,8 +54,7 @@ async def run(args: argparse.Namespace) -> None:
         await queue.disconnect()
         workload.emit(
             **info,
-            rate=workload.CLOCK.rate(),
-            ran=workload.CLOCK.count,
+            **workload.CLOCK.result(),
             concurrency=f"asyncio, concurrency={args.concurrency}",
         )
 

@@ -129,7 +129,9 @@ def run_peer(
         drain = phase("drain", peer.drain_args)
         row.drain, row.concurrency = drain["rate"], drain["concurrency"]
         if drain["ran"] != args.n:
-            row.problem = f"drain ran {drain['ran']} jobs, expected {args.n}"
+            row.problem = f"drain ran {drain['ran']} distinct jobs, expected {args.n}"
+        elif drain["calls"] != args.n:
+            row.problem = f"{drain['calls'] - args.n} jobs ran twice (drain rate still counts n)"
     except PhaseFailed as exc:
         row.problem = str(exc)
     return row
@@ -212,7 +214,7 @@ def report(rows: Sequence[Row], server_version: str, args: argparse.Namespace) -
         parts += ["", table(["ours / theirs", "enqueue", "bulk", "drain"], ratio_lines)]
     problems = [f"{r.label}: {r.problem}" for r in rows if r.problem]
     if problems:
-        parts += ["", "problems:", *problems]
+        parts += ["", "notes:", *problems]
     parts += [
         "",
         "jobs/s, higher is better; one run on a shared 2-core machine: expect +-20% noise.",

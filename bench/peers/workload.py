@@ -45,39 +45,47 @@ def payload_bytes() -> int:
 
 
 class DrainClock:
-    """Counts handler calls; knows when the n-th job ran.
+    """Counts handler calls and distinct jobs; knows when the n-th distinct job ran.
 
-    The drain rate is n / (time of the n-th handler call - worker start), taken
-    inside the worker process, so burst-mode idle tails (a final dequeue
-    timeout, a poll sleep) and interpreter start-up are not counted, while the
-    library's own worker start-up (connections, registration) is.
+    The drain rate is n / (time the last distinct job ran - worker start), taken
+    inside the worker process, so burst-mode idle tails (a final dequeue timeout,
+    a poll sleep) and interpreter start-up are not counted, while the library's
+    own worker start-up (connections, registration) is. Jobs are told apart by the
+    payload's job_id, so a job a library runs twice is counted once and reported.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # dramatiq calls the handler from several threads
         self.expected = 0
-        self.count = 0
+        self.calls = 0
+        self.seen: set[str] = set()
         self.started = 0.0
         self.finished = 0.0
         self.done = threading.Event()
 
     def start(self, expected: int) -> None:
         self.expected = expected
-        self.count = 0
+        self.calls = 0
+        self.seen.clear()
         self.done.clear()
         self.started = time.perf_counter()
 
-    def tick(self) -> None:
+    def tick(self, payload: dict[str, Any]) -> None:
         with self._lock:
-            self.count += 1
-            if self.count == self.expected:
+            self.calls += 1
+            self.seen.add(payload["job_id"])
+            if len(self.seen) == self.expected and not self.done.is_set():
                 self.finished = time.perf_counter()
                 self.done.set()
 
     def rate(self) -> float:
-        if self.count < self.expected or self.finished <= self.started:
-            raise RuntimeError(f"drain ran {self.count} of {self.expected} jobs")
+        if not self.done.is_set():
+            raise RuntimeError(f"drain ran {len(self.seen)} of {self.expected} jobs")
         return self.expected / (self.finished - self.started)
+
+    def result(self) -> dict[str, object]:
+        """The drain fields every peer emits."""
+        return {"rate": self.rate(), "ran": len(self.seen), "calls": self.calls}
 
 
 CLOCK = DrainClock()
@@ -85,7 +93,7 @@ CLOCK = DrainClock()
 
 def noop(payload: dict[str, Any]) -> None:
     """The job for synchronous libraries (rq); it lives here so rq can import it by name."""
-    CLOCK.tick()
+    CLOCK.tick(payload)
 
 
 def timed(n: int, action: Callable[[], object]) -> float:
