@@ -1,0 +1,94 @@
+"""The exporter, unchanged, on a real 3-master cluster: exact numbers for types spread
+over every shard, and one pipelined round trip per node in the steady state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.asyncio.connection import Connection
+from redis.cluster import RedisCluster as SyncRedisCluster
+
+from exporter.reader import make_exporter_client
+from exporter.service import Exporter
+from exporter.settings import ExporterSettings
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.testing import RedisClusterNodes
+
+# The spec's five types land on all three shards of a default 3-master cluster
+# (docs/operations.md, "Sizing").
+TYPES = ("dining", "experiences", "transportation", "flights", "dmc")
+
+
+class NodeCountingConnection(Connection):
+    """Counts socket writes per node: one per command, or one per pipeline batch."""
+
+    sends: Counter[int] = Counter()
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sends[self.port] += 1
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+def admin(cluster_url: str, redis_cluster: RedisClusterNodes) -> Iterator[redis.RedisCluster]:
+    port = redis_cluster.master_ports()[0]
+    client = SyncRedisCluster(host="127.0.0.1", port=port, decode_responses=True)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def exporter(cluster_url: str) -> AsyncIterator[Exporter]:
+    settings = ExporterSettings.from_args(["--redis-url", cluster_url])
+    client = make_exporter_client(settings)
+    # Cluster nodes take their connection class from the client's kwargs.
+    client.connection_kwargs["connection_class"] = NodeCountingConnection  # type: ignore[union-attr]
+    instance = Exporter(settings, client)
+    try:
+        yield instance
+    finally:
+        await instance.aclose()
+
+
+def seed(admin: redis.RedisCluster, agent_type: str, number: int) -> None:
+    keys = QueueKeys(agent_type)
+    admin.sadd(QueueKeys.types_key(), agent_type)
+    admin.lpush(keys.queue, *[f"{agent_type}-w{i}" for i in range(number + 1)])
+    admin.lpush(keys.dead, *[f"{agent_type}-x{i}" for i in range(number)] or ["x"])
+    admin.hset(keys.stats, mapping={"enqueued": 10 * number, "completed": number})
+
+
+async def test_exact_numbers_and_one_round_trip_per_node(
+    admin: redis.RedisCluster, exporter: Exporter, redis_cluster: RedisClusterNodes
+) -> None:
+    for number, agent_type in enumerate(TYPES, start=1):
+        seed(admin, agent_type, number)
+    owners = {redis_cluster.master_for_key(QueueKeys(t).queue).port for t in TYPES}
+    assert len(owners) == 3, "the test types should cover every shard"
+
+    first = await exporter.scrape()  # discovers the types (and caches the script)
+    assert first.snapshot is not None
+    NodeCountingConnection.sends.clear()
+    result = await exporter.scrape()
+    snapshot = result.snapshot
+    assert snapshot is not None
+    by_type = {t.agent_type: t for t in snapshot.types}
+    assert sorted(by_type) == sorted(TYPES)
+    for number, agent_type in enumerate(TYPES, start=1):
+        shown = by_type[agent_type]
+        assert shown.queue_depth == number + 1
+        assert shown.dead_letter_depth == number
+        assert shown.counters["enqueued"] == 10 * number
+        assert shown.counters["completed"] == number
+    assert snapshot.round_trips == 1
+    types_node = redis_cluster.master_for_key(QueueKeys.types_key()).port
+    assert set(NodeCountingConnection.sends) == owners | {types_node}
+    assert all(count == 1 for count in NodeCountingConnection.sends.values()), (
+        NodeCountingConnection.sends
+    )
