@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from platform_common.jobs.connection import RedisClient
 
 from .collector import ScrapeResult, metric_families, registry_for
+from .exposition import render_text
 from .reader import SnapshotReader, make_exporter_client
 from .settings import ExporterSettings
 
@@ -58,6 +59,9 @@ class Exporter:
         """Exposition bytes and content type: OpenMetrics if `accept` asks for it."""
         encoder, content_type = choose_encoder(accept or "")
         families = metric_families(result, self.settings.namespace)
+        if content_type.startswith("text/plain"):
+            # Same bytes as prometheus_client's text encoder, several times faster.
+            return render_text(families), content_type
         return encoder(registry_for(families)), content_type
 
     async def ready(self) -> bool:
