@@ -1,0 +1,148 @@
+"""PromQL built from the metric catalogue, shared by the dashboards and the alert spec.
+
+No metric name is typed here: every series comes from `exporter.catalogue` through a
+`Selector`. The one exception is Prometheus' own `up`, which no exporter exposes.
+
+Aggregation across exporter replicas uses `max`, never `sum`: every replica reads the
+same Redis and reports the same totals, so summing would double-count them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporter.catalogue import AGENT_TYPE, by_key
+
+__all__ = [
+    "PROMETHEUS_UP",
+    "Selector",
+    "active_workers_idle",
+    "failure_ratio",
+    "gauge_by_type",
+    "heartbeat_age",
+    "latency_heatmap",
+    "latency_quantile",
+    "number",
+    "per_type_limit",
+    "rate_by_type",
+    "ratio_to_limit",
+    "target_series",
+]
+
+PROMETHEUS_UP = "up"
+"""Prometheus' synthetic per-target health series (not in the exporter's catalogue)."""
+
+BY_TYPE = f"job, {AGENT_TYPE}"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """How queries select series: dashboards use template variables, alerts fixed labels.
+
+    `target_matchers` apply to every series (Prometheus attaches `job` and `instance`
+    to all of them); `agent_type_matcher` only to metrics that carry `agent_type`, so
+    the exporter's own metrics are not filtered away by it.
+    """
+
+    namespace: str
+    target_matchers: tuple[str, ...]
+    agent_type_matcher: str | None
+    window: str
+
+    @classmethod
+    def dashboard(cls, namespace: str) -> Selector:
+        return cls(
+            namespace,
+            ('job=~"$job"', 'instance=~"$instance"'),
+            'agent_type=~"$agent_type"',
+            "$__rate_interval",
+        )
+
+    @classmethod
+    def alerts(cls, namespace: str, job: str, window: str = "5m") -> Selector:
+        return cls(namespace, (f'job="{job}"',), None, window)
+
+    def series(self, key: str, suffix: str = "") -> str:
+        """`name{matchers}` of catalogue metric `key` (`suffix` e.g. "_bucket")."""
+        metric = by_key(key)
+        matchers = list(self.target_matchers)
+        if self.agent_type_matcher and AGENT_TYPE in metric.labels:
+            matchers.append(self.agent_type_matcher)
+        return f"{metric.full_name(self.namespace)}{suffix}{{{', '.join(matchers)}}}"
+
+    def rate(self, key: str, suffix: str = "", window: str | None = None) -> str:
+        return f"rate({self.series(key, suffix)}[{window or self.window}])"
+
+
+def gauge_by_type(sel: Selector, key: str) -> str:
+    return f"max by ({BY_TYPE}) ({sel.series(key)})"
+
+
+def rate_by_type(sel: Selector, key: str, window: str | None = None) -> str:
+    return f"max by ({BY_TYPE}) ({sel.rate(key, window=window)})"
+
+
+def latency_quantile(sel: Selector, quantile: float, window: str | None = None) -> str:
+    buckets = sel.rate("latency", "_bucket", window)
+    return f"histogram_quantile({quantile}, max by ({BY_TYPE}, le) ({buckets}))"
+
+
+def latency_heatmap(sel: Selector) -> str:
+    """Completions per second per latency bucket, all selected agent types together."""
+    return f"sum by (le) (max by ({BY_TYPE}, le) ({sel.rate('latency', '_bucket')}))"
+
+
+def failure_ratio(sel: Selector, window: str | None = None) -> str:
+    """Terminal failures / (completions + terminal failures); NaN without traffic."""
+    failed = rate_by_type(sel, "failed", window)
+    completed = rate_by_type(sel, "completed", window)
+    return f"{failed} / ({completed} + {failed})"
+
+
+def heartbeat_age(sel: Selector) -> str:
+    return f"time() - {gauge_by_type(sel, 'last_heartbeat')}"
+
+
+def active_workers_idle(sel: Selector) -> str:
+    """Queue depth of each agent type that has work waiting and no live worker."""
+    # Parenthesised: `and` binds looser than the comparison the alert appends.
+    waiting = gauge_by_type(sel, "queue_depth")
+    idle = f"{gauge_by_type(sel, 'active_workers')} == 0"
+    return f"({waiting} and on ({BY_TYPE}) ({idle}))"
+
+
+def target_series(sel: Selector, key: str | None = None) -> str:
+    """A per-target series: catalogue metric `key`, or Prometheus' `up` when None."""
+    if key is not None:
+        return sel.series(key)
+    return f"{PROMETHEUS_UP}{{{', '.join(sel.target_matchers)}}}"
+
+
+def per_type_limit(sel: Selector, default: float, overrides: Mapping[str, float]) -> str:
+    """One limit per agent type: the overrides, else `default` for every type seen.
+
+    The default side is `group by (agent_type) (queue_depth) * default` (a gauge, so no
+    counter is ever used outside rate()); `or` keeps an override where one exists.
+    """
+    default_side = f"group by ({AGENT_TYPE}) ({sel.series('queue_depth')}) * {number(default)}"
+    parts = [
+        f'label_replace(vector({number(limit)}), "{AGENT_TYPE}", "{agent_type}", "", "")'
+        for agent_type, limit in sorted(overrides.items())
+    ]
+    return "(" + " or ".join([*parts, default_side]) + ")"
+
+
+def ratio_to_limit(
+    sel: Selector, value: str, default: float, overrides: Mapping[str, float]
+) -> str:
+    """`value` (by job, agent_type) divided by its agent type's limit: > 1 means over."""
+    if not overrides:
+        return f"({value}) / {number(default)}"
+    limit = per_type_limit(sel, default, overrides)
+    return f"({value}) / on ({AGENT_TYPE}) group_left () {limit}"
+
+
+def number(value: float) -> str:
+    """A PromQL number literal without a spurious `.0`."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

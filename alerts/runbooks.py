@@ -1,0 +1,110 @@
+"""Runbook pages rendered with jinja2 from the alert spec: one per alert, plus an index.
+
+Each page's header (threshold, `for`, query, dashboard link) comes from the same
+`AlertSpec` the rules are generated from; the prose lives in
+`alerts/runbook_templates/<AlertName>.md.j2`, which extends `_layout.md.j2` (so every
+page has Meaning, Impact, Diagnosis, Mitigation and Escalation).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from alerts import queries as q
+from alerts.config import MonitoringConfig
+from alerts.spec import AlertSpec, alert_specs, render_text
+from dashboards.encode import dashboard_json
+from dashboards.ids import QUEUE_OVERVIEW_UID
+from dashboards.queue_overview import queue_overview
+from exporter.catalogue import CATALOGUE
+from platform_common.jobs.keys import QueueKeys
+
+__all__ = ["INDEX", "SECTIONS", "TEMPLATES", "render_runbooks"]
+
+TEMPLATES = Path(__file__).parent / "runbook_templates"
+INDEX = "README.md"
+SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation", "Escalation")
+# Shell variable the pages export once; keys are written with it so they paste as-is.
+SHELL_AGENT_TYPE = "$AGENT_TYPE"
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,  # a misspelt variable fails generation
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # markdown, not HTML
+    )
+
+
+def _diagnosis_queries(config: MonitoringConfig) -> dict[str, str]:
+    """PromQL for the Diagnosis sections: the alerts' selector, every agent type."""
+    sel = q.Selector.alerts(config.namespace, config.job)
+    queries = {
+        "active_workers": q.gauge_by_type(sel, "active_workers"),
+        "depth": q.gauge_by_type(sel, "queue_depth"),
+        "heartbeat_age": q.heartbeat_age(sel),
+        "oldest_age": q.gauge_by_type(sel, "oldest_age"),
+        "p95": q.latency_quantile(sel, 0.95),
+    }
+    for key in ("enqueued", "completed", "failed", "retried", "dead_lettered", "expired"):
+        queries[f"{key}_rate"] = q.rate_by_type(sel, key)
+    return queries
+
+
+def _limits_text(default: float, overrides: dict[str, float], what: str) -> str:
+    text = f"{q.number(default)}s for every agent type"
+    if overrides:
+        listed = ", ".join(f"`{name}` {q.number(limit)}s" for name, limit in overrides.items())
+        text = f"{listed}; {q.number(default)}s for the others"
+    return f"{text} ({what})."
+
+
+def _context(config: MonitoringConfig) -> dict[str, Any]:
+    board = dashboard_json(queue_overview(config))
+    titles = {panel["id"]: panel["title"] for panel in board["panels"]}
+    return {
+        "config": config,
+        "dashboard_title": board["title"],
+        "dashboard_url": config.dashboard_url(QUEUE_OVERVIEW_UID),
+        "grafana_file": "alerts/grafana/provisioning/alerting/queue-alerts.yaml",
+        "keys": QueueKeys(SHELL_AGENT_TYPE),
+        "names": {metric.key: metric.full_name(config.namespace) for metric in CATALOGUE},
+        "prometheus_file": "alerts/prometheus/queue-alerts.rules.yml",
+        "q": _diagnosis_queries(config),
+        "slo_text": _limits_text(
+            config.default_latency_slo,
+            config.latency_slos(),
+            f"{q.number(config.latency_slo_fraction_of_ttl)} x the job TTL unless overridden",
+        ),
+        "titles": titles,
+        "ttl_text": _limits_text(config.job_ttl_seconds, config.job_ttls(), "job TTL"),
+        "window": q.Selector.alerts(config.namespace, config.job).window,
+    }
+
+
+def _page(env: jinja2.Environment, base: dict[str, Any], spec: AlertSpec) -> str:
+    return env.get_template(f"{spec.name}.md.j2").render(
+        base,
+        spec=spec,
+        summary=render_text(spec.summary, spec, "runbook"),
+        description=render_text(spec.description, spec, "runbook"),
+        dashboard_url=base["config"].dashboard_url(spec.dashboard_uid, spec.panel),
+        panel_title=base["titles"][int(spec.panel)],
+    )
+
+
+def render_runbooks(config: MonitoringConfig) -> dict[str, str]:
+    """File name -> markdown, for every alert and the index."""
+    env = _environment()
+    base = _context(config)
+    specs = alert_specs(config)
+    pages = {f"{spec.name}.md": _page(env, base, spec) for spec in specs}
+    items = [{"spec": s, "summary": render_text(s.summary, s, "runbook")} for s in specs]
+    pages[INDEX] = env.get_template("README.md.j2").render(base, specs=specs, items=items)
+    return pages

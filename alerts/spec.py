@@ -1,0 +1,302 @@
+"""The alert spec: every alert declared once; Grafana, Prometheus and runbooks derive from it.
+
+An alert is `query <op> threshold` held for `for_`. `query` is Grafana's query A (then
+B = reduce last, C = threshold), and `expr` the Prometheus rule's expression, so both
+systems compare the same number with the same threshold. `summary` and `description`
+are `string.Template`s over `$agent_type`, `$instance`, `$job`, `$value`, `$threshold`
+and `$for_`, rendered into each system's own templating by `render_text`, so a text can
+never state another threshold or duration than the rule's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from string import Template
+from typing import Literal
+
+from alerts import queries as q
+from alerts.config import MonitoringConfig
+from dashboards.ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
+
+__all__ = [
+    "AlertSpec",
+    "Op",
+    "TemplateFlavour",
+    "alert_specs",
+    "render_concrete",
+    "render_text",
+]
+
+Op = Literal["gt", "lt", "eq"]
+PROMQL_OP: dict[Op, str] = {"gt": ">", "lt": "<", "eq": "=="}
+Severity = Literal["critical", "warning", "info"]
+ValueFormat = Literal["humanize", "humanizePercentage", "humanizeDuration"]
+TemplateFlavour = Literal["prometheus", "grafana", "runbook"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSpec:
+    """One alert. The runbook page and the alert name are the same identifier."""
+
+    name: str
+    """alertname, Grafana rule title and runbook page name."""
+    query: str
+    """PromQL whose value is compared with `threshold` (Grafana's query A)."""
+    op: Op
+    threshold: float
+    for_: str
+    severity: Severity
+    action: str
+    """Label telling the responder (or an autoscaler) what to do: scale-up, ..."""
+    summary: str
+    description: str
+    panel: QueueOverviewPanel
+    value_format: ValueFormat = "humanize"
+    no_data_state: Literal["OK", "NoData", "Alerting"] = "OK"
+    """Grafana's state when A returns nothing. OK by default: a silent exporter is
+    what QueueExporterDown / QueueExporterAbsent page for, once, not every rule."""
+    expect_data: bool = True
+    """Whether `query` returns series on a healthy, busy system (checked live)."""
+    unit: str = "short"
+    """Grafana unit of `query`'s value (the alert row's stat panel shows it)."""
+    dashboard_uid: str = QUEUE_OVERVIEW_UID
+
+    @property
+    def runbook_slug(self) -> str:
+        return self.name
+
+    @property
+    def expr(self) -> str:
+        """The Prometheus rule expression: the same query and threshold."""
+        return f"{self.query} {PROMQL_OP[self.op]} {q.number(self.threshold)}"
+
+    @property
+    def condition(self) -> str:
+        """Human form of the comparison, e.g. '> 100'."""
+        return f"{PROMQL_OP[self.op]} {q.number(self.threshold)}"
+
+    def labels(self) -> dict[str, str]:
+        return {"action": self.action, "severity": self.severity}
+
+
+_LABEL_TEMPLATE = {
+    "prometheus": "{{ $labels.%s }}",
+    "grafana": "{{ $labels.%s }}",
+    "runbook": "`<%s>`",  # code span: markdown would swallow a bare <tag>
+}
+_VALUE_TEMPLATE = {
+    "prometheus": "{{ $value | %s }}",
+    "grafana": "{{ $values.B.Value | %s }}",
+    "runbook": "`<value>`",
+}
+
+
+def render_text(template: str, spec: AlertSpec, flavour: TemplateFlavour) -> str:
+    """Fill `$agent_type`, `$instance`, `$job`, `$value` for Prometheus, Grafana or a page."""
+    label = _LABEL_TEMPLATE[flavour]
+    value = _VALUE_TEMPLATE[flavour]
+    return Template(template).substitute(
+        threshold=q.number(spec.threshold),
+        for_=spec.for_,
+        agent_type=label % "agent_type",
+        instance=label % "instance",
+        job=label % "job",
+        value=value % spec.value_format if flavour != "runbook" else value,
+    )
+
+
+def render_concrete(template: str, spec: AlertSpec, labels: dict[str, str], value_text: str) -> str:
+    """The text Prometheus produces for these labels and this (humanized) value."""
+    return Template(template).substitute(
+        threshold=q.number(spec.threshold),
+        for_=spec.for_,
+        agent_type=labels.get("agent_type", ""),
+        instance=labels.get("instance", ""),
+        job=labels.get("job", ""),
+        value=value_text,
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{q.number(value)}s"
+
+
+def alert_specs(
+    config: MonitoringConfig, selector: q.Selector | None = None
+) -> tuple[AlertSpec, ...]:
+    """Every alert, in page order; `config.for_override` shortens every `for` (tests).
+
+    `selector` swaps the alerts' fixed `job` selector and window for another one: the
+    dashboard's alert row shows each alert's own query under the template variables.
+    """
+    sel = selector or q.Selector.alerts(config.namespace, config.job)
+    panel = QueueOverviewPanel
+    slo = config.default_latency_slo
+    ttl = config.job_ttl_seconds
+    specs = (
+        AlertSpec(
+            name="QueueDepthHigh",
+            query=q.gauge_by_type(sel, "queue_depth"),
+            op="gt",
+            threshold=config.queue_depth_high,
+            for_=config.queue_depth_high_for,
+            severity="warning",
+            action="scale-up",
+            summary="Queue $agent_type has $value jobs waiting (threshold $threshold).",
+            description=(
+                "More than $threshold jobs have waited in the $agent_type queue for $for_: "
+                "workers are not keeping up. Scale the $agent_type worker pool up."
+            ),
+            panel=panel.QUEUE_DEPTH,
+        ),
+        AlertSpec(
+            name="QueueIdle",
+            query=q.gauge_by_type(sel, "queue_depth"),
+            op="eq",
+            threshold=0,
+            for_=config.queue_idle_for,
+            severity="info",
+            action="scale-down",
+            summary="Queue $agent_type has been empty for $for_.",
+            description=(
+                "No $agent_type job has waited for $for_: the worker pool can be scaled "
+                "down (keep at least one worker if jobs still arrive)."
+            ),
+            panel=panel.QUEUE_DEPTH,
+        ),
+        AlertSpec(
+            name="JobLatencyP95AboveSLO",
+            query=q.ratio_to_limit(sel, q.latency_quantile(sel, 0.95), slo, config.latency_slos()),
+            op="gt",
+            threshold=1,
+            for_="10m",
+            severity="warning",
+            action="investigate-workers",
+            summary="p95 latency of $agent_type jobs is $value of its SLO.",
+            description=(
+                "The 95th percentile of enqueue-to-completion latency "
+                f"({sel.window} window) of "
+                f"$agent_type jobs is above its SLO (default {_seconds(slo)} = "
+                f"{q.number(config.latency_slo_fraction_of_ttl)} x the {_seconds(ttl)} job TTL) "
+                "for $for_. Check worker saturation, slow handlers and retries."
+            ),
+            panel=panel.LATENCY_QUANTILES,
+            value_format="humanizePercentage",
+            unit="percentunit",
+        ),
+        AlertSpec(
+            name="DeadLetterDepthHigh",
+            query=q.gauge_by_type(sel, "dead_letter_depth"),
+            op="gt",
+            threshold=config.dead_letter_high,
+            for_="1m",
+            severity="warning",
+            action="investigate-failures",
+            summary="$value $agent_type jobs are dead-lettered (threshold $threshold).",
+            description=(
+                "The $agent_type dead-letter list holds more than $threshold jobs that used "
+                "all their attempts: a systemic failure (bad deploy, broken "
+                "dependency, poison payloads). Find the cause, then requeue or purge."
+            ),
+            panel=panel.DEAD_LETTER_DEPTH,
+        ),
+        AlertSpec(
+            name="QueueExporterDown",
+            query=q.target_series(sel),
+            op="eq",
+            threshold=0,
+            for_="2m",
+            severity="critical",
+            action="restore-exporter",
+            summary="Queue exporter $instance is down.",
+            description=(
+                "Prometheus cannot scrape the queue exporter at $instance for $for_: queue "
+                "metrics, autoscaling signals and every other queue alert are blind."
+            ),
+            panel=panel.EXPORTER_UP,
+        ),
+        AlertSpec(
+            name="QueueExporterAbsent",
+            query=f"absent({q.target_series(sel)})",
+            op="eq",
+            threshold=1,
+            for_="5m",
+            severity="critical",
+            action="restore-exporter",
+            summary=f"No queue exporter target (job={config.job}) in Prometheus.",
+            description=(
+                f"Prometheus has no target of job {config.job} for $for_: the exporter is not "
+                "deployed or service discovery lost it. Every queue alert is blind."
+            ),
+            panel=panel.EXPORTER_UP,
+            expect_data=False,
+        ),
+        AlertSpec(
+            name="QueueRedisUnreachable",
+            query=q.target_series(sel, "redis_up"),
+            op="eq",
+            threshold=0,
+            for_="1m",
+            severity="critical",
+            action="restore-redis",
+            summary="Queue exporter $instance cannot read Redis.",
+            description=(
+                "The exporter at $instance answers but its last scrapes could not read Redis "
+                "for $for_. Producers and workers using the same Redis are probably failing too."
+            ),
+            panel=panel.EXPORTER_UP,
+        ),
+        AlertSpec(
+            name="QueueNoActiveWorkers",
+            query=q.active_workers_idle(sel),
+            op="gt",
+            threshold=0,
+            for_="5m",
+            severity="critical",
+            action="start-workers",
+            summary="$value $agent_type jobs are waiting and no worker is alive.",
+            description=(
+                "Jobs wait in the $agent_type queue and no $agent_type worker has sent a "
+                "heartbeat for $for_: nothing will process them. Start or fix the workers."
+            ),
+            panel=panel.ACTIVE_WORKERS,
+            expect_data=False,
+        ),
+        AlertSpec(
+            name="JobFailureRatioHigh",
+            query=q.failure_ratio(sel),
+            op="gt",
+            threshold=config.failure_ratio_high,
+            for_="10m",
+            severity="warning",
+            action="investigate-failures",
+            summary="$value of $agent_type jobs fail for good.",
+            description=(
+                "The share of finished $agent_type jobs that failed after their last attempt "
+                f"({sel.window} window) has been above $threshold (1 = 100%) for $for_."
+            ),
+            panel=panel.FAILURE_RATIO,
+            value_format="humanizePercentage",
+            unit="percentunit",
+        ),
+        AlertSpec(
+            name="OldestJobOlderThanTTL",
+            query=q.ratio_to_limit(sel, q.gauge_by_type(sel, "oldest_age"), ttl, config.job_ttls()),
+            op="gt",
+            threshold=1,
+            for_="1m",
+            severity="warning",
+            action="scale-up",
+            summary="The oldest waiting $agent_type job is at $value of its TTL.",
+            description=(
+                "The oldest job in the $agent_type queue has waited longer than the job TTL "
+                f"(default {_seconds(ttl)}) for $for_: jobs expire before any worker takes them."
+            ),
+            panel=panel.OLDEST_JOB_AGE,
+            value_format="humanizePercentage",
+            unit="percentunit",
+        ),
+    )
+    if config.for_override is None:
+        return specs
+    return tuple(replace(spec, for_=config.for_override) for spec in specs)

@@ -1,0 +1,373 @@
+"""The queue overview dashboard: depth, throughput, latency, workers, exporter health, alerts.
+
+Every query comes from `alerts.queries` (hence from the metric catalogue); the top row
+shows each alert's own query and threshold, linked to its runbook, so the dashboard
+and the alerts cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attr
+from grafanalib.core import Annotations, Dashboard, GridPos, Template, Templating, Time
+
+from alerts import queries as q
+from alerts.config import MonitoringConfig
+from alerts.spec import AlertSpec, alert_specs, render_text
+from dashboards.ids import QUEUE_OVERVIEW_UID
+from dashboards.ids import QueueOverviewPanel as P
+from dashboards.panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
+from exporter.catalogue import by_key
+
+__all__ = ["SCHEMA_VERSION", "TAGS", "queue_overview"]
+
+SCHEMA_VERSION = 39
+TAGS = ["platform-common-jobs", "queue", "redis"]
+_SEVERITY_COLOUR = {"critical": "red", "warning": "orange", "info": "blue"}
+Placed = tuple[Any, int, int]
+
+
+def _variables(config: MonitoringConfig) -> Templating:
+    health = by_key("redis_up").full_name(config.namespace)
+    depth = by_key("queue_depth").full_name(config.namespace)
+
+    def query_variable(name: str, query: str) -> Template:
+        return Template(
+            name=name,
+            label=name,
+            query=query,
+            dataSource=DATASOURCE,
+            default="$__all",
+            includeAll=True,
+            multi=True,
+            allValue=".+",
+            refresh=2,  # on time range change: new targets and agent types appear
+        )
+
+    return Templating(
+        list=[
+            Template(
+                name="datasource",
+                label="Data source",
+                query="prometheus",
+                type="datasource",
+                default=config.datasource_uid,  # the provisioned datasource's fixed uid
+            ),
+            query_variable("job", f"label_values({health}, job)"),
+            query_variable("instance", f'label_values({health}{{job=~"$job"}}, instance)'),
+            query_variable(
+                "agent_type",
+                f'label_values({depth}{{job=~"$job", instance=~"$instance"}}, agent_type)',
+            ),
+        ]
+    )
+
+
+def _alert_steps(spec: AlertSpec) -> list[dict[str, Any]]:
+    """Colour a stat the way its alert judges the value."""
+    bad = _SEVERITY_COLOUR[spec.severity]
+    if spec.op == "gt":
+        return steps((None, "green"), (spec.threshold, bad))
+    if spec.op == "lt":
+        return steps((None, bad), (spec.threshold, "green"))
+    return steps((None, "green"), (spec.threshold, bad), (spec.threshold + 1, "green"))
+
+
+def _alert_row(config: MonitoringConfig) -> list[Placed]:
+    # The alerts' own queries under the dashboard's variables (and $__rate_interval).
+    on_dashboard = alert_specs(config, q.Selector.dashboard(config.namespace))
+    placed: list[Placed] = []
+    for index, (spec, shown) in enumerate(zip(alert_specs(config), on_dashboard, strict=True)):
+        description = (
+            f"{render_text(spec.description, spec, 'runbook')}\n\n"
+            f"Alert {spec.name} ({spec.severity}) fires when this is {spec.condition} "
+            f"for {spec.for_}."
+        )
+        panel = stat(
+            int(P.ALERT_STATS) + index,
+            spec.name,
+            description,
+            spec.unit,
+            [(shown.query, "{{agent_type}}{{instance}}")],
+            _alert_steps(spec),
+            no_value="No data",
+            links=[
+                link(f"Runbook: {spec.name}", config.runbook_url(spec.runbook_slug)),
+                link("Panel", config.dashboard_url(spec.dashboard_uid, spec.panel)),
+            ],
+        )
+        placed.append((panel, 4, 4))
+    return placed
+
+
+def _by_type(expr: str, suffix: str = "") -> tuple[str, str]:
+    return expr, "{{agent_type}}" + suffix
+
+
+def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
+    ttl_line = steps((None, "green"), (config.job_ttl_seconds, "red"))
+    return [
+        (
+            timeseries(
+                P.QUEUE_DEPTH,
+                "Queue depth per agent type",
+                "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
+                f"signal. Dashed line: QueueDepthHigh threshold ({config.queue_depth_high}).",
+                by_key("queue_depth").unit,
+                [_by_type(q.gauge_by_type(sel, "queue_depth"))],
+                threshold_steps=steps((None, "green"), (config.queue_depth_high, "orange")),
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.DEAD_LETTER_DEPTH,
+                "Dead-letter depth",
+                "Jobs that used their last attempt, per agent type. Dashed line: "
+                f"DeadLetterDepthHigh threshold ({config.dead_letter_high}).",
+                by_key("dead_letter_depth").unit,
+                [_by_type(q.gauge_by_type(sel, "dead_letter_depth"))],
+                threshold_steps=steps((None, "green"), (config.dead_letter_high, "orange")),
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.IN_FLIGHT,
+                "In progress and waiting for retry",
+                "Jobs held by a worker (leased) and jobs in the delayed set waiting for "
+                "their retry backoff.",
+                by_key("in_progress").unit,
+                [
+                    _by_type(q.gauge_by_type(sel, "in_progress"), " in progress"),
+                    _by_type(q.gauge_by_type(sel, "delayed_depth"), " delayed"),
+                ],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.OLDEST_JOB_AGE,
+                "Oldest waiting job age",
+                "Age of the oldest job still in the queue (0 when empty). Dashed line: the "
+                f"default job TTL ({q.number(config.job_ttl_seconds)}s); past it jobs expire.",
+                by_key("oldest_age").unit,
+                [_by_type(q.gauge_by_type(sel, "oldest_age"))],
+                threshold_steps=ttl_line,
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
+def _throughput_row(sel: q.Selector) -> list[Placed]:
+    def rates(*keys: str) -> list[tuple[str, str]]:
+        return [_by_type(q.rate_by_type(sel, key), f" {key}") for key in keys]
+
+    return [
+        (
+            timeseries(
+                P.THROUGHPUT,
+                "Throughput: enqueued, started, completed, failed",
+                "Jobs per second per agent type. Completed is the workers' throughput; "
+                "failed counts jobs that failed for good.",
+                "ops",
+                rates("enqueued", "started", "completed", "failed"),
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.RETRIES,
+                "Retries, dead letters, expiries",
+                "Failed attempts scheduled for a retry, jobs moved to the dead-letter list "
+                "and jobs dropped because their TTL passed, per second.",
+                "ops",
+                rates("retried", "dead_lettered", "expired"),
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAILURE_RATIO,
+                "Failure ratio",
+                "Share of finished jobs that failed for good: failed / (completed + failed).",
+                "percentunit",
+                [_by_type(q.failure_ratio(sel))],
+            ),
+            24,
+            6,
+        ),
+    ]
+
+
+def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
+    unit = by_key("latency").unit
+    quantiles = [
+        _by_type(q.latency_quantile(sel, quantile), f" p{round(quantile * 100)}")
+        for quantile in (0.5, 0.95, 0.99)
+    ]
+    slo = q.per_type_limit(sel, config.default_latency_slo, config.latency_slos())
+    return [
+        (
+            heatmap(
+                P.LATENCY_HEATMAP,
+                "Job latency distribution",
+                "Enqueue-to-completion latency: completions per second in each histogram "
+                "bucket, selected agent types together.",
+                unit,
+                "ops",
+                q.latency_heatmap(sel),
+            ),
+            12,
+            9,
+        ),
+        (
+            timeseries(
+                P.LATENCY_QUANTILES,
+                "Job latency p50 / p95 / p99",
+                "Quantiles of enqueue-to-completion latency per agent type, and each "
+                "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it).",
+                unit,
+                [*quantiles, _by_type(slo, " p95 SLO")],
+            ),
+            12,
+            9,
+        ),
+    ]
+
+
+def _workers_row(sel: q.Selector) -> list[Placed]:
+    return [
+        (
+            timeseries(
+                P.ACTIVE_WORKERS,
+                "Active workers",
+                "Workers whose heartbeat is recent, per agent type.",
+                by_key("active_workers").unit,
+                [_by_type(q.gauge_by_type(sel, "active_workers"))],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.HEARTBEAT_AGE,
+                "Time since the newest worker heartbeat",
+                "Seconds since any worker of the agent type last sent a heartbeat.",
+                "s",
+                [_by_type(q.heartbeat_age(sel))],
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
+def _exporter_row(sel: q.Selector) -> list[Placed]:
+    return [
+        (
+            timeseries(
+                P.EXPORTER_UP,
+                "Exporter and Redis up",
+                "1 = up. `up` is Prometheus reaching the exporter; Redis up is the "
+                "exporter reading Redis on its last scrape.",
+                by_key("redis_up").unit,
+                [
+                    (q.target_series(sel), "{{instance}} exporter up"),
+                    (q.target_series(sel, "redis_up"), "{{instance}} Redis up"),
+                ],
+            ),
+            8,
+            7,
+        ),
+        (
+            timeseries(
+                P.SCRAPE_DURATION,
+                "Scrape duration",
+                "Time the exporter's last scrape took to read Redis (one pipelined round trip).",
+                by_key("scrape_duration").unit,
+                [(q.target_series(sel, "scrape_duration"), "{{instance}}")],
+            ),
+            8,
+            7,
+        ),
+        (
+            timeseries(
+                P.EXPORTER_ERRORS,
+                "Exporter data problems",
+                "Values in Redis the exporter could not parse (per second), and agent types "
+                "left out because the exporter's type cap was reached. Both should be 0.",
+                "short",
+                [
+                    (
+                        f"max by (job, instance) ({sel.rate('malformed')})",
+                        "{{instance}} malformed values/s",
+                    ),
+                    (q.target_series(sel, "types_dropped"), "{{instance}} agent types dropped"),
+                ],
+            ),
+            8,
+            7,
+        ),
+    ]
+
+
+def _layout(sections: Sequence[tuple[Any, Sequence[Placed]]]) -> list[Any]:
+    """Rows stacked top to bottom; each row's panels fill 24 columns left to right."""
+    out: list[Any] = []
+    y = 0
+    for row_panel, items in sections:
+        out.append(attr.evolve(row_panel, gridPos=GridPos(h=1, w=24, x=0, y=y)))
+        y += 1
+        x = line_height = 0
+        for panel, width, height in items:
+            if x + width > 24:
+                y, x, line_height = y + line_height, 0, 0
+            out.append(attr.evolve(panel, gridPos=GridPos(h=height, w=width, x=x, y=y)))
+            x, line_height = x + width, max(line_height, height)
+        y += line_height
+    return out
+
+
+def queue_overview(config: MonitoringConfig) -> Dashboard:
+    sel = q.Selector.dashboard(config.namespace)
+    panels = _layout(
+        [
+            (row(P.ROW_ALERTS, "Alerts and SLOs"), _alert_row(config)),
+            (row(P.ROW_QUEUE, "Queues"), _queue_row(config, sel)),
+            (row(P.ROW_THROUGHPUT, "Throughput"), _throughput_row(sel)),
+            (row(P.ROW_LATENCY, "Latency"), _latency_row(config, sel)),
+            (row(P.ROW_WORKERS, "Workers"), _workers_row(sel)),
+            (row(P.ROW_EXPORTER, "Exporter"), _exporter_row(sel)),
+        ]
+    )
+    alert_list = f"/alerting/list?search=namespace%3A{config.grafana_folder}"
+    return Dashboard(
+        title="Queue overview",
+        uid=QUEUE_OVERVIEW_UID,
+        description="platform-common-jobs queues: depth, throughput, latency, workers, "
+        "dead letters and the exporter's health.",
+        tags=TAGS,
+        schemaVersion=SCHEMA_VERSION,
+        editable=False,  # provisioned from code: edits belong in dashboards/*.py
+        graphTooltip=1,
+        refresh="30s",
+        timezone="browser",
+        time=Time("now-6h", "now"),
+        annotations=Annotations(list=[]),
+        templating=_variables(config),
+        links=[
+            link("Alert rules", alert_list),
+            link("Runbooks", config.runbook_base),
+        ],
+        panels=panels,
+    )
