@@ -7,7 +7,7 @@ endpoints with content negotiation. TLS, ACL and outages are in test_exporter_ou
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -87,10 +87,12 @@ class CountingConnection(Connection):
 
 
 @pytest.fixture
-def admin(redis_url: str) -> redis.Redis:
+def admin(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield client  # type: ignore[misc]
-    client.close()
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @pytest.fixture
