@@ -202,6 +202,24 @@ async def test_counters_and_depths_are_exact_after_a_real_workload(
         finally:
             admin.close()
         assert scrapes > 3  # the never-backwards check saw the workload in flight
+
+        # A job nobody works on: its age comes from the hash the real enqueue wrote.
+        from platform_common.jobs.queue import JobQueue
+
+        queue = await JobQueue.connect(redis_url)
+        try:
+            await queue.enqueue({
+                "job_id": "dmc-waiting-1", "session_id": "s", "orchestrator_id": "o",
+                "agent_type": "dmc", "task": "t", "result_format": "r",
+                "created_at": datetime.now(UTC).isoformat(), "ttl_seconds": 600,
+            })  # fmt: skip
+        finally:
+            await queue.aclose()
+        later = await exporter.scrape()
+        assert later.snapshot is not None
+        [dmc] = [t for t in later.snapshot.types if t.agent_type == "dmc"]
+        assert dmc.queue_depth == 1
+        assert dmc.oldest_age_seconds is not None and 0 <= dmc.oldest_age_seconds < 60
     finally:
         if producer.returncode is None:
             producer.kill()
