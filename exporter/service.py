@@ -38,6 +38,7 @@ class Exporter:
         self._client = client if client is not None else make_exporter_client(settings)
         self._reader = SnapshotReader(self._client, settings)
         self._malformed_total = 0
+        self._malformed_last = 0
         self._redis_was_up: bool | None = None
 
     async def scrape(self) -> ScrapeResult:
@@ -50,8 +51,10 @@ class Exporter:
             self._note_redis(up=False, problem=exc)
             return ScrapeResult(None, time.perf_counter() - started, self._malformed_total)
         self._note_redis(up=True)
-        if snapshot.malformed:
+        if snapshot.malformed != self._malformed_last:
+            # Logged when the number changes; the counter metric carries every scrape's.
             log.warning("skipped %d malformed value(s) in Redis", snapshot.malformed)
+            self._malformed_last = snapshot.malformed
         self._malformed_total += snapshot.malformed
         return ScrapeResult(snapshot, time.perf_counter() - started, self._malformed_total)
 

@@ -73,7 +73,7 @@ class Snapshot:
     malformed: int = 0
     """Values skipped in this read because they did not parse."""
     round_trips: int = 1
-    """Pipelines sent to Redis (per node) for this snapshot."""
+    """Pipelines sent for this snapshot; each is one round trip per node (1 when steady)."""
 
 
 def parse_type_reply(
