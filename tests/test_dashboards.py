@@ -1,0 +1,280 @@
+"""The generated dashboards: Grafana's JSON schemas, the dashboard linter's rules, coverage."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from alerts import queries as q
+from alerts.config import MonitoringConfig
+from alerts.spec import alert_specs
+from dashboards.encode import render
+from dashboards.ids import QUEUE_OVERVIEW_UID
+from dashboards.ids import QueueOverviewPanel as P
+from dashboards.queue_overview import queue_overview
+from exporter.catalogue import CATALOGUE, Metric, by_key
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = ROOT.parent / "shared" / "grafana-schemas"
+DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
+MODERN_PANELS = {"timeseries", "stat", "heatmap", "row"}
+SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^{}]*)\}")
+RANGE_FUNCTION = re.compile(r"\b(rate|irate|increase)\(([^()]*?)\[([^\]]+)\]\)")
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in board["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def exprs(board: dict[str, Any]) -> list[tuple[int, str]]:
+    """(panel id, PromQL) of every target of every panel."""
+    return [(p["id"], t["expr"]) for p in panels(board) for t in p.get("targets", [])]
+
+
+def counter_series(namespace: str = "") -> set[str]:
+    """Series names that only make sense inside rate()/increase()."""
+    names = set()
+    for metric in CATALOGUE:
+        full = metric.full_name(namespace)
+        if metric.type == "counter":
+            names.add(full)
+        elif metric.type == "histogram":
+            names |= {f"{full}_bucket", f"{full}_count", f"{full}_sum"}
+    return names
+
+
+def schema(name: str, definition: str | None = None) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((SCHEMAS / f"{name}.jsonschema.json").read_text())
+    if definition is None:
+        return document
+    return {"$ref": f"#/definitions/{definition}", "definitions": document["definitions"]}
+
+
+def errors(instance: Any, against: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(against)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]
+
+
+@pytest.fixture(scope="module", params=[p.name for p in DASHBOARD_FILES])
+def board(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return load(ROOT / "dashboards" / request.param)
+
+
+def test_there_is_a_dashboard_file_and_it_is_the_generated_one() -> None:
+    assert [p.name for p in DASHBOARD_FILES] == ["queue-overview.json"]
+    committed = DASHBOARD_FILES[0].read_text()
+    assert committed == render(queue_overview(MonitoringConfig()))
+
+
+# -- Grafana's own schemas ------------------------------------------------------
+
+
+def test_dashboard_matches_grafana_schema(board: dict[str, Any]) -> None:
+    assert errors(board, schema("dashboard")) == []
+
+
+def test_panel_options_and_field_config_match_their_plugin_schema(board: dict[str, Any]) -> None:
+    problems = []
+    for panel in panels(board):
+        if panel["type"] == "row":
+            continue
+        plugin = schema(panel["type"])
+        if "Options" in plugin["definitions"]:
+            found = errors(panel["options"], schema(panel["type"], "Options"))
+            problems += [f"{panel['id']} options {e}" for e in found]
+        custom = panel["fieldConfig"]["defaults"].get("custom", {})
+        if "FieldConfig" in plugin["definitions"]:
+            found = errors(custom, schema(panel["type"], "FieldConfig"))
+            problems += [f"{panel['id']} custom {e}" for e in found]
+        else:
+            assert custom == {}, panel["id"]
+    assert problems == []
+
+
+def test_targets_match_the_prometheus_query_schema(board: dict[str, Any]) -> None:
+    query_schema = schema("prometheus")
+    problems = [
+        f"{panel['id']}/{target['refId']}: {e}"
+        for panel in panels(board)
+        for target in panel.get("targets", [])
+        for e in errors(target, query_schema)
+    ]
+    assert problems == []
+
+
+def test_units_are_grafana_units(board: dict[str, Any]) -> None:
+    known = {
+        definition["const"]
+        for definition in schema("units")["definitions"].values()
+        if "const" in definition
+    }
+    for panel in panels(board):
+        if panel["type"] != "row":
+            assert panel["fieldConfig"]["defaults"]["unit"] in known, panel["id"]
+        if panel["type"] == "heatmap":
+            assert panel["options"]["yAxis"]["unit"] in known
+
+
+# -- the dashboard linter's rules -------------------------------------------------
+
+
+def test_structure_ids_grid_and_modern_panels(board: dict[str, Any]) -> None:
+    assert board["uid"] == QUEUE_OVERVIEW_UID and 8 <= len(board["uid"]) <= 40
+    assert board["schemaVersion"] >= 39
+    assert board["tags"] and board["title"] and board["description"]
+    ids = [panel["id"] for panel in panels(board)]
+    assert len(ids) == len(set(ids))
+    for panel in panels(board):
+        assert panel["type"] in MODERN_PANELS, panel["type"]
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24 and grid["w"] > 0 and grid["h"] > 0
+        ref_ids = [target["refId"] for target in panel.get("targets", [])]
+        assert len(ref_ids) == len(set(ref_ids))
+
+
+def test_no_two_panels_overlap(board: dict[str, Any]) -> None:
+    cells: dict[tuple[int, int], int] = {}
+    for panel in panels(board):
+        grid = panel["gridPos"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['id']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["id"]
+
+
+def test_template_variables(board: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "instance", "agent_type"]
+    datasources = [v for v in variables.values() if v["type"] == "datasource"]
+    assert len(datasources) == 1
+    assert datasources[0]["label"] == "Data source" and datasources[0]["query"] == "prometheus"
+    for name in ("job", "instance", "agent_type"):
+        variable = variables[name]
+        assert variable["type"] == "query"
+        assert variable["multi"] is True and variable["includeAll"] is True
+        assert variable["allValue"] == ".+"
+        assert variable["refresh"] == 2
+        assert variable["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_every_panel_has_title_description_unit_datasource_and_targets(
+    board: dict[str, Any],
+) -> None:
+    for panel in panels(board):
+        assert panel.get("title"), panel["id"]
+        if panel["type"] == "row":
+            continue
+        assert panel.get("description"), panel["id"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["fieldConfig"]["defaults"].get("unit"), panel["id"]
+        assert panel["targets"], panel["id"]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+
+
+def test_every_selector_filters_job_and_instance(board: dict[str, Any]) -> None:
+    for panel_id, expr in exprs(board):
+        selectors = SELECTOR.findall(expr)
+        assert selectors, (panel_id, expr)
+        for name, matchers in selectors:
+            assert 'job=~"$job"' in matchers, (panel_id, name)
+            assert 'instance=~"$instance"' in matchers, (panel_id, name)
+            metric = metric_of(name)
+            if metric is not None and "agent_type" in metric.labels:
+                assert 'agent_type=~"$agent_type"' in matchers, (panel_id, name)
+
+
+SERIES = {
+    metric.full_name() + suffix: metric
+    for metric in CATALOGUE
+    for suffix in (("_bucket", "_count", "_sum") if metric.type == "histogram" else ("",))
+}
+
+
+def metric_of(series: str) -> Metric | None:
+    """The catalogue metric a series belongs to; None for Prometheus' own `up`."""
+    if series == q.PROMETHEUS_UP:
+        return None
+    return SERIES[series]  # KeyError: a series name the catalogue does not know
+
+
+def test_rates_use_rate_interval_and_counters_only_inside_rates(board: dict[str, Any]) -> None:
+    counters = counter_series()
+    for panel_id, expr in exprs(board):
+        for _function, _series, window in RANGE_FUNCTION.findall(expr):
+            assert window == "$__rate_interval", (panel_id, expr)
+        for name, _ in SELECTOR.findall(expr):
+            if name in counters:
+                assert re.search(rf"\b(rate|irate|increase)\({name}\{{", expr), (panel_id, name)
+                # ...and never anywhere else in the expression.
+                bare = re.sub(rf"\b(rate|irate|increase)\({name}\{{", "", expr)
+                assert not re.search(rf"\b{name}\{{", bare), (panel_id, expr)
+
+
+def test_heatmap_is_the_modern_one_over_histogram_buckets(board: dict[str, Any]) -> None:
+    [heat] = [p for p in panels(board) if p["type"] == "heatmap"]
+    assert heat["options"]["calculate"] is False
+    assert heat["options"]["yAxis"]["unit"] == by_key("latency").unit
+    [target] = heat["targets"]
+    assert target["format"] == "heatmap" and target["legendFormat"] == "{{le}}"
+    assert "job_latency_seconds_bucket" in target["expr"] and "by (le)" in target["expr"]
+
+
+# -- what the issue asks the dashboard to show ------------------------------------
+
+REQUIRED = {
+    P.QUEUE_DEPTH: {"queue_depth"},
+    P.THROUGHPUT: {"jobs_enqueued_total", "jobs_completed_total", "jobs_failed_total"},
+    P.LATENCY_HEATMAP: {"job_latency_seconds_bucket"},
+    P.LATENCY_QUANTILES: {"job_latency_seconds_bucket"},
+    P.DEAD_LETTER_DEPTH: {"dead_letter_depth"},
+    P.RETRIES: {"jobs_retried_total"},
+    P.ACTIVE_WORKERS: {"active_workers"},
+    P.OLDEST_JOB_AGE: {"oldest_job_age_seconds"},
+    P.EXPORTER_UP: {"up", "queue_exporter_redis_up"},
+}
+
+
+def test_required_panels_show_the_required_series(board: dict[str, Any]) -> None:
+    by_id = {panel["id"]: panel for panel in panels(board)}
+    for panel_id, series in REQUIRED.items():
+        shown = {
+            name for _, e in exprs({"panels": [by_id[panel_id]]}) for name, _ in SELECTOR.findall(e)
+        }
+        assert series <= shown, (panel_id.name, shown)
+    quantiles = " ".join(t["expr"] for t in by_id[P.LATENCY_QUANTILES]["targets"])
+    for quantile in ("0.5", "0.95", "0.99"):
+        assert f"histogram_quantile({quantile}," in quantiles
+
+
+def test_every_catalogue_metric_is_on_the_dashboard(board: dict[str, Any]) -> None:
+    shown = {name for _, expr in exprs(board) for name, _ in SELECTOR.findall(expr)}
+    for metric in CATALOGUE:
+        suffix = "_bucket" if metric.type == "histogram" else ""
+        assert metric.full_name() + suffix in shown, metric.key
+
+
+def test_alert_row_shows_each_alert_with_its_threshold_and_runbook(board: dict[str, Any]) -> None:
+    config = MonitoringConfig()
+    by_id = {panel["id"]: panel for panel in panels(board)}
+    for index, spec in enumerate(alert_specs(config)):
+        stat = by_id[int(P.ALERT_STATS) + index]
+        assert stat["type"] == "stat" and stat["title"] == spec.name
+        steps = [s["value"] for s in stat["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+        assert spec.threshold in steps
+        assert config.runbook_url(spec.name) in [link["url"] for link in stat["links"]]
+        # ...and the panel the alert links to exists.
+        assert int(spec.panel) in by_id
