@@ -8,7 +8,9 @@ queue, so the job id is never inside braces here.
 
 JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     agentjobs:{agent}:<job_id>                  HASH  the record (fields below)
-    agentjobs:{agent}:idx:<owner bucket>        ZSET  time index, see index.py
+    agentjobs:{agent}:_idx:<owner bucket>       ZSET  time index, see time_index.py
+    (job ids and owner ids must start with a letter or digit, so neither a record key
+    nor an owner bucket can ever collide with the `_idx:` segment or `__shared__`)
 
 Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 __all__ = [
     "COMPLETION_PATTERN",
     "DEFAULT_LATENCY_BUCKETS",
+    "INDEX_SEGMENT",
     "LATENCY_COUNT_FIELD",
     "LATENCY_SUM_FIELD",
     "QUEUE_PREFIX",
@@ -64,6 +67,7 @@ __all__ = [
 STORE_PREFIX = "agentjobs"
 QUEUE_PREFIX = "jobs"
 SHARED_OWNER_BUCKET = "__shared__"
+INDEX_SEGMENT = "_idx:"
 
 # Fields of the queue stats hash that count events; each is only ever HINCRBY'd
 # by the script that performs the transition it counts.
@@ -126,14 +130,24 @@ class StoreKeys:
 
     def scan_pattern(self) -> str:
         # Braces are not glob-special in Redis MATCH; the index keys are excluded
-        # by the caller (they contain ':idx:').
+        # by the caller with is_record_key().
         return f"{self.base}:*"
 
     def index(self, owner_bucket: str) -> str:
-        return f"{self.base}:idx:{owner_bucket}"
+        return f"{self.base}:{INDEX_SEGMENT}{owner_bucket}"
+
+    def index_scan_pattern(self) -> str:
+        return f"{self.base}:{INDEX_SEGMENT}*"
 
     def is_record_key(self, key: str) -> bool:
-        return key.startswith(self.base + ":") and ":idx:" not in key[len(self.base) :]
+        # A job id starts with a letter or digit; the index segment starts with "_".
+        return (
+            key.startswith(self.base + ":")
+            and key[len(self.base) + 1 : len(self.base) + 2].isalnum()
+        )
+
+    def bucket_of(self, index_key: str) -> str:
+        return index_key[len(self.base) + 1 + len(INDEX_SEGMENT) :]
 
     def job_id_of(self, key: str) -> str:
         return key[len(self.base) + 1 :]

@@ -43,6 +43,7 @@ class LuaScript:
         from redis.asyncio.cluster import RedisCluster
 
         if isinstance(self._client, RedisCluster) and keys:
+            await self._client.initialize()  # idempotent; the slot map is empty before it
             node = self._client.get_node_from_key(keys[0])
             sha = await self._client.execute_command("SCRIPT LOAD", self._source, target_nodes=node)
             return str(sha)

@@ -1,0 +1,1 @@
+"""The README's demo: `make demo` (or `python -m demo`)."""

@@ -1,0 +1,116 @@
+"""make_job_store(): the backend named by JOB_STORE_URL, configured from the environment.
+
+The environment is read in `StoreConfig.from_env()` only, when called, never at import.
+
+    JOB_STORE_URL                 unset/"" or memory:// -> InMemoryJobStore
+                                  redis://, rediss:// (TLS), redis+sentinel://,
+                                  rediss+sentinel://     -> RedisJobStore
+    OTEL_SERVICE_NAME             the agent namespace (lower-cased; default "default-agent")
+    JOBSTATE_TIME_INDEX_ENABLED   maintain and read the per-owner time index (default off)
+    JOBSTATE_LIST_SCAN_CAP        records the legacy listing scan reads (default 5000)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from .connection import RedisSettings, redact_url
+from .errors import ConfigurationError, ValidationError
+from .memory_store import InMemoryJobStore
+from .redis_store import RedisJobStore
+from .store import DEFAULT_AGENT, BaseJobStore
+from .time_index import list_scan_cap, time_index_enabled
+from .validation import validate_name
+
+__all__ = ["AGENT_ENV", "URL_ENV", "StoreConfig", "make_job_store"]
+
+logger = logging.getLogger("platform_common.jobs.factory")
+
+URL_ENV = "JOB_STORE_URL"
+AGENT_ENV = "OTEL_SERVICE_NAME"
+_REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Everything make_job_store() needs, parsed and checked."""
+
+    url: str
+    agent: str
+    agent_from_env: bool
+    time_index: bool
+    list_scan_cap: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StoreConfig:
+        env = os.environ if environ is None else environ
+        raw_agent = env.get(AGENT_ENV, "").strip()
+        agent = raw_agent.lower() or DEFAULT_AGENT
+        try:
+            validate_name(agent, AGENT_ENV)
+        except ValidationError as exc:
+            raise ConfigurationError(AGENT_ENV, exc.problem) from None
+        return cls(
+            url=env.get(URL_ENV, "").strip(),
+            agent=agent,
+            agent_from_env=bool(raw_agent),
+            time_index=time_index_enabled(env),
+            list_scan_cap=list_scan_cap(env),
+        )
+
+
+def make_job_store(
+    url: str | None = None,
+    *,
+    agent: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+) -> BaseJobStore:
+    """The store JOB_STORE_URL names (or `url`), for agent OTEL_SERVICE_NAME (or `agent`).
+
+    A bad URL, scheme or setting raises ConfigurationError naming the variable, with
+    any password redacted. Nothing connects here: the Redis pool is created lazily on
+    first use, so this is safe at module import (as in the migration recipe).
+    """
+    config = StoreConfig.from_env(environ)
+    url = config.url if url is None else url.strip()
+    if agent is not None:
+        agent = validate_name(agent, "agent")
+    common = {
+        "agent": agent or config.agent,
+        "time_index": config.time_index,
+        "list_scan_cap": config.list_scan_cap,
+        "tracer_provider": tracer_provider,
+        "meter_provider": meter_provider,
+    }
+    try:
+        scheme = urlsplit(url).scheme.lower() if url else "memory"
+    except ValueError:
+        raise ConfigurationError(URL_ENV, f"malformed URL {redact_url(url)!r}") from None
+    if scheme == "memory":
+        if url and url.rstrip("/") not in ("memory:", "memory:/"):
+            raise ConfigurationError(URL_ENV, f"memory:// takes no host, path or options: {url!r}")
+        return InMemoryJobStore(**common)  # type: ignore[arg-type]
+    if scheme in _REDIS_SCHEMES:
+        settings = RedisSettings.from_url(url, setting_name=URL_ENV)
+        if agent is None and not config.agent_from_env:
+            logger.warning(
+                "%s is not set: JobStore keys use the agent name %r; set it so two "
+                "agents sharing this Redis never collide",
+                AGENT_ENV,
+                DEFAULT_AGENT,
+            )
+        return RedisJobStore(settings, **common)  # type: ignore[arg-type]
+    raise ConfigurationError(
+        URL_ENV,
+        f"unknown scheme {scheme!r} in {redact_url(url)!r}: use memory://, redis://, rediss://"
+        " or redis+sentinel://",
+    )

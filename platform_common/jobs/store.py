@@ -1,0 +1,331 @@
+"""The JobStore contract (a Protocol) and the behaviour every backend shares.
+
+`BaseJobStore` validates arguments, encodes JSON once, wraps every verb in telemetry
+and leaves only the storage primitives (`_create`, `_get`, ...) to a backend, so
+memory:// and redis:// cannot drift apart in what they accept or report.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from .errors import ValidationError
+from .listing import BackfillReport, IndexBackend, Page, list_page
+from .record import JobRecord
+from .status import JobStatus
+from .telemetry import StoreTelemetry
+from .time_index import DEFAULT_LIST_SCAN_CAP
+from .validation import validate_job_id, validate_name, validate_owner_oid, validate_ttl
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "MAX_LIST_IDS",
+    "MAX_PAGE_LIMIT",
+    "BaseJobStore",
+    "JobStore",
+    "UpdateSpec",
+]
+
+DEFAULT_AGENT = "default-agent"
+MAX_LIST_IDS = 10_000
+MAX_PAGE_LIMIT = 1_000
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """What every backend offers (the JobStore notes' contract, plus owners and paging)."""
+
+    async def create(
+        self,
+        job_id: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        ttl_seconds: int,
+        status: JobStatus = JobStatus.PENDING,
+        owner_oid: str = "",
+    ) -> JobRecord: ...
+
+    async def get(self, job_id: str) -> JobRecord | None: ...
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        status: JobStatus | None = None,
+        payload: dict[str, Any] | None = None,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        ttl_seconds: int | None = None,
+        expected_version: int | None = None,
+    ) -> JobRecord: ...
+
+    async def delete(self, job_id: str) -> bool: ...
+
+    async def exists(self, job_id: str) -> bool: ...
+
+    async def list_ids(self, *, limit: int = 100) -> list[str]: ...
+
+    async def list_for_owner(
+        self,
+        owner_oid: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        include_payload: bool = False,
+    ) -> Page: ...
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSpec:
+    """A validated update: JSON already encoded, None meaning "leave as it is"."""
+
+    status: JobStatus | None
+    payload_json: str | None
+    result_json: str | None
+    error: str | None
+    ttl_seconds: int | None
+    expected_version: int | None
+
+
+class BaseJobStore(IndexBackend, ABC):
+    """Validation, JSON encoding and telemetry, once for every backend."""
+
+    db_system: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        agent: str = DEFAULT_AGENT,
+        time_index: bool = False,
+        list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self.agent = validate_name(agent, "agent")
+        self.time_index = bool(time_index)
+        if (
+            isinstance(list_scan_cap, bool)
+            or not isinstance(list_scan_cap, int)
+            or list_scan_cap < 1
+        ):
+            raise ValidationError("list_scan_cap", "must be a positive int")
+        self.list_scan_cap = list_scan_cap
+        self.telemetry = StoreTelemetry(
+            db_system=self.db_system,
+            agent=self.agent,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+        )
+
+    # -- the contract ----------------------------------------------------------
+    async def create(
+        self,
+        job_id: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        ttl_seconds: int,
+        status: JobStatus = JobStatus.PENDING,
+        owner_oid: str = "",
+    ) -> JobRecord:
+        """Store a new job; JobConflict if the id exists. TTL is required (no leaks)."""
+        with self.telemetry.operation("create") as op:
+            job_id = validate_job_id(job_id)
+            op.job(job_id)
+            ttl = validate_ttl(ttl_seconds)
+            status = _status(status, "status")
+            owner = validate_owner_oid(owner_oid)
+            return await self._create(job_id, _json_object(payload, "payload"), ttl, status, owner)
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The job, or None if it does not exist (or has expired)."""
+        with self.telemetry.operation("get") as op:
+            job_id = validate_job_id(job_id)
+            op.job(job_id)
+            record = await self._get(job_id)
+            if record is None:
+                op.outcome = "not_found"
+            return record
+
+    async def update(
+        self,
+        job_id: str,
+        *,
+        status: JobStatus | None = None,
+        payload: dict[str, Any] | None = None,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        ttl_seconds: int | None = None,
+        expected_version: int | None = None,
+    ) -> JobRecord:
+        """Change the given fields (None = unchanged) and bump the version, atomically.
+
+        The remaining TTL is kept unless `ttl_seconds` is given, which resets it.
+        JobNotFound if missing; VersionConflict if `expected_version` differs from the
+        stored version; IllegalTransition (nothing written) for e.g. succeeded -> running.
+        """
+        with self.telemetry.operation("update") as op:
+            job_id = validate_job_id(job_id)
+            op.job(job_id)
+            if error is not None and not isinstance(error, str):
+                raise ValidationError(
+                    "error", f"must be a string or None, got {type(error).__name__}"
+                )
+            if expected_version is not None and (
+                isinstance(expected_version, bool)
+                or not isinstance(expected_version, int)
+                or expected_version < 1
+            ):
+                raise ValidationError("expected_version", "must be a positive int or None")
+            spec = UpdateSpec(
+                status=None if status is None else _status(status, "status"),
+                payload_json=None if payload is None else _json_object(payload, "payload"),
+                result_json=None if result is None else _json_object(result, "result"),
+                error=error,
+                ttl_seconds=None if ttl_seconds is None else validate_ttl(ttl_seconds),
+                expected_version=expected_version,
+            )
+            return await self._update(job_id, spec)
+
+    async def delete(self, job_id: str) -> bool:
+        """Remove the job (and its index entry): True if it existed. This is the soft-delete
+        the time index knows: a deleted job leaves every listing at once."""
+        with self.telemetry.operation("delete") as op:
+            job_id = validate_job_id(job_id)
+            op.job(job_id)
+            deleted = await self._delete(job_id)
+            if not deleted:
+                op.outcome = "not_found"
+            return deleted
+
+    async def exists(self, job_id: str) -> bool:
+        with self.telemetry.operation("exists") as op:
+            job_id = validate_job_id(job_id)
+            op.job(job_id)
+            return await self._exists(job_id)
+
+    async def list_ids(self, *, limit: int = 100) -> list[str]:
+        """Up to `limit` job ids, in no particular order (debug endpoints only)."""
+        with self.telemetry.operation("list_ids"):
+            return await self._list_ids(_limit(limit, MAX_LIST_IDS))
+
+    async def list_for_owner(
+        self,
+        owner_oid: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        include_payload: bool = False,
+    ) -> Page:
+        """The newest jobs visible to `owner_oid` (theirs and shared ones), newest first.
+
+        Pass `page.next_cursor` back to get the next page; None means the end. With the
+        time index enabled this reads O(limit) index entries; otherwise (or when the
+        index read fails or is empty) it falls back to the bounded legacy scan.
+        Rows carry payload=None unless `include_payload`.
+        """
+        with self.telemetry.operation("list_for_owner"):
+            owner = validate_owner_oid(owner_oid)
+            return await list_page(
+                self, owner, _limit(limit, MAX_PAGE_LIMIT), cursor, bool(include_payload)
+            )
+
+    async def backfill_time_index(
+        self,
+        *,
+        dry_run: bool = False,
+        batch: int = 500,
+        progress: Callable[[int], None] | None = None,
+    ) -> BackfillReport:
+        """Upsert an index entry for every live record (idempotent; safe under traffic).
+
+        `progress` is called with the number of records scanned so far after each batch.
+        """
+        with self.telemetry.operation("backfill_time_index"):
+            return await self._backfill(dry_run, _limit(batch, MAX_LIST_IDS, "batch"), progress)
+
+    async def sweep_time_index(self, *, max_entries: int = 1000) -> int:
+        """Examine at most `max_entries` index entries, oldest first, continuing where the
+        previous sweep stopped, and remove those whose record is gone. Returns removed."""
+        with self.telemetry.operation("sweep_time_index"):
+            return await self._sweep(_limit(max_entries, 1_000_000, "max_entries"))
+
+    async def ping(self) -> bool:
+        """Health check for startup/readiness: True, or BackendUnavailable."""
+        with self.telemetry.operation("ping"):
+            return await self._ping()
+
+    async def close(self) -> None:
+        with self.telemetry.operation("close"):
+            await self._close()
+
+    # -- what a backend provides ---------------------------------------------
+    @abstractmethod
+    async def _create(
+        self, job_id: str, payload_json: str, ttl: int, status: JobStatus, owner_oid: str
+    ) -> JobRecord: ...
+
+    @abstractmethod
+    async def _get(self, job_id: str) -> JobRecord | None: ...
+
+    @abstractmethod
+    async def _update(self, job_id: str, spec: UpdateSpec) -> JobRecord: ...
+
+    @abstractmethod
+    async def _delete(self, job_id: str) -> bool: ...
+
+    @abstractmethod
+    async def _exists(self, job_id: str) -> bool: ...
+
+    @abstractmethod
+    async def _list_ids(self, limit: int) -> list[str]: ...
+
+    @abstractmethod
+    async def _backfill(
+        self, dry_run: bool, batch: int, progress: Callable[[int], None] | None
+    ) -> BackfillReport: ...
+
+    @abstractmethod
+    async def _sweep(self, max_entries: int) -> int: ...
+
+    @abstractmethod
+    async def _ping(self) -> bool: ...
+
+    @abstractmethod
+    async def _close(self) -> None: ...
+
+
+def _status(value: object, field: str) -> JobStatus:
+    if isinstance(value, JobStatus):
+        return value
+    try:
+        return JobStatus(value)  # type: ignore[arg-type]
+    except ValueError:
+        allowed = ", ".join(s.value for s in JobStatus)
+        raise ValidationError(field, f"must be one of {allowed}, got {value!r}") from None
+
+
+def _json_object(value: object, field: str) -> str:
+    """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN."""
+    if value is not None and not isinstance(value, dict):
+        raise ValidationError(field, f"must be a dict or None, got {type(value).__name__}")
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"must be JSON-serialisable: {exc}") from None
+
+
+def _limit(value: object, maximum: int, field: str = "limit") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValidationError(field, f"must be an int from 1 to {maximum}, got {value!r}")
+    return value
