@@ -1,0 +1,225 @@
+"""Queue throughput benchmark (not a test): ours vs raw redis-py on the same server.
+
+    .venv/bin/python bench/queue.py [--jobs 20000] [--concurrency 32]
+
+Starts its own redis-server (no persistence), then for N no-op jobs with a ~300-byte
+payload measures: enqueue one by one, enqueue_many, and the drain by ONE worker
+process (python -m platform_common.jobs.worker, --concurrency as given) with leases,
+fencing and counters on; and, as the reference, raw redis-py LPUSH one by one and
+BRPOP one by one (asyncio client, like ours; the sync client's numbers are shown too).
+bench/peers/ imports run_ours() and run_raw() from here: `from bench.queue import
+run_ours` with the project root on sys.path (never bench/ itself: this file's name
+would shadow the standard library's `queue`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, Python puts bench/ first on sys.path, where this file would shadow
+# the standard library's `queue` (which redis-py imports): take bench/ off the path.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse
+import asyncio
+import os
+import subprocess
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from platform_common.jobs.queue import JobQueue, QueueSettings  # noqa: E402
+from platform_common.jobs.testing import RedisServer  # noqa: E402
+
+AGENT_TYPE = "dining"
+NOOP_HANDLER = "platform_common.jobs.queue.builtin:noop"
+
+
+def make_jobs(n: int) -> list[dict[str, Any]]:
+    """N payloads of about 300 bytes each (encoded)."""
+    created = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    return [
+        {
+            "job_id": str(uuid.uuid4()),
+            "session_id": "5f0c6a4e-bench-session",
+            "orchestrator_id": "orch-bench",
+            "agent_type": AGENT_TYPE,
+            "task": "Find 3 dinner reservations in Tokyo for Feb 13-17, party of 2",
+            "constraints": {"cuisines": ["sushi", "kaiseki"], "max_price_per_person": 200},
+            "curated_shortlist": ["sukiyabashi-jiro", "den", "kyubey"],
+            "result_format": "RestaurantOption[]",
+            "created_at": created,
+            "ttl_seconds": 3600,
+        }
+        for _ in range(n)
+    ]
+
+
+def _flush(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    client.close()
+
+
+async def _enqueue_one_by_one(redis_url: str, jobs: list[dict[str, Any]]) -> float:
+    queue = await JobQueue.connect(QueueSettings.from_url(redis_url))
+    try:
+        start = time.perf_counter()
+        for job in jobs:
+            await queue.enqueue(job)
+        return time.perf_counter() - start
+    finally:
+        await queue.aclose()
+
+
+async def _enqueue_many(redis_url: str, jobs: list[dict[str, Any]]) -> float:
+    queue = await JobQueue.connect(QueueSettings.from_url(redis_url))
+    try:
+        start = time.perf_counter()
+        await queue.enqueue_many(jobs)
+        return time.perf_counter() - start
+    finally:
+        await queue.aclose()
+
+
+def drain_with_worker(redis_url: str, n: int, concurrency: int) -> float:
+    """Seconds for one worker process to complete the n jobs already queued (from its
+    'ready' log line, so interpreter start-up is not counted)."""
+    env = dict(os.environ, QUEUE_REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "platform_common.jobs.worker", "--agent-type", AGENT_TYPE,
+         "--handler", NOOP_HANDLER, "--concurrency", str(concurrency)],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ready = threading.Event()
+
+    def watch() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "worker ready" in line:
+                ready.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    stats_key = f"jobs:{{{AGENT_TYPE}}}:stats"
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("worker did not start")
+        start = time.perf_counter()
+        deadline = start + 600
+        while int(client.hget(stats_key, "completed") or 0) < n:
+            if time.perf_counter() > deadline or process.poll() is not None:
+                raise RuntimeError("worker did not drain the queue")
+            time.sleep(0.01)
+        return time.perf_counter() - start
+    finally:
+        process.terminate()
+        process.wait(30)
+        client.close()
+
+
+def run_ours(redis_url: str, n: int, concurrency: int = 32) -> dict[str, float]:
+    """jobs/s of our enqueue, enqueue_many and one worker process's drain."""
+    jobs = make_jobs(n)
+    _flush(redis_url)
+    single = asyncio.run(_enqueue_one_by_one(redis_url, jobs))
+    _flush(redis_url)
+    many = asyncio.run(_enqueue_many(redis_url, jobs))
+    drain = drain_with_worker(redis_url, n, concurrency)
+    _flush(redis_url)
+    return {
+        "enqueue_per_s": n / single,
+        "enqueue_many_per_s": n / many,
+        "drain_per_s": n / drain,
+        "concurrency": float(concurrency),
+    }
+
+
+async def _raw_async(redis_url: str, payloads: list[str]) -> tuple[float, float]:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        start = time.perf_counter()
+        for payload in payloads:
+            await client.lpush("raw:queue", payload)
+        lpush = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in payloads:
+            await client.brpop(["raw:queue"], timeout=1)
+        brpop = time.perf_counter() - start
+        return lpush, brpop
+    finally:
+        await client.aclose()
+
+
+def _raw_sync(redis_url: str, payloads: list[str]) -> tuple[float, float]:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        start = time.perf_counter()
+        for payload in payloads:
+            client.lpush("raw:queue", payload)
+        lpush = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in payloads:
+            client.brpop(["raw:queue"], timeout=1)
+        brpop = time.perf_counter() - start
+        return lpush, brpop
+    finally:
+        client.close()
+
+
+def run_raw(redis_url: str, n: int) -> dict[str, float]:
+    """jobs/s of raw redis-py LPUSH one by one and BRPOP one by one (async and sync)."""
+    import json
+
+    payloads = [json.dumps(job) for job in make_jobs(n)]
+    _flush(redis_url)
+    lpush, brpop = asyncio.run(_raw_async(redis_url, payloads))
+    sync_lpush, sync_brpop = _raw_sync(redis_url, payloads)
+    _flush(redis_url)
+    return {
+        "lpush_per_s": n / lpush,
+        "brpop_per_s": n / brpop,
+        "sync_lpush_per_s": n / sync_lpush,
+        "sync_brpop_per_s": n / sync_brpop,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    with RedisServer() as server:
+        raw = run_raw(server.url, args.jobs)
+        ours = run_ours(server.url, args.jobs, args.concurrency)
+    n = args.jobs
+    rows = [
+        ("enqueue, one by one", ours["enqueue_per_s"], raw["lpush_per_s"], "raw LPUSH (async)"),
+        ("enqueue_many", ours["enqueue_many_per_s"], raw["lpush_per_s"], "raw LPUSH (async)"),
+        (f"drain, 1 worker process, concurrency {args.concurrency}", ours["drain_per_s"],
+         raw["brpop_per_s"], "raw BRPOP (async)"),
+    ]  # fmt: skip
+    print(f"N = {n} no-op jobs, ~300-byte payload, one redis-server, {os.cpu_count()} cores")
+    print(f"{'operation':<44} {'ours jobs/s':>12} {'reference':>12}  ratio  reference is")
+    for name, value, reference, label in rows:
+        print(f"{name:<44} {value:>12,.0f} {reference:>12,.0f}  {value / reference:5.2f}  {label}")
+    print(
+        f"raw sync redis-py for comparison: LPUSH {raw['sync_lpush_per_s']:,.0f}/s, "
+        f"BRPOP {raw['sync_brpop_per_s']:,.0f}/s; enqueue vs sync LPUSH "
+        f"{ours['enqueue_per_s'] / raw['sync_lpush_per_s']:.2f}"
+    )
+    print("targets: drain >= 3,000/s; enqueue >= 0.8 x raw LPUSH; enqueue_many >= 30,000/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Handlers the queue tests run in worker processes, steered by the payload.
+
+`behave` reads `constraints["behaviour"]`; every run is recorded in Redis
+(RPUSH test:runs "<job_id> <pid> <attempt> <event>") so a test can count them.
+Also `python -m tests.queue_handlers produce ...`: a producer process for the
+mixed-workload test."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
+
+RUNS_KEY = "test:runs"
+
+
+def make_job(agent_type: str = "dining", **overrides: Any) -> dict[str, Any]:
+    """A valid payload of the spec's shape with a fresh job_id; overrides replace fields."""
+    job: dict[str, Any] = {
+        "job_id": str(uuid.uuid4()),
+        "session_id": "0b7e6f4a-session",
+        "orchestrator_id": "orch-123",
+        "agent_type": agent_type,
+        "task": "Find 3 dinner reservations in Tokyo for Feb 13-17, party of 2",
+        "constraints": {"cuisines": ["sushi", "kaiseki"], "max_price_per_person": 200},
+        "curated_shortlist": ["sukiyabashi-jiro", "den", "kyubey"],
+        "result_format": "RestaurantOption[]",
+        "created_at": datetime.now(UTC).isoformat(),
+        "ttl_seconds": 60,
+    }
+    job.update(overrides)
+    return job
+
+
+def behaviour(name: str, **extra: Any) -> dict[str, Any]:
+    """constraints that make `behave` act as `name`."""
+    return {"behaviour": name, **extra}
+
+
+_client: aioredis.Redis | None = None
+
+
+def _redis() -> aioredis.Redis:
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(
+            os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"], decode_responses=True
+        )
+    return _client
+
+
+async def record(job_id: str, event: str) -> None:
+    attempt = current_job().attempt
+    await _redis().rpush(RUNS_KEY, f"{job_id} {os.getpid()} {attempt} {event}")
+
+
+async def behave(job: JobPayload) -> Any:
+    constraints = job.constraints
+    behaviour = constraints.get("behaviour", "ok")
+    await record(job.job_id, "start")
+    if behaviour == "sleep":
+        await asyncio.sleep(float(constraints["seconds"]))
+    elif behaviour == "crash":
+        os._exit(3)  # a poison pill: the whole worker process dies mid-job
+    elif behaviour == "fail":
+        raise RuntimeError(f"boom on attempt {current_job().attempt}")
+    elif behaviour == "fail_until":
+        if current_job().attempt < int(constraints["succeed_on"]):
+            raise RuntimeError(f"not yet (attempt {current_job().attempt})")
+    elif behaviour == "fatal":
+        raise NonRetryableError("cannot be done")
+    await record(job.job_id, "finish")
+    return {"pid": os.getpid(), "attempt": current_job().attempt, "task": job.task}
+
+
+async def _produce(redis_url: str, plan: list[dict[str, Any]], batch: bool) -> None:
+    queue = await JobQueue.connect(redis_url)
+    try:
+        if batch:
+            await queue.enqueue_many(plan)
+        else:
+            for job in plan:
+                await queue.enqueue(job)
+    finally:
+        await queue.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["produce"])
+    parser.add_argument("--plan", required=True, help="JSON file: a list of payloads")
+    parser.add_argument("--batch", action="store_true")
+    args = parser.parse_args(argv)
+    with open(args.plan, encoding="utf-8") as plan_file:
+        plan = json.load(plan_file)
+    asyncio.run(_produce(os.environ["QUEUE_REDIS_URL"], plan, args.batch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Payload validation and queue settings: every bad field named, bad settings refused."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from platform_common.jobs import queue as queue_package
+from platform_common.jobs.errors import ConfigurationError, InvalidPayload
+from platform_common.jobs.queue import DEFAULT_AGENT_TYPES, JobPayload, QueueSettings
+from platform_common.jobs.queue.payload import prepare_job
+from tests.queue_handlers import make_job
+
+
+def test_the_spec_example_is_valid_and_round_trips() -> None:
+    job = make_job(job_id="6c3f2a8e-1d4b-4f7a-9c2e-5b8d0e1f2a3b", created_at="2099-01-15T10:30:00Z")
+    payload = JobPayload.from_dict(job, agent_types=DEFAULT_AGENT_TYPES, max_bytes=65536)
+    assert payload.created_at == datetime(2099, 1, 15, 10, 30, tzinfo=UTC)
+    assert payload.to_dict() == {**job, "created_at": "2099-01-15T10:30:00Z"}
+    assert JobPayload.from_json(prepare_job(job).encoded) == payload
+
+
+def test_every_bad_field_is_reported_at_once() -> None:
+    bad = make_job(
+        job_id="has spaces",
+        session_id="",
+        orchestrator_id=7,
+        agent_type="plumbing",
+        task=None,
+        constraints=["not", "a", "dict"],
+        curated_shortlist=["ok", 3],
+        result_format="",
+        created_at="yesterday",
+        ttl_seconds=0,
+        colour="blue",
+    )
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(bad, agent_types=DEFAULT_AGENT_TYPES)
+    assert set(caught.value.errors) == {
+        "job_id", "session_id", "orchestrator_id", "agent_type", "task", "constraints",
+        "curated_shortlist", "result_format", "created_at", "ttl_seconds", "colour",
+    }  # fmt: skip
+    assert "unknown agent type 'plumbing'" in caught.value.errors["agent_type"]
+    assert caught.value.errors["colour"] == "unknown field"
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        ({"ttl_seconds": -5}, "ttl_seconds", "positive"),
+        ({"ttl_seconds": True}, "ttl_seconds", "positive int"),
+        ({"ttl_seconds": 1.5}, "ttl_seconds", "positive int"),
+        ({"created_at": "2026-01-15T10:30:00"}, "created_at", "timezone"),
+        ({"created_at": 1700000000}, "created_at", "ISO 8601"),
+        ({"constraints": {"price": math.nan}}, "constraints", "JSON"),
+        ({"constraints": {"when": datetime.now(UTC)}}, "constraints", "JSON"),
+        ({"session_id": "x" * 201}, "session_id", "longer than"),
+    ],
+)
+def test_single_problems_name_their_field(
+    change: dict[str, Any], field: str, fragment: str
+) -> None:
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(make_job(**change), agent_types=DEFAULT_AGENT_TYPES)
+    assert list(caught.value.errors) == [field]
+    assert fragment in caught.value.errors[field]
+    assert caught.value.field == field
+
+
+def test_missing_fields_are_listed_and_optional_ones_default() -> None:
+    job = make_job()
+    for name in ("task", "ttl_seconds", "constraints", "curated_shortlist"):
+        del job[name]
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(job)
+    assert caught.value.errors == {"task": "missing field", "ttl_seconds": "missing field"}
+    minimal = make_job()
+    del minimal["constraints"], minimal["curated_shortlist"]
+    payload = JobPayload.from_json(prepare_job(minimal).encoded)
+    assert (payload.constraints, payload.curated_shortlist) == ({}, [])
+
+
+def test_an_already_expired_job_and_a_non_mapping_are_refused() -> None:
+    past = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(make_job(created_at=past, ttl_seconds=60))
+    assert "already in the past" in caught.value.errors["ttl_seconds"]
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(["not", "a", "mapping"])
+    assert list(caught.value.errors) == ["payload"]
+
+
+def test_size_limit_counts_encoded_utf8_bytes() -> None:
+    job = make_job(task="寿司" * 400)  # 800 characters, 2400 bytes in UTF-8
+    prepare_job(job, max_bytes=4000)
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(job, max_bytes=2000)
+    assert "over the limit of 2000" in caught.value.errors["payload"]
+
+
+def test_settings_from_env_and_url() -> None:
+    settings = QueueSettings.from_env(
+        {
+            "QUEUE_REDIS_URL": "redis://cache:6380/2",
+            "QUEUE_AGENT_TYPES": "dining, flights",
+            "QUEUE_MAX_ATTEMPTS": "5",
+            "QUEUE_LEASE_SECONDS": "2.5",
+            "QUEUE_LATENCY_BUCKETS": "0.5,1,10",
+        }
+    )
+    assert (settings.redis.host, settings.redis.port, settings.redis.db) == ("cache", 6380, 2)
+    assert settings.agent_types == ("dining", "flights")
+    assert (settings.max_attempts, settings.lease_seconds) == (5, 2.5)
+    assert settings.latency_buckets == (0.5, 1.0, 10.0)
+    assert QueueSettings.from_url("redis://h:1/0", pool_max=7).pool_max == 7
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"QUEUE_LEASE_SECOND": "2"}, "QUEUE_LEASE_SECOND"),
+        ({"QUEUE_MAX_ATTEMPTS": "three"}, "QUEUE_MAX_ATTEMPTS"),
+        ({"QUEUE_MAX_ATTEMPTS": "0"}, "max_attempts"),
+        ({"QUEUE_POOL_MIN": "30"}, "pool_min"),
+        ({"QUEUE_AGENT_TYPES": "Dining!"}, "agent_types"),
+        ({"QUEUE_LATENCY_BUCKETS": "5,1"}, "latency_buckets"),
+        ({"QUEUE_BLOCK_TIMEOUT": "10"}, "block_timeout"),
+        ({"QUEUE_BACKOFF_FACTOR": "0.5"}, "backoff_factor"),
+        ({"REDIS_URL": "http://nope"}, "REDIS_URL"),
+    ],
+)
+def test_bad_settings_fail_loudly_naming_the_setting(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        QueueSettings.from_env(env)
+    assert caught.value.setting == setting
+
+
+def test_public_api_is_exported() -> None:
+    for name in queue_package.__all__:
+        assert getattr(queue_package, name) is not None
+    assert {"JobQueue", "Worker", "QueueSettings", "JobPayload", "NonRetryableError"} <= set(
+        queue_package.__all__
+    )

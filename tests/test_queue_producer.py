@@ -1,0 +1,134 @@
+"""Enqueue against a real Redis: what is written, what is refused, and that a refusal
+writes nothing; the pre-warmed pool and the health check."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from platform_common.jobs.errors import InvalidPayload
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings
+from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
+from platform_common.jobs.testing.redis_server import find_free_port
+from tests.queue_handlers import make_job
+
+DINING = QueueKeys("dining")
+
+
+@pytest.fixture
+async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
+    job_queue = await JobQueue.connect(QueueSettings.from_url(redis_url, max_payload_bytes=4096))
+    try:
+        yield job_queue
+    finally:
+        await job_queue.aclose()
+
+
+async def snapshot(client: aioredis.Redis) -> dict[str, object]:
+    """Every key and its value, to prove a refusal changed nothing."""
+    state: dict[str, object] = {}
+    for key in sorted(await client.keys("*")):
+        kind = await client.type(key)
+        if kind == "hash":
+            state[key] = await client.hgetall(key)
+        elif kind == "list":
+            state[key] = await client.lrange(key, 0, -1)
+        elif kind == "zset":
+            state[key] = await client.zrange(key, 0, -1, withscores=True)
+        elif kind == "set":
+            state[key] = sorted(await client.smembers(key))
+        else:
+            state[key] = await client.get(key)
+    return state
+
+
+async def test_enqueue_writes_job_queue_counter_and_type(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    job = make_job()
+    assert await queue.enqueue(job) == job["job_id"]
+    assert await redis_client.lrange(DINING.queue, 0, -1) == [job["job_id"]]
+    record = await redis_client.hgetall(DINING.job(job["job_id"]))
+    assert json.loads(record["payload"]) == job
+    assert record["state"] == "queued" and record["attempts"] == "0"
+    assert record["max_attempts"] == "3" and record["ttl"] == "60"
+    assert int(record["enqueued_at"]) > 0
+    assert await redis_client.hget(DINING.stats, "enqueued") == "1"
+    assert await redis_client.smembers(QueueKeys.types_key()) == {"dining"}
+    assert await redis_client.zscore(DINING.expiry, job["job_id"]) == int(record["expires_at"])
+
+
+async def test_invalid_oversized_and_duplicate_jobs_write_nothing(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    first = make_job()
+    await queue.enqueue(first)
+    before = await snapshot(redis_client)
+    refusals = [
+        (make_job(agent_type="plumbing", ttl_seconds=0), {"agent_type", "ttl_seconds"}),
+        (make_job(task="x" * 5000), {"payload"}),
+        (make_job(job_id=first["job_id"], task="another"), {"job_id"}),
+    ]
+    for job, fields in refusals:
+        with pytest.raises(InvalidPayload) as caught:
+            await queue.enqueue(job)
+        assert set(caught.value.errors) == fields
+        assert await snapshot(redis_client) == before
+
+
+async def test_enqueue_many_is_all_or_nothing(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    existing = make_job()
+    await queue.enqueue(existing)
+    before = await snapshot(redis_client)
+    good = [make_job() for _ in range(3)]
+    batches = [
+        ([*good, make_job(ttl_seconds=-1)], {"jobs[3].ttl_seconds"}),
+        ([*good, dict(good[0])], {"jobs[3].job_id"}),
+        ([*good, existing], {"jobs[3].job_id"}),
+    ]
+    for batch, fields in batches:
+        with pytest.raises(InvalidPayload) as caught:
+            await queue.enqueue_many(batch)
+        assert set(caught.value.errors) == fields
+        assert await snapshot(redis_client) == before
+
+
+async def test_enqueue_many_across_chunks_and_types_keeps_order(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    jobs = [make_job() for _ in range(ENQUEUE_CHUNK + 7)] + [make_job("flights")]
+    ids = await queue.enqueue_many(jobs)
+    assert ids == [job["job_id"] for job in jobs]
+    # LPUSH in order: the first job sits at the consuming (right) end.
+    assert await redis_client.lrange(DINING.queue, 0, -1) == ids[:-1][::-1]
+    assert await redis_client.lrange(QueueKeys("flights").queue, 0, -1) == [ids[-1]]
+    assert await redis_client.hget(DINING.stats, "enqueued") == str(ENQUEUE_CHUNK + 7)
+    assert (await queue.stats("flights")).counters["enqueued"] == 1
+
+
+async def test_pool_is_prewarmed_and_ping_answers(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    settings = QueueSettings.from_url(redis_url, pool_min=5, pool_max=20)
+    before = len(await redis_client.client_list())
+    job_queue = await JobQueue.connect(settings)
+    try:
+        assert len(await redis_client.client_list()) - before >= 5
+        assert await job_queue.ping() is True
+    finally:
+        await job_queue.aclose()
+
+
+async def test_ping_reports_false_when_redis_is_unreachable() -> None:
+    settings = QueueSettings.from_url(f"redis://127.0.0.1:{find_free_port()}/0", pool_min=0)
+    job_queue = JobQueue(QueueConnection(settings))
+    try:
+        assert await job_queue.ping() is False
+    finally:
+        await job_queue.aclose()
