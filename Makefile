@@ -25,7 +25,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy platform_common/jobs exporter dashboards alerts
+	$(BIN)/mypy platform_common/jobs exporter dashboards alerts demo
 
 unit: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider

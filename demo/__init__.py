@@ -1,1 +1,1 @@
-"""The README's demo: `make demo` (or `python -m demo`)."""
+"""The README's first command: a local Redis, the exporter, workers and a producer."""
