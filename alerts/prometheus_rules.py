@@ -93,5 +93,10 @@ def promtool_tests(config: MonitoringConfig, rule_file_name: str) -> dict[str, A
     tests: list[Any] = []
     for spec in alert_specs(config):
         tests.extend(_tests_for(spec, cases[spec.name], config))
-    # 1s evaluation so "one second short of for" is a real evaluation point.
-    return {"evaluation_interval": "1s", "rule_files": [rule_file_name], "tests": tests}
+    # The rule group's own interval: "one second short of `for`" then sees what the
+    # last real evaluation before it decided, as a running Prometheus would.
+    return {
+        "evaluation_interval": config.rule_interval,
+        "rule_files": [rule_file_name],
+        "tests": tests,
+    }
