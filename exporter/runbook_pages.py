@@ -55,8 +55,8 @@ def default_directory() -> Path:
 def render_page(source: str, title: str) -> str:
     """Markdown -> a standalone HTML page with links rewritten for this router."""
     body = markdown.markdown(source, extensions=["fenced_code", "tables"])
+    body = _INDEX_LINK.sub('href="./"', body)  # before the page links: README is one too
     body = _MD_LINK.sub(lambda match: f'href="{match[1]}{match[2] or ""}"', body)
-    body = _INDEX_LINK.sub('href="./"', body)
     return _PAGE.format(title=html.escape(title), body=body)
 
 
