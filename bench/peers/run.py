@@ -35,6 +35,9 @@ REQUIREMENTS = PEERS_DIR / "requirements.txt"
 # A copy of the requirements the venv was last filled from: a changed pin reinstalls.
 STAMP = VENV / "installed-requirements.txt"
 OURS = "ours"
+# Not a queue: LPUSH one by one / BRPOP one by one on the same server, the floor
+# under every row (from bench/queue.py's run_raw, asyncio client like ours).
+RAW = "raw"
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ PEERS = (
     Peer("saq", "saq", "peer_saq.py", has_bulk=True),
     Peer("dramatiq", "dramatiq", "peer_dramatiq.py", has_bulk=False),
 )
-ALL_KEYS = (OURS, *(peer.key for peer in PEERS))
+ALL_KEYS = (OURS, RAW, *(peer.key for peer in PEERS))
 
 
 @dataclass
@@ -137,23 +140,42 @@ def run_peer(
     return row
 
 
-def run_ours(client: redis.Redis, url: str, args: argparse.Namespace) -> Row:
+def run_ours(client: redis.Redis, url: str, args: argparse.Namespace) -> list[Row]:
+    """Our row, and the raw redis-py reference row when asked for."""
     row = Row(OURS)
     client.flushall()
     command = [sys.executable, str(PEERS_DIR / "ours.py"), "--url", url, "--n", str(args.n)]
+    command += ["--concurrency", str(args.concurrency)]
+    with_raw = RAW in args.libs
+    if with_raw:
+        command.append("--raw")
     try:
         result = run_json(command, args.timeout)
     except PhaseFailed as exc:
         row.problem = str(exc)
-        return row
+        return [row]
     row.version, row.redis_py = result["version"], result["redis_py"]
     if "missing" in result:
         row.problem = f"not measured: {result['missing']}"
-        return row
+        return [row]
     row.single, row.bulk, row.drain = result["single"], result["bulk"], result["drain"]
-    row.bulk_api = "enqueue_many" if row.bulk is not None else "n/a"
+    row.bulk_api = "enqueue_many (pipelined)"
     row.concurrency = result["concurrency"]
-    return row
+    if result["payload_bytes"] != workload.payload_bytes():
+        row.problem = f"payload {result['payload_bytes']} B, peers' {workload.payload_bytes()} B"
+    if not with_raw:
+        return [row]
+    raw = result["raw"]
+    reference = Row(
+        RAW,
+        version=f"redis-py {result['redis_py']}",
+        redis_py=result["redis_py"],
+        single=raw["lpush_per_s"],
+        drain=raw["brpop_per_s"],
+        bulk_api="-",
+        concurrency="1 connection, asyncio, 1 by 1",
+    )
+    return [row, reference]
 
 
 def fmt_rate(rate: float | None) -> str:
@@ -183,7 +205,7 @@ def report(rows: Sequence[Row], server_version: str, args: argparse.Namespace) -
     )
     # Not one client for all: arq pins redis-py < 6 in the peers venv.
     ours_client = "/".join({r.redis_py for r in rows if r.label == OURS}) or "-"
-    peers_client = "/".join({r.redis_py for r in rows if r.label != OURS}) or "-"
+    peers_client = "/".join({r.redis_py for r in rows if r.label not in (OURS, RAW)}) or "-"
     head += f"\nredis-py: ours {ours_client}, peers {peers_client}"
     lines = [
         [
@@ -200,7 +222,7 @@ def report(rows: Sequence[Row], server_version: str, args: argparse.Namespace) -
     headers = ["library", "version", "enqueue/s", "bulk/s", "bulk API", "drain/s", "worker"]
     parts = [head, "", table(headers, lines)]
     ours = next((r for r in rows if r.label == OURS and not r.problem), None)
-    peers = [r for r in rows if r.label != OURS]
+    peers = [r for r in rows if r.label not in (OURS, RAW)]
     if ours is not None and peers:
         ratio_lines = [
             [
@@ -241,6 +263,8 @@ def parse_args() -> argparse.Namespace:
     unknown = set(args.libs) - set(ALL_KEYS)
     if unknown:
         parser.error(f"unknown --libs {sorted(unknown)}; choose from {','.join(ALL_KEYS)}")
+    if RAW in args.libs and OURS not in args.libs:
+        parser.error("--libs raw comes from bench/queue.py with ours: add ours")
     return args
 
 
@@ -256,7 +280,7 @@ def main() -> None:
         server_version = str(server_info["redis_version"])
         if OURS in args.libs:
             print("running ours ...", file=sys.stderr, flush=True)
-            rows.append(run_ours(client, server.url, args))
+            rows.extend(run_ours(client, server.url, args))
         for peer in peers:
             print(f"running {peer.label} ...", file=sys.stderr, flush=True)
             rows.append(run_peer(peer, python, client, server.url, args))

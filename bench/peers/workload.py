@@ -20,18 +20,19 @@ DEFAULT_CONCURRENCY = 10
 
 
 def make_payload(index: int) -> dict[str, Any]:
-    """One job shaped like the seed's job payload, ~300 bytes as compact JSON."""
+    """One job shaped like the seed's job payload: the same fields and, as compact JSON,
+    the same size (445 bytes) as bench/queue.py's make_jobs, which feeds our queue."""
     return {
         "job_id": str(uuid.uuid4()),
-        "session_id": str(uuid.uuid4()),
-        "orchestrator_id": "orch-1",
+        "session_id": "5f0c6a4e-bench-session",
+        "orchestrator_id": "orch-bench",
         "agent_type": "dining",
-        "task": f"Dinner in Tokyo #{index:06d}",
-        "constraints": {"cuisine": "sushi"},
-        "curated_shortlist": ["den"],
-        "result_format": "Option[]",
-        "created_at": "2026-01-15T10:30:00Z",
-        "ttl_seconds": 600,
+        "task": "Find 3 dinner reservations in Tokyo for Feb 13-17, party of 2",
+        "constraints": {"cuisines": ["sushi", "kaiseki"], "max_price_per_person": 200},
+        "curated_shortlist": ["sukiyabashi-jiro", "den", "kyubey"],
+        "result_format": "RestaurantOption[]",
+        "created_at": f"2026-01-15T10:30:00.{index % 1_000_000:06d}+00:00",
+        "ttl_seconds": 3600,
     }
 
 
