@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from ..connection import RedisClient
@@ -139,16 +138,9 @@ class Completions:
     async def _subscribe(self) -> None:
         if self._pubsub is not None:
             return
-        # Its own connection: a subscribed connection can serve nothing else. On a
-        # cluster any one node will do: PUBLISH reaches every node.
-        redis_settings = self._connection.settings.redis
-        client = (
-            aioredis.Redis(**redis_settings.client_kwargs() | {"max_connections": 1})
-            if redis_settings.cluster
-            else redis_settings.make_client(max_connections=1)
-        )
+        # Its own connection: a subscribed connection can serve nothing else.
+        client = self._connection.subscriber_client()
         self._client = client
-        assert isinstance(client, aioredis.Redis)
         self._pubsub = client.pubsub()
         await self._pubsub.psubscribe(COMPLETION_PATTERN)
 

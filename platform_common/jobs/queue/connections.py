@@ -7,6 +7,8 @@ import asyncio
 from functools import lru_cache
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
 from ..connection import RedisClient
@@ -60,7 +62,18 @@ class QueueConnection:
 
     def blocking_client(self) -> RedisClient:
         """A client with its own single connection, for BLMOVE and the like."""
-        return self.settings.redis.make_client(max_connections=1)
+        return self.settings.redis.make_client(max_connections=1, retry=async_retry())
+
+    def subscriber_client(self) -> aioredis.Redis:
+        """A single-connection client for pub/sub. On a cluster any one node will do:
+        PUBLISH reaches every node."""
+        redis_settings = self.settings.redis
+        if redis_settings.cluster:
+            kwargs = redis_settings.client_kwargs() | {"max_connections": 1, "retry": async_retry()}
+            return aioredis.Redis(**kwargs)
+        client = redis_settings.make_client(max_connections=1, retry=async_retry())
+        assert isinstance(client, aioredis.Redis)
+        return client
 
     async def ping(self) -> bool:
         """True when Redis answers PING through the pool (the spec's health check)."""
@@ -76,13 +89,23 @@ class QueueConnection:
         await self.client.aclose()
 
 
+def async_retry() -> AsyncRetry:
+    """Reconnect and retry a command up to 3 times with backoff on a dropped connection.
+
+    It must be redis.asyncio's Retry: the synchronous one that client_kwargs() carries
+    never awaits the command inside its loop, so an asyncio client given it neither
+    retries nor reconnects (a killed pub/sub connection then stays dead)."""
+    return AsyncRetry(ExponentialBackoff(cap=2.0, base=0.05), retries=3)
+
+
 def _pooled_client(settings: QueueSettings) -> RedisClient:
     redis_settings = settings.redis
     if redis_settings.cluster or redis_settings.sentinel_service is not None:
         # Cluster and sentinel clients keep their own per-node pools.
-        return redis_settings.make_client(max_connections=settings.pool_max)
+        return redis_settings.make_client(max_connections=settings.pool_max, retry=async_retry())
     kwargs = redis_settings.client_kwargs()
     kwargs.pop("max_connections", None)
+    kwargs["retry"] = async_retry()
     # Past pool_max, a caller waits (up to the socket timeout) instead of failing.
     pool = aioredis.BlockingConnectionPool(
         max_connections=settings.pool_max, timeout=redis_settings.socket_timeout, **kwargs

@@ -1,0 +1,93 @@
+"""Dead letters: list them with their history, requeue them (fresh attempts and TTL,
+counted as enqueued), purge them (record and result gone)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobPayload, JobQueue, current_job
+from tests.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
+
+DINING = QueueKeys("dining")
+
+
+@pytest.fixture
+async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
+    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=1))
+    try:
+        yield job_queue
+    finally:
+        await job_queue.aclose()
+
+
+async def fails_first_life(job: JobPayload) -> str:
+    """Fails unless the payload was fixed (constraints.fixed), as an operator would
+    fix the cause before requeueing a dead letter."""
+    if job.constraints.get("fixed") != "yes" and job.task.startswith("broken"):
+        raise RuntimeError(f"{job.task} failed on attempt {current_job().attempt}")
+    return "fine"
+
+
+async def dead_letter(queue: JobQueue, count: int) -> list[str]:
+    jobs = [make_job(task=f"broken {i}") for i in range(count)]
+    ids = await queue.enqueue_many(jobs)
+    async with running_worker(queue.settings, fails_first_life):
+        await eventually(lambda: _dead_count(queue, count))
+    return ids
+
+
+async def _dead_count(queue: JobQueue, count: int) -> bool:
+    return await queue.dead_letters.count("dining") == count
+
+
+async def test_list_shows_payload_error_and_history_newest_first(queue: JobQueue) -> None:
+    ids = await dead_letter(queue, 3)
+    letters = await queue.dead_letters.list("dining")
+    assert {d.job_id for d in letters} == set(ids)
+    assert [d.dead_at for d in letters] == sorted((d.dead_at for d in letters), reverse=True)
+    first = next(d for d in letters if d.job_id == ids[0])
+    assert first.payload["task"] == "broken 0" and first.attempts == 1
+    assert first.last_error == "RuntimeError: broken 0 failed on attempt 1"
+    assert [(h["attempt"], h["outcome"]) for h in first.history] == [(1, "error")]
+    assert [d.job_id for d in await queue.dead_letters.list("dining", start=1, count=1)] == [
+        letters[1].job_id
+    ]
+
+
+async def test_requeue_runs_the_job_again_with_fresh_attempts(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    ids = await dead_letter(queue, 2)
+    # Fix the cause (here: the stored payload), then requeue one of the two.
+    key = DINING.job(ids[0])
+    payload = (await redis_client.hget(key, "payload")).replace(
+        '"max_price_per_person":200', '"max_price_per_person":200,"fixed":"yes"'
+    )
+    await redis_client.hset(key, "payload", payload)
+    assert await queue.dead_letters.requeue("dining", [ids[0], "not-a-dead-letter"]) == [ids[0]]
+    assert await redis_client.lrange(DINING.dead, 0, -1) == [ids[1]]
+    assert await queue.get_result(ids[0]) is None  # the failed result is gone
+    async with running_worker(queue.settings, fails_first_life):
+        outcome = await eventually(lambda: queue.get_result(ids[0]))
+    assert outcome.ok and outcome.result == "fine"
+    stats = await queue.stats("dining")
+    assert stats.counters["enqueued"] == 3 and stats.counters["completed"] == 1
+    assert stats.dead == 1
+
+
+async def test_purge_deletes_dead_letters_for_good(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    ids = await dead_letter(queue, 3)
+    assert await queue.dead_letters.purge("dining", [ids[0]]) == 1
+    assert not await redis_client.exists(DINING.job(ids[0]), DINING.result(ids[0]))
+    assert await queue.dead_letters.count("dining") == 2
+    assert await queue.dead_letters.purge("dining") == 2
+    assert await queue.dead_letters.count("dining") == 0
+    assert not await redis_client.exists(*(DINING.job(i) for i in ids))
+    assert await queue.dead_letters.purge("dining") == 0
