@@ -1,0 +1,298 @@
+"""Monitoring against the real thing: a real Prometheus scrapes the real exporter while
+real worker processes run a real workload; every dashboard and alert query is evaluated
+there, and an alert travels Prometheus -> Alertmanager -> a webhook with its runbook_url,
+which the exporter then serves.
+
+Uses the spec's test settings (every `for` 2 s, rules evaluated every second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+
+from alerts.config import MonitoringConfig
+from alerts.prometheus_rules import rule_file
+from alerts.spec import alert_specs
+from dashboards.ids import QueueOverviewPanel
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
+from platform_common.jobs.testing import RedisServer
+from platform_common.jobs.testing.redis_server import find_free_port
+from tests.queue_handlers import behaviour, make_job
+from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
+from tests.support.prometheus import PrometheusError, PrometheusServer
+from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "queue-exporter"  # PrometheusServer's job name, and the alerts' default selector
+WORKED = ("dining", "flights")
+BACKLOG = "transportation"  # no worker ever runs for it: the end-to-end test fills it
+HANDLER = "tests.queue_handlers:behave"
+# Grafana's values for the variables: "All" is the allValue `.+`.
+VARIABLES = {"$__rate_interval": "1m", "$job": JOB, "$instance": ".+", "$agent_type": ".+"}
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not all(shutil.which(b) for b in ("prometheus", "prometheus-alertmanager", "amtool")),
+        reason="needs prometheus and prometheus-alertmanager",
+    ),
+]
+
+
+class ExporterProcess:
+    """`python -m exporter` on a free port, as deployed."""
+
+    def __init__(self, redis_url: str, agent_types: str) -> None:
+        self.port = find_free_port()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--redis-url", redis_url, "--host", "127.0.0.1",
+             "--port", str(self.port), "--agent-types", agent_types],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_until(self._healthy, timeout=30)
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            self.log.seek(0)
+            raise AssertionError(f"exporter exited: {self.log.read().decode()}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=15)
+        self.log.close()
+
+
+@dataclass
+class Live:
+    config: MonitoringConfig
+    exporter: ExporterProcess
+    prometheus: PrometheusServer
+    hook: WebhookReceiver
+    redis_url: str
+
+
+def _workload() -> list[dict[str, Any]]:
+    """Successes, slow jobs, a retry that then succeeds, poison pills, a refusal."""
+    jobs = []
+    for agent_type in WORKED:
+        jobs += [make_job(agent_type) for _ in range(12)]
+        jobs += [
+            make_job(agent_type, constraints=behaviour("sleep", seconds=0.2)) for _ in range(3)
+        ]
+        jobs.append(make_job(agent_type, constraints=behaviour("fail_until", succeed_on=2)))
+        jobs.append(make_job(agent_type, constraints=behaviour("fatal")))
+    jobs += [make_job("dining", constraints=behaviour("fail")) for _ in range(2)]
+    return jobs
+
+
+async def _enqueue(redis_url: str, jobs: list[dict[str, Any]]) -> None:
+    async with await JobQueue.connect(redis_url) as queue:
+        await queue.enqueue_many(jobs)
+
+
+def _finished(redis_url: str, expected: int) -> bool:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        done = 0
+        for agent_type in WORKED:
+            stats: dict[str, str] = client.hgetall(QueueKeys(agent_type).stats)  # type: ignore[assignment]
+            done += int(stats.get("completed", 0)) + int(stats.get("failed", 0))
+        return done == expected
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def live(redis_server: RedisServer) -> Iterator[Live]:
+    admin = redis.Redis(port=redis_server.port)
+    admin.flushall()
+    admin.close()
+    redis_url = redis_server.url
+    directory = Path(tempfile.mkdtemp(prefix="pcj-monitoring-"))
+    exporter = ExporterProcess(redis_url, ",".join([*WORKED, BACKLOG]))
+    config = MonitoringConfig(job=JOB, runbook_base_url=f"{exporter.url}/runbooks/")
+    rules = directory / "rules.yml"
+    rules.write_text(yaml.safe_dump(rule_file(config.test_settings(for_="2s", interval="1s"))))
+    try:
+        with (
+            WebhookReceiver() as hook,
+            AlertmanagerServer(hook.url) as alertmanager,
+            PrometheusServer(
+                targets=[exporter.url.removeprefix("http://")],
+                job_name=JOB,
+                rule_files=[rules],
+                alertmanager=alertmanager.address,
+            ) as prometheus,
+            WorkerGroup(redis_url, "dining", HANDLER, env=FAST_SETTINGS) as dining,
+            WorkerGroup(redis_url, "flights", HANDLER, env=FAST_SETTINGS) as flights,
+        ):
+            assert alertmanager.check_config().returncode == 0
+            dining.start(concurrency=4)
+            flights.start(concurrency=2)
+            jobs = _workload()
+            asyncio.run(_enqueue(redis_url, jobs))
+            wait_until(lambda: _finished(redis_url, len(jobs)), timeout=60, interval=0.2)
+            # Prometheus has scraped the final state (dead letters, completions), and
+            # every counter of every type often enough for rate() to have two samples.
+            prometheus.wait_for('sum(dead_letter_depth{agent_type="dining"})', _equals(2))
+            prometheus.wait_for(f"count(jobs_completed_total{{job='{JOB}'}} > 0)", _equals(2))
+            prometheus.wait_for(
+                f"min(count_over_time(jobs_enqueued_total{{job='{JOB}'}}[1m]))",
+                lambda result: bool(result) and result[0].value >= 3,
+            )
+            yield Live(config, exporter, prometheus, hook, redis_url)
+    finally:
+        exporter.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _equals(value: float) -> Any:
+    return lambda result: bool(result) and result[0].value == value
+
+
+def _substitute(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    assert "$" not in expr, expr
+    return expr
+
+
+def _dashboard_queries() -> list[tuple[str, str, bool]]:
+    """(where, PromQL, should have data) for every target and variable of every dashboard."""
+    specs = alert_specs(MonitoringConfig())
+    queries = []
+    for path in sorted((ROOT / "dashboards").glob("*.json")):
+        board = json.loads(path.read_text())
+        for panel in board["panels"]:
+            offset = panel["id"] - int(QueueOverviewPanel.ALERT_STATS)
+            # Alert-row stats of alerts that are silent on a healthy system may be empty.
+            expect = not 0 <= offset < len(specs) or specs[offset].expect_data
+            for target in panel.get("targets", []):
+                where = f"{path.name} panel {panel['id']} {target['refId']}"
+                queries.append((where, _substitute(target["expr"]), expect))
+        for variable in board["templating"]["list"]:
+            if variable["type"] == "query":
+                # Grafana's label_values(selector, label): Prometheus evaluates the selector.
+                match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"])
+                assert match, variable["query"]
+                where = f"{path.name} variable {variable['name']}"
+                queries.append((where, _substitute(match[1]), True))
+    return queries
+
+
+def _alert_queries() -> list[tuple[str, str, bool]]:
+    """Every expression of the committed Prometheus and Grafana rule files."""
+    expect = {spec.name: spec.expect_data for spec in alert_specs(MonitoringConfig())}
+    prometheus = yaml.safe_load((ROOT / "alerts/prometheus/queue-alerts.rules.yml").read_text())
+    grafana = yaml.safe_load(
+        (ROOT / "alerts/grafana/provisioning/alerting/queue-alerts.yaml").read_text()
+    )
+    queries = []
+    for rule in prometheus["groups"][0]["rules"]:
+        queries.append((f"rule {rule['alert']}", rule["expr"], False))
+    for rule in grafana["groups"][0]["rules"]:
+        query = rule["data"][0]["model"]["expr"]
+        queries.append((f"grafana {rule['title']} A", query, expect[rule["title"]]))
+    return queries
+
+
+def _runbook_queries() -> list[tuple[str, str, bool]]:
+    pattern = re.compile(r"promtool query instant \"\$PROMETHEUS_URL\" '([^']+)'")
+    return [
+        (f"runbook {path.stem}", query, False)
+        for path in sorted((ROOT / "runbooks").glob("*.md"))
+        for query in pattern.findall(path.read_text())
+    ]
+
+
+def test_every_dashboard_alert_and_runbook_query_evaluates(live: Live) -> None:
+    queries = _dashboard_queries() + _alert_queries() + _runbook_queries()
+    assert len(queries) > 60
+    problems = []
+    with_data = 0
+    for where, expr, should_have_data in queries:
+        try:
+            result = live.prometheus.query(expr)
+        except PrometheusError as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        if should_have_data and not result:
+            problems.append(f"{where}: no data for {expr}")
+        with_data += bool(result)
+    assert not problems, "\n".join(problems)
+    assert with_data >= sum(expected for _, _, expected in queries)
+
+
+def test_queries_show_what_the_workload_did(live: Live) -> None:
+    # Spot checks that the numbers, not just the shapes, come through.
+    sel = f'job="{JOB}"'
+    dead = live.prometheus.query(f"max by (agent_type) (dead_letter_depth{{{sel}}})")
+    assert {s.labels["agent_type"]: s.value for s in dead}["dining"] == 2
+    workers = live.prometheus.query(f"max by (agent_type) (active_workers{{{sel}}})")
+    assert {s.labels["agent_type"]: s.value for s in workers} == {
+        "dining": 1, "flights": 1, BACKLOG: 0,
+    }  # fmt: skip
+    buckets = f'job_latency_seconds_bucket{{{sel}, agent_type="dining"}}'
+    [p95] = live.prometheus.query(f"histogram_quantile(0.95, max by (le) ({buckets}))")
+    assert 0 < p95.value < 30  # quick jobs, one retry: far below the 30 s default SLO
+
+
+def test_alert_reaches_alertmanager_with_a_runbook_url_the_exporter_serves(live: Live) -> None:
+    depth = live.config.queue_depth_high + 5
+    assert not [a for a in live.hook.received() if a["labels"].get("alertname") == "QueueDepthHigh"]
+    backlog = [make_job(BACKLOG) for _ in range(depth)]
+    asyncio.run(_enqueue(live.redis_url, backlog))
+
+    def depth_high_for_backlog(alert: dict[str, Any]) -> bool:
+        labels: dict[str, str] = alert["labels"]
+        return labels.get("alertname") == "QueueDepthHigh" and labels.get("agent_type") == BACKLOG
+
+    [alert] = live.hook.wait_for(depth_high_for_backlog, timeout=60)
+    assert alert["status"] == "firing"
+    assert alert["labels"]["severity"] == "warning" and alert["labels"]["action"] == "scale-up"
+    assert alert["annotations"]["summary"] == (
+        f"Queue {BACKLOG} has {depth} jobs waiting (threshold {live.config.queue_depth_high})."
+    )
+    url = alert["annotations"]["runbook_url"]
+    assert url == f"{live.exporter.url}/runbooks/QueueDepthHigh"
+    page = httpx.get(url, timeout=5)
+    assert page.status_code == 200
+    assert "<h1>QueueDepthHigh</h1>" in page.text and "<h2>Mitigation</h2>" in page.text
+    # The worked queues stayed below the threshold: no such alert for them.
+    assert not [
+        a
+        for a in live.hook.received()
+        if a["labels"].get("alertname") == "QueueDepthHigh" and a["labels"]["agent_type"] in WORKED
+    ]
+    # And the backlog without workers is the other alert it should be.
+    live.hook.wait_for(
+        lambda a: (
+            a["labels"].get("alertname") == "QueueNoActiveWorkers"
+            and a["labels"].get("agent_type") == BACKLOG
+        )
+    )
