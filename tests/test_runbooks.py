@@ -4,9 +4,12 @@ against this project's keys, metrics and API, and every runbook_url served by th
 from __future__ import annotations
 
 import ast
+import asyncio
 import re
 import shutil
 import subprocess
+import sys
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,10 @@ from exporter.catalogue import CATALOGUE
 from exporter.runbook_pages import default_directory, runbook_router
 from exporter.settings import ExporterSettings
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import DeadLetters, JobQueue
+from platform_common.jobs.queue import DeadLetters, JobPayload, JobQueue
+from tests.queue_handlers import make_job
 from tests.support.prometheus import promtool
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOKS = ROOT / "runbooks"
@@ -236,3 +241,67 @@ async def test_router_serves_another_directory(tmp_path: Path) -> None:
         assert 'href="CustomAlert"' in index.text  # no README: a generated list
         assert (await client.get("/runbooks/secret")).status_code == 404
         assert (await client.get("/runbooks/QueueIdle")).status_code == 404
+
+
+# -- the dead-letter commands, run as on-call would run them ---------------------
+
+
+async def _poison(job: JobPayload) -> None:
+    raise RuntimeError(f"poison {job.task}")
+
+
+def _snippet(page: str, marker: str) -> str:
+    [snippet] = [s for s in blocks(pages()[page], "sh") if marker in s]
+    return snippet
+
+
+async def _run_snippet(snippet: str, redis_url: str) -> str:
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",  # `python` is this venv's
+        "PYTHONPATH": str(ROOT),
+        "REDIS_URL": redis_url,
+        "AGENT_TYPE": "dining",
+    }
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-c", snippet, env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def _dead_letter(queue: JobQueue, count: int) -> list[str]:
+    ids = await queue.enqueue_many([make_job(task=f"t{i}") for i in range(count)])
+    async with running_worker(queue.settings, _poison):
+        await eventually(lambda: _dead_count(queue, count))
+    return ids
+
+
+async def _dead_count(queue: JobQueue, count: int) -> bool:
+    return await queue.dead_letters.count("dining") == count
+
+
+async def test_dead_letter_snippets_list_requeue_and_purge(redis_url: str) -> None:
+    async with await JobQueue.connect(fast_settings(redis_url, max_attempts=1)) as queue:
+        ids = await _dead_letter(queue, 3)
+        listed = await _run_snippet(
+            _snippet("DeadLetterDepthHigh", "dead_letters.list("), redis_url
+        )
+        assert {line.split()[0] for line in listed.splitlines()} == set(ids)
+        assert "poison" in listed
+        requeued = await _run_snippet(
+            _snippet("DeadLetterDepthHigh", "dead_letters.requeue("), redis_url
+        )
+        assert requeued.strip() == "requeued 3"
+        stats = await queue.stats("dining")
+        assert (stats.queued, stats.dead) == (3, 0)
+        # The requeued jobs fail again (the cause is not fixed here): dead once more.
+        async with running_worker(queue.settings, _poison):
+            await eventually(lambda: _dead_count(queue, 3))
+        purged = await _run_snippet(
+            _snippet("DeadLetterDepthHigh", "dead_letters.purge("), redis_url
+        )
+        assert purged.strip() == "purged 3"
+        assert (await queue.stats("dining")).dead == 0
+        shown = await _run_snippet(_snippet("JobFailureRatioHigh", "queue.stats("), redis_url)
+        assert shown.startswith("QueueStats(")
