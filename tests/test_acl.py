@@ -145,7 +145,7 @@ async def test_worker_cannot_administer_redis(
             worker.config_get("*"),
             worker.execute_command("ACL", "LIST"),
             worker.set("unrelated:key", "1"),
-            worker.sadd(QueueKeys.types_key(), "forged"),
+            worker.keys("*"),
         ):
             with pytest.raises(NoPermissionError):
                 await forbidden

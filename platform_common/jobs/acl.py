@@ -160,6 +160,7 @@ ROLES: dict[str, AclRole] = {
             commands=(
                 *_SCRIPTING,
                 *_STORE_READS,
+                "sadd",  # jobs:types: a worker registers its type for the exporter
                 "blmove",
                 "lmove",
                 "lrange",
@@ -169,7 +170,7 @@ ROLES: dict[str, AclRole] = {
                 "hmget",
                 "get",
             ),
-            keys=("~{queue}:{*}:*", "%R~{queue}:types", "~{store}:*"),
+            keys=("~{queue}:{*}:*", "~{queue}:types", "~{store}:*"),
             channels=(COMPLETION_PATTERN,),
         ),
         AclRole(
