@@ -92,7 +92,8 @@ def _alert_row(config: MonitoringConfig) -> list[Placed]:
             spec.unit,
             [(shown.query, "{{agent_type}}{{instance}}")],
             _alert_steps(spec),
-            no_value="No data",
+            # Empty is the healthy answer of alerts like absent(): say so.
+            no_value="No data" if spec.expect_data else "OK",
             links=[
                 link(f"Runbook: {spec.name}", config.runbook_url(spec.runbook_slug)),
                 link("Panel", config.dashboard_url(spec.dashboard_uid, spec.panel)),
