@@ -54,8 +54,9 @@ async def test_enqueue_writes_job_queue_counter_and_type(
     assert await redis_client.lrange(DINING.queue, 0, -1) == [job["job_id"]]
     record = await redis_client.hgetall(DINING.job(job["job_id"]))
     assert json.loads(record["payload"]) == job
-    assert record["state"] == "queued" and record["attempts"] == "0"
     assert record["max_attempts"] == "3" and record["ttl"] == "60"
+    waiting = await queue.get_record("dining", job["job_id"])
+    assert waiting is not None and waiting.status == "pending" and waiting.payload == job
     assert int(record["enqueued_at"]) > 0
     assert await redis_client.hget(DINING.stats, "enqueued") == "1"
     assert await redis_client.smembers(QueueKeys.types_key()) == {"dining"}

@@ -27,7 +27,8 @@ for i = 1, n do
         -- A replay of this very claim (the reply was lost): hand the lease back again.
         local g = redis.call('HMGET', job_key, 'attempts', 'max_attempts', 'payload')
         out[i + 1] = {job_id, 'run', token, g[1], g[2], f[3], g[3]}
-    elseif state == 'queued' or state == 'retrying' then
+    elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
+        -- (a record without a 'state' field is a job queued by enqueue)
         if now >= tonumber(f[3]) then
             local ttl = tonumber(f[4])
             redis.call('LREM', KEYS[1], 1, job_id)

@@ -34,10 +34,10 @@ for i = 1, n do
         local job_id = ARGV[base + 1]
         local ttl = tonumber(ARGV[base + 3])
         local expires_at = tonumber(ARGV[base + 4]) + ttl * 1000
-        redis.call('HSET', KEYS[3 + i],
-            'payload', ARGV[base + 2], 'state', 'queued', 'attempts', 0,
-            'max_attempts', ARGV[base + 5], 'ttl', ttl, 'created_at', ARGV[base + 4],
-            'enqueued_at', now, 'expires_at', expires_at, 'nonce', nonce)
+        -- The hot path writes only what later steps need: no 'state' field means
+        -- queued, no 'attempts' field means none yet (created_at is in the payload).
+        redis.call('HSET', KEYS[3 + i], 'payload', ARGV[base + 2], 'enqueued_at', now,
+            'expires_at', expires_at, 'ttl', ttl, 'max_attempts', ARGV[base + 5], 'nonce', nonce)
         redis.call('ZADD', KEYS[3], expires_at, job_id)
         redis.call('LPUSH', KEYS[1], job_id)
         written = written + 1

@@ -13,8 +13,8 @@ for i = 1, #ARGV - 1 do
     local job_id = ARGV[1 + i]
     local job_key = KEYS[5 + 2 * i]
     local f = redis.call('HMGET', job_key, 'state', 'expires_at', 'ttl')
-    local state = f[1]
-    if not state then
+    local state = f[1] or 'queued'  -- enqueue writes no 'state' field
+    if not f[2] then
         redis.call('ZREM', KEYS[1], job_id)  -- the record is gone: nothing to expire
     elseif now >= tonumber(f[2]) then
         local live = true

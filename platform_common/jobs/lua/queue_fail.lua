@@ -19,8 +19,11 @@ local mode = ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history')
+    'worker', 'started_at', 'history', 'expires_at')
 local state = f[1]
+if f[9] and not state then
+    state = 'queued'  -- enqueue writes no 'state' field
+end
 
 local function drop_lease()
     redis.call('LREM', KEYS[1], 1, job_id)

@@ -4,16 +4,19 @@ connections for blocking commands, and the health check."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..connection import RedisClient
 from ..keys import QueueKeys
-from .scripts import QueueScripts
+from .lane import CommandLane
+from .scripts import QueueScript, QueueScripts, run_pipelined
 from .settings import QueueSettings
 
 __all__ = ["QueueConnection"]
@@ -31,6 +34,11 @@ class QueueConnection:
         self.settings = settings
         self.client: RedisClient = _pooled_client(settings)
         self.scripts = QueueScripts(self.client)
+        # The hot path (enqueue, claim, complete) runs on a held connection; on a
+        # cluster each slot lives on its own node, so there it uses the client.
+        self.lane: CommandLane | None = (
+            CommandLane(self.client) if isinstance(self.client, aioredis.Redis) else None
+        )
         self._registered: set[str] = set()
 
     @classmethod
@@ -53,6 +61,44 @@ class QueueConnection:
         redis-py has no minimum pool size: concurrent PINGs each hold their own
         connection until answered, so the pool ends with at least that many open."""
         await asyncio.gather(*(self._ping() for _ in range(self.settings.pool_min)))
+
+    async def run_script(self, script: QueueScript, keys: list[str], args: list[Any]) -> Any:
+        """Run a queue script on the lane (or the client where there is no lane)."""
+        if self.lane is not None:
+            return await self.lane.run_script(script, keys, args)
+        return await script(keys, args)
+
+    async def run_script_many(
+        self, script: QueueScript, calls: Sequence[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        """Run `script` once per (keys, args), back to back in one write; each reply
+        or error in place. NOSCRIPT replies (the call did not run) are re-run."""
+        if self.lane is None:
+            return await run_pipelined(self.client, script, calls)
+        if not calls:
+            return []
+        sha = await script.digest(calls[0][0])
+        replies = await self.lane.execute_many(
+            [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
+        )
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            script.forget()
+            for index, reply in enumerate(replies):
+                if isinstance(reply, NoScriptError):
+                    try:
+                        replies[index] = await self.run_script(script, *calls[index])
+                    except ResponseError as exc:
+                        replies[index] = exc
+        return replies
+
+    async def execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run plain commands back to back; errors are returned in place."""
+        if self.lane is not None:
+            return await self.lane.execute_many(commands)
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
 
     async def register_type(self, agent_type: str) -> None:
         """SADD the agent type to the discovery set once per process (for the exporter)."""
@@ -86,6 +132,8 @@ class QueueConnection:
         return bool(await self.client.execute_command("PING"))
 
     async def aclose(self) -> None:
+        if self.lane is not None:
+            await self.lane.aclose()
         await self.client.aclose()
 
 

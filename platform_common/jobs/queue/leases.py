@@ -38,6 +38,7 @@ class Leases:
     def __init__(self, connection: QueueConnection, agent_type: str) -> None:
         settings = connection.settings
         self._scripts = connection.scripts
+        self._run = connection.run_script
         self.keys: QueueKeys = connection.keys(agent_type)
         self._lease_ms = int(settings.lease_seconds * 1000)
         self._backoff = list(settings.backoff_ms())
@@ -64,7 +65,7 @@ class Leases:
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
-        reply = await self._scripts.claim(script_keys, args)
+        reply = await self._run(self._scripts.claim, script_keys, args)
         claims = [
             Claim(entry[0], entry[2], int(entry[3]), int(entry[4]), int(entry[5]), entry[6])
             for entry in reply[1:]
@@ -85,14 +86,16 @@ class Leases:
     async def complete(self, job_id: str, token: str, result_json: str) -> None:
         """Store the result (with the job's TTL), count, publish. LeaseLost if the token
         no longer owns the job; a retried call that already succeeded is a no-op."""
-        reply = await self._scripts.complete(*self.complete_call(job_id, token, result_json))
+        reply = await self._run(
+            self._scripts.complete, *self.complete_call(job_id, token, result_json)
+        )
         check_complete_reply(job_id, reply)
 
     async def fail(self, job_id: str, token: str, error: str, *, mode: str = "error") -> str:
         """End the attempt unsuccessfully. mode "error" retries with backoff (or
         dead-letters after the last attempt), "fatal" fails without retry, "release"
         gives the attempt back unstarted. Returns the outcome; LeaseLost as above."""
-        reply = await self._scripts.fail(*self.fail_call(job_id, token, error, mode))
+        reply = await self._run(self._scripts.fail, *self.fail_call(job_id, token, error, mode))
         outcome = str(reply[0])
         if outcome == "lost":
             raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
@@ -117,7 +120,9 @@ class Leases:
         args: list[Any] = [self._lease_ms]
         for job_id, token in held:
             args += [job_id, token]
-        lost = await self._scripts.renew([keys.leases, *(keys.job(j) for j, _ in held)], args)
+        lost = await self._run(
+            self._scripts.renew, [keys.leases, *(keys.job(j) for j, _ in held)], args
+        )
         return [str(job_id) for job_id in lost]
 
     async def expire(self, job_ids: Sequence[str]) -> list[str]:
@@ -130,7 +135,7 @@ class Leases:
         ]  # fmt: skip
         for job_id in job_ids:
             script_keys += [keys.job(job_id), keys.result(job_id)]
-        expired = await self._scripts.expire(script_keys, [keys.channel, *job_ids])
+        expired = await self._run(self._scripts.expire, script_keys, [keys.channel, *job_ids])
         return [str(job_id) for job_id in expired]
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from ..clock import now
 from .connections import QueueConnection
 from .leases import Leases
-from .scripts import run_pipelined
 
 __all__ = ["Maintenance", "ReapReport"]
 
@@ -53,7 +52,7 @@ class Maintenance:
             self._leases.fail_call(job_id, "", "lease expired: the worker stopped renewing", "lost")
             for job_id in expired
         ]
-        replies = await run_pipelined(self._connection.client, self._connection.scripts.fail, calls)
+        replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
         outcomes = []
         for reply in replies:
             if isinstance(reply, Exception):

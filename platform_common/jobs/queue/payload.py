@@ -22,7 +22,7 @@ __all__ = [
     "prepare_job",
 ]
 
-FIELDS = (
+FIELDS: tuple[str, ...] = (
     "job_id",
     "session_id",
     "orchestrator_id",
@@ -34,9 +34,12 @@ FIELDS = (
     "created_at",
     "ttl_seconds",
 )
+_FIELD_SET = frozenset(FIELDS)
 # constraints and curated_shortlist may be left out (no constraints, no shortlist);
 # every other field of the spec's example is required.
 _OPTIONAL = {"constraints": dict, "curated_shortlist": list}
+# One encoder, built once: json.dumps with non-default options builds one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 MAX_TEXT_LENGTH = 200
 """Longest session_id, orchestrator_id and result_format (ids, not prose)."""
 
@@ -130,9 +133,10 @@ def _validate(
     if not isinstance(data, Mapping):
         return {"payload": f"must be a JSON object, got {type(data).__name__}"}, None
     errors: dict[str, str] = {}
-    for name in data:
-        if name not in FIELDS:
-            errors[str(name)] = "unknown field"
+    if not _FIELD_SET.issuperset(data):
+        for name in data:
+            if name not in _FIELD_SET:
+                errors[str(name)] = "unknown field"
     for name in FIELDS:
         if name not in data and name not in _OPTIONAL:
             errors[name] = "missing field"
@@ -224,13 +228,19 @@ def prepare_job(
 
 def encode_payload(data: Mapping[str, Any]) -> str:
     """The stored JSON of a valid payload mapping (compact; created_at normalised)."""
-    body = dict(data)
-    created = body.get("created_at")
-    if isinstance(created, datetime):
-        body["created_at"] = format_time(created)
-    body.setdefault("constraints", {})
-    body.setdefault("curated_shortlist", [])
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    body = data
+    if (
+        isinstance(data.get("created_at"), datetime)
+        or "constraints" not in data
+        or "curated_shortlist" not in data
+    ):
+        body = dict(data)
+        created = body.get("created_at")
+        if isinstance(created, datetime):
+            body["created_at"] = format_time(created)
+        body.setdefault("constraints", {})
+        body.setdefault("curated_shortlist", [])
+    return _ENCODER.encode(body)
 
 
 def format_time(moment: datetime) -> str:

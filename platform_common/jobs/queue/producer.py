@@ -10,7 +10,6 @@ from typing import Any
 from ..errors import InvalidPayload
 from .connections import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
-from .scripts import run_pipelined
 
 __all__ = ["ENQUEUE_CHUNK", "Producer"]
 
@@ -49,7 +48,8 @@ class Producer:
         connection = self._connection
         keys = connection.keys(prepared.agent_type)
         await connection.register_type(prepared.agent_type)
-        reply = await connection.scripts.enqueue(
+        reply = await connection.run_script(
+            connection.scripts.enqueue,
             [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)],
             [self._nonce(), 1, *self._job_args(prepared)],
         )
@@ -82,7 +82,7 @@ class Producer:
             for _, job in chunk:
                 args += self._job_args(job)
             calls.append(([keys.queue, keys.stats, keys.expiry, *job_keys], args))
-        replies = await run_pipelined(connection.client, connection.scripts.enqueue, calls)
+        replies = await connection.run_script_many(connection.scripts.enqueue, calls)
         refused: dict[str, str] = {}
         for (_, chunk), reply in zip(chunks, replies, strict=True):
             if isinstance(reply, Exception):
@@ -148,20 +148,24 @@ class Producer:
         if not chunks:
             return
         connection = self._connection
-        pipe = connection.client.pipeline(transaction=False)
-        for agent_type, chunk in chunks:
-            keys = connection.keys(agent_type)
-            pipe.exists(*(keys.job(job.job_id) for _, job in chunk))
-        counts = await pipe.execute()
+        counts = await connection.execute_many(
+            [
+                ("EXISTS", *(connection.keys(agent_type).job(job.job_id) for _, job in chunk))
+                for agent_type, chunk in chunks
+            ]
+        )
+        for count in counts:
+            if isinstance(count, Exception):
+                raise count
         suspects = [chunk for (_, chunk), count in zip(chunks, counts, strict=True) if count]
         if not suspects:
             return
         errors: dict[str, str] = {}
         for chunk in suspects:
-            pipe = connection.client.pipeline(transaction=False)
-            for _, job in chunk:
-                pipe.exists(connection.keys(job.agent_type).job(job.job_id))
-            for (index, job), exists in zip(chunk, await pipe.execute(), strict=True):
+            found = await connection.execute_many(
+                [("EXISTS", connection.keys(job.agent_type).job(job.job_id)) for _, job in chunk]
+            )
+            for (index, job), exists in zip(chunk, found, strict=True):
                 if exists:
                     errors[f"jobs[{index}].job_id"] = f"job {job.job_id!r} already exists"
         raise InvalidPayload(errors)

@@ -60,7 +60,8 @@ async def run_pipelined(
     sha = await script.digest(calls[0][0])
     pipe = client.pipeline(transaction=False)
     for keys, args in calls:
-        pipe.evalsha(sha, len(keys), *keys, *args)
+        # Not pipe.evalsha(): redis-py's cluster pipeline refuses that method by name.
+        pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
     replies: list[Any] = await pipe.execute(raise_on_error=False)
     if any(isinstance(reply, NoScriptError) for reply in replies):
         script.forget()

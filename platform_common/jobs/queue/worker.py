@@ -140,10 +140,12 @@ class Worker:
         has jobs (one pipelined round trip), else one BLMOVE on our own connection."""
         keys = self._keys
         if self._expect_more:
-            pipe = self._connection.client.pipeline(transaction=False)
-            for _ in range(want):
-                pipe.lmove(keys.queue, keys.processing, "RIGHT", "LEFT")
-            taken = [job_id for job_id in await pipe.execute() if job_id is not None]
+            move = ("LMOVE", keys.queue, keys.processing, "RIGHT", "LEFT")
+            replies = await self._connection.execute_many([move] * want)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            taken = [job_id for job_id in replies if job_id is not None]
             if taken:
                 return taken
             self._expect_more = False
