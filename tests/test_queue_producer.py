@@ -133,3 +133,14 @@ async def test_ping_reports_false_when_redis_is_unreachable() -> None:
         assert await job_queue.ping() is False
     finally:
         await job_queue.aclose()
+
+
+async def test_enqueue_survives_a_script_flush(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    await queue.enqueue(make_job())
+    await redis_client.script_flush()
+    job = make_job()
+    await queue.enqueue(job)  # NOSCRIPT on the hot path: reloaded, run once
+    assert await redis_client.lrange(DINING.queue, 0, 0) == [job["job_id"]]
+    assert (await queue.stats("dining")).counters["enqueued"] == 2

@@ -39,7 +39,7 @@ class QueueConnection:
         self.lane: CommandLane | None = (
             CommandLane(self.client) if isinstance(self.client, aioredis.Redis) else None
         )
-        self._registered: set[str] = set()
+        self.registered_types: set[str] = set()
 
     @classmethod
     async def open(cls, settings: QueueSettings) -> QueueConnection:
@@ -102,9 +102,9 @@ class QueueConnection:
 
     async def register_type(self, agent_type: str) -> None:
         """SADD the agent type to the discovery set once per process (for the exporter)."""
-        if agent_type not in self._registered:
+        if agent_type not in self.registered_types:
             await self.client.sadd(QueueKeys.types_key(self.settings.prefix), agent_type)  # type: ignore[misc]
-            self._registered.add(agent_type)
+            self.registered_types.add(agent_type)
 
     def blocking_client(self) -> RedisClient:
         """A client with its own single connection, for BLMOVE and the like."""

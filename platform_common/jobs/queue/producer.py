@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from ..errors import InvalidPayload
 from .connections import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
@@ -47,12 +49,19 @@ class Producer:
         prepared = self._prepare(job)
         connection = self._connection
         keys = connection.keys(prepared.agent_type)
-        await connection.register_type(prepared.agent_type)
-        reply = await connection.run_script(
-            connection.scripts.enqueue,
-            [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)],
-            [self._nonce(), 1, *self._job_args(prepared)],
-        )
+        if prepared.agent_type not in connection.registered_types:
+            await connection.register_type(prepared.agent_type)
+        script_keys = [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)]
+        args = [self._nonce(), 1, *self._job_args(prepared)]
+        lane, sha = connection.lane, connection.scripts.enqueue.loaded_digest
+        if lane is not None and sha is not None:
+            # The hot path: straight onto the lane; NOSCRIPT falls back to the full path.
+            try:
+                reply = await lane.execute("EVALSHA", sha, 4, *script_keys, *args)
+            except NoScriptError:
+                reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
+        else:
+            reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
             raise InvalidPayload({"job_id": f"job {prepared.job_id!r} already exists"})
         return prepared.job_id

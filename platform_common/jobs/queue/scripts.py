@@ -22,6 +22,11 @@ class QueueScript(LuaScript):
             self._sha = await self._load(keys)
         return self._sha
 
+    @property
+    def loaded_digest(self) -> str | None:
+        """The SHA1 once loaded through this object, else None."""
+        return self._sha
+
     def forget(self) -> None:
         """Drop the cached digest; the next call loads the script again."""
         self._sha = None
