@@ -18,6 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from platform_common.jobs.connection import RedisSettings
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
 
 RUNS_KEY = "test:runs"
@@ -52,9 +53,9 @@ _client: aioredis.Redis | None = None
 def _redis() -> aioredis.Redis:
     global _client
     if _client is None:
-        _client = aioredis.Redis.from_url(
-            os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"], decode_responses=True
-        )
+        # RedisSettings, not Redis.from_url: the URL may name a cluster (reliability tests).
+        url = os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"]
+        _client = RedisSettings.from_url(url).make_client()  # type: ignore[assignment]
     return _client
 
 
