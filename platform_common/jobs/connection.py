@@ -11,6 +11,7 @@ a password of their own). `redacted_url()` is the only form that may be logged.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,16 +21,16 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.asyncio.retry import Retry
 
 from .errors import ConfigurationError
 
 __all__ = [
+    "ClusterClient",
     "RedisClient",
     "RedisSettings",
-    "ScriptRoutingCluster",
     "SentinelMasterClient",
     "redact_url",
 ]
@@ -217,8 +218,29 @@ class RedisSettings:
             # The other URL hosts are extra startup nodes: a client made while the
             # first one is down (failover) still finds the cluster.
             startup = [ClusterNode(host, port) for host, port in self.all_addresses()[1:]]
-            return ScriptRoutingCluster(startup_nodes=startup or None, **kwargs)
+            return ClusterClient(startup_nodes=startup or None, **kwargs)
         return aioredis.Redis(**kwargs)
+
+    def make_node_client(self, **extra: Any) -> aioredis.Redis:
+        """A client of one node, for what any node serves (SUBSCRIBE/PSUBSCRIBE: PUBLISH
+        reaches every node of a cluster). On a cluster it connects to whichever URL
+        address answers first, so a subscriber survives the loss of any one node;
+        otherwise it is `make_client()`."""
+        if not self.cluster:
+            client = self.make_client(**extra)
+            assert isinstance(client, aioredis.Redis)
+            return client
+        kwargs = self.client_kwargs() | extra
+        for name in ("host", "port", "max_connections"):
+            kwargs.pop(name, None)
+        tls = kwargs.pop("ssl", False)
+        pool = aioredis.ConnectionPool(
+            connection_class=AnyNodeSSLConnection if tls else AnyNodeConnection,
+            max_connections=extra.get("max_connections", self.max_connections),
+            addresses=self.all_addresses(),
+            **kwargs,
+        )
+        return aioredis.Redis.from_pool(pool)
 
     def _make_sentinel_client(self, kwargs: dict[str, Any]) -> RedisClient:
         assert self.sentinel_service is not None
@@ -237,13 +259,42 @@ class RedisSettings:
         return client
 
 
-class ScriptRoutingCluster(RedisCluster):
-    """RedisCluster that routes EVAL_RO/EVALSHA_RO by their KEYS, as it does EVAL/EVALSHA.
+class ClusterClient(RedisCluster):
+    """RedisCluster with two fixes the package relies on.
 
-    redis-py special-cases only EVAL and EVALSHA; for the read-only variants it asks
-    the server (COMMAND GETKEYS) before every call, which costs the exporter an extra
-    round trip per agent type per scrape instead of one pipeline per node.
+    - EVAL_RO/EVALSHA_RO are routed by their KEYS, as redis-py does for EVAL/EVALSHA;
+      for the read-only variants it asks the server (COMMAND GETKEYS) before every
+      call, an extra round trip per agent type per exporter scrape.
+    - `aclose()` closes every connection, always. redis-py's does nothing while a
+      re-initialisation is pending (after any connection error, e.g. a failover); it
+      closes only the node cache, while after a re-initialisation commands run on the
+      slot map's own node objects; and it forgets nodes that left the topology. Each
+      of these leaked sockets after a failover.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._retired: list[ClusterNode] = []
+
+    async def initialize(self) -> ClusterClient:
+        before = self._known_nodes()
+        try:
+            await super().initialize()
+        finally:
+            after = self._known_nodes()
+            self._retired = [node for node in self._retired if _has_open_connection(node)]
+            self._retired += [node for key, node in before.items() if key not in after]
+        return self
+
+    def _known_nodes(self) -> dict[int, ClusterNode]:
+        """Every node object the client can reach, by identity: the node cache, the
+        startup nodes and the slot map (which, after a re-initialisation, holds node
+        objects of its own that the node cache does not)."""
+        manager = self.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+        for slot_nodes in manager.slots_cache.values():
+            nodes += slot_nodes
+        return {id(node): node for node in nodes}
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         if command.upper() in ("EVAL_RO", "EVALSHA_RO") and len(args) >= 2:
@@ -254,6 +305,49 @@ class ScriptRoutingCluster(RedisCluster):
                     return slots.pop()
             # No keys or a cross-slot call: let redis-py decide (and raise) as it would.
         return await super()._determine_slot(command, *args)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        # RedisCluster.aclose() does nothing while a re-initialisation is pending (after
+        # any connection error), so close every node we know of ourselves.
+        nodes = [*self._known_nodes().values(), *self._retired]
+        self._retired = []
+        await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
+
+
+def _has_open_connection(node: ClusterNode) -> bool:
+    return any(connection.is_connected for connection in node._connections)
+
+
+class _AddressRotation:
+    """Connect to the first of several addresses that accepts, starting with the one
+    that worked last."""
+
+    def __init__(self, *, addresses: tuple[tuple[str, int], ...], **kwargs: Any) -> None:
+        self._addresses = list(addresses)
+        host, port = self._addresses[0]
+        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
+
+    async def _connect(self) -> None:
+        error: BaseException | None = None
+        for _ in range(len(self._addresses)):
+            self.host, self.port = self._addresses[0]
+            try:
+                await super()._connect()  # type: ignore[misc]
+                return
+            except (OSError, TimeoutError) as exc:
+                error = exc
+                self._addresses.append(self._addresses.pop(0))
+        assert error is not None
+        raise error
+
+
+class AnyNodeConnection(_AddressRotation, aioredis.Connection):
+    """A plain connection to whichever of the cluster's URL addresses answers."""
+
+
+class AnyNodeSSLConnection(_AddressRotation, aioredis.SSLConnection):
+    """A TLS connection to whichever of the cluster's URL addresses answers."""
 
 
 class SentinelMasterClient(aioredis.Redis):

@@ -61,6 +61,7 @@ class Completions:
         self._client: RedisClient | None = None
         self._pubsub: Any = None
         self._closed = False
+        self._resync_due = False
         self.resyncs = 0
         """How many times the state was re-read (first subscribe + every reconnect)."""
 
@@ -87,21 +88,25 @@ class Completions:
                 raise StopAsyncIteration
             try:
                 await self._subscribe()
+                if self._resync_due:
+                    await self.resync()
+                    self._resync_due = False
                 message = await self._pubsub.get_message(timeout=self._poll_timeout)
                 delay = 0.05
+                if message is None:
+                    continue
+                if message["type"] == "psubscribe":
+                    self._resync_due = True
+                elif message["type"] == "pmessage":
+                    agent_type = str(message["channel"]).split(":")[1]
+                    await self._deliver(agent_type, str(message["data"]))
             except (RedisError, OSError):
-                # The next get_message reconnects and re-subscribes; its confirmation
-                # triggers the re-read.
+                # The next get_message reconnects and re-subscribes, and the re-read runs
+                # again: a failed re-read or delivery (a failover in progress) must not
+                # end the stream, and the re-read also finds an undelivered job.
+                self._resync_due = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-                continue
-            if message is None:
-                continue
-            if message["type"] == "psubscribe":
-                await self.resync()
-            elif message["type"] == "pmessage":
-                agent_type = str(message["channel"]).split(":")[1]
-                await self._deliver(agent_type, str(message["data"]))
 
     async def resync(self) -> None:
         """Re-read the result of every watched job; queue those that finished."""

@@ -111,15 +111,10 @@ class QueueConnection:
         return self.settings.redis.make_client(max_connections=1, retry=async_retry())
 
     def subscriber_client(self) -> aioredis.Redis:
-        """A single-connection client for pub/sub. On a cluster any one node will do:
-        PUBLISH reaches every node."""
-        redis_settings = self.settings.redis
-        if redis_settings.cluster:
-            kwargs = redis_settings.client_kwargs() | {"max_connections": 1, "retry": async_retry()}
-            return aioredis.Redis(**kwargs)
-        client = redis_settings.make_client(max_connections=1, retry=async_retry())
-        assert isinstance(client, aioredis.Redis)
-        return client
+        """A single-connection client for pub/sub. On a cluster any one node will do
+        (PUBLISH reaches every node): it connects to whichever URL address answers, so
+        the subscriber survives the loss of the node it was on."""
+        return self.settings.redis.make_node_client(max_connections=1, retry=async_retry())
 
     async def ping(self) -> bool:
         """True when Redis answers PING through the pool (the spec's health check)."""

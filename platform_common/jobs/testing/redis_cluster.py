@@ -169,6 +169,19 @@ class RedisClusterNodes:
                 return self.node_by_port(info.port)
         raise RuntimeError(f"master {master.port} has no live replica")
 
+    def wait_replicated(self, master: RedisServer, timeout: float = 30.0) -> None:
+        """Poll until `master`'s replica applied everything it was sent, so a kill of the
+        master right after loses no acknowledged write (replication is asynchronous)."""
+        replica = self.replica_of(master)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sent = _info_field(master.cli("INFO", "replication"), "master_repl_offset")
+            applied = _info_field(replica.cli("INFO", "replication"), "slave_repl_offset")
+            if sent is not None and sent == applied:
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"replica {replica.port} did not catch up within {timeout}s")
+
     # -- failures ----------------------------------------------------------
     def kill_master(self, master: RedisServer, timeout: float = 30.0) -> RedisServer:
         """SIGKILL `master` and wait until its replica is promoted and every surviving
@@ -236,6 +249,14 @@ def _parse_cluster_nodes(text: str) -> list[ClusterNodeInfo]:
             )
         )
     return nodes
+
+
+def _info_field(text: str, name: str) -> str | None:
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    return None
 
 
 def _slot_in(slot: int, ranges: tuple[str, ...]) -> bool:
