@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialBackoff
 
 from .errors import ConfigurationError
@@ -252,8 +252,11 @@ class RedisSettings:
         manager = Sentinel(  # type: ignore[no-untyped-call]
             list(self.all_addresses()), sentinel_kwargs=sentinel_kwargs, **kwargs
         )
+        tls = kwargs.get("ssl", False)
         client: SentinelMasterClient = manager.master_for(
-            self.sentinel_service, redis_class=SentinelMasterClient
+            self.sentinel_service,
+            redis_class=SentinelMasterClient,
+            connection_class=MasterSSLConnection if tls else MasterConnection,
         )
         client.sentinel_manager = manager
         return client
@@ -348,6 +351,30 @@ class AnyNodeConnection(_AddressRotation, aioredis.Connection):
 
 class AnyNodeSSLConnection(_AddressRotation, aioredis.SSLConnection):
     """A TLS connection to whichever of the cluster's URL addresses answers."""
+
+
+class MasterConnection(SentinelManagedConnection):
+    """A sentinel-managed connection that asks the sentinels where the master is on
+    every (re)connect.
+
+    redis-py 7 reconnects through `connect_check_health()`, which its sentinel
+    connection does not override: after a failover, a connection dropped because the
+    old master turned READONLY reconnected to that same old master, so every retry of
+    the command failed again.
+    """
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if not self.is_connected and self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super().connect_check_health(
+            check_health=check_health, retry_socket_connect=retry_socket_connect
+        )
+
+
+class MasterSSLConnection(MasterConnection, aioredis.SSLConnection):
+    """MasterConnection over TLS."""
 
 
 class SentinelMasterClient(aioredis.Redis):
