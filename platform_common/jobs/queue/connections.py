@@ -149,6 +149,8 @@ def _pooled_client(settings: QueueSettings) -> RedisClient:
     kwargs = redis_settings.client_kwargs()
     kwargs.pop("max_connections", None)
     kwargs["retry"] = async_retry()
+    if kwargs.pop("ssl", False):  # a pool takes the TLS connection class, not ssl=True
+        kwargs["connection_class"] = aioredis.SSLConnection
     # Past pool_max, a caller waits (up to the socket timeout) instead of failing.
     pool = aioredis.BlockingConnectionPool(
         max_connections=settings.pool_max, timeout=redis_settings.socket_timeout, **kwargs
