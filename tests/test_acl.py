@@ -11,9 +11,14 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from platform_common.jobs import acl
+from exporter.service import Exporter
+from exporter.settings import ExporterSettings
+from platform_common.jobs import JobStatus, acl, make_job_store
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs.testing import RedisServer
+from tests.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 ADMIN_PASSWORD = "admin-pw-for-acl-tests"
 ROLE_PASSWORD = {role: f"{role}-pw-7d1c" for role in acl.ROLES}
@@ -152,3 +157,91 @@ async def test_worker_cannot_administer_redis(
     finally:
         await worker.aclose()
     assert await admin.dbsize() == 0
+
+
+# -- each role doing its whole job under its own user ---------------------------------
+def role_url(server: RedisServer, role: str) -> str:
+    return server.url_for(role, ROLE_PASSWORD[role])
+
+
+async def echo(job: JobPayload) -> dict[str, str]:
+    return {"echo": job.job_id}
+
+
+async def fail(job: JobPayload) -> None:
+    raise RuntimeError("always")
+
+
+async def test_each_role_does_its_whole_job_under_its_own_user(
+    acl_server: RedisServer, admin: aioredis.Redis
+) -> None:
+    producer_settings = fast_settings(role_url(acl_server, "producer"), max_attempts=1)
+    worker_settings = fast_settings(role_url(acl_server, "worker"), max_attempts=1)
+    jobs = [make_job(task=f"acl {i}") for i in range(3)]
+    async with await JobQueue.connect(producer_settings) as producer:
+        completions = producer.completions(watch=[("dining", j["job_id"]) for j in jobs])
+        try:
+            await completions.resync()  # PSUBSCRIBE as the producer
+            await producer.enqueue(jobs[0])
+            await producer.enqueue_many(jobs[1:])
+            assert (await producer.stats("dining")).queued == 3
+            async with running_worker(worker_settings, echo):  # the worker user
+                done = {c.job_id async for c in _take(completions, 3)}
+            assert done == {j["job_id"] for j in jobs}
+            result = await producer.get_result(jobs[0]["job_id"])
+            assert result is not None and result.ok
+            record = await producer.get_record("dining", jobs[0]["job_id"])
+            assert record is not None and record.status is JobStatus.SUCCEEDED
+        finally:
+            await completions.aclose()
+
+    # The worker user also runs the operator's chores: dead letters and cleanup.
+    poison = make_job(task="poison")
+    async with await JobQueue.connect(worker_settings) as operator:
+        await operator.enqueue(poison)
+        async with running_worker(worker_settings, fail):
+            await eventually(lambda: operator.dead_letters.count("dining"))
+        [letter] = await operator.dead_letters.list("dining")
+        assert letter.job_id == poison["job_id"]
+        assert await operator.dead_letters.requeue("dining", [poison["job_id"]])
+        assert await operator.cleanup("dining") == []
+        async with running_worker(worker_settings, fail):
+            await eventually(lambda: operator.dead_letters.count("dining"))
+        assert await operator.dead_letters.purge("dining") == 1
+
+    # The JobStore under both application roles.
+    for role in ("producer", "worker"):
+        store = make_job_store(role_url(acl_server, role), agent=f"{role}-agent")
+        store.time_index = True  # type: ignore[attr-defined]
+        try:
+            await store.create("j1", {"n": 1}, ttl_seconds=60, owner_oid="owner-1")
+            await store.update("j1", status=JobStatus.RUNNING)
+            assert await store.exists("j1") and await store.list_ids() == ["j1"]
+            page = await store.list_for_owner("owner-1", limit=5)
+            assert [row.job_id for row in page.rows] == ["j1"]
+            assert await store.delete("j1")
+        finally:
+            await store.close()
+
+    # The read-only exporter sees it all.
+    exporter = Exporter(
+        ExporterSettings.from_args(["--redis-url", role_url(acl_server, "exporter")])
+    )
+    try:
+        assert await exporter.ready()
+        scrape = await exporter.scrape()
+    finally:
+        await exporter.aclose()
+    assert scrape.snapshot is not None
+    [dining] = [t for t in scrape.snapshot.types if t.agent_type == "dining"]
+    assert dining.counters["completed"] == 3
+    assert dining.counters["dead_lettered"] == 2
+
+
+async def _take(iterator: object, count: int) -> object:
+    taken = 0
+    async for item in iterator:  # type: ignore[attr-defined]
+        yield item
+        taken += 1
+        if taken == count:
+            return

@@ -110,8 +110,8 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs, reads results, follows completion events and uses the "
-                "JobStore; cannot take, lease or complete jobs"
+                "enqueues jobs, reads results, state and depths, follows completion "
+                "events and uses the JobStore; cannot take, lease, complete or fail jobs"
             ),
             scripts=("queue_enqueue", *_STORE_SCRIPTS),
             commands=(
@@ -121,18 +121,20 @@ ROLES: dict[str, AclRole] = {
                 "get",  # results
                 "hget",
                 "hmget",  # job state, re-read after (re)subscribing
+                "llen",
+                "zcard",  # JobQueue.stats(): depths, read-only
                 "psubscribe",
                 "punsubscribe",
                 "subscribe",
                 "unsubscribe",
             ),
             keys=(
+                "%R~{queue}:*",  # sees every queue key (stats, state), writes only these:
                 "~{queue}:types",
                 "~{queue}:{*}:queue",
                 "~{queue}:{*}:stats",
                 "~{queue}:{*}:expiry",
                 "~{queue}:{*}:job:*",
-                "%R~{queue}:{*}:result:*",
                 "~{store}:*",
             ),
             channels=(COMPLETION_PATTERN,),
