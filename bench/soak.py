@@ -130,7 +130,7 @@ async def sample(
         rss = max(rss_mib(w.pid) for w in workers)
         memory: dict[str, Any] = client.info("memory")  # type: ignore[assignment]
         used = int(memory["used_memory"]) / 2**20
-        keys = int(client.dbsize())
+        keys = int(client.dbsize())  # type: ignore[arg-type]
         elapsed = time.monotonic() - started
         rows.append((elapsed, rss, used, keys))
         print(f"{elapsed:6.0f} {enqueued:9d} {completed:9d} {rss:15.1f} {used:15.1f} {keys:8d}",
