@@ -25,7 +25,7 @@ from platform_common.jobs.errors import ConfigurationError
 from tests.support.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT.parent / "shared" / "grafana-schemas"
+SCHEMAS = ROOT / "tests" / "grafana_schemas"  # vendored copy of shared/grafana-schemas
 RULES = ROOT / "alerts/prometheus/queue-alerts.rules.yml"
 RULE_TESTS = ROOT / "alerts/prometheus/queue-alerts.test.yml"
 PROVISIONING = ROOT / "alerts/grafana/provisioning"

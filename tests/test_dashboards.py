@@ -21,7 +21,7 @@ from dashboards.queue_overview import queue_overview
 from exporter.catalogue import CATALOGUE, Metric, by_key
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT.parent / "shared" / "grafana-schemas"
+SCHEMAS = ROOT / "tests" / "grafana_schemas"  # vendored copy of shared/grafana-schemas
 DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
 MODERN_PANELS = {"timeseries", "stat", "heatmap", "row"}
 SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^{}]*)\}")
