@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import InvalidCursor
+from .errors import BackendUnavailable, InvalidCursor
 from .record import JobRecord
 from .time_index import buckets_for, decode_cursor, encode_cursor, job_id_of, owner_bucket
 
@@ -26,9 +26,11 @@ __all__ = ["BackfillReport", "IndexBackend", "Page", "list_page"]
 
 logger = logging.getLogger("platform_common.jobs.listing")
 
-# A page with many dangling entries keeps reading; past this many rounds it returns
-# what it has with a cursor at the last entry examined, so latency stays bounded.
+# A page with many dangling entries keeps reading, in doubling steps of at most
+# MAX_READ_STEP entries; past MAX_READ_ROUNDS it returns what it has with a cursor at
+# the last entry examined, so a page's latency stays bounded.
 MAX_READ_ROUNDS = 8
+MAX_READ_STEP = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,8 @@ async def list_page(
         return await _legacy_page(store, owner_oid, limit, after, include_payload, "disabled")
     try:
         page = await _index_page(store, owner_oid, limit, after, include_payload)
-    except InvalidCursor:
-        raise
+    except (InvalidCursor, BackendUnavailable):
+        raise  # a bad cursor is the caller's; an unreachable backend has no scan to offer
     except Exception as exc:
         logger.warning(
             "time index read failed for agent %s (%s: %s); using the legacy scan",
@@ -120,11 +122,13 @@ async def _index_page(
     stale: list[tuple[str, str]] = []
     before = after
     exhausted = False
+    count = 0
     for _ in range(MAX_READ_ROUNDS):
-        want = limit + 1 - len(rows)
-        per_bucket = await store._index_read(buckets, before, want)
+        # limit + 1 at first; when entries turn out dangling, read on in growing steps.
+        count = min(max(limit + 1 - len(rows), 2 * count), MAX_READ_STEP)
+        per_bucket = await store._index_read(buckets, before, count)
         tagged = [[(m, b) for m in members] for b, members in zip(buckets, per_bucket, strict=True)]
-        candidates = list(heapq.merge(*tagged, reverse=True))[:want]
+        candidates = list(heapq.merge(*tagged, reverse=True))[:count]
         if candidates:
             fetched = await store._fetch_rows(
                 [job_id_of(m) for m, _ in candidates], include_payload
@@ -135,7 +139,7 @@ async def _index_page(
                 else:
                     stale.append((bucket, index_member))
             before = candidates[-1][0]
-        if len(candidates) < want:
+        if len(candidates) < count:
             exhausted = True
             break
         if len(rows) > limit:

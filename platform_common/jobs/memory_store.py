@@ -155,6 +155,9 @@ class InMemoryJobStore(BaseJobStore):
         self._purge()
         return [job_id for job_id, _ in zip(self._records, range(limit), strict=False)]
 
+    async def _count_hint(self) -> int | None:
+        return len(self._records)
+
     async def _ping(self) -> bool:
         return True
 

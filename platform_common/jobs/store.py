@@ -7,7 +7,9 @@ memory:// and redis:// cannot drift apart in what they accept or report.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from .errors import ValidationError
+from .errors import JobsError, ValidationError
 from .listing import BackfillReport, IndexBackend, Page, list_page
 from .record import JobRecord
 from .status import JobStatus
@@ -32,6 +34,8 @@ __all__ = [
     "JobStore",
     "UpdateSpec",
 ]
+
+logger = logging.getLogger("platform_common.jobs.store")
 
 DEFAULT_AGENT = "default-agent"
 MAX_LIST_IDS = 10_000
@@ -260,6 +264,31 @@ class BaseJobStore(IndexBackend, ABC):
         with self.telemetry.operation("sweep_time_index"):
             return await self._sweep(_limit(max_entries, 1_000_000, "max_entries"))
 
+    async def sweep_forever(self, *, every_seconds: float = 60.0, max_entries: int = 1000) -> None:
+        """Run `sweep_time_index` every `every_seconds` until cancelled (start it as a
+        task in the app's lifespan). A failed sweep is logged and retried next time."""
+        if not every_seconds > 0:
+            raise ValidationError("every_seconds", "must be positive")
+        while True:
+            await asyncio.sleep(every_seconds)
+            try:
+                removed = await self.sweep_time_index(max_entries=max_entries)
+            except JobsError as exc:
+                logger.warning("time index sweep failed for agent %s: %s", self.agent, exc)
+            else:
+                if removed:
+                    logger.info("time index sweep removed %d dangling entries", removed)
+            # On Python 3.11 a cancel that lands inside redis-py's `asyncio.timeout(0)`
+            # connection check can be turned into a TimeoutError and swallowed there;
+            # the request is still pending on the task, so honour it here.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
+
+    async def record_count_hint(self) -> int | None:
+        """A cheap upper bound of the records stored (for progress bars), or None."""
+        return await self._count_hint()
+
     async def ping(self) -> bool:
         """Health check for startup/readiness: True, or BackendUnavailable."""
         with self.telemetry.operation("ping"):
@@ -297,6 +326,9 @@ class BaseJobStore(IndexBackend, ABC):
 
     @abstractmethod
     async def _sweep(self, max_entries: int) -> int: ...
+
+    @abstractmethod
+    async def _count_hint(self) -> int | None: ...
 
     @abstractmethod
     async def _ping(self) -> bool: ...

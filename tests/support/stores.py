@@ -89,6 +89,41 @@ class Harness:
         members: list[str] = await self.raw.zrange(StoreKeys(store.agent).index(bucket), 0, -1)
         return members
 
+    async def drop_record(self, store: BaseJobStore, job_id: str) -> None:
+        """Remove a record behind the store's back, leaving its index entry dangling
+        (what a TTL expiry does in Redis)."""
+        if isinstance(store, InMemoryJobStore):
+            del store._records[job_id]
+        else:
+            assert self.raw is not None and isinstance(store, RedisJobStore)
+            await self.raw.delete(store.keys.record(job_id))
+
+    async def seed_same_time(
+        self, store: BaseJobStore, jobs: list[tuple[str, str]], timestamps: int = 10
+    ) -> None:
+        """Store (job_id, owner) records sharing `timestamps` distinct created_at values,
+        indexed (memory: a frozen clock; Redis: written raw, then backfilled)."""
+        if isinstance(store, InMemoryJobStore):
+            start = self.clock.now
+            for n, (job_id, owner) in enumerate(jobs):
+                self.clock.now = start + n % timestamps
+                await store.create(job_id, {"n": n}, ttl_seconds=3600, owner_oid=owner)
+            self.clock.now = start + timestamps
+            return
+        assert self.raw is not None and isinstance(store, RedisJobStore)
+        base = int(time.time()) - 3600
+        async with self.raw.pipeline(transaction=False) as pipe:
+            for n, (job_id, owner) in enumerate(jobs):
+                stamp = f"{base + n % timestamps}.000000"
+                key = store.keys.record(job_id)
+                pipe.hset(key, mapping={"status": "pending", "payload": f'{{"n":{n}}}',
+                                        "created_at": stamp, "updated_at": stamp,
+                                        "version": "1", "owner_oid": owner})  # fmt: skip
+                pipe.expire(key, 3600)
+            await pipe.execute()
+        report = await store.backfill_time_index()
+        assert report.added == len(jobs)
+
     async def aclose(self) -> None:
         for store in self.stores:
             await store.close()

@@ -1,0 +1,242 @@
+"""The Redis side of the time index: bucket reads, row fetches, repair, backfill, sweep.
+
+A mixin of RedisJobStore: every read is one pipelined round trip, every write one of
+the `store_index_*.lua` scripts (record and index entry checked together). The
+paging algorithm itself is backend-neutral and lives in listing.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
+from functools import cache
+from typing import Any, Protocol
+
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
+
+from .connection import RedisClient
+from .errors import InvalidRecord
+from .keys import SHARED_OWNER_BUCKET, StoreKeys
+from .listing import BackfillReport, IndexBackend, Row
+from .redis_hash import ROW_FIELDS, exact_us, parse_hash
+from .scripts import LuaScript, lua_source
+from .time_index import job_id_of, member, owner_bucket
+
+__all__ = ["RedisTimeIndex"]
+
+logger = logging.getLogger("platform_common.jobs.redis_store")
+
+_SCAN_COUNT = 1000
+
+
+class Bound(Protocol):
+    """A client with its scripts, for the running event loop."""
+
+    client: RedisClient
+
+    def script(self, name: str) -> LuaScript: ...
+
+
+@cache
+def _script_sha(name: str) -> str:
+    return hashlib.sha1(lua_source(name).encode()).hexdigest()
+
+
+class RedisTimeIndex(IndexBackend):
+    """Index primitives over `keys`; the store provides `_binding` and `_unavailable`."""
+
+    keys: StoreKeys
+    _sweep_position: tuple[str, str] = ("", "")
+
+    def _binding(self) -> Bound:
+        raise NotImplementedError
+
+    def _unavailable(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    async def _record_keys(self) -> AsyncIterator[str]:
+        client = self._binding().client
+        async for key in client.scan_iter(match=self.keys.scan_pattern(), count=_SCAN_COUNT):
+            if self.keys.is_record_key(key):
+                yield key
+
+    # -- index primitives ----------------------------------------------------
+    async def _index_read(
+        self, buckets: Sequence[str], before: str | None, count: int
+    ) -> list[list[str]]:
+        high = "+" if before is None else "(" + before
+        with self._unavailable():
+            async with self._binding().client.pipeline(transaction=False) as pipe:
+                for bucket in buckets:
+                    pipe.zrevrangebylex(self.keys.index(bucket), high, "-", start=0, num=count)
+                return list(await pipe.execute())
+
+    async def _fetch_rows(self, job_ids: Sequence[str], include_payload: bool) -> list[Row | None]:
+        fields = list(ROW_FIELDS if include_payload else ROW_FIELDS[:1] + ROW_FIELDS[2:])
+        with self._unavailable():
+            async with self._binding().client.pipeline(transaction=False) as pipe:
+                for job_id in job_ids:
+                    pipe.hmget(self.keys.record(job_id), fields)
+                replies = await pipe.execute()
+        rows: list[Row | None] = []
+        for job_id, values in zip(job_ids, replies, strict=True):
+            found = {
+                name: value for name, value in zip(fields, values, strict=True) if value is not None
+            }
+            if not found:
+                rows.append(None)
+                continue
+            if not include_payload:
+                found["payload"] = "null"
+            try:
+                rows.append(parse_hash(job_id, found))
+            except InvalidRecord as exc:
+                logger.warning("skipping malformed record %r in a listing: %s", job_id, exc)
+                rows.append(None)
+        return rows
+
+    async def _index_repair(self, entries: Sequence[tuple[str, str]]) -> int:
+        by_bucket: dict[str, list[str]] = {}
+        for bucket, index_member in entries:
+            by_bucket.setdefault(bucket, []).append(index_member)
+        calls = [
+            (
+                [self.keys.index(bucket), *(self.keys.record(job_id_of(m)) for m in members)],
+                ["" if bucket == SHARED_OWNER_BUCKET else bucket, *members],
+            )
+            for bucket, members in by_bucket.items()
+        ]
+        with self._unavailable():
+            return sum(await self._script_batch("store_index_repair", calls))
+
+    async def _script_batch(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run one script many times in one pipeline (one round trip); NOSCRIPT reloads.
+
+        redis-py refuses EVALSHA in a cluster pipeline: there, the calls go one by one."""
+        binding = self._binding()
+        client = binding.client
+        if isinstance(client, RedisCluster):
+            script = binding.script(name)
+            return [await script(keys, args) for keys, args in calls]
+        sha = _script_sha(name)
+        for attempt in range(2):
+            try:
+                async with client.pipeline(transaction=False) as pipe:
+                    for keys, args in calls:
+                        pipe.evalsha(sha, len(keys), *keys, *args)
+                    return list(await pipe.execute())
+            except NoScriptError:
+                if attempt:
+                    raise
+                await client.script_load(lua_source(name))
+        raise AssertionError("unreachable")
+
+    async def _legacy_members(self, buckets: Sequence[str], cap: int) -> list[str]:
+        visible = set(buckets)
+        members: list[str] = []
+        with self._unavailable():
+            batch: list[str] = []
+            scanned = 0
+            async for key in self._record_keys():
+                batch.append(key)
+                scanned += 1
+                if len(batch) >= _SCAN_COUNT or scanned >= cap:
+                    members += await self._visible_members(batch, visible)
+                    batch = []
+                if scanned >= cap:
+                    break
+            if batch:
+                members += await self._visible_members(batch, visible)
+        return members
+
+    async def _visible_members(self, record_keys: list[str], visible: set[str]) -> list[str]:
+        async with self._binding().client.pipeline(transaction=False) as pipe:
+            for key in record_keys:
+                pipe.hmget(key, ["owner_oid", "created_at"])
+            replies = await pipe.execute()
+        members = []
+        for key, (owner, created) in zip(record_keys, replies, strict=True):
+            if created is not None and owner_bucket(owner or "") in visible:
+                exact = exact_us(created)
+                if exact is not None:
+                    members.append(member(exact, self.keys.job_id_of(key)))
+        return members
+
+    async def _backfill(
+        self, dry_run: bool, batch: int, progress: Callable[[int], None] | None
+    ) -> BackfillReport:
+        report = BackfillReport(dry_run=dry_run)
+        with self._unavailable():
+            keys: list[str] = []
+            async for key in self._record_keys():
+                keys.append(key)
+                if len(keys) >= batch:
+                    await self._backfill_batch(keys, dry_run, report)
+                    keys = []
+                    if progress is not None:
+                        progress(report.scanned)
+            if keys:
+                await self._backfill_batch(keys, dry_run, report)
+                if progress is not None:
+                    progress(report.scanned)
+        return report
+
+    async def _backfill_batch(
+        self, record_keys: list[str], dry_run: bool, report: BackfillReport
+    ) -> None:
+        binding = self._binding()
+        async with binding.client.pipeline(transaction=False) as pipe:
+            for key in record_keys:
+                pipe.hget(key, "owner_oid")
+            owners = await pipe.execute()
+        flag = "1" if dry_run else "0"
+        outcomes = await self._script_batch(
+            "store_index_backfill",
+            [
+                (
+                    [key, self.keys.index(owner_bucket(owner or ""))],
+                    [owner or "", self.keys.job_id_of(key), flag],
+                )
+                for key, owner in zip(record_keys, owners, strict=True)
+            ],
+        )
+        for key, outcome in zip(record_keys, outcomes, strict=True):
+            report.scanned += 1
+            if outcome == 1:
+                report.added += 1
+            elif outcome == 0:
+                report.present += 1
+            else:
+                report.skipped += 1
+                if outcome == -2 and len(report.malformed) < 100:
+                    report.malformed.append(self.keys.job_id_of(key))
+
+    async def _sweep(self, max_entries: int) -> int:
+        client = self._binding().client
+        removed = examined = 0
+        with self._unavailable():
+            pattern = self.keys.index_scan_pattern()
+            index_keys = sorted(
+                [k async for k in client.scan_iter(match=pattern, count=_SCAN_COUNT)]
+            )
+            key_from, member_from = self._sweep_position
+            for key in (k for k in index_keys if k >= key_from):
+                low = "[" + member_from if key == key_from and member_from else "-"
+                while examined < max_entries:
+                    members = await client.zrangebylex(
+                        key, low, "+", start=0, num=min(500, max_entries - examined)
+                    )
+                    if not members:
+                        break
+                    examined += len(members)
+                    bucket = self.keys.bucket_of(key)
+                    removed += await self._index_repair([(bucket, m) for m in members])
+                    low = "(" + members[-1]
+                    self._sweep_position = (key, members[-1] + "\0")
+                if examined >= max_entries:
+                    return removed
+            self._sweep_position = ("", "")  # a whole pass done: the next sweep starts over
+        return removed
