@@ -24,7 +24,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 
 from .errors import BackendUnavailable, InvalidCursor, InvalidJobId, ValidationError
-from .record import JobRecord
 from .store import MAX_PAGE_LIMIT, JobStore
 from .validation import validate_owner_oid
 
@@ -66,7 +65,7 @@ def jobs_router(
             raise HTTPException(400, f"invalid cursor: {exc.problem}") from None
         except BackendUnavailable:
             raise HTTPException(503, "job store unavailable") from None
-        return {"jobs": [_public(r) for r in page.rows], "next_cursor": page.next_cursor}
+        return {"jobs": [r.to_dict() for r in page.rows], "next_cursor": page.next_cursor}
 
     @router.get("/jobs/{job_id}")
     async def get_job(job_id: str, owner_oid: Annotated[str, Depends(caller)]) -> dict[str, Any]:
@@ -78,10 +77,6 @@ def jobs_router(
             raise HTTPException(503, "job store unavailable") from None
         if record is None or record.owner_oid not in (owner_oid, ""):
             raise HTTPException(404, "job not found")
-        return _public(record)
+        return record.to_dict()
 
     return router
-
-
-def _public(record: JobRecord) -> dict[str, Any]:
-    return record.to_dict()

@@ -242,7 +242,7 @@ class InMemoryJobStore(BaseJobStore):
         self._purge()
         visible = set(buckets)
         found: list[str] = []
-        for job_id, stored in zip(self._records, self._records.values(), strict=True):
+        for job_id, stored in self._records.items():
             if len(found) >= cap:
                 break
             if owner_bucket(stored.owner_oid) in visible:
