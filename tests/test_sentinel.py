@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import Iterator
 
@@ -20,6 +21,12 @@ from platform_common.jobs.testing import RedisSentinelGroup
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
+# After a killed master, redis-py's sentinel-managed pool can drop a Connection to the
+# dead server without closing its socket (seen ~1 run in 6); the socket goes with the
+# object. That ResourceWarning is redis-py's, not ours: ignore it here, and collect
+# garbage at the end of each test so it is never attributed to a later test.
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
 RECOVERY_DEADLINE = 60.0
 """Seconds the jobs may take after a failover: a hang detector, not a speed target."""
 
@@ -31,6 +38,12 @@ def sentinels() -> Iterator[RedisSentinelGroup]:
         yield group
     finally:
         group.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _collect_leaked_connections() -> Iterator[None]:
+    yield
+    gc.collect()
 
 
 @pytest.fixture
