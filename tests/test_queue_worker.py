@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import LeaseLost
-from platform_common.jobs.keys import STATS_COUNTERS, QueueKeys
+from platform_common.jobs.keys import STATS_COUNTERS, QueueKeys, latency_bucket_field
 from platform_common.jobs.queue import (
     JobPayload,
     JobQueue,
@@ -255,3 +255,98 @@ async def test_renewal_keeps_a_long_job_and_stop_gives_unfinished_ones_back(
     counts = await counters(queue)
     assert (counts["started"], counts["retried"], counts["completed"]) == (2, 0, 1)
     assert await redis_client.zcard(DINING.workers) == 0  # it said goodbye
+
+
+async def test_renewal_skips_attempts_its_own_token_ended_and_reports_stolen_ones(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    """A renewal that reaches Redis after the worker's own completion or failure of an
+    attempt (the two calls race) must not report that attempt as lost; a job whose
+    token changed hands still is."""
+    connection = await QueueConnection.open(queue.settings)
+    try:
+        leases = Leases(connection, "dining")
+        jobs = [make_job() for _ in range(3)]
+        await queue.enqueue_many(jobs)
+        taken = [
+            await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") for _ in jobs
+        ]
+        tokens = ["token-done", "token-retry", "token-run"]
+        _, claims = await leases.claim("worker-a", list(zip(taken, tokens, strict=True)))
+        assert len(claims) == 3
+        done, retried, running = taken
+        await leases.complete(done, "token-done", '"ok"')
+        assert await leases.fail(retried, "token-retry", "boom") == "retrying"
+        held = list(zip(taken, tokens, strict=True))
+        assert await leases.renew(held) == []
+        # Fencing is intact: a token that does not own the job is refused, nothing moves.
+        before = await redis_client.zscore(DINING.leases, running)
+        assert await leases.renew([(running, "token-stale"), (done, "token-x")]) == [
+            running,
+            done,
+        ]
+        assert await redis_client.zscore(DINING.leases, running) == before
+        assert await redis_client.zscore(DINING.leases, done) is None
+    finally:
+        await connection.aclose()
+
+
+async def test_many_short_jobs_under_a_short_lease_never_lose_one(
+    queue: JobQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Renewals (every lease/3) constantly race completions, failures and the same
+    worker re-claiming a retried job: no attempt may be reported lost or cancelled,
+    and every job completes exactly once."""
+
+    async def quick(job: JobPayload) -> str:
+        if job.constraints.get("flaky") and current_job().attempt == 1:
+            raise RuntimeError("first attempt fails")
+        await asyncio.sleep(0.001 * (hash(job.task) % 5))
+        return "done"
+
+    jobs = [make_job(constraints={"flaky": i % 4 == 0}) for i in range(600)]
+    settings = queue.settings.with_overrides(
+        lease_seconds=0.15, backoff_base=0.01, promote_interval=0.01
+    )
+    caplog.set_level("WARNING", logger="platform_common.jobs.queue.worker")
+
+    async def all_done() -> bool:
+        return (await counters(queue))["completed"] >= len(jobs)
+
+    async with running_worker(settings, quick, concurrency=8) as worker:
+        await queue.enqueue_many(jobs)
+        await eventually(all_done, within=60)
+    counts = await counters(queue)
+    flaky = sum(1 for job in jobs if job["constraints"]["flaky"])
+    assert worker.counts["lost"] == 0
+    assert [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()] == []
+    assert (counts["completed"], counts["retried"], counts["started"]) == (
+        len(jobs),
+        flaky,
+        len(jobs) + flaky,
+    )
+    assert worker.counts["succeeded"] == len(jobs)
+
+
+async def test_registering_a_type_creates_every_latency_bucket_with_zero(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    fields = [latency_bucket_field(b) for b in (*queue.settings.latency_buckets, float("inf"))]
+    await queue.enqueue(make_job())  # the producer registers the type: no completion yet
+    stored = await redis_client.hgetall(DINING.stats)
+    assert {field: stored.get(field) for field in fields} == dict.fromkeys(fields, "0")
+    # A completion counts in its bucket; another process registering keeps the counts.
+    async with running_worker(queue.settings, echo):
+        await eventually(lambda: all_completed(queue, 1))
+    before = await redis_client.hmget(DINING.stats, fields)
+    assert sorted(before) == ["0"] * (len(fields) - 1) + ["1"]
+    connection = await QueueConnection.open(queue.settings)
+    try:
+        await connection.register_type("dining")
+        assert await redis_client.hmget(DINING.stats, fields) == before
+    finally:
+        await connection.aclose()
+
+
+async def all_completed(queue: JobQueue, expected: int) -> bool:
+    return (await counters(queue))["completed"] >= expected

@@ -14,7 +14,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ..connection import RedisClient
-from ..keys import QueueKeys
+from ..keys import QueueKeys, latency_bucket_field
 from .lane import CommandLane
 from .scripts import QueueScript, QueueScripts, run_pipelined
 from .settings import QueueSettings
@@ -101,9 +101,21 @@ class QueueConnection:
         return list(await pipe.execute(raise_on_error=False))
 
     async def register_type(self, agent_type: str) -> None:
-        """SADD the agent type to the discovery set once per process (for the exporter)."""
+        """Once per process and agent type: SADD it to the discovery set (for the
+        exporter) and create every latency bucket field of its stats hash with 0, so
+        the stored histogram always holds the full bucket set this queue uses (the
+        complete script only creates a bucket when an observation lands in it)."""
         if agent_type not in self.registered_types:
             await self.client.sadd(QueueKeys.types_key(self.settings.prefix), agent_type)  # type: ignore[misc]
+            stats = self.keys(agent_type).stats
+            bounds = (*self.settings.latency_buckets, float("inf"))
+            # HINCRBY by 0 creates a missing field with 0 and leaves a count untouched.
+            replies = await self.execute_many(
+                [("HINCRBY", stats, latency_bucket_field(bound), 0) for bound in bounds]
+            )
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
             self.registered_types.add(agent_type)
 
     def blocking_client(self) -> RedisClient:

@@ -239,10 +239,13 @@ class Worker:
 
     # -- chores --------------------------------------------------------------------
     async def _renew(self) -> None:
-        held = [(job_id, claim.token) for job_id, (claim, _) in self._running.items()]
-        for job_id in await self._leases.renew(held):
+        held = {job_id: claim.token for job_id, (claim, _) in self._running.items()}
+        for job_id in await self._leases.renew(list(held.items())):
             entry = self._running.get(job_id)
-            if entry is not None and job_id not in self._lost:
+            # Only the attempt we renewed is lost: while the call was in flight that
+            # attempt may have ended and this worker may hold the job's next attempt
+            # (same job id, new token), which the answer says nothing about.
+            if entry is not None and entry[0].token == held[job_id] and job_id not in self._lost:
                 self._lost.add(job_id)
                 self.counts["lost"] += 1
                 log.warning("lease lost job=%s: renewal refused; cancelling the handler", job_id)
