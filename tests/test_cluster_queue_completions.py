@@ -6,13 +6,8 @@ The tests are imported from tests/test_queue_completions.py; only `redis_url` (a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-
-from platform_common.jobs.connection import RedisSettings
 from tests import test_queue_completions as source
+from tests.support.cluster_reuse import redis_client, redis_url, reused_tests  # noqa: F401
 
 # These probe one server directly (redis-cli CLIENT KILL, PUBSUB NUMPAT, which a cluster
 # client does not offer); completions across a cluster failover are in
@@ -21,21 +16,5 @@ SKIP = {
     "test_completions_across_a_killed_subscriber_connection",
     "test_every_job_mode_yields_unwatched_events",
 }
-globals().update(
-    {n: getattr(source, n) for n in dir(source) if n.startswith("test_") and n not in SKIP}
-)
+globals().update(reused_tests(source, SKIP))
 queue = source.queue
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
-
-
-@pytest.fixture
-async def redis_client(cluster_url: str) -> AsyncIterator[Any]:
-    client = RedisSettings.from_url(cluster_url).make_client()
-    try:
-        yield client
-    finally:
-        await client.aclose()

@@ -15,21 +15,15 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from platform_common.jobs.connection import RedisSettings
 from tests import test_queue_processes as source
+from tests.support.cluster_reuse import redis_url, reused_tests  # noqa: F401
 
 # The first starts its own single server; the second never reaches Redis.
 SKIP = {
     "test_workers_keep_consuming_after_client_kill_and_a_redis_restart",
     "test_the_cli_refuses_a_bad_handler_spec",
 }
-globals().update(
-    {n: getattr(source, n) for n in dir(source) if n.startswith("test_") and n not in SKIP}
-)
+globals().update(reused_tests(source, SKIP))
 group = source.group
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
 
 
 @pytest.fixture

@@ -7,13 +7,8 @@ The tests are imported from tests/test_queue_producer.py; only `redis_url` (and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-
-from platform_common.jobs.connection import RedisSettings
 from tests import test_queue_producer as source
+from tests.support.cluster_reuse import redis_client, redis_url, reused_tests  # noqa: F401
 
 # The first needs a server that is not there (no cluster involved); the second counts
 # CLIENT LIST of one server, while a cluster client pre-warms across nodes.
@@ -21,21 +16,5 @@ SKIP = {
     "test_ping_reports_false_when_redis_is_unreachable",
     "test_pool_is_prewarmed_and_ping_answers",
 }
-globals().update(
-    {n: getattr(source, n) for n in dir(source) if n.startswith("test_") and n not in SKIP}
-)
+globals().update(reused_tests(source, SKIP))
 queue = source.queue
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
-
-
-@pytest.fixture
-async def redis_client(cluster_url: str) -> AsyncIterator[Any]:
-    client = RedisSettings.from_url(cluster_url).make_client()
-    try:
-        yield client
-    finally:
-        await client.aclose()

@@ -7,30 +7,9 @@ The tests are imported from tests/test_queue_worker.py; only `redis_url` (and th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-
-from platform_common.jobs.connection import RedisSettings
 from tests import test_queue_worker as source
+from tests.support.cluster_reuse import redis_client, redis_url, reused_tests  # noqa: F401
 
 SKIP: set[str] = set()
-globals().update(
-    {n: getattr(source, n) for n in dir(source) if n.startswith("test_") and n not in SKIP}
-)
+globals().update(reused_tests(source, SKIP))
 queue = source.queue
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
-
-
-@pytest.fixture
-async def redis_client(cluster_url: str) -> AsyncIterator[Any]:
-    client = RedisSettings.from_url(cluster_url).make_client()
-    try:
-        yield client
-    finally:
-        await client.aclose()
