@@ -38,13 +38,17 @@ def store(harness: Harness) -> BaseJobStore:
     return harness.make(time_index=True)
 
 
-async def walk(store: BaseJobStore, owner: str, limit: int, **kw: Any) -> list[str]:
+async def walk(
+    store: BaseJobStore, owner: str, limit: int, first_page: asyncio.Event | None = None, **kw: Any
+) -> list[str]:
     ids: list[str] = []
     cursor = None
     while True:
         page = await store.list_for_owner(owner, limit=limit, cursor=cursor, **kw)
         assert len(page.rows) <= limit
         ids += [r.job_id for r in page.rows]
+        if first_page is not None:
+            first_page.set()
         await asyncio.sleep(0)  # a request boundary: let other tasks run between pages
         if page.next_cursor is None:
             return ids
@@ -133,8 +137,12 @@ async def test_walking_every_page_yields_every_job_exactly_once(
     expected = {job_id for job_id, owner in jobs if owner in ("u1", "")}
     inserted: list[str] = []
     walking = True
+    # A job created before the first page is read belongs on that page; the promise
+    # is about jobs created *while* paging, so inserts start once the walk has begun.
+    walk_begun = asyncio.Event()
 
     async def insert_while_walking() -> None:
+        await walk_begun.wait()
         n = 0
         while walking:
             for owner in ("u1", ""):
@@ -146,9 +154,10 @@ async def test_walking_every_page_yields_every_job_exactly_once(
 
     inserter = asyncio.create_task(insert_while_walking())
     try:
-        walked = await walk(store, "u1", limit)
+        walked = await walk(store, "u1", limit, first_page=walk_begun)
     finally:
         walking = False
+        walk_begun.set()
         await inserter
     assert len(walked) == len(set(walked)), "a job appeared twice"
     assert set(walked) == expected, "gaps or strays"
