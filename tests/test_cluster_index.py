@@ -8,25 +8,9 @@ by one script on one slot.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-
-from platform_common.jobs.connection import RedisSettings
 from tests import test_time_index_store as source
-from tests.support.cluster_reuse import reused_tests
-from tests.support.stores import Harness
+from tests.support import cluster_reuse
 
-globals().update(reused_tests(source))
+globals().update(cluster_reuse.reused_tests(source))
 store = source.store
-
-
-@pytest.fixture
-async def harness(cluster_url: str) -> AsyncIterator[Harness]:
-    raw: Any = RedisSettings.from_url(cluster_url).make_client()
-    harness = Harness("redis", redis_url=cluster_url, raw=raw)
-    try:
-        yield harness
-    finally:
-        await harness.aclose()
+harness = cluster_reuse.harness

@@ -6,30 +6,14 @@ the `harness` fixture differs: its stores and its raw client use the cluster URL
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
-import pytest
-
-from platform_common.jobs.connection import RedisSettings
 from tests import test_store_contract as contract
+from tests.support import cluster_reuse
 from tests.support.stores import Harness
 
 # Every contract test (and the `store` fixture they share) runs here too.
-globals().update(
-    {name: getattr(contract, name) for name in dir(contract) if name.startswith("test_")}
-)
+globals().update(cluster_reuse.reused_tests(contract))
 store = contract.store
-
-
-@pytest.fixture
-async def harness(cluster_url: str) -> AsyncIterator[Harness]:
-    raw: Any = RedisSettings.from_url(cluster_url).make_client()
-    harness = Harness("redis", redis_url=cluster_url, raw=raw)
-    try:
-        yield harness
-    finally:
-        await harness.aclose()
+harness = cluster_reuse.harness
 
 
 async def test_contract_runs_on_the_cluster(harness: Harness) -> None:

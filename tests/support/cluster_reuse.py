@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from platform_common.jobs.connection import RedisSettings
+from tests.support.stores import Harness
 
-__all__ = ["redis_client", "redis_url", "reused_tests"]
+__all__ = ["harness", "redis_client", "redis_url", "reused_tests"]
 
 
 def reused_tests(
@@ -39,3 +40,14 @@ async def redis_client(cluster_url: str) -> AsyncIterator[Any]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def harness(cluster_url: str) -> AsyncIterator[Harness]:
+    """The JobStore suites' harness, its stores and raw client on the cluster."""
+    raw: Any = RedisSettings.from_url(cluster_url).make_client()
+    harness = Harness("redis", redis_url=cluster_url, raw=raw)
+    try:
+        yield harness
+    finally:
+        await harness.aclose()
