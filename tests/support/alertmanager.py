@@ -25,6 +25,7 @@ import httpx
 import yaml
 
 from platform_common.jobs.testing.redis_server import find_free_port
+from tests.support.ready_process import start_until_ready
 
 __all__ = ["AlertmanagerError", "AlertmanagerServer", "WebhookReceiver", "alertmanager_config"]
 
@@ -154,21 +155,15 @@ class AlertmanagerServer:
             "--cluster.listen-address=",  # no gossip port: one instance, nothing else bound
             "--log.level=warn",
         ]
-        with self._log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AlertmanagerError(f"alertmanager exited:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"http://{self.address}/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AlertmanagerError(f"alertmanager not ready within {timeout}s:\n{self.log_tail()}")
+        self.process = start_until_ready(
+            args,
+            self._log_path,
+            f"http://{self.address}/-/ready",
+            name="alertmanager",
+            error=AlertmanagerError,
+            timeout=timeout,
+        )
+        return self
 
     def alerts(self) -> list[dict[str, Any]]:
         response = httpx.get(f"http://{self.address}/api/v2/alerts", timeout=5)

@@ -23,6 +23,7 @@ import httpx
 import yaml
 
 from platform_common.jobs.testing.redis_server import find_free_port
+from tests.support.ready_process import start_until_ready
 
 __all__ = ["PrometheusError", "PrometheusServer", "Sample", "promtool"]
 
@@ -104,21 +105,15 @@ class PrometheusServer:
             "--web.enable-lifecycle",
             "--log.level=warn",
         ]
-        with self._log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise PrometheusError(f"prometheus exited:\n{self.log_tail()}")
-            try:
-                if self._http.get("/-/ready").status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise PrometheusError(f"prometheus not ready within {timeout}s:\n{self.log_tail()}")
+        self.process = start_until_ready(
+            args,
+            self._log_path,
+            f"http://127.0.0.1:{self.port}/-/ready",
+            name="prometheus",
+            error=PrometheusError,
+            timeout=timeout,
+        )
+        return self
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
