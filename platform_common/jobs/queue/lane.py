@@ -91,7 +91,7 @@ class CommandLane:
         self._busy = True
         try:
             connection = await self._connect()
-            await connection.send_packed_command(packed, check_health=False)
+            await _send(connection, packed)
             return [await _read(connection) for _ in range(count)]
         except BaseException:
             await self._reset()
@@ -111,9 +111,7 @@ class CommandLane:
                 self._pending.clear()
                 try:
                     connection = await self._connect()
-                    await connection.send_packed_command(
-                        b"".join(packed for packed, _, _ in batch), check_health=False
-                    )
+                    await _send(connection, b"".join(packed for packed, _, _ in batch))
                     for _, count, future in batch:
                         replies = [await _read(connection) for _ in range(count)]
                         if not future.done():
@@ -154,6 +152,32 @@ class CommandLane:
         if self._connection is not None:
             await self._pool.release(self._connection)
             self._connection = None
+
+
+async def _send(connection: AbstractConnection, packed: bytes) -> None:
+    """Write `packed`, waiting only when the socket's buffer is full.
+
+    redis-py's send_packed_command wraps every write in asyncio.wait_for when the
+    connection has a socket timeout, which on Python 3.11 costs a Task and two event
+    loop turns per command: more than the round trip of a small command. A write to a
+    connected socket almost always goes straight to the kernel, so the timeout is
+    needed only around drain() when the transport holds data back."""
+    writer = getattr(connection, "_writer", None)
+    if writer is None or writer.transport.is_closing():
+        # Not connected, or a redis-py without the attribute: the library's own path.
+        await connection.send_packed_command(packed, check_health=False)
+        return
+    try:
+        writer.write(packed)
+        if writer.transport.get_write_buffer_size():
+            async with asyncio.timeout(connection.socket_timeout):
+                await writer.drain()
+    except TimeoutError:
+        await connection.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await connection.disconnect(nowait=True)
+        raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
 
 
 async def _read(connection: AbstractConnection) -> Any:
