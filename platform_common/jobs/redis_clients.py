@@ -1,0 +1,153 @@
+"""The Redis client and connection classes RedisSettings builds, each fixing one way
+redis-py's own misbehaves for us: a cluster client that routes read-only scripts and
+closes every socket, connections that rotate over several addresses (a cluster
+subscriber), and sentinel connections that follow the master across a failover."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
+
+__all__ = [
+    "AnyNodeConnection",
+    "AnyNodeSSLConnection",
+    "ClusterClient",
+    "MasterConnection",
+    "MasterSSLConnection",
+    "SentinelMasterClient",
+]
+
+
+class ClusterClient(RedisCluster):
+    """RedisCluster with two fixes the package relies on.
+
+    - EVAL_RO/EVALSHA_RO are routed by their KEYS, as redis-py does for EVAL/EVALSHA;
+      for the read-only variants it asks the server (COMMAND GETKEYS) before every
+      call, an extra round trip per agent type per exporter scrape.
+    - `aclose()` closes every connection, always. redis-py's does nothing while a
+      re-initialisation is pending (after any connection error, e.g. a failover); it
+      closes only the node cache, while after a re-initialisation commands run on the
+      slot map's own node objects; and it forgets nodes that left the topology. Each
+      of these leaked sockets after a failover.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._retired: list[ClusterNode] = []
+
+    async def initialize(self) -> ClusterClient:
+        before = self._known_nodes()
+        try:
+            await super().initialize()
+        finally:
+            after = self._known_nodes()
+            self._retired = [node for node in self._retired if _has_open_connection(node)]
+            self._retired += [node for key, node in before.items() if key not in after]
+        return self
+
+    def _known_nodes(self) -> dict[int, ClusterNode]:
+        """Every node object the client can reach, by identity: the node cache, the
+        startup nodes and the slot map (which, after a re-initialisation, holds node
+        objects of its own that the node cache does not)."""
+        manager = self.nodes_manager
+        nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+        for slot_nodes in manager.slots_cache.values():
+            nodes += slot_nodes
+        return {id(node): node for node in nodes}
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if command.upper() in ("EVAL_RO", "EVALSHA_RO") and len(args) >= 2:
+            keys = args[2 : 2 + int(args[1])]
+            if keys:
+                slots = {self.keyslot(key) for key in keys}
+                if len(slots) == 1:
+                    return slots.pop()
+            # No keys or a cross-slot call: let redis-py decide (and raise) as it would.
+        return await super()._determine_slot(command, *args)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        # RedisCluster.aclose() does nothing while a re-initialisation is pending (after
+        # any connection error), so close every node we know of ourselves.
+        nodes = [*self._known_nodes().values(), *self._retired]
+        self._retired = []
+        await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
+
+
+def _has_open_connection(node: ClusterNode) -> bool:
+    return any(connection.is_connected for connection in node._connections)
+
+
+class _AddressRotation:
+    """Connect to the first of several addresses that accepts, starting with the one
+    that worked last."""
+
+    def __init__(self, *, addresses: tuple[tuple[str, int], ...], **kwargs: Any) -> None:
+        self._addresses = list(addresses)
+        host, port = self._addresses[0]
+        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
+
+    async def _connect(self) -> None:
+        error: BaseException | None = None
+        for _ in range(len(self._addresses)):
+            self.host, self.port = self._addresses[0]
+            try:
+                await super()._connect()  # type: ignore[misc]
+                return
+            except (OSError, TimeoutError) as exc:
+                error = exc
+                self._addresses.append(self._addresses.pop(0))
+        assert error is not None
+        raise error
+
+
+class AnyNodeConnection(_AddressRotation, aioredis.Connection):
+    """A plain connection to whichever of the cluster's URL addresses answers."""
+
+
+class AnyNodeSSLConnection(_AddressRotation, aioredis.SSLConnection):
+    """A TLS connection to whichever of the cluster's URL addresses answers."""
+
+
+class MasterConnection(SentinelManagedConnection):
+    """A sentinel-managed connection that asks the sentinels where the master is on
+    every (re)connect.
+
+    redis-py 7 reconnects through `connect_check_health()`, which its sentinel
+    connection does not override: after a failover, a connection dropped because the
+    old master turned READONLY reconnected to that same old master, so every retry of
+    the command failed again.
+    """
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if not self.is_connected and self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super().connect_check_health(
+            check_health=check_health, retry_socket_connect=retry_socket_connect
+        )
+
+
+class MasterSSLConnection(MasterConnection, aioredis.SSLConnection):
+    """MasterConnection over TLS."""
+
+
+class SentinelMasterClient(aioredis.Redis):
+    """A client of the current master that also closes its sentinel connections.
+
+    redis-py's `master_for` leaves the Sentinel's own clients open when the master
+    client is closed; an owner that calls `aclose()` expects everything released.
+    """
+
+    sentinel_manager: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinel_manager is not None:
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.aclose()
