@@ -257,7 +257,15 @@ def main() -> None:
         f"BRPOP {raw['sync_brpop_per_s']:,.0f}/s; enqueue vs sync LPUSH "
         f"{ours['enqueue_per_s'] / raw['sync_lpush_per_s']:.2f}"
     )
-    print("targets: drain >= 3,000/s; enqueue >= 0.8 x raw LPUSH; enqueue_many >= 30,000/s")
+    # The interleaved ratio is the one judged: on a shared machine the host's load
+    # drifts over seconds, and alternating blocks of 500 puts both sides under it alike
+    # (the one-by-one row, measured minutes apart from its reference, swings +-30%).
+    checks = [
+        ("drain >= 3,000 jobs/s", ours["drain_per_s"] >= 3_000),
+        ("enqueue >= 0.8 x raw LPUSH (interleaved)", paired["ratio"] >= 0.8),
+        ("enqueue_many >= 30,000 jobs/s", ours["enqueue_many_per_s"] >= 30_000),
+    ]
+    print("targets: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in checks))
 
 
 if __name__ == "__main__":

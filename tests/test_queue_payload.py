@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -68,6 +70,26 @@ def test_single_problems_name_their_field(
     assert list(caught.value.errors) == [field]
     assert fragment in caught.value.errors[field]
     assert caught.value.field == field
+
+
+def test_a_payload_that_contains_itself_is_refused_naming_the_field() -> None:
+    loop: dict[str, Any] = {}
+    loop["again"] = loop
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(make_job(constraints=loop), agent_types=DEFAULT_AGENT_TYPES)
+    assert caught.value.errors == {"constraints": "must hold only JSON values"}
+
+
+def test_str_enum_members_count_as_strings_and_are_stored_as_their_value() -> None:
+    class Venue(StrEnum):
+        DEN = "den"
+
+    job = make_job(curated_shortlist=["jiro", Venue.DEN], constraints={Venue.DEN: 1})
+    stored = json.loads(prepare_job(job, agent_types=DEFAULT_AGENT_TYPES).encoded)
+    assert (stored["curated_shortlist"], stored["constraints"]) == (["jiro", "den"], {"den": 1})
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(make_job(curated_shortlist=["jiro", 3], constraints={Venue.DEN: 1, 2: 0}))
+    assert set(caught.value.errors) == {"curated_shortlist", "constraints"}
 
 
 def test_missing_fields_are_listed_and_optional_ones_default() -> None:
