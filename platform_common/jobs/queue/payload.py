@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,8 +46,16 @@ _ENCODER = json.JSONEncoder(
     separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
 )
 MAX_TEXT_LENGTH = 200
+_REQUIRED = frozenset(FIELDS) - _OPTIONAL.keys()
+_TEXT_FIELDS = (
+    ("session_id", MAX_TEXT_LENGTH),
+    ("orchestrator_id", MAX_TEXT_LENGTH),
+    ("result_format", MAX_TEXT_LENGTH),
+    ("task", sys.maxsize),  # prose: no length limit but the payload's
+)
 _STR_TYPE = frozenset({str})
 _NO_CONSTRAINTS: dict[str, Any] = {}
+_ABSENT = object()
 _NO_SHORTLIST: list[str] = []
 """Longest session_id, orchestrator_id and result_format (ids, not prose)."""
 
@@ -144,23 +153,25 @@ def _validate(
         for name in data:
             if name not in _FIELD_SET:
                 errors[str(name)] = "unknown field"
-    for name in FIELDS:
-        if name not in data and name not in _OPTIONAL:
-            errors[name] = "missing field"
+    if not _REQUIRED.issubset(data):
+        for name in FIELDS:
+            if name not in data and name not in _OPTIONAL:
+                errors[name] = "missing field"
     if "job_id" in data:
         try:
             validate_job_id(data["job_id"])
         except InvalidJobId as exc:
             errors["job_id"] = exc.problem
-    for name in ("session_id", "orchestrator_id", "result_format"):
-        if name in data:
-            problem = _text_problem(data[name], MAX_TEXT_LENGTH)
-            if problem:
-                errors[name] = problem
-    if "task" in data:
-        problem = _text_problem(data["task"], None)
+    for name, limit in _TEXT_FIELDS:
+        value = data.get(name, _ABSENT)
+        if value is _ABSENT:
+            continue
+        # The common case inline (this runs for every job); _text_problem says why not.
+        if type(value) is str and value and len(value) <= limit and not value.isspace():
+            continue
+        problem = _text_problem(value, limit)
         if problem:
-            errors["task"] = problem
+            errors[name] = problem
     if "agent_type" in data:
         agent_type = data["agent_type"]
         if not isinstance(agent_type, str):
@@ -275,12 +286,12 @@ def _all_strings(items: Iterable[object]) -> bool:
     return _STR_TYPE.issuperset(map(type, items)) or all(isinstance(i, str) for i in items)
 
 
-def _text_problem(value: object, limit: int | None) -> str | None:
+def _text_problem(value: object, limit: int) -> str | None:
     if not isinstance(value, str):
         return f"must be a string, got {type(value).__name__}"
     if not value.strip():
         return "must not be empty"
-    if limit is not None and len(value) > limit:
+    if len(value) > limit:
         return f"longer than {limit} characters"
     return None
 
