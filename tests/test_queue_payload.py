@@ -9,6 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from platform_common.jobs import queue as queue_package
 from platform_common.jobs.errors import ConfigurationError, InvalidPayload
@@ -90,6 +92,44 @@ def test_str_enum_members_count_as_strings_and_are_stored_as_their_value() -> No
     with pytest.raises(InvalidPayload) as caught:
         prepare_job(make_job(curated_shortlist=["jiro", 3], constraints={Venue.DEN: 1, 2: 0}))
     assert set(caught.value.errors) == {"curated_shortlist", "constraints"}
+
+
+def test_a_bad_constraint_value_is_reported_with_the_other_bad_fields() -> None:
+    job = make_job(job_id="has spaces", constraints={"nested": [{"price": math.inf}]})
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(job, agent_types=DEFAULT_AGENT_TYPES)
+    assert set(caught.value.errors) == {"job_id", "constraints"}
+    # JSON objects have string keys: a nested int key would come back as a string.
+    with pytest.raises(InvalidPayload) as caught:
+        prepare_job(make_job(constraints={"by_day": {1: "mon"}}))
+    assert caught.value.errors == {"constraints": "must hold only JSON values"}
+
+
+plain_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(constraints=st.dictionaries(st.text(max_size=8), plain_json, max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_stored_json_reads_back_as_the_standard_library_would_write_it(
+    constraints: dict[str, Any],
+) -> None:
+    """The fast encoder and its standard-library fallback (big integers, StrEnum keys)
+    store what json.dumps would: a consumer decoding either gets the same value."""
+    job = make_job(constraints=constraints)
+    stored = prepare_job(job, agent_types=DEFAULT_AGENT_TYPES).encoded
+    assert json.loads(stored) == json.loads(json.dumps(job, allow_nan=False))
 
 
 def test_missing_fields_are_listed_and_optional_ones_default() -> None:
