@@ -1,8 +1,11 @@
 """Queue throughput benchmark (not a test): ours vs raw redis-py on the same server.
 
     .venv/bin/python bench/queue.py [--jobs 20000] [--concurrency 32]
+        [--aof everysec|always] [--redis-url redis://host:6379/15]
 
-Starts its own redis-server (no persistence), then for N no-op jobs with a ~300-byte
+Starts its own redis-server (no persistence unless --aof says; --aof always shows what
+fsync per write costs on this disk), or uses --redis-url, whose database must be empty
+(it is flushed between phases, with FLUSHDB). Then for N no-op jobs with a ~300-byte
 payload measures: enqueue one by one, enqueue_many, and the drain by ONE worker
 process (python -m platform_common.jobs.worker, --concurrency as given) with leases,
 fencing and counters on; and, as the reference, raw redis-py LPUSH one by one and
@@ -68,7 +71,7 @@ def make_jobs(n: int) -> list[dict[str, Any]]:
 
 def _flush(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
-    client.flushall()
+    client.flushdb()
     client.close()
 
 
@@ -230,15 +233,42 @@ def run_raw(redis_url: str, n: int) -> dict[str, float]:
     }
 
 
+def _measure(
+    url: str, n: int, concurrency: int
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    return run_raw(url, n), run_ours(url, n, concurrency), compare_enqueue(url, n)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--aof",
+        choices=("no", "everysec", "always"),
+        default="no",
+        help="persistence of the redis-server started here",
+    )
+    parser.add_argument("--redis-url", help="an existing Redis; its database must be empty")
     args = parser.parse_args()
-    with RedisServer() as server:
-        raw = run_raw(server.url, args.jobs)
-        ours = run_ours(server.url, args.jobs, args.concurrency)
-        paired = compare_enqueue(server.url, args.jobs)
+    if args.redis_url:
+        client = redis.Redis.from_url(args.redis_url)
+        keys = client.dbsize()
+        client.close()
+        if keys:
+            parser.error(
+                f"the database of --redis-url holds {keys} keys; the bench flushes "
+                "it between phases, so it wants an empty one"
+            )
+        raw, ours, paired = _measure(args.redis_url, args.jobs, args.concurrency)
+        where = "the given Redis"
+    else:
+        server = RedisServer(
+            appendonly=args.aof != "no", appendfsync=args.aof if args.aof != "no" else "everysec"
+        )
+        with server:
+            raw, ours, paired = _measure(server.url, args.jobs, args.concurrency)
+        where = f"one redis-server (AOF {args.aof})"
     n = args.jobs
     rows = [
         ("enqueue, one by one", ours["enqueue_per_s"], raw["lpush_per_s"], "raw LPUSH (async)"),
@@ -248,7 +278,7 @@ def main() -> None:
         (f"drain, 1 worker process, concurrency {args.concurrency}", ours["drain_per_s"],
          raw["brpop_per_s"], "raw BRPOP (async)"),
     ]  # fmt: skip
-    print(f"N = {n} no-op jobs, ~300-byte payload, one redis-server, {os.cpu_count()} cores")
+    print(f"N = {n} no-op jobs, ~300-byte payload, {where}, {os.cpu_count()} cores")
     print(f"{'operation':<44} {'ours jobs/s':>12} {'reference':>12}  ratio  reference is")
     for name, value, reference, label in rows:
         print(f"{name:<44} {value:>12,.0f} {reference:>12,.0f}  {value / reference:5.2f}  {label}")
