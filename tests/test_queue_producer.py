@@ -3,8 +3,10 @@ writes nothing; the pre-warmed pool and the health check."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,6 +17,7 @@ from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings
 from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
 from platform_common.jobs.testing.redis_server import find_free_port
 from tests.queue_handlers import make_job
+from tests.support.queue_runtime import eventually
 
 DINING = QueueKeys("dining")
 
@@ -144,3 +147,53 @@ async def test_enqueue_survives_a_script_flush(
     await queue.enqueue(job)  # NOSCRIPT on the hot path: reloaded, run once
     assert await redis_client.lrange(DINING.queue, 0, 0) == [job["job_id"]]
     assert (await queue.stats("dining")).counters["enqueued"] == 2
+
+
+async def test_enqueue_many_survives_a_script_flush(
+    queue: JobQueue, redis_client: aioredis.Redis
+) -> None:
+    await queue.enqueue(make_job())
+    await redis_client.script_flush()
+    jobs = [make_job() for _ in range(ENQUEUE_CHUNK * 2 + 7)]
+    await queue.enqueue_many(jobs)  # every chunk answers NOSCRIPT, then runs once
+    assert await redis_client.llen(DINING.queue) == len(jobs) + 1
+    assert (await queue.stats("dining")).counters["enqueued"] == len(jobs) + 1
+
+
+async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """Cancelling enqueue_many once a chunk is out must not leave the batch cut."""
+    connection = await QueueConnection.open(QueueSettings.from_url(redis_url))
+    keys = connection.keys("dining")
+    caller: asyncio.Task[list[object]] | None = None
+
+    def calls() -> Iterator[tuple[list[str], list[object]]]:
+        for chunk in range(3):
+            job_id = f"streamed-{chunk}"
+            if chunk == 1:
+                assert caller is not None
+                caller.cancel()  # the caller goes away after the first call went out
+            yield (
+                [keys.queue, keys.stats, keys.expiry, keys.job(job_id)],
+                [f"nonce-{chunk}", 1, job_id, "{}", 60, int(time.time() * 1000), 3],
+            )
+
+    try:
+        caller = asyncio.ensure_future(
+            connection.stream_script(connection.scripts.enqueue, calls())
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await eventually(lambda: _at_least(redis_client.llen(keys.queue), 3))
+        assert await redis_client.lrange(keys.queue, 0, -1) == [
+            "streamed-2",
+            "streamed-1",
+            "streamed-0",
+        ]
+    finally:
+        await connection.aclose()
+
+
+async def _at_least(count: Awaitable[int], minimum: int) -> bool:
+    return await count >= minimum

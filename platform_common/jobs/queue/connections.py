@@ -4,7 +4,7 @@ connections for blocking commands, and the health check."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -87,6 +87,63 @@ class QueueConnection:
                 if isinstance(reply, NoScriptError):
                     try:
                         replies[index] = await self.run_script(script, *calls[index])
+                    except ResponseError as exc:
+                        replies[index] = exc
+        return replies
+
+    async def stream_script(
+        self, script: QueueScript, calls: Iterable[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        """run_script_many for big batches: on the lane each call is sent as soon as
+        `calls` (a generator, typically) has built it, so building and packing the next
+        one overlaps Redis running this one. Once the first call is out, the rest are
+        sent even if the caller is cancelled: a batch is never left cut at a point
+        the caller did not choose (its replies are then discarded). Without a lane
+        (a cluster) the calls go in one pipeline, likewise run to the end."""
+        task = asyncio.ensure_future(
+            self._stream(self.lane, script, iter(calls))
+            if self.lane is not None
+            else self._pipelined(script, calls)
+        )
+        # If the caller is gone, the outcome has no reader: mark it read (no warning).
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return await asyncio.shield(task)
+
+    async def _pipelined(
+        self, script: QueueScript, calls: Iterable[tuple[list[str], list[Any]]]
+    ) -> list[Any]:
+        return await run_pipelined(self.client, script, list(calls))
+
+    async def _stream(
+        self,
+        lane: CommandLane,
+        script: QueueScript,
+        calls: Iterator[tuple[list[str], list[Any]]],
+    ) -> list[Any]:
+        made: list[tuple[list[str], list[Any]]] = []
+        sent: list[asyncio.Future[list[Any]]] = []
+        sha: str | None = None
+        for keys, args in calls:
+            if sha is None:
+                sha = await script.digest(keys)
+            made.append((keys, args))
+            command = ("EVALSHA", sha, len(keys), *keys, *args)
+            sent.append(asyncio.ensure_future(lane.execute_many([command])))
+            # One turn of the loop: the lane writes this call (and reads finished
+            # replies) before the next call is built.
+            await asyncio.sleep(0)
+        outcomes = await asyncio.gather(*sent, return_exceptions=True)
+        replies: list[Any] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # the connection failed past the lane's retries
+            replies.append(outcome[0])
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            script.forget()
+            for index, reply in enumerate(replies):
+                if isinstance(reply, NoScriptError):
+                    try:
+                        replies[index] = await self.run_script(script, *made[index])
                     except ResponseError as exc:
                         replies[index] = exc
         return replies

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -83,15 +83,9 @@ class Producer:
         connection = self._connection
         for agent_type in {job.agent_type for _, job in prepared}:
             await connection.register_type(agent_type)
-        calls = []
-        for agent_type, chunk in chunks:
-            keys = connection.keys(agent_type)
-            job_keys = [keys.job(job.job_id) for _, job in chunk]
-            args: list[Any] = [self._nonce(), len(chunk)]
-            for _, job in chunk:
-                args += self._job_args(job)
-            calls.append(([keys.queue, keys.stats, keys.expiry, *job_keys], args))
-        replies = await connection.run_script_many(connection.scripts.enqueue, calls)
+        replies = await connection.stream_script(
+            connection.scripts.enqueue, self._enqueue_calls(chunks)
+        )
         refused: dict[str, str] = {}
         for (_, chunk), reply in zip(chunks, replies, strict=True):
             if isinstance(reply, Exception):
@@ -106,6 +100,18 @@ class Producer:
         if refused:
             raise InvalidPayload(refused)
         return [job.job_id for _, job in prepared]
+
+    def _enqueue_calls(
+        self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]]
+    ) -> Iterator[tuple[list[str], list[Any]]]:
+        """The enqueue script's (keys, args) per chunk, built only when it is sent."""
+        for agent_type, chunk in chunks:
+            keys = self._connection.keys(agent_type)
+            job_keys = [keys.job(job.job_id) for _, job in chunk]
+            args: list[Any] = [self._nonce(), len(chunk)]
+            for _, job in chunk:
+                args += self._job_args(job)
+            yield [keys.queue, keys.stats, keys.expiry, *job_keys], args
 
     def _job_args(self, job: PreparedJob) -> list[Any]:
         return [
