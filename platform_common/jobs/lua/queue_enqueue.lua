@@ -13,7 +13,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local duplicates = {}
 local replayed = {}
-for i = 1, n do
+-- One EXISTS over every job key first: in the usual case none exists, and the
+-- per-job look (duplicate or our own replay?) is skipped.
+local existing = redis.call('EXISTS', unpack(KEYS, 4, 3 + n))
+for i = 1, (existing > 0 and n or 0) do
     local job_key = KEYS[3 + i]
     if redis.call('EXISTS', job_key) == 1 then
         if redis.call('HGET', job_key, 'nonce') == nonce then
