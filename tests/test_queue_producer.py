@@ -197,3 +197,33 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
 
 async def _at_least(count: Awaitable[int], minimum: int) -> bool:
     return await count >= minimum
+
+
+async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """The lane re-sends a call whose reply was lost: the script must see its own
+    writes (same nonce) as done, and another caller's (other nonce) as duplicates."""
+    connection = await QueueConnection.open(QueueSettings.from_url(redis_url))
+    keys = connection.keys("dining")
+    created = int(time.time() * 1000)
+
+    def call(nonce: str, *job_ids: str) -> tuple[list[str], list[object]]:
+        args: list[object] = [nonce, len(job_ids)]
+        for job_id in job_ids:
+            args += [job_id, "{}", 60, created, 3]
+        return [keys.queue, keys.stats, keys.expiry, *map(keys.job, job_ids)], args
+
+    try:
+        script = connection.scripts.enqueue
+        assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 2]
+        assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 0]
+        assert await connection.run_script(script, *call("first", "a", "c")) == ["ok", 1]
+        assert await connection.run_script(script, *call("other", "c", "d")) == [
+            "duplicate",
+            "c",
+        ]
+        assert await redis_client.lrange(keys.queue, 0, -1) == ["c", "b", "a"]
+        assert await redis_client.hget(keys.stats, "enqueued") == "3"
+    finally:
+        await connection.aclose()
