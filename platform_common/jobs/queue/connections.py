@@ -81,15 +81,7 @@ class QueueConnection:
         replies = await self.lane.execute_many(
             [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
         )
-        if any(isinstance(reply, NoScriptError) for reply in replies):
-            script.forget()
-            for index, reply in enumerate(replies):
-                if isinstance(reply, NoScriptError):
-                    try:
-                        replies[index] = await self.run_script(script, *calls[index])
-                    except ResponseError as exc:
-                        replies[index] = exc
-        return replies
+        return await self._rerun_unloaded(script, calls, replies)
 
     async def stream_script(
         self, script: QueueScript, calls: Iterable[tuple[list[str], list[Any]]]
@@ -138,12 +130,22 @@ class QueueConnection:
             if isinstance(outcome, BaseException):
                 raise outcome  # the connection failed past the lane's retries
             replies.append(outcome[0])
+        return await self._rerun_unloaded(script, made, replies)
+
+    async def _rerun_unloaded(
+        self,
+        script: QueueScript,
+        calls: Sequence[tuple[list[str], list[Any]]],
+        replies: list[Any],
+    ) -> list[Any]:
+        """Re-run the calls answered NOSCRIPT (flush, restart, failover: the call did
+        not run, so running it now is safe), each reply or error in its place."""
         if any(isinstance(reply, NoScriptError) for reply in replies):
             script.forget()
             for index, reply in enumerate(replies):
                 if isinstance(reply, NoScriptError):
                     try:
-                        replies[index] = await self.run_script(script, *made[index])
+                        replies[index] = await self.run_script(script, *calls[index])
                     except ResponseError as exc:
                         replies[index] = exc
         return replies
