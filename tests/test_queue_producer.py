@@ -181,7 +181,7 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
 
     try:
         caller = asyncio.ensure_future(
-            connection.stream_script(connection.scripts.enqueue, calls())
+            connection.run_script_many(connection.scripts.enqueue, calls())
         )
         with pytest.raises(asyncio.CancelledError):
             await caller

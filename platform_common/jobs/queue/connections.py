@@ -69,29 +69,17 @@ class QueueConnection:
         return await script(keys, args)
 
     async def run_script_many(
-        self, script: QueueScript, calls: Sequence[tuple[list[str], list[Any]]]
-    ) -> list[Any]:
-        """Run `script` once per (keys, args), back to back in one write; each reply
-        or error in place. NOSCRIPT replies (the call did not run) are re-run."""
-        if self.lane is None:
-            return await run_pipelined(self.client, script, calls)
-        if not calls:
-            return []
-        sha = await script.digest(calls[0][0])
-        replies = await self.lane.execute_many(
-            [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
-        )
-        return await self._rerun_unloaded(script, calls, replies)
-
-    async def stream_script(
         self, script: QueueScript, calls: Iterable[tuple[list[str], list[Any]]]
     ) -> list[Any]:
-        """run_script_many for big batches: on the lane each call is sent as soon as
-        `calls` (a generator, typically) has built it, so building and packing the next
-        one overlaps Redis running this one. Once the first call is out, the rest are
-        sent even if the caller is cancelled: a batch is never left cut at a point
-        the caller did not choose (its replies are then discarded). Without a lane
-        (a cluster) the calls go in one pipeline, likewise run to the end."""
+        """Run `script` once per (keys, args); each reply or error in place, NOSCRIPT
+        replies (the call did not run) re-run.
+
+        On the lane each call is sent as soon as `calls` (a generator, for a big batch)
+        has built it, so building and packing the next one overlaps Redis running this
+        one. Once the first call is out, the rest are sent even if the caller is
+        cancelled: a batch is never left cut at a point the caller did not choose (its
+        replies are then discarded). Without a lane (a cluster) the calls go in one
+        pipeline, likewise run to the end."""
         task = asyncio.ensure_future(
             self._stream(self.lane, script, iter(calls))
             if self.lane is not None

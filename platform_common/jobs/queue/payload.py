@@ -45,6 +45,7 @@ _OPTIONAL = {"constraints": dict, "curated_shortlist": list}
 # The standard library's encoder, for the corners orjson refuses (see encode_payload).
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 MAX_TEXT_LENGTH = 200
+"""Longest session_id, orchestrator_id and result_format (ids, not prose)."""
 _REQUIRED = frozenset(FIELDS) - _OPTIONAL.keys()
 _TEXT_FIELDS = (
     ("session_id", MAX_TEXT_LENGTH),
@@ -54,9 +55,8 @@ _TEXT_FIELDS = (
 )
 _STR_TYPE = frozenset({str})
 _NO_CONSTRAINTS: dict[str, Any] = {}
-_ABSENT = object()
 _NO_SHORTLIST: list[str] = []
-"""Longest session_id, orchestrator_id and result_format (ids, not prose)."""
+_ABSENT = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,13 +317,11 @@ def _plain(value: object) -> bool:
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return True
-    if kind is float:
-        return math.isfinite(value)  # type: ignore[arg-type]
+    if isinstance(value, float):
+        return math.isfinite(value)
     if isinstance(value, dict):
         return all(isinstance(key, str) and _plain(item) for key, item in value.items())
     if isinstance(value, (list, tuple)):
         return all(_plain(item) for item in value)
-    if isinstance(value, float):
-        return math.isfinite(value)
     # Subclasses of str and int (StrEnum, IntEnum members) are stored as their value.
     return isinstance(value, (str, int))

@@ -83,7 +83,7 @@ class Producer:
         connection = self._connection
         for agent_type in {job.agent_type for _, job in prepared}:
             await connection.register_type(agent_type)
-        replies = await connection.stream_script(
+        replies = await connection.run_script_many(
             connection.scripts.enqueue, self._enqueue_calls(chunks)
         )
         refused: dict[str, str] = {}
