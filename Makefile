@@ -12,9 +12,18 @@ deps: venv
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# exporter/, monitoring/, dashboards/, alerts/ and runbooks/ install under the
+# platform_common namespace (pyproject's package-dir). The strict editable mode links
+# every file into one tree that Python and mypy both follow, so the install is redone
+# when a Python file is added or removed (FILE_LIST changes only then).
+FILE_LIST := $(VENV)/.package-files
+$(shell mkdir -p $(VENV) && find platform_common exporter monitoring dashboards alerts runbooks \
+	-name '*.py' -not -path '*/__pycache__/*' 2>/dev/null | sort > $(FILE_LIST).new && \
+	(cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST)))
+
+$(STAMP): pyproject.toml $(FILE_LIST)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 demo: deps
@@ -25,7 +34,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy platform_common/jobs exporter dashboards alerts demo
+	$(BIN)/mypy -p platform_common.jobs -p platform_common.jobs_exporter -p dashboards -p alerts -p demo
 
 unit: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from alerts import queries as q
 from alerts.config import MonitoringConfig
-from exporter.catalogue import by_key
+from platform_common.jobs_exporter.catalogue import by_key
 
 __all__ = ["AGENT_TYPE", "INSTANCE", "BoundaryCase", "Scenario", "boundary_cases", "seconds"]
 

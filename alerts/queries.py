@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.catalogue import AGENT_TYPE, by_key
+from platform_common.jobs_exporter.catalogue import AGENT_TYPE, by_key
 
 __all__ = [
     "PROMETHEUS_UP",

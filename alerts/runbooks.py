@@ -19,8 +19,8 @@ from alerts.spec import AlertSpec, alert_specs, render_text
 from dashboards.encode import dashboard_json
 from dashboards.ids import QUEUE_OVERVIEW_UID
 from dashboards.queue_overview import queue_overview
-from exporter.catalogue import CATALOGUE
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs_exporter.catalogue import CATALOGUE
 
 __all__ = ["INDEX", "SECTIONS", "TEMPLATES", "render_runbooks"]
 

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable  # noqa: E402
 
 from platform_common.jobs import JobStatus, RedisJobStore  # noqa: E402
 from platform_common.jobs.connection import RedisClient, RedisSettings  # noqa: E402
-from platform_common.jobs.testing import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 TARGETS = {"create": 0.5, "update": 0.5, "get": 0.75}
 PAYLOAD = {"request": {"repo": "platform/agents", "branch": "main", "depth": 3}}

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs.testing import RedisServer
+from tests.support.redis_server import RedisServer
 
 AGENT_TYPE = "dining"
 NOOP_HANDLER = "platform_common.jobs.queue.builtin:noop"

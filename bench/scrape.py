@@ -31,11 +31,11 @@ from typing import Any  # noqa: E402
 import redis  # noqa: E402
 from redis.asyncio.connection import Connection  # noqa: E402
 
-from exporter.reader import make_exporter_client  # noqa: E402
-from exporter.service import Exporter  # noqa: E402
-from exporter.settings import ExporterSettings  # noqa: E402
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field  # noqa: E402
-from platform_common.jobs.testing import RedisServer  # noqa: E402
+from platform_common.jobs_exporter.reader import make_exporter_client  # noqa: E402
+from platform_common.jobs_exporter.service import Exporter  # noqa: E402
+from platform_common.jobs_exporter.settings import ExporterSettings  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 FILL_BATCH = 10_000  # ids per LPUSH: 100 commands fill a million
 

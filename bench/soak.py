@@ -32,7 +32,7 @@ from typing import Any  # noqa: E402
 import redis  # noqa: E402
 
 from platform_common.jobs.queue import JobQueue, QueueSettings  # noqa: E402
-from platform_common.jobs.testing import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -19,7 +19,7 @@ from alerts.spec import AlertSpec, alert_specs, render_text
 from dashboards.ids import QUEUE_OVERVIEW_UID
 from dashboards.ids import QueueOverviewPanel as P
 from dashboards.panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
-from exporter.catalogue import by_key
+from platform_common.jobs_exporter.catalogue import by_key
 
 __all__ = ["SCHEMA_VERSION", "TAGS", "queue_overview"]
 

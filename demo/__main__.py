@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from platform_common.jobs import JobStatus, make_job_store
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs.testing import RedisServer, find_free_port
+from tests.support.redis_server import RedisServer, find_free_port
 
 from .traffic import TASKS, make_job
 
@@ -103,7 +103,7 @@ async def run(args: argparse.Namespace) -> None:
         port = args.port if _port_free(args.port) else find_free_port()
         env = dict(os.environ, REDIS_URL=redis_server.url, PYTHONUNBUFFERED="1")
         python = sys.executable
-        commands = [[python, "-m", "exporter", "--redis-url", redis_server.url,
+        commands = [[python, "-m", "platform_common.jobs_exporter", "--redis-url", redis_server.url,
                      "--port", str(port), "--host", "127.0.0.1",
                      "--agent-types", ",".join(AGENT_TYPES), "--log-level", "WARNING"]]  # fmt: skip
         for agent_type in AGENT_TYPES:

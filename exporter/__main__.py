@@ -1,4 +1,4 @@
-"""`python -m exporter` / `queue-exporter`: parse settings, then serve with uvicorn."""
+"""`python -m platform_common.jobs_exporter` or `queue-exporter`: settings, then uvicorn."""
 
 from __future__ import annotations
 

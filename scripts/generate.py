@@ -35,7 +35,7 @@ def dump_yaml(data: Any) -> str:
 
 
 def _readme_with_table(current: str) -> str:
-    from exporter.metric_table import render_metric_table
+    from platform_common.jobs_exporter.metric_table import render_metric_table
 
     before, found, rest = current.partition(TABLE_START)
     _, found_end, after = rest.partition(TABLE_END)

@@ -12,7 +12,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from platform_common.jobs.testing import RedisClusterNodes, RedisServer
+from tests.support.redis_cluster import RedisClusterNodes
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

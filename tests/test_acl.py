@@ -11,14 +11,14 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs import JobStatus, acl, make_job_store
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs.testing import RedisServer
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_server import RedisServer
 
 ADMIN_PASSWORD = "admin-pw-for-acl-tests"
 ROLE_PASSWORD = {role: f"{role}-pw-7d1c" for role in acl.ROLES}

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from platform_common.jobs import acl
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs.testing import RedisServer, find_free_port
+from tests.support.redis_server import RedisServer, find_free_port
 from tests.test_chaos_processes import QUEUE_SETTINGS, TYPES, plan_jobs, read_ledgers
 
 SEED = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
@@ -125,8 +125,8 @@ async def run_chaos(server: RedisServer, fleet: Fleet) -> None:
     exporter_port = find_free_port()
     fleet.exporter = fleet.spawn(
         "exporter",
-        ["-m", "exporter", "--redis-url", fleet.url["exporter"], "--host", "127.0.0.1",
-         "--port", str(exporter_port), "--agent-types", ",".join(TYPES)],
+        ["-m", "platform_common.jobs_exporter", "--redis-url", fleet.url["exporter"],
+         "--host", "127.0.0.1", "--port", str(exporter_port), "--agent-types", ",".join(TYPES)],
     )  # fmt: skip
     fleet.workers = [fleet.start_worker(index) for index in range(3)]
     metrics_url = f"http://127.0.0.1:{exporter_port}/metrics"

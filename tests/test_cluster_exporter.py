@@ -12,11 +12,11 @@ import redis
 from redis.asyncio.connection import Connection
 from redis.cluster import RedisCluster as SyncRedisCluster
 
-from exporter.reader import make_exporter_client
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.testing import RedisClusterNodes
+from platform_common.jobs_exporter.reader import make_exporter_client
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.redis_cluster import RedisClusterNodes
 
 # The spec's five types land on all three shards of a default 3-master cluster
 # (docs/operations.md, "Sizing").

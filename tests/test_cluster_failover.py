@@ -14,9 +14,9 @@ from redis.exceptions import RedisError
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs.testing import RedisClusterNodes
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_cluster import RedisClusterNodes
 
 TYPES = ("dining", "experiences", "transportation", "flights", "dmc")
 PER_TYPE = 4

@@ -18,14 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.app import create_app
-from exporter.settings import ExporterSettings
 from platform_common.jobs import JobsError, make_job_store
 from platform_common.jobs.acl import acl_file_line
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs.testing import RedisServer, find_free_port
+from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
+from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import ROOT, wait_until
 
 SECRETS = {
@@ -76,7 +76,16 @@ async def test_a_working_system_never_prints_a_password(
     exporter_url = f"redis://exporter@127.0.0.1:{acl_server.port}/0?password_file={password_file}"
     port = find_free_port()
     exporter = spawn(
-        ["-m", "exporter", "--host", "127.0.0.1", "--port", str(port), "--log-level", "debug"],
+        [
+            "-m",
+            "platform_common.jobs_exporter",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "debug",
+        ],
         tmp_path / "exporter.log",
         {"REDIS_URL": exporter_url},
     )

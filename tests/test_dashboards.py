@@ -18,7 +18,7 @@ from dashboards.encode import render
 from dashboards.ids import QUEUE_OVERVIEW_UID
 from dashboards.ids import QueueOverviewPanel as P
 from dashboards.queue_overview import queue_overview
-from exporter.catalogue import CATALOGUE, Metric, by_key
+from platform_common.jobs_exporter.catalogue import CATALOGUE, Metric, by_key
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "tests" / "grafana_schemas"  # vendored copy of shared/grafana-schemas

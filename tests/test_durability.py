@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs.testing import RedisServer
+from tests.support.redis_server import RedisServer
 
 AGENT_TYPES = ("dining", "flights")
 SEED = int(os.environ.get("DURABILITY_SEED", random.randrange(1 << 30)))

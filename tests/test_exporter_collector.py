@@ -13,10 +13,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalogue
-from exporter.collector import ScrapeResult, metric_families, registry_for
-from exporter.exposition import render_text
-from exporter.snapshot import LatencyHistogram, Snapshot, TypeSnapshot
+from platform_common.jobs_exporter import catalogue
+from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
+from platform_common.jobs_exporter.exposition import render_text
+from platform_common.jobs_exporter.snapshot import LatencyHistogram, Snapshot, TypeSnapshot
 from tests.support.prometheus import promtool
 
 DINING = TypeSnapshot(

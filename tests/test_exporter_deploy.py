@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from exporter.settings import ENVIRONMENT_VARIABLES, ExporterSettings
+from platform_common.jobs_exporter.settings import ENVIRONMENT_VARIABLES, ExporterSettings
 from tests.support.prometheus import promtool
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"

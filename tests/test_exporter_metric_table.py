@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from exporter.catalogue import CATALOGUE
-from exporter.metric_table import render_metric_table
+from platform_common.jobs_exporter.catalogue import CATALOGUE
+from platform_common.jobs_exporter.metric_table import render_metric_table
 
 
 def test_one_row_per_catalogue_metric_in_order() -> None:

@@ -10,9 +10,9 @@ import httpx
 import pytest
 import redis
 
-from exporter.app import create_app
-from exporter.settings import ExporterSettings
-from platform_common.jobs.testing import RedisServer
+from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.redis_server import RedisServer
 from tests.test_exporter_redis import of, parse, seed_type
 
 

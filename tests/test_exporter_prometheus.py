@@ -12,13 +12,13 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import latency_bucket_field
-from platform_common.jobs.testing.redis_server import find_free_port
 from tests.support.prometheus import PrometheusServer, Sample
+from tests.support.redis_server import find_free_port
 from tests.test_exporter_redis import seed_type
 
 
 class ExporterProcess:
-    """`python -m exporter` on a free port, as a user would run it."""
+    """`python -m platform_common.jobs_exporter` on a free port, as a user would run it."""
 
     def __init__(self, *args: str) -> None:
         self.port = find_free_port()
@@ -26,7 +26,7 @@ class ExporterProcess:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "platform_common.jobs_exporter",
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -16,11 +16,11 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.connection import Connection
 
-from exporter.app import create_app
-from exporter.reader import make_exporter_client
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
+from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.reader import make_exporter_client
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.prometheus import promtool
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

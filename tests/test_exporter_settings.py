@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.settings import ExporterSettings
 from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs_exporter.settings import ExporterSettings
 
 
 def test_defaults_need_no_configuration() -> None:
@@ -85,7 +85,7 @@ def test_password_file(tmp_path: Path) -> None:
 
 
 def test_cli_reports_bad_setting_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from exporter.__main__ import main
+    from platform_common.jobs_exporter.__main__ import main
 
     assert main(["--port", "not-a-port", "--redis-url", "redis://u:pw-secret@h:1/0"]) == 2
     err = capsys.readouterr().err

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from exporter.discovery import scan_count, select_types
-from exporter.snapshot import parse_type_reply
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
+from platform_common.jobs_exporter.discovery import scan_count, select_types
+from platform_common.jobs_exporter.snapshot import parse_type_reply
 
 NOW_MS = 1_700_000_100_000
 

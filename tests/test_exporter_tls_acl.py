@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs import acl
-from platform_common.jobs.testing import RedisServer
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.redis_server import RedisServer
 from tests.test_exporter_redis import of, parse, seed_type
 
 ADMIN_PASSWORD = "admin-pw-0451"

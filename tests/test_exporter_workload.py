@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import redis
 
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
-from exporter.snapshot import Snapshot
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, NonRetryableError, current_job
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
+from platform_common.jobs_exporter.snapshot import Snapshot
 
 # Per agent type: how many jobs of each kind the producer sends.
 PLAN = {

@@ -15,12 +15,12 @@ import schemathesis
 from fastapi import FastAPI, Header
 from hypothesis import HealthCheck, settings
 
-from exporter.app import create_app
-from exporter.settings import ExporterSettings
 from platform_common.jobs import make_job_store
 from platform_common.jobs.http import jobs_router
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.testing import RedisServer, find_free_port
+from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.redis_server import RedisServer, find_free_port
 
 MAX_BODY = 256 * 1024
 """Bytes: far above any legitimate response here (a few types, pages of <= 100 jobs)."""

@@ -20,7 +20,7 @@ from platform_common.jobs.errors import InvalidPayload, InvalidRecord, Validatio
 from platform_common.jobs.queue import JobQueue, QueueSettings
 from platform_common.jobs.queue.payload import FIELDS, prepare_job
 from platform_common.jobs.queue.results import parse_result
-from platform_common.jobs.testing import RedisServer
+from tests.support.redis_server import RedisServer
 
 AGENT_TYPES = ("dining", "flights")
 REDIS_EXAMPLES = settings(

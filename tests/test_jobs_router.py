@@ -10,7 +10,7 @@ from fastapi import FastAPI, Header
 
 from platform_common.jobs.http import jobs_router
 from platform_common.jobs.store import BaseJobStore
-from platform_common.jobs.testing import find_free_port
+from tests.support.redis_server import find_free_port
 from tests.support.stores import Harness, harness_for
 
 

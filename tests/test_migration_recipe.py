@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from platform_common.jobs.testing import find_free_port
+from tests.support.redis_server import find_free_port
 
 AGENT_FILE = Path(__file__).resolve().parent.parent / "examples" / "scan_agent.py"
 

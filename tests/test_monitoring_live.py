@@ -31,11 +31,10 @@ from alerts.spec import alert_specs
 from dashboards.ids import QueueOverviewPanel
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
-from platform_common.jobs.testing import RedisServer
-from platform_common.jobs.testing.redis_server import find_free_port
 from tests.queue_handlers import behaviour, make_job
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
 from tests.support.prometheus import PrometheusError, PrometheusServer
+from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,14 +55,14 @@ pytestmark = [
 
 
 class ExporterProcess:
-    """`python -m exporter` on a free port, as deployed."""
+    """`python -m platform_common.jobs_exporter` on a free port, as deployed."""
 
     def __init__(self, redis_url: str, agent_types: str) -> None:
         self.port = find_free_port()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--redis-url", redis_url, "--host", "127.0.0.1",
-             "--port", str(self.port), "--agent-types", agent_types],
+            [sys.executable, "-m", "platform_common.jobs_exporter", "--redis-url", redis_url,
+             "--host", "127.0.0.1", "--port", str(self.port), "--agent-types", agent_types],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_until(self._healthy, timeout=30)

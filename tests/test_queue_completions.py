@@ -10,9 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.queue import Completions, JobPayload, JobQueue
-from platform_common.jobs.testing import RedisServer
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from platform_common.jobs.queue.lane import CommandLane
-from platform_common.jobs.testing import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.testing import RedisServer
 from tests.queue_handlers import RUNS_KEY, behaviour, make_job
+from tests.support.redis_server import RedisServer
 from tests.support.workers import FAST_SETTINGS, ROOT, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")

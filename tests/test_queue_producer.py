@@ -15,9 +15,9 @@ from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings
 from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
-from platform_common.jobs.testing.redis_server import find_free_port
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
+from tests.support.redis_server import find_free_port
 
 DINING = QueueKeys("dining")
 

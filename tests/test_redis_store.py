@@ -20,7 +20,8 @@ from platform_common.jobs import (
 )
 from platform_common.jobs import redis_store as redis_store_module
 from platform_common.jobs.connection import RedisSettings
-from platform_common.jobs.testing import RedisClusterNodes, RedisServer, find_free_port
+from tests.support.redis_cluster import RedisClusterNodes
+from tests.support.redis_server import RedisServer, find_free_port
 
 AGENT = "redis-agent"
 

@@ -22,12 +22,12 @@ import yaml
 from alerts.config import MonitoringConfig
 from alerts.runbooks import INDEX, SECTIONS, render_runbooks
 from alerts.spec import alert_specs
-from exporter.app import create_app
-from exporter.catalogue import CATALOGUE
-from exporter.runbook_pages import default_directory, runbook_router
-from exporter.settings import ExporterSettings
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import DeadLetters, JobPayload, JobQueue
+from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.catalogue import CATALOGUE
+from platform_common.jobs_exporter.runbook_pages import default_directory, runbook_router
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.queue_handlers import make_job
 from tests.support.prometheus import promtool
 from tests.support.queue_runtime import eventually, fast_settings, running_worker

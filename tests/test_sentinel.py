@@ -13,13 +13,13 @@ from collections.abc import Iterator
 import pytest
 from redis.exceptions import RedisError
 
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs import JobStatus, make_job_store
 from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs.testing import RedisSentinelGroup
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_sentinel import RedisSentinelGroup
 
 # After a killed master, redis-py's sentinel-managed pool can drop a Connection to the
 # dead server without closing its socket (seen ~1 run in 6); the socket goes with the

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.service import Exporter
-from exporter.settings import ExporterSettings
 from platform_common.jobs import BackendUnavailable, make_job_store
 from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs.testing import RedisServer
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings, running_worker
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture(scope="module")

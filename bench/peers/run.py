@@ -26,7 +26,7 @@ from typing import Any
 import redis
 import workload
 
-from platform_common.jobs.testing import RedisServer
+from tests.support.redis_server import RedisServer
 
 PEERS_DIR = Path(__file__).resolve().parent
 ROOT = PEERS_DIR.parents[1]

@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import yaml
 
-from platform_common.jobs.testing.redis_server import find_free_port
 from tests.support.ready_process import start_until_ready
+from tests.support.redis_server import find_free_port
 
 __all__ = ["AlertmanagerError", "AlertmanagerServer", "WebhookReceiver", "alertmanager_config"]
 

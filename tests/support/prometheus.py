@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import yaml
 
-from platform_common.jobs.testing.redis_server import find_free_port
 from tests.support.ready_process import start_until_ready
+from tests.support.redis_server import find_free_port
 
 __all__ = ["PrometheusError", "PrometheusServer", "Sample", "promtool"]
 
