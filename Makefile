@@ -17,9 +17,9 @@ venv: $(STAMP)
 # every file into one tree that Python and mypy both follow, so the install is redone
 # when a Python file is added or removed (FILE_LIST changes only then).
 FILE_LIST := $(VENV)/.package-files
-$(shell mkdir -p $(VENV) && find platform_common exporter monitoring dashboards alerts runbooks \
-	-name '*.py' -not -path '*/__pycache__/*' 2>/dev/null | sort > $(FILE_LIST).new && \
-	(cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST)))
+PACKAGE_DIRS := $(wildcard platform_common exporter monitoring dashboards alerts runbooks)
+$(shell mkdir -p $(VENV) && find $(PACKAGE_DIRS) -name '*.py' -not -path '*/__pycache__/*' \
+	| sort > $(FILE_LIST).new && (cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST)))
 
 $(STAMP): pyproject.toml $(FILE_LIST)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)

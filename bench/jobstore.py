@@ -31,7 +31,7 @@ import time  # noqa: E402
 from collections.abc import Awaitable, Callable  # noqa: E402
 
 from platform_common.jobs import JobStatus, RedisJobStore  # noqa: E402
-from platform_common.jobs.connection import RedisClient, RedisSettings  # noqa: E402
+from platform_common.jobs.redis.url import RedisClient, RedisSettings  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 TARGETS = {"create": 0.5, "update": 0.5, "get": 0.75}

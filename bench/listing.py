@@ -31,8 +31,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 from platform_common.jobs import RedisJobStore  # noqa: E402
-from platform_common.jobs.connection import RedisSettings  # noqa: E402
 from platform_common.jobs.keys import StoreKeys  # noqa: E402
+from platform_common.jobs.redis.url import RedisSettings  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
 AGENT = "bench-agent"

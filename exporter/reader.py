@@ -19,9 +19,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 
-from platform_common.jobs.connection import RedisClient
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.scripts import lua_source
+from platform_common.jobs.redis.script import lua_source
+from platform_common.jobs.redis.url import RedisClient
 
 from .discovery import scan_count, select_types
 from .settings import ExporterSettings

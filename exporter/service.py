@@ -15,7 +15,7 @@ import time
 from prometheus_client.exposition import choose_encoder
 from redis.exceptions import RedisError
 
-from platform_common.jobs.connection import RedisClient
+from platform_common.jobs.redis.url import RedisClient
 
 from .collector import ScrapeResult, metric_families, registry_for
 from .exposition import render_text

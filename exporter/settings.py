@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from platform_common.jobs.connection import RedisSettings
 from platform_common.jobs.errors import ConfigurationError, ValidationError
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
+from platform_common.jobs.redis.url import RedisSettings
 from platform_common.jobs.validation import validate_name
 
 __all__ = ["ENVIRONMENT_VARIABLES", "ExporterSettings", "build_parser"]

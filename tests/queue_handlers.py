@@ -18,8 +18,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from platform_common.jobs.connection import RedisSettings
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
+from platform_common.jobs.redis.url import RedisSettings
 
 RUNS_KEY = "test:runs"
 

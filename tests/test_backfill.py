@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs import RedisJobStore
-from platform_common.jobs.backfill_time_index import main
-from platform_common.jobs.store import BaseJobStore
+from platform_common.jobs.store.backfill import main
+from platform_common.jobs.store.contract import BaseJobStore
 from tests.support.stores import Harness, harness_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ async def test_malformed_records_are_skipped_and_reported(
 def run_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = os.environ | {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
     return subprocess.run(
-        [sys.executable, "-m", "platform_common.jobs.backfill_time_index", *args],
+        [sys.executable, "-m", "platform_common.jobs.store.backfill", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import ClusterNode, RedisCluster
 
-from platform_common.jobs.connection import RedisSettings
+from platform_common.jobs.redis.url import RedisSettings
 from tests import test_queue_processes as source
 from tests.support.cluster_reuse import redis_url, reused_tests  # noqa: F401
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from platform_common.jobs.connection import RedisSettings, redact_url
 from platform_common.jobs.errors import ConfigurationError, JobsError
+from platform_common.jobs.redis.url import RedisSettings, redact_url
 
 SECRET = "s3cr3t-pa55word"
 

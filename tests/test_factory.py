@@ -14,7 +14,7 @@ from platform_common.jobs import (
     RedisJobStore,
     make_job_store,
 )
-from platform_common.jobs.factory import StoreConfig
+from platform_common.jobs.store.factory import StoreConfig
 
 
 @pytest.mark.parametrize("url", [None, "", "memory://", "memory:"])
@@ -93,7 +93,7 @@ def test_arguments_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_redis_without_a_service_name_warns(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="platform_common.jobs.factory"):
+    with caplog.at_level(logging.WARNING, logger="platform_common.jobs.store.factory"):
         make_job_store(environ={"JOB_STORE_URL": "redis://localhost/0"})
     assert "OTEL_SERVICE_NAME is not set" in caplog.text
 

@@ -16,8 +16,8 @@ from fastapi import FastAPI, Header
 from hypothesis import HealthCheck, settings
 
 from platform_common.jobs import make_job_store
-from platform_common.jobs.http import jobs_router
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.store.http import jobs_router
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.redis_server import RedisServer, find_free_port

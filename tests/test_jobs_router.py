@@ -8,8 +8,8 @@ import httpx
 import pytest
 from fastapi import FastAPI, Header
 
-from platform_common.jobs.http import jobs_router
-from platform_common.jobs.store import BaseJobStore
+from platform_common.jobs.store.contract import BaseJobStore
+from platform_common.jobs.store.http import jobs_router
 from tests.support.redis_server import find_free_port
 from tests.support.stores import Harness, harness_for
 

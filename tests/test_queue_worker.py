@@ -308,7 +308,7 @@ async def test_many_short_jobs_under_a_short_lease_never_lose_one(
     settings = queue.settings.with_overrides(
         lease_seconds=0.15, backoff_base=0.01, promote_interval=0.01
     )
-    caplog.set_level("WARNING", logger="platform_common.jobs.queue.worker")
+    caplog.set_level("WARNING", logger="platform_common.jobs.queue.consumer")
 
     async def all_done() -> bool:
         return (await counters(queue))["completed"] >= len(jobs)

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from platform_common.jobs.errors import InvalidRecord, JobsError
-from platform_common.jobs.record import JobRecord
 from platform_common.jobs.status import JobStatus
+from platform_common.jobs.store.record import JobRecord
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),

@@ -18,8 +18,8 @@ from platform_common.jobs import (
     VersionConflict,
     make_job_store,
 )
-from platform_common.jobs import redis_store as redis_store_module
-from platform_common.jobs.connection import RedisSettings
+from platform_common.jobs.store import redis_store as redis_store_module
+from platform_common.jobs.redis.url import RedisSettings
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, find_free_port
 

@@ -22,7 +22,7 @@ from platform_common.jobs import (
     VersionConflict,
 )
 from platform_common.jobs.status import TERMINAL
-from platform_common.jobs.store import BaseJobStore
+from platform_common.jobs.store.contract import BaseJobStore
 from tests.support.stores import Harness, harness_for
 
 BAD_JOB_IDS = ["", "a b", "line\nbreak", "x" * 201, "{tag}", "star*", "-leading", 5, None]

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from platform_common.jobs import InMemoryJobStore, JobConflict, JobStatus, RedisJobStore
-from platform_common.jobs.store import BaseJobStore
-from platform_common.jobs.telemetry import (
+from platform_common.jobs.store.contract import BaseJobStore
+from platform_common.jobs.store.telemetry import (
     DURATION_HISTOGRAM,
     FALLBACK_COUNTER,
     OPERATIONS_COUNTER,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from platform_common.jobs import ConfigurationError, InvalidCursor
 from platform_common.jobs.keys import StoreKeys
-from platform_common.jobs.time_index import (
+from platform_common.jobs.store.time_index import (
     buckets_for,
     created_us,
     decode_cursor,

@@ -18,9 +18,9 @@ from platform_common.jobs import (
     JobStatus,
     ValidationError,
 )
-from platform_common.jobs.store import BaseJobStore
-from platform_common.jobs.telemetry import FALLBACK_COUNTER
-from platform_common.jobs.time_index import job_id_of
+from platform_common.jobs.store.contract import BaseJobStore
+from platform_common.jobs.store.telemetry import FALLBACK_COUNTER
+from platform_common.jobs.store.time_index import job_id_of
 from tests.support.stores import Harness, harness_for
 
 SHARED = "__shared__"
@@ -269,7 +269,7 @@ async def test_flag_off_uses_the_legacy_scan_and_says_so(
     for n in range(5):
         await store.create(f"j{n}", ttl_seconds=60, owner_oid="u1" if n % 2 else "")
         await harness.pass_time(0.002)
-    with caplog.at_level(logging.DEBUG, logger="platform_common.jobs.listing"):
+    with caplog.at_level(logging.DEBUG, logger="platform_common.jobs.store.listing"):
         assert await walk(store, "u1", 2) == ["j4", "j3", "j2", "j1", "j0"]
     assert "legacy scan (reason: disabled" in caplog.text
     assert fallback_counts(reader) == {"disabled": 3}
@@ -292,7 +292,7 @@ async def test_an_index_that_cannot_be_read_falls_back(
     else:  # a real failure: the index key holds the wrong type (WRONGTYPE)
         assert harness.raw is not None
         await harness.raw.set(store.keys.index("__shared__"), "not a zset")  # type: ignore[attr-defined]
-    with caplog.at_level(logging.INFO, logger="platform_common.jobs.listing"):
+    with caplog.at_level(logging.INFO, logger="platform_common.jobs.store.listing"):
         assert await walk(store, "u1", 2) == ["j2", "j1", "j0"]
     assert "time index read failed" in caplog.text
     assert fallback_counts(reader) == {"error": 2}
@@ -306,7 +306,7 @@ async def test_an_empty_index_falls_back_to_the_scan(
         await store.create(f"old-{n}", ttl_seconds=60, owner_oid="u1")
         await harness.pass_time(0.002)
     store.time_index = True  # flag flipped before any backfill: the index is empty
-    with caplog.at_level(logging.INFO, logger="platform_common.jobs.listing"):
+    with caplog.at_level(logging.INFO, logger="platform_common.jobs.store.listing"):
         page = await store.list_for_owner("u1")
     assert [r.job_id for r in page.rows] == ["old-2", "old-1", "old-0"]
     assert "reason: empty" in caplog.text

@@ -4,8 +4,8 @@
 
     job_store = make_job_store()  # reads JOB_STORE_URL
 
-The queue, the HTTP router and the test helpers live in their own subpackages and
-modules (`platform_common.jobs.queue`, `.http`, `.testing`) and are not imported here.
+The queue (`platform_common.jobs.queue`) and the FastAPI router
+(`platform_common.jobs.store.http`, the `http` extra) are not imported here.
 """
 
 from .errors import (
@@ -22,13 +22,13 @@ from .errors import (
     ValidationError,
     VersionConflict,
 )
-from .factory import make_job_store
-from .listing import BackfillReport, Page
-from .memory_store import InMemoryJobStore
-from .record import JobRecord
-from .redis_store import RedisJobStore
 from .status import JobStatus
-from .store import JobStore
+from .store.contract import JobStore
+from .store.factory import make_job_store
+from .store.listing import BackfillReport, Page
+from .store.memory import InMemoryJobStore
+from .store.record import JobRecord
+from .store.redis_store import RedisJobStore
 
 __all__ = [
     "BackendUnavailable",

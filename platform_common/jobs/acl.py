@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from .keys import COMPLETION_PATTERN, QUEUE_PREFIX, STORE_PREFIX
-from .scripts import lua_source
+from .redis.script import lua_source
 
 __all__ = [
     "CONNECT_COMMANDS",

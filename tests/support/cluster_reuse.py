@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from platform_common.jobs.connection import RedisSettings
+from platform_common.jobs.redis.url import RedisSettings
 from tests.support.stores import Harness
 
 __all__ = ["harness", "redis_client", "redis_url", "reused_tests"]

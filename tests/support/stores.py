@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs import InMemoryJobStore, RedisJobStore
 from platform_common.jobs.keys import StoreKeys
-from platform_common.jobs.store import BaseJobStore
+from platform_common.jobs.store.contract import BaseJobStore
 
 AGENT = "contract-agent"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .api import JobQueue, QueueStats
 from .completions import Completion, Completions
-from .connections import QueueConnection
+from .connection import QueueConnection
+from .consumer import Worker
 from .context import Handler, JobContext, NonRetryableError, current_job
 from .dead_letters import DeadLetter, DeadLetters
 from .leases import Claim, Leases
@@ -14,7 +15,6 @@ from .payload import JobPayload, payload_errors
 from .producer import Producer
 from .results import JobResult
 from .settings import DEFAULT_AGENT_TYPES, QueueSettings
-from .worker import Worker
 
 __all__ = [
     "DEFAULT_AGENT_TYPES",

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
-from ..record import JobRecord
 from ..status import JobStatus
+from ..store.record import JobRecord
 from .completions import Completions
-from .connections import QueueConnection
+from .connection import QueueConnection
 from .dead_letters import DeadLetters
 from .maintenance import Maintenance
 from .producer import Job, Producer

@@ -16,9 +16,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..connection import RedisClient
 from ..keys import COMPLETION_PATTERN
-from .connections import QueueConnection
+from ..redis.url import RedisClient
+from .connection import QueueConnection
 from .results import JobResult, parse_result
 
 __all__ = ["Completion", "Completions"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .connections import QueueConnection
+from .connection import QueueConnection
 
 __all__ = ["DeadLetter", "DeadLetters"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import LeaseLost
 from ..keys import QueueKeys, latency_bucket_field
-from .connections import QueueConnection
+from .connection import QueueConnection
 
 __all__ = ["MAX_ERROR_LENGTH", "Claim", "Leases"]
 

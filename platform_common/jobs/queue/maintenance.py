@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clock import now
-from .connections import QueueConnection
+from .connection import QueueConnection
 from .leases import Leases
 
 __all__ = ["Maintenance", "ReapReport"]

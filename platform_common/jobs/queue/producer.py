@@ -10,7 +10,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from ..errors import InvalidPayload
-from .connections import QueueConnection
+from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
 
 __all__ = ["ENQUEUE_CHUNK", "Producer"]

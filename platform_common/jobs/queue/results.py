@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRecord
-from .connections import QueueConnection
+from .connection import QueueConnection
 
 __all__ = ["JobResult", "get_result", "parse_result"]
 

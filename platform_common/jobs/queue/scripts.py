@@ -7,8 +7,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from ..connection import RedisClient
-from ..scripts import LuaScript
+from ..redis.script import LuaScript
+from ..redis.url import RedisClient
 
 __all__ = ["QueueScript", "QueueScripts", "run_pipelined"]
 

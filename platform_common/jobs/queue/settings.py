@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..connection import RedisSettings
 from ..errors import ConfigurationError, ValidationError
 from ..keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
+from ..redis.url import RedisSettings
 from ..validation import validate_name
 
 __all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "QueueSettings"]

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from . import clock
-from .errors import IllegalTransition, JobConflict, JobNotFound, VersionConflict
+from .. import clock
+from ..errors import IllegalTransition, JobConflict, JobNotFound, VersionConflict
+from ..status import JobStatus, transition_allowed
+from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .listing import BackfillReport, Row
 from .record import JobRecord
-from .status import JobStatus, transition_allowed
-from .store import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .time_index import DEFAULT_LIST_SCAN_CAP, created_us, member, owner_bucket
 
 __all__ = ["InMemoryJobStore"]

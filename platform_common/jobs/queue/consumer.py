@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from ..clock import now
 from ..errors import ConfigurationError, LeaseLost
-from .connections import QueueConnection
+from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
 from .leases import Claim, Leases
 from .maintenance import Maintenance
@@ -31,7 +31,7 @@ from .settings import QueueSettings
 
 __all__ = ["Worker"]
 
-log = logging.getLogger("platform_common.jobs.queue.worker")
+log = logging.getLogger("platform_common.jobs.queue.consumer")
 _TRANSIENT = (RedisError, OSError)
 
 

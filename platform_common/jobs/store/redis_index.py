@@ -17,17 +17,17 @@ from typing import Any, Protocol
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
-from .connection import RedisClient
-from .errors import InvalidRecord
-from .keys import SHARED_OWNER_BUCKET, StoreKeys
+from ..errors import InvalidRecord
+from ..keys import SHARED_OWNER_BUCKET, StoreKeys
+from ..redis.script import LuaScript, lua_source
+from ..redis.url import RedisClient
 from .listing import BackfillReport, IndexBackend, Row
-from .redis_hash import ROW_FIELDS, exact_us, parse_hash
-from .scripts import LuaScript, lua_source
+from .record_hash import ROW_FIELDS, exact_us, parse_hash
 from .time_index import job_id_of, member, owner_bucket
 
 __all__ = ["RedisTimeIndex"]
 
-logger = logging.getLogger("platform_common.jobs.redis_store")
+logger = logging.getLogger("platform_common.jobs.store.redis_store")
 
 _SCAN_COUNT = 1000
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from .connection import RedisClient
+from .url import RedisClient
 
 __all__ = ["LuaScript", "lua_source"]
 
@@ -16,7 +16,7 @@ __all__ = ["LuaScript", "lua_source"]
 @cache
 def lua_source(name: str) -> str:
     """The text of `lua/<name>.lua`, read from the installed package once."""
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return resources.files("platform_common.jobs").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 class LuaScript:

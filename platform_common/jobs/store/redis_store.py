@@ -27,8 +27,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .connection import RedisClient, RedisSettings
-from .errors import (
+from ..errors import (
     BackendUnavailable,
     IllegalTransition,
     InvalidRecord,
@@ -36,13 +35,14 @@ from .errors import (
     JobNotFound,
     VersionConflict,
 )
-from .keys import StoreKeys
+from ..keys import StoreKeys
+from ..redis.script import LuaScript
+from ..redis.url import RedisClient, RedisSettings
+from ..status import JobStatus, transition_allowed
+from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .record import JobRecord
-from .redis_hash import parse_hash
+from .record_hash import parse_hash
 from .redis_index import RedisTimeIndex
-from .scripts import LuaScript
-from .status import JobStatus, transition_allowed
-from .store import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .time_index import DEFAULT_LIST_SCAN_CAP, owner_bucket
 
 __all__ = ["RedisJobStore"]

@@ -24,8 +24,8 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
-from .errors import ConfigurationError
-from .redis_clients import (
+from ..errors import ConfigurationError
+from .clients import (
     AnyNodeConnection,
     AnyNodeSSLConnection,
     ClusterClient,

@@ -20,7 +20,7 @@ from opentelemetry import context, metrics, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
-from .errors import (
+from ..errors import (
     BackendUnavailable,
     IllegalTransition,
     JobConflict,

@@ -21,17 +21,17 @@ from urllib.parse import urlsplit
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from .connection import RedisSettings, redact_url
-from .errors import ConfigurationError, ValidationError
-from .memory_store import InMemoryJobStore
+from ..errors import ConfigurationError, ValidationError
+from ..redis.url import RedisSettings, redact_url
+from ..validation import validate_name
+from .contract import DEFAULT_AGENT, BaseJobStore
+from .memory import InMemoryJobStore
 from .redis_store import RedisJobStore
-from .store import DEFAULT_AGENT, BaseJobStore
 from .time_index import list_scan_cap, time_index_enabled
-from .validation import validate_name
 
 __all__ = ["AGENT_ENV", "URL_ENV", "StoreConfig", "make_job_store"]
 
-logger = logging.getLogger("platform_common.jobs.factory")
+logger = logging.getLogger("platform_common.jobs.store.factory")
 
 URL_ENV = "JOB_STORE_URL"
 AGENT_ENV = "OTEL_SERVICE_NAME"

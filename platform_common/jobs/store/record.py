@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidRecord
-from .status import JobStatus
+from ..errors import InvalidRecord
+from ..status import JobStatus
 
 __all__ = ["JobRecord"]
 

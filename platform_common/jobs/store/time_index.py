@@ -24,8 +24,8 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from .errors import ConfigurationError, InvalidCursor
-from .keys import SHARED_OWNER_BUCKET
+from ..errors import ConfigurationError, InvalidCursor
+from ..keys import SHARED_OWNER_BUCKET
 
 __all__ = [
     "DEFAULT_LIST_SCAN_CAP",

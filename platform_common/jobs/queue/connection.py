@@ -13,8 +13,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ..connection import RedisClient
 from ..keys import QueueKeys, latency_bucket_field
+from ..redis.url import RedisClient
 from .lane import CommandLane
 from .scripts import QueueScript, QueueScripts, run_pipelined
 from .settings import QueueSettings

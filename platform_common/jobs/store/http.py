@@ -1,6 +1,6 @@
 """A FastAPI router agents mount to let callers list and read their own jobs.
 
-    from platform_common.jobs.http import jobs_router
+    from platform_common.jobs.store.http import jobs_router
 
     def current_owner(request: Request) -> str:      # the app decides who is asking
         return request.state.user_oid
@@ -23,9 +23,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from .errors import BackendUnavailable, InvalidCursor, InvalidJobId, ValidationError
-from .store import MAX_PAGE_LIMIT, JobStore
-from .validation import validate_owner_oid
+from ..errors import BackendUnavailable, InvalidCursor, InvalidJobId, ValidationError
+from ..validation import validate_owner_oid
+from .contract import MAX_PAGE_LIMIT, JobStore
 
 __all__ = ["jobs_router"]
 

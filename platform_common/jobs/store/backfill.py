@@ -1,6 +1,6 @@
 """Fill the time index from the records already stored (idempotent; safe under traffic).
 
-    python -m platform_common.jobs.backfill_time_index [--dry-run] [--batch N] [--quiet]
+    python -m platform_common.jobs.store.backfill [--dry-run] [--batch N] [--quiet]
 
 Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent does. Upserts one index entry
 for every live record of the agent; entries already there are counted, not
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import TextIO
 
-from .errors import BackendUnavailable, ConfigurationError, ValidationError
+from ..errors import BackendUnavailable, ConfigurationError, ValidationError
 from .factory import make_job_store
 from .listing import BackfillReport
 
@@ -85,7 +85,7 @@ async def run(dry_run: bool, batch: int, quiet: bool, stream: TextIO) -> Backfil
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m platform_common.jobs.backfill_time_index",
+        prog="python -m platform_common.jobs.store.backfill",
         description="Upsert a time-index entry for every live JobStore record of this agent.",
     )
     parser.add_argument("--dry-run", action="store_true", help="count only, write nothing")

@@ -8,10 +8,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidRecord
+from ..errors import InvalidRecord
+from ..status import JobStatus
 from .listing import Row
 from .record import JobRecord
-from .status import JobStatus
 from .time_index import created_us, member
 
 __all__ = ["ROW_FIELDS", "exact_us", "parse_hash"]

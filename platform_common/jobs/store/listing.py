@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import BackendUnavailable, InvalidCursor
+from ..errors import BackendUnavailable, InvalidCursor
 from .record import JobRecord
 from .time_index import buckets_for, decode_cursor, encode_cursor, job_id_of, owner_bucket
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BackfillReport", "IndexBackend", "Page", "list_page"]
 
-logger = logging.getLogger("platform_common.jobs.listing")
+logger = logging.getLogger("platform_common.jobs.store.listing")
 
 # A page with many dangling entries keeps reading, in doubling steps of at most
 # MAX_READ_STEP entries; past MAX_READ_ROUNDS it returns what it has with a cursor at

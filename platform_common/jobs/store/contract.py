@@ -18,13 +18,13 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from .errors import JobsError, ValidationError
+from ..errors import JobsError, ValidationError
+from ..status import JobStatus
+from ..validation import validate_job_id, validate_name, validate_owner_oid, validate_ttl
 from .listing import BackfillReport, IndexBackend, Page, list_page
 from .record import JobRecord
-from .status import JobStatus
 from .telemetry import StoreTelemetry
 from .time_index import DEFAULT_LIST_SCAN_CAP
-from .validation import validate_job_id, validate_name, validate_owner_oid, validate_ttl
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -35,7 +35,7 @@ __all__ = [
     "UpdateSpec",
 ]
 
-logger = logging.getLogger("platform_common.jobs.store")
+logger = logging.getLogger("platform_common.jobs.store.contract")
 
 DEFAULT_AGENT = "default-agent"
 MAX_LIST_IDS = 10_000
