@@ -34,16 +34,20 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy -p platform_common.jobs -p platform_common.jobs_exporter -p dashboards -p alerts -p demo
+	$(BIN)/mypy -p platform_common.jobs -p platform_common.jobs_exporter -p platform_common.jobs_monitoring -p demo
 
 unit: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# SITE=path/to/site.yaml overlays a site's settings on monitoring/site.defaults.yaml;
+# OUT=dir writes the bundle there instead of this repository's folders.
+GENERATE_ARGS = $(if $(SITE),--site $(SITE)) $(if $(OUT),--out $(OUT))
+
 generate: venv
-	$(BIN)/python scripts/generate.py
+	$(BIN)/python scripts/generate.py $(GENERATE_ARGS)
 
 check-generated: venv
-	$(BIN)/python scripts/generate.py --check
+	$(BIN)/python scripts/generate.py --check $(GENERATE_ARGS)
 
 test: deps lint typecheck check-generated unit
 

@@ -1,1 +1,1 @@
-"""Alerts as code: one spec, generated into Grafana provisioning, Prometheus rules and runbooks."""
+"""Alert renderers: Grafana file provisioning, the Prometheus rule file and its promtool tests."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from alerts.config import MonitoringConfig
-from alerts.prometheus_rules import rule_annotations
-from alerts.spec import AlertSpec, alert_specs, render_text
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
+
+from .prometheus_rules import rule_annotations
 
 __all__ = [
     "EXPR_DATASOURCE",

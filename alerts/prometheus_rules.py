@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.config import MonitoringConfig
-from alerts.promtool_cases import BoundaryCase, Scenario, boundary_cases, seconds
-from alerts.spec import AlertSpec, alert_specs, render_concrete, render_text
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.spec import (
+    AlertSpec,
+    alert_specs,
+    render_concrete,
+    render_text,
+)
+
+from .promtool_cases import BoundaryCase, Scenario, boundary_cases, seconds
 
 __all__ = ["GROUP_NAME", "promtool_tests", "rule_annotations", "rule_file"]
 

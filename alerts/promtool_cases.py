@@ -14,9 +14,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from alerts import queries as q
-from alerts.config import MonitoringConfig
 from platform_common.jobs_exporter.catalogue import by_key
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.config import MonitoringConfig
 
 __all__ = ["AGENT_TYPE", "INSTANCE", "BoundaryCase", "Scenario", "boundary_cases", "seconds"]
 

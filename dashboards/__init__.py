@@ -1,1 +1,1 @@
-"""Grafana dashboards as code (grafanalib 0.7.1), generated into `dashboards/*.json`."""
+"""Grafana dashboards as code (grafanalib 0.7.1), rendered into `dashboards/*.json`."""

@@ -1,6 +1,6 @@
 """The queue overview dashboard: depth, throughput, latency, workers, exporter health, alerts.
 
-Every query comes from `alerts.queries` (hence from the metric catalogue); the top row
+Every query comes from the base package's `queries` (hence from the metric catalogue); the top row
 shows each alert's own query and threshold, linked to its runbook, so the dashboard
 and the alerts cannot disagree.
 """
@@ -13,13 +13,18 @@ from typing import Any
 import attr
 from grafanalib.core import Annotations, Dashboard, GridPos, Template, Templating, Time
 
-from alerts import queries as q
-from alerts.config import MonitoringConfig
-from alerts.spec import AlertSpec, alert_specs, render_text
-from dashboards.ids import QUEUE_OVERVIEW_UID
-from dashboards.ids import QueueOverviewPanel as P
-from dashboards.panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
 from platform_common.jobs_exporter.catalogue import by_key
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.dashboard_ids import (
+    PANEL_TITLES,
+    QUEUE_OVERVIEW_TITLE,
+    QUEUE_OVERVIEW_UID,
+)
+from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
+
+from .panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
 
 __all__ = ["SCHEMA_VERSION", "TAGS", "queue_overview"]
 
@@ -113,7 +118,7 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.QUEUE_DEPTH,
-                "Queue depth per agent type",
+                PANEL_TITLES[P.QUEUE_DEPTH],
                 "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
                 f"signal. Dashed line: QueueDepthHigh threshold ({config.queue_depth_high}).",
                 by_key("queue_depth").unit,
@@ -126,7 +131,7 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.DEAD_LETTER_DEPTH,
-                "Dead-letter depth",
+                PANEL_TITLES[P.DEAD_LETTER_DEPTH],
                 "Jobs that used their last attempt, per agent type. Dashed line: "
                 f"DeadLetterDepthHigh threshold ({config.dead_letter_high}).",
                 by_key("dead_letter_depth").unit,
@@ -139,7 +144,7 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.IN_FLIGHT,
-                "In progress and waiting for retry",
+                PANEL_TITLES[P.IN_FLIGHT],
                 "Jobs held by a worker (leased) and jobs in the delayed set waiting for "
                 "their retry backoff.",
                 by_key("in_progress").unit,
@@ -154,7 +159,7 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.OLDEST_JOB_AGE,
-                "Oldest waiting job age",
+                PANEL_TITLES[P.OLDEST_JOB_AGE],
                 "Age of the oldest job still in the queue (0 when empty). Dashed line: the "
                 f"default job TTL ({q.number(config.job_ttl_seconds)}s); past it jobs expire.",
                 by_key("oldest_age").unit,
@@ -175,7 +180,7 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.THROUGHPUT,
-                "Throughput: enqueued, started, completed, failed",
+                PANEL_TITLES[P.THROUGHPUT],
                 "Jobs per second per agent type. Completed is the workers' throughput; "
                 "failed counts jobs that failed for good.",
                 "ops",
@@ -187,7 +192,7 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.RETRIES,
-                "Retries, dead letters, expiries",
+                PANEL_TITLES[P.RETRIES],
                 "Failed attempts scheduled for a retry, jobs moved to the dead-letter list "
                 "and jobs dropped because their TTL passed, per second.",
                 "ops",
@@ -199,7 +204,7 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.FAILURE_RATIO,
-                "Failure ratio",
+                PANEL_TITLES[P.FAILURE_RATIO],
                 "Share of finished jobs that failed for good: failed / (completed + failed).",
                 "percentunit",
                 [_by_type(q.failure_ratio(sel))],
@@ -221,7 +226,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             heatmap(
                 P.LATENCY_HEATMAP,
-                "Job latency distribution",
+                PANEL_TITLES[P.LATENCY_HEATMAP],
                 "Enqueue-to-completion latency: completions per second in each histogram "
                 "bucket, selected agent types together.",
                 unit,
@@ -234,7 +239,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.LATENCY_QUANTILES,
-                "Job latency p50 / p95 / p99",
+                PANEL_TITLES[P.LATENCY_QUANTILES],
                 "Quantiles of enqueue-to-completion latency per agent type, and each "
                 "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it).",
                 unit,
@@ -251,7 +256,7 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.ACTIVE_WORKERS,
-                "Active workers",
+                PANEL_TITLES[P.ACTIVE_WORKERS],
                 "Workers whose heartbeat is recent, per agent type.",
                 by_key("active_workers").unit,
                 [_by_type(q.gauge_by_type(sel, "active_workers"))],
@@ -262,7 +267,7 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.HEARTBEAT_AGE,
-                "Time since the newest worker heartbeat",
+                PANEL_TITLES[P.HEARTBEAT_AGE],
                 "Seconds since any worker of the agent type last sent a heartbeat.",
                 "s",
                 [_by_type(q.heartbeat_age(sel))],
@@ -278,7 +283,7 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.EXPORTER_UP,
-                "Exporter and Redis up",
+                PANEL_TITLES[P.EXPORTER_UP],
                 "1 = up. `up` is Prometheus reaching the exporter; Redis up is the "
                 "exporter reading Redis on its last scrape.",
                 by_key("redis_up").unit,
@@ -293,7 +298,7 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.SCRAPE_DURATION,
-                "Scrape duration",
+                PANEL_TITLES[P.SCRAPE_DURATION],
                 "Time the exporter's last scrape took to read Redis (one pipelined round trip).",
                 by_key("scrape_duration").unit,
                 [(q.target_series(sel, "scrape_duration"), "{{instance}}")],
@@ -304,7 +309,7 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
         (
             timeseries(
                 P.EXPORTER_ERRORS,
-                "Exporter data problems",
+                PANEL_TITLES[P.EXPORTER_ERRORS],
                 "Values in Redis the exporter could not parse (per second), and agent types "
                 "left out because the exporter's type cap was reached. Both should be 0.",
                 "short",
@@ -320,6 +325,10 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
             7,
         ),
     ]
+
+
+def _titled_row(panel: P) -> Any:
+    return row(panel, PANEL_TITLES[panel])
 
 
 def _layout(sections: Sequence[tuple[Any, Sequence[Placed]]]) -> list[Any]:
@@ -343,17 +352,17 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
     sel = q.Selector.dashboard(config.namespace)
     panels = _layout(
         [
-            (row(P.ROW_ALERTS, "Alerts and SLOs"), _alert_row(config)),
-            (row(P.ROW_QUEUE, "Queues"), _queue_row(config, sel)),
-            (row(P.ROW_THROUGHPUT, "Throughput"), _throughput_row(sel)),
-            (row(P.ROW_LATENCY, "Latency"), _latency_row(config, sel)),
-            (row(P.ROW_WORKERS, "Workers"), _workers_row(sel)),
-            (row(P.ROW_EXPORTER, "Exporter"), _exporter_row(sel)),
+            (_titled_row(P.ROW_ALERTS), _alert_row(config)),
+            (_titled_row(P.ROW_QUEUE), _queue_row(config, sel)),
+            (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
+            (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),
+            (_titled_row(P.ROW_WORKERS), _workers_row(sel)),
+            (_titled_row(P.ROW_EXPORTER), _exporter_row(sel)),
         ]
     )
     alert_list = f"/alerting/list?search=namespace%3A{config.grafana_folder}"
     return Dashboard(
-        title="Queue overview",
+        title=QUEUE_OVERVIEW_TITLE,
         uid=QUEUE_OVERVIEW_UID,
         description="platform-common-jobs queues: depth, throughput, latency, workers, "
         "dead letters and the exporter's health.",

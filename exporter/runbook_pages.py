@@ -1,15 +1,15 @@
 """Serves the generated runbooks: `GET /runbooks/` (index) and `GET /runbooks/{AlertName}`.
 
 Every alert's `runbook_url` points here by default, so a runbook resolves inside the
-cluster without any other hosting. The pages are the committed markdown in the
-`runbooks` package (package data, so the same lookup works from a source checkout and
-from an installed wheel), rendered to HTML on request.
+cluster without any other hosting. The pages are the committed markdown, package data of
+`platform_common.jobs_monitoring.runbooks`, rendered to HTML on request. They are found
+by path, never by importing that package: the exporter does not depend on the monitoring
+code (or its extra's dependencies), only on the files the same wheel installs.
 """
 
 from __future__ import annotations
 
 import html
-import importlib.resources
 import re
 from pathlib import Path
 
@@ -47,9 +47,18 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 """
 
 
+# The wheel installs the monitoring packages beside this one under `platform_common/`.
+_PACKAGED_PAGES = Path(__file__).parent.parent / "jobs_monitoring" / "runbooks"
+
+
 def default_directory() -> Path:
-    """The committed `runbooks/` folder, wherever the package is installed."""
-    return Path(str(importlib.resources.files("runbooks")))
+    """The folder of the packaged runbook pages, wherever the wheel installed them.
+
+    Resolved through the index page: an editable install links each page back to the
+    source tree's `runbooks/`, and that folder (not the link farm) is what is served.
+    """
+    index = _PACKAGED_PAGES / INDEX_PAGE
+    return index.resolve().parent if index.is_file() else _PACKAGED_PAGES.resolve()
 
 
 def render_page(source: str, title: str) -> str:

@@ -1,1 +1,1 @@
-"""Generated runbook pages (markdown), shipped as package data for the exporter to serve."""
+"""Runbook pages rendered with jinja2; the generated markdown ships as package data."""

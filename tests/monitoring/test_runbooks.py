@@ -19,22 +19,24 @@ import httpx
 import pytest
 import yaml
 
-from alerts.config import MonitoringConfig
-from alerts.runbooks import INDEX, SECTIONS, render_runbooks
-from alerts.spec import alert_specs
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import DeadLetters, JobPayload, JobQueue
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.catalogue import CATALOGUE
 from platform_common.jobs_exporter.runbook_pages import default_directory, runbook_router
 from platform_common.jobs_exporter.settings import ExporterSettings
+from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring.dashboard_ids import PANEL_TITLES, QUEUE_OVERVIEW_TITLE
+from platform_common.jobs_monitoring.runbooks.render import INDEX, SECTIONS, render_runbooks
+from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.spec import alert_specs
 from tests.queue_handlers import make_job
 from tests.support.prometheus import promtool
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNBOOKS = ROOT / "runbooks"
-CONFIG = MonitoringConfig()
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOKS = ROOT / outputs.RUNBOOKS_DIR
+CONFIG = load_config()
 SPECS = alert_specs(CONFIG)
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 PROMQL_COMMAND = re.compile(r"promtool query instant \"\$PROMETHEUS_URL\" '([^']+)'")
@@ -81,6 +83,7 @@ def test_page_states_the_alerts_own_threshold_duration_query_and_panel() -> None
         assert f"`{spec.condition}` for `{spec.for_}`" in text
         assert f"```promql\n{spec.expr}\n```" in text
         assert CONFIG.dashboard_url(spec.dashboard_uid, spec.panel) in text
+        assert f"[{QUEUE_OVERVIEW_TITLE} / {PANEL_TITLES[spec.panel]}](" in text
         assert f"`{spec.severity}`" in text and f"`{spec.action}`" in text
 
 
@@ -172,8 +175,8 @@ async def exporter_client() -> AsyncIterator[httpx.AsyncClient]:
 
 def _runbook_urls() -> list[str]:
     files = [
-        ROOT / "alerts/grafana/provisioning/alerting/queue-alerts.yaml",
-        ROOT / "alerts/prometheus/queue-alerts.rules.yml",
+        ROOT / outputs.GRAFANA_ALERT_RULES,
+        ROOT / outputs.PROMETHEUS_RULES,
     ]
     urls = []
     for path in files:

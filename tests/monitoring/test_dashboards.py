@@ -1,4 +1,4 @@
-"""The generated dashboards: Grafana's JSON schemas, the dashboard linter's rules, coverage."""
+"""The generated dashboards: our JSON schema, the dashboard linter's rules, coverage."""
 
 from __future__ import annotations
 
@@ -8,20 +8,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
-from alerts import queries as q
-from alerts.config import MonitoringConfig
-from alerts.spec import alert_specs
-from dashboards.encode import render
-from dashboards.ids import QUEUE_OVERVIEW_UID
-from dashboards.ids import QueueOverviewPanel as P
-from dashboards.queue_overview import queue_overview
 from platform_common.jobs_exporter.catalogue import CATALOGUE, Metric, by_key
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.dashboard_ids import (
+    PANEL_TITLES,
+    QUEUE_OVERVIEW_TITLE,
+    QUEUE_OVERVIEW_UID,
+)
+from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs_monitoring.dashboards.encode import render
+from platform_common.jobs_monitoring.dashboards.queue_overview import queue_overview
+from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.spec import alert_specs
+from tests.monitoring.schema_check import errors, schema
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "tests" / "grafana_schemas"  # vendored copy of shared/grafana-schemas
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_FILES = sorted((ROOT / "dashboards").glob("*.json"))
 MODERN_PANELS = {"timeseries", "stat", "heatmap", "row"}
 SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^{}]*)\}")
@@ -56,18 +59,6 @@ def counter_series(namespace: str = "") -> set[str]:
     return names
 
 
-def schema(name: str, definition: str | None = None) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads((SCHEMAS / f"{name}.jsonschema.json").read_text())
-    if definition is None:
-        return document
-    return {"$ref": f"#/definitions/{definition}", "definitions": document["definitions"]}
-
-
-def errors(instance: Any, against: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(against)
-    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]
-
-
 @pytest.fixture(scope="module", params=[p.name for p in DASHBOARD_FILES])
 def board(request: pytest.FixtureRequest) -> dict[str, Any]:
     return load(ROOT / "dashboards" / request.param)
@@ -76,36 +67,28 @@ def board(request: pytest.FixtureRequest) -> dict[str, Any]:
 def test_there_is_a_dashboard_file_and_it_is_the_generated_one() -> None:
     assert [p.name for p in DASHBOARD_FILES] == ["queue-overview.json"]
     committed = DASHBOARD_FILES[0].read_text()
-    assert committed == render(queue_overview(MonitoringConfig()))
+    assert committed == render(queue_overview(load_config()))
 
 
-# -- Grafana's own schemas ------------------------------------------------------
+# -- our schema, from Grafana's documentation ---------------------------------------
 
 
-def test_dashboard_matches_grafana_schema(board: dict[str, Any]) -> None:
+def test_dashboard_matches_our_schema(board: dict[str, Any]) -> None:
     assert errors(board, schema("dashboard")) == []
 
 
-def test_panel_options_and_field_config_match_their_plugin_schema(board: dict[str, Any]) -> None:
+def test_every_panel_matches_its_type_definition(board: dict[str, Any]) -> None:
+    # The whole-board check dispatches on `type`; this names the definition each used.
     problems = []
     for panel in panels(board):
-        if panel["type"] == "row":
-            continue
-        plugin = schema(panel["type"])
-        if "Options" in plugin["definitions"]:
-            found = errors(panel["options"], schema(panel["type"], "Options"))
-            problems += [f"{panel['id']} options {e}" for e in found]
-        custom = panel["fieldConfig"]["defaults"].get("custom", {})
-        if "FieldConfig" in plugin["definitions"]:
-            found = errors(custom, schema(panel["type"], "FieldConfig"))
-            problems += [f"{panel['id']} custom {e}" for e in found]
-        else:
-            assert custom == {}, panel["id"]
+        found = errors(panel, schema("dashboard", f"{panel['type']}Panel"))
+        problems += [f"{panel['id']} {e}" for e in found]
     assert problems == []
+    assert {panel["type"] for panel in panels(board)} == MODERN_PANELS
 
 
-def test_targets_match_the_prometheus_query_schema(board: dict[str, Any]) -> None:
-    query_schema = schema("prometheus")
+def test_targets_match_the_prometheus_query_definition(board: dict[str, Any]) -> None:
+    query_schema = schema("dashboard", "target")
     problems = [
         f"{panel['id']}/{target['refId']}: {e}"
         for panel in panels(board)
@@ -116,11 +99,7 @@ def test_targets_match_the_prometheus_query_schema(board: dict[str, Any]) -> Non
 
 
 def test_units_are_grafana_units(board: dict[str, Any]) -> None:
-    known = {
-        definition["const"]
-        for definition in schema("units")["definitions"].values()
-        if "const" in definition
-    }
+    known = set(schema("dashboard")["$defs"]["unit"]["enum"])
     for panel in panels(board):
         if panel["type"] != "row":
             assert panel["fieldConfig"]["defaults"]["unit"] in known, panel["id"]
@@ -267,8 +246,17 @@ def test_every_catalogue_metric_is_on_the_dashboard(board: dict[str, Any]) -> No
         assert metric.full_name() + suffix in shown, metric.key
 
 
+def test_panel_titles_are_the_ones_runbooks_name(board: dict[str, Any]) -> None:
+    by_id = {panel["id"]: panel for panel in panels(board)}
+    assert board["title"] == QUEUE_OVERVIEW_TITLE
+    for panel_id, title in PANEL_TITLES.items():
+        assert by_id[int(panel_id)]["title"] == title, panel_id.name
+    alert_stats = {i for i in by_id if i >= P.ALERT_STATS}
+    assert set(by_id) - alert_stats == {int(panel_id) for panel_id in PANEL_TITLES}
+
+
 def test_alert_row_shows_each_alert_with_its_threshold_and_runbook(board: dict[str, Any]) -> None:
-    config = MonitoringConfig()
+    config = load_config()
     by_id = {panel["id"]: panel for panel in panels(board)}
     for index, spec in enumerate(alert_specs(config)):
         stat = by_id[int(P.ALERT_STATS) + index]

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +25,21 @@ import pytest
 import redis
 import yaml
 
-from alerts.config import MonitoringConfig
-from alerts.prometheus_rules import rule_file
-from alerts.spec import alert_specs
-from dashboards.ids import QueueOverviewPanel
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
+from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel
+from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.spec import alert_specs
 from tests.queue_handlers import behaviour, make_job
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
 from tests.support.prometheus import PrometheusError, PrometheusServer
 from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOB = "queue-exporter"  # PrometheusServer's job name, and the alerts' default selector
 WORKED = ("dining", "flights")
 BACKLOG = "transportation"  # no worker ever runs for it: the end-to-end test fills it
@@ -134,7 +136,7 @@ def live(redis_server: RedisServer) -> Iterator[Live]:
     redis_url = redis_server.url
     directory = Path(tempfile.mkdtemp(prefix="pcj-monitoring-"))
     exporter = ExporterProcess(redis_url, ",".join([*WORKED, BACKLOG]))
-    config = MonitoringConfig(job=JOB, runbook_base_url=f"{exporter.url}/runbooks/")
+    config = replace(load_config(), job=JOB, runbook_base_url=f"{exporter.url}/runbooks/")
     rules = directory / "rules.yml"
     rules.write_text(yaml.safe_dump(rule_file(config.test_settings(for_="2s", interval="1s"))))
     try:
@@ -183,7 +185,7 @@ def _substitute(expr: str) -> str:
 
 def _dashboard_queries() -> list[tuple[str, str, bool]]:
     """(where, PromQL, should have data) for every target and variable of every dashboard."""
-    specs = alert_specs(MonitoringConfig())
+    specs = alert_specs(load_config())
     queries = []
     for path in sorted((ROOT / "dashboards").glob("*.json")):
         board = json.loads(path.read_text())
@@ -206,11 +208,9 @@ def _dashboard_queries() -> list[tuple[str, str, bool]]:
 
 def _alert_queries() -> list[tuple[str, str, bool]]:
     """Every expression of the committed Prometheus and Grafana rule files."""
-    expect = {spec.name: spec.expect_data for spec in alert_specs(MonitoringConfig())}
-    prometheus = yaml.safe_load((ROOT / "alerts/prometheus/queue-alerts.rules.yml").read_text())
-    grafana = yaml.safe_load(
-        (ROOT / "alerts/grafana/provisioning/alerting/queue-alerts.yaml").read_text()
-    )
+    expect = {spec.name: spec.expect_data for spec in alert_specs(load_config())}
+    prometheus = yaml.safe_load((ROOT / outputs.PROMETHEUS_RULES).read_text())
+    grafana = yaml.safe_load((ROOT / outputs.GRAFANA_ALERT_RULES).read_text())
     queries = []
     for rule in prometheus["groups"][0]["rules"]:
         queries.append((f"rule {rule['alert']}", rule["expr"], False))
@@ -224,7 +224,7 @@ def _runbook_queries() -> list[tuple[str, str, bool]]:
     pattern = re.compile(r"promtool query instant \"\$PROMETHEUS_URL\" '([^']+)'")
     return [
         (f"runbook {path.stem}", query, False)
-        for path in sorted((ROOT / "runbooks").glob("*.md"))
+        for path in sorted((ROOT / outputs.RUNBOOKS_DIR).glob("*.md"))
         for query in pattern.findall(path.read_text())
     ]
 

@@ -1,9 +1,10 @@
 """Runbook pages rendered with jinja2 from the alert spec: one per alert, plus an index.
 
-Each page's header (threshold, `for`, query, dashboard link) comes from the same
+Each page's header (threshold, `for`, query, dashboard panel) comes from the same
 `AlertSpec` the rules are generated from; the prose lives in
-`alerts/runbook_templates/<AlertName>.md.j2`, which extends `_layout.md.j2` (so every
-page has Meaning, Impact, Diagnosis, Mitigation and Escalation).
+`runbooks/templates/<AlertName>.md.j2`, which extends `_layout.md.j2` (so every page has
+Meaning, Impact, Diagnosis, Mitigation and Escalation). Panel titles and rule file
+paths come from the base package: the runbooks never import the other renderers.
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from typing import Any
 
 import jinja2
 
-from alerts import queries as q
-from alerts.config import MonitoringConfig
-from alerts.spec import AlertSpec, alert_specs, render_text
-from dashboards.encode import dashboard_json
-from dashboards.ids import QUEUE_OVERVIEW_UID
-from dashboards.queue_overview import queue_overview
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs_exporter.catalogue import CATALOGUE
+from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.dashboard_ids import (
+    PANEL_TITLES,
+    QUEUE_OVERVIEW_TITLE,
+    QUEUE_OVERVIEW_UID,
+)
+from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 __all__ = ["INDEX", "SECTIONS", "TEMPLATES", "render_runbooks"]
 
-TEMPLATES = Path(__file__).parent / "runbook_templates"
+# Package data, like the pages. Resolved: an editable install links files one by one, so
+# a template added since the install is found in the source folder all the same.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 INDEX = "README.md"
 SECTIONS = ("Meaning", "Impact", "Diagnosis", "Mitigation", "Escalation")
 # Shell variable the pages export once; keys are written with it so they paste as-is.
@@ -66,23 +72,20 @@ def _limits_text(default: float, overrides: dict[str, float], what: str) -> str:
 
 
 def _context(config: MonitoringConfig) -> dict[str, Any]:
-    board = dashboard_json(queue_overview(config))
-    titles = {panel["id"]: panel["title"] for panel in board["panels"]}
     return {
         "config": config,
-        "dashboard_title": board["title"],
+        "dashboard_title": QUEUE_OVERVIEW_TITLE,
         "dashboard_url": config.dashboard_url(QUEUE_OVERVIEW_UID),
-        "grafana_file": "alerts/grafana/provisioning/alerting/queue-alerts.yaml",
+        "grafana_file": outputs.GRAFANA_ALERT_RULES,
         "keys": QueueKeys(SHELL_AGENT_TYPE),
         "names": {metric.key: metric.full_name(config.namespace) for metric in CATALOGUE},
-        "prometheus_file": "alerts/prometheus/queue-alerts.rules.yml",
+        "prometheus_file": outputs.PROMETHEUS_RULES,
         "q": _diagnosis_queries(config),
         "slo_text": _limits_text(
             config.default_latency_slo,
             config.latency_slos(),
             f"{q.number(config.latency_slo_fraction_of_ttl)} x the job TTL unless overridden",
         ),
-        "titles": titles,
         "ttl_text": _limits_text(config.job_ttl_seconds, config.job_ttls(), "job TTL"),
         "window": q.Selector.alerts(config.namespace, config.job).window,
     }
@@ -95,7 +98,7 @@ def _page(env: jinja2.Environment, base: dict[str, Any], spec: AlertSpec) -> str
         summary=render_text(spec.summary, spec, "runbook"),
         description=render_text(spec.description, spec, "runbook"),
         dashboard_url=base["config"].dashboard_url(spec.dashboard_uid, spec.panel),
-        panel_title=base["titles"][int(spec.panel)],
+        panel_title=PANEL_TITLES[spec.panel],
     )
 
 

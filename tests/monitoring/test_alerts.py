@@ -1,31 +1,28 @@
 """The alert spec and its outputs: promtool proves every threshold; Grafana provisioning is
-structurally what file provisioning accepts; both systems carry the same alerts."""
+what file provisioning accepts (our schema); both systems carry the same alerts."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 
-from alerts.config import MonitoringConfig
-from alerts.grafana_provisioning import EXPR_DATASOURCE
-from alerts.prometheus_rules import promtool_tests, rule_file
-from alerts.promtool_cases import boundary_cases, seconds
-from alerts.spec import alert_specs
-from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs_monitoring.alerts.grafana_provisioning import EXPR_DATASOURCE
+from platform_common.jobs_monitoring.alerts.prometheus_rules import promtool_tests, rule_file
+from platform_common.jobs_monitoring.alerts.promtool_cases import boundary_cases, seconds
+from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.spec import alert_specs
+from tests.monitoring.schema_check import errors, schema
 from tests.support.prometheus import promtool
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "tests" / "grafana_schemas"  # vendored copy of shared/grafana-schemas
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts/prometheus/queue-alerts.rules.yml"
 RULE_TESTS = ROOT / "alerts/prometheus/queue-alerts.test.yml"
 PROVISIONING = ROOT / "alerts/grafana/provisioning"
@@ -38,16 +35,6 @@ pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs 
 
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
-
-
-def schema(name: str, definition: str) -> dict[str, Any]:
-    document = json.loads((SCHEMAS / f"{name}.jsonschema.json").read_text())
-    return {"$ref": f"#/definitions/{definition}", "definitions": document["definitions"]}
-
-
-def errors(instance: Any, against: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft7Validator(against)
-    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(instance)]
 
 
 def write_yaml(path: Path, data: Any) -> Path:
@@ -72,7 +59,7 @@ def prometheus_rules() -> list[dict[str, Any]]:
 def test_promtool_check_rules_passes_with_lint_fatal() -> None:
     result = promtool("check", "rules", "--lint-fatal", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alert_specs(MonitoringConfig()))} rules found" in result.stdout
+    assert f"SUCCESS: {len(alert_specs(load_config()))} rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -82,7 +69,7 @@ def test_promtool_unit_tests_pass() -> None:
 
 
 def test_every_alert_has_a_firing_and_a_quiet_case_at_its_boundaries() -> None:
-    config = MonitoringConfig()
+    config = load_config()
     tests = load_yaml(RULE_TESTS)["tests"]
     cases = boundary_cases(config)
     for spec in alert_specs(config):
@@ -115,12 +102,12 @@ def _run_tests_against(tmp_path: Path, config: MonitoringConfig, only: str) -> s
 
 
 def test_unit_tests_catch_a_moved_threshold(tmp_path: Path) -> None:
-    moved = replace(MonitoringConfig(), queue_depth_high=101)
+    moved = replace(load_config(), queue_depth_high=101)
     _run_tests_against(tmp_path, moved, "QueueDepthHigh")
 
 
 def test_unit_tests_catch_a_shorter_for(tmp_path: Path) -> None:
-    shorter = replace(MonitoringConfig(), queue_depth_high_for="4m")
+    shorter = replace(load_config(), queue_depth_high_for="4m")
     output = _run_tests_against(tmp_path, shorter, "QueueDepthHigh")
     assert "4m59s" in output  # it fired one second before the boundary
 
@@ -129,7 +116,8 @@ def test_per_agent_type_slo_and_ttl_overrides_are_what_the_rules_use(tmp_path: P
     # This config's boundary cases put dining's p95 just under / over 45 s and its oldest
     # job at / over 120 s: with the defaults (30 s, 60 s) they would fire or show other
     # values, so they pass only if the rules use the overrides.
-    config = MonitoringConfig(
+    config = replace(
+        load_config(),
         latency_slo_overrides={"dining": 45.0, "flights": 300.0},
         job_ttl_overrides={"dining": 120.0},
     )
@@ -140,17 +128,17 @@ def test_per_agent_type_slo_and_ttl_overrides_are_what_the_rules_use(tmp_path: P
     result = promtool("test", "rules", str(tests))
     assert result.returncode == 0, result.stdout + result.stderr
     # And the default SLO still applies to the types without an override.
-    default = MonitoringConfig()
+    default = load_config()
     expr = {spec.name: spec.expr for spec in alert_specs(config)}["JobLatencyP95AboveSLO"]
     assert f"* {default.default_latency_slo:g}" in expr and '"flights"' in expr
 
 
 def test_test_settings_only_shorten_for(tmp_path: Path) -> None:
-    normal = alert_specs(MonitoringConfig())
-    short = alert_specs(MonitoringConfig().test_settings(for_="3s"))
+    normal = alert_specs(load_config())
+    short = alert_specs(load_config().test_settings(for_="3s"))
     assert [s.for_ for s in short] == ["3s"] * len(normal)
     assert [s.expr for s in short] == [s.expr for s in normal]
-    rules = write_yaml(tmp_path / "rules.yml", rule_file(MonitoringConfig().test_settings()))
+    rules = write_yaml(tmp_path / "rules.yml", rule_file(load_config().test_settings()))
     assert promtool("check", "rules", str(rules)).returncode == 0
 
 
@@ -158,7 +146,7 @@ def test_test_settings_only_shorten_for(tmp_path: Path) -> None:
 
 
 def test_alerting_file_structure() -> None:
-    config = MonitoringConfig()
+    config = load_config()
     document = load_yaml(GRAFANA_RULES)
     assert document["apiVersion"] == 1
     [group] = document["groups"]
@@ -175,7 +163,7 @@ def test_alerting_file_structure() -> None:
 
 
 def test_every_rule_is_query_reduce_threshold(grafana_rules: list[dict[str, Any]]) -> None:
-    config = MonitoringConfig()
+    config = load_config()
     for rule in grafana_rules:
         assert rule["condition"] == "C"
         assert rule["noDataState"] in {"NoData", "Alerting", "OK"}
@@ -199,38 +187,31 @@ def test_every_rule_is_query_reduce_threshold(grafana_rules: list[dict[str, Any]
         assert len(condition["evaluator"]["params"]) == 1
 
 
-def test_models_match_grafana_expression_and_query_schemas(
+def test_models_match_the_query_reduce_and_threshold_definitions(
     grafana_rules: list[dict[str, Any]],
 ) -> None:
     problems = []
     for rule in grafana_rules:
         query, reduce, threshold = rule["data"]
-        problems += errors(query["model"], schema("prometheus", "Dataquery"))
-        problems += errors(reduce["model"], schema("expr", "TypeReduce"))
-        problems += errors(threshold["model"], schema("expr", "TypeThreshold"))
+        problems += errors(query["model"], schema("provisioning", "prometheusQuery"))
+        problems += errors(reduce["model"], schema("provisioning", "reduceExpression"))
+        problems += errors(threshold["model"], schema("provisioning", "thresholdExpression"))
     assert problems == []
 
 
-def test_rules_match_the_alerting_schema_as_grafana_stores_them(
-    grafana_rules: list[dict[str, Any]],
-) -> None:
-    # The schema is the HTTP API's rule model. File provisioning adds the folder, org
-    # and group, and moves dashboardUid/panelId into annotations; the rest is the same.
-    problems = []
-    for rule in grafana_rules:
-        stored = {k: v for k, v in rule.items() if k not in ("dashboardUid", "panelId")}
-        stored["annotations"] = {
-            **rule["annotations"],
-            "__dashboardUid__": rule["dashboardUid"],
-            "__panelId__": str(rule["panelId"]),
-        }
-        stored |= {"folderUID": "queue", "orgID": 1, "ruleGroup": "queue"}
-        problems += errors(stored, schema("alerting", "Rule"))
-    assert problems == []
+def test_provisioning_files_match_our_schema() -> None:
+    files = {
+        "alertingFile": GRAFANA_RULES,
+        "datasourcesFile": PROVISIONING / "datasources/queue-prometheus.yaml",
+        "dashboardProvidersFile": PROVISIONING / "dashboards/queue-dashboards.yaml",
+    }
+    for definition, path in files.items():
+        assert errors(load_yaml(path), schema("provisioning", definition)) == [], path.name
+    assert errors(load_yaml(GRAFANA_RULES), schema("provisioning")) == []
 
 
 def test_annotations_link_runbook_and_dashboard_panel(grafana_rules: list[dict[str, Any]]) -> None:
-    config = MonitoringConfig()
+    config = load_config()
     board = json.loads((ROOT / "dashboards/queue-overview.json").read_text())
     panel_ids = {p["id"] for p in board["panels"]}
     for rule in grafana_rules:
@@ -252,7 +233,7 @@ def test_no_env_interpolation_surprises(grafana_rules: list[dict[str, Any]]) -> 
 def test_grafana_and_prometheus_carry_the_same_alerts(
     grafana_rules: list[dict[str, Any]], prometheus_rules: list[dict[str, Any]]
 ) -> None:
-    config = MonitoringConfig()
+    config = load_config()
     specs = alert_specs(config)
     assert [r["title"] for r in grafana_rules] == [s.name for s in specs]
     assert [r["alert"] for r in prometheus_rules] == [s.name for s in specs]
@@ -274,7 +255,7 @@ def test_grafana_and_prometheus_carry_the_same_alerts(
 
 
 def test_datasource_and_dashboard_provider_wire_it_together() -> None:
-    config = MonitoringConfig()
+    config = load_config()
     [source] = load_yaml(PROVISIONING / "datasources/queue-prometheus.yaml")["datasources"]
     assert source["uid"] == config.datasource_uid and source["type"] == "prometheus"
     assert source["url"] == config.prometheus_url
@@ -284,14 +265,14 @@ def test_datasource_and_dashboard_provider_wire_it_together() -> None:
 
 
 def test_the_issue_alerts_exist_with_their_thresholds() -> None:
-    specs = {spec.name: spec for spec in alert_specs(MonitoringConfig())}
+    specs = {spec.name: spec for spec in alert_specs(load_config())}
     depth = specs["QueueDepthHigh"]
     assert (depth.op, depth.threshold, depth.for_, depth.action) == ("gt", 100, "5m", "scale-up")
     idle = specs["QueueIdle"]
     assert (idle.op, idle.threshold, idle.for_, idle.action) == ("eq", 0, "10m", "scale-down")
     assert (specs["DeadLetterDepthHigh"].op, specs["DeadLetterDepthHigh"].threshold) == ("gt", 10)
     assert "histogram_quantile(0.95," in specs["JobLatencyP95AboveSLO"].query
-    assert MonitoringConfig().default_latency_slo == MonitoringConfig().job_ttl_seconds * 0.5
+    assert load_config().default_latency_slo == load_config().job_ttl_seconds * 0.5
     for name in ("QueueExporterDown", "QueueExporterAbsent", "QueueRedisUnreachable"):
         assert specs[name].severity == "critical"
     assert "queue_exporter_redis_up" in specs["QueueRedisUnreachable"].expr
@@ -299,81 +280,3 @@ def test_the_issue_alerts_exist_with_their_thresholds() -> None:
     assert "active_workers" in specs["QueueNoActiveWorkers"].expr
     assert "jobs_failed_total" in specs["JobFailureRatioHigh"].expr
     assert "oldest_job_age_seconds" in specs["OldestJobOlderThanTTL"].expr
-
-
-# -- the config --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("changes", "setting"),
-    [
-        ({"runbook_base_url": "queue-exporter/runbooks"}, "runbook_base_url"),
-        ({"job": 'bad"job'}, "job"),
-        ({"namespace": "9lives"}, "namespace"),
-        ({"queue_depth_high": 0}, "queue_depth_high"),
-        ({"queue_idle_for": "ten minutes"}, "queue_idle_for"),
-        ({"failure_ratio_high": 1.5}, "failure_ratio_high"),
-        ({"datasource_uid": "x" * 41}, "datasource_uid"),
-        ({"latency_slo_overrides": {"dining": -1.0}}, "latency_slo_overrides[dining]"),
-    ],
-)
-def test_bad_settings_name_themselves(changes: dict[str, Any], setting: str) -> None:
-    with pytest.raises(ConfigurationError) as caught:
-        MonitoringConfig(**changes)
-    assert caught.value.setting == setting
-
-
-def test_from_env_reads_site_settings_and_refuses_unknown_ones() -> None:
-    config = MonitoringConfig.from_env(
-        {"QUEUE_MONITORING_RUNBOOK_BASE_URL": "https://wiki.example/runbooks", "PATH": "/bin"}
-    )
-    assert config.runbook_url("QueueIdle") == "https://wiki.example/runbooks/QueueIdle"
-    assert MonitoringConfig.from_env({}).runbook_base == "http://queue-exporter:9808/runbooks/"
-    with pytest.raises(ConfigurationError) as caught:
-        MonitoringConfig.from_env({"QUEUE_MONITORING_RUNBOOK_URL": "x"})
-    assert caught.value.setting == "QUEUE_MONITORING_RUNBOOK_URL"
-
-
-# -- generated files ---------------------------------------------------------------
-
-
-def test_generated_files_are_fresh() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/generate.py"), "--check"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path) -> None:
-    # A copy of the tree, so the shared working tree is never touched.
-    for name in ("alerts", "dashboards", "runbooks", "exporter", "platform_common", "scripts"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    rules = tmp_path / "alerts/prometheus/queue-alerts.rules.yml"
-    rules.write_text(rules.read_text().replace("> 100", "> 99"))
-    (tmp_path / "runbooks/RemovedAlert.md").write_text("# RemovedAlert\n")
-    readme = tmp_path / "README.md"
-    readme.write_text(readme.read_text().replace("| `queue_depth` |", "| `queue_depht` |"))
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    result = subprocess.run(
-        [sys.executable, str(tmp_path / "scripts/generate.py"), "--check"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 1
-    assert "stale: alerts/prometheus/queue-alerts.rules.yml" in result.stderr
-    assert "stale: README.md" in result.stderr
-    assert "runbooks/RemovedAlert.md" in result.stderr
-    assert "stale: runbooks/QueueIdle.md" not in result.stderr
-    after = {
-        p: p.read_bytes()
-        for p in tmp_path.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
-    }
-    assert {p: b for p, b in before.items() if "__pycache__" not in p.parts} == after

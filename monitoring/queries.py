@@ -1,6 +1,6 @@
 """PromQL built from the metric catalogue, shared by the dashboards and the alert spec.
 
-No metric name is typed here: every series comes from `exporter.catalogue` through a
+No metric name is typed here: every series comes from the exporter's catalogue through a
 `Selector`. The one exception is Prometheus' own `up`, which no exporter exposes.
 
 Aggregation across exporter replicas uses `max`, never `sum`: every replica reads the

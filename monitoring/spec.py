@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from string import Template
 from typing import Literal
 
-from alerts import queries as q
-from alerts.config import MonitoringConfig
-from dashboards.ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
+from . import queries as q
+from .config import MonitoringConfig
+from .dashboard_ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
 
 __all__ = [
     "AlertSpec",
@@ -169,7 +169,7 @@ def alert_specs(
             query=q.ratio_to_limit(sel, q.latency_quantile(sel, 0.95), slo, config.latency_slos()),
             op="gt",
             threshold=1,
-            for_="10m",
+            for_=config.latency_above_slo_for,
             severity="warning",
             action="investigate-workers",
             summary="p95 latency of $agent_type jobs is $value of its SLO.",
@@ -189,7 +189,7 @@ def alert_specs(
             query=q.gauge_by_type(sel, "dead_letter_depth"),
             op="gt",
             threshold=config.dead_letter_high,
-            for_="1m",
+            for_=config.dead_letter_high_for,
             severity="warning",
             action="investigate-failures",
             summary="$value $agent_type jobs are dead-lettered (threshold $threshold).",
@@ -205,7 +205,7 @@ def alert_specs(
             query=q.target_series(sel),
             op="eq",
             threshold=0,
-            for_="2m",
+            for_=config.exporter_down_for,
             severity="critical",
             action="restore-exporter",
             summary="Queue exporter $instance is down.",
@@ -220,7 +220,7 @@ def alert_specs(
             query=f"absent({q.target_series(sel)})",
             op="eq",
             threshold=1,
-            for_="5m",
+            for_=config.exporter_absent_for,
             severity="critical",
             action="restore-exporter",
             summary=f"No queue exporter target (job={config.job}) in Prometheus.",
@@ -236,7 +236,7 @@ def alert_specs(
             query=q.target_series(sel, "redis_up"),
             op="eq",
             threshold=0,
-            for_="1m",
+            for_=config.redis_unreachable_for,
             severity="critical",
             action="restore-redis",
             summary="Queue exporter $instance cannot read Redis.",
@@ -251,7 +251,7 @@ def alert_specs(
             query=q.active_workers_idle(sel),
             op="gt",
             threshold=0,
-            for_="5m",
+            for_=config.no_active_workers_for,
             severity="critical",
             action="start-workers",
             summary="$value $agent_type jobs are waiting and no worker is alive.",
@@ -267,7 +267,7 @@ def alert_specs(
             query=q.failure_ratio(sel),
             op="gt",
             threshold=config.failure_ratio_high,
-            for_="10m",
+            for_=config.failure_ratio_high_for,
             severity="warning",
             action="investigate-failures",
             summary="$value of $agent_type jobs fail for good.",
@@ -284,7 +284,7 @@ def alert_specs(
             query=q.ratio_to_limit(sel, q.gauge_by_type(sel, "oldest_age"), ttl, config.job_ttls()),
             op="gt",
             threshold=1,
-            for_="1m",
+            for_=config.oldest_job_over_ttl_for,
             severity="warning",
             action="scale-up",
             summary="The oldest waiting $agent_type job is at $value of its TTL.",

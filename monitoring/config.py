@@ -2,69 +2,89 @@
 
 Everything generated (dashboard JSON, Grafana provisioning, the Prometheus rule file,
 promtool tests, runbooks) is a function of one `MonitoringConfig`, so a threshold can
-never differ between an alert, its panel and its runbook. `make generate` uses
-`MonitoringConfig.from_env()`: with no `QUEUE_MONITORING_*` variables set that is the
-committed default.
+never differ between an alert, its panel and its runbook. The values come from the
+site settings (`site.load_config`): `site.defaults.yaml`, overlaid by a site's file.
+Fields have no Python defaults on purpose: the YAML file is the only place they live.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from platform_common.jobs.errors import ConfigurationError
 
-__all__ = ["ENV_PREFIX", "MonitoringConfig"]
-
-ENV_PREFIX = "QUEUE_MONITORING_"
+__all__ = ["DURATION_FIELDS", "MonitoringConfig"]
 
 _DURATION = re.compile(r"(?:\d+[smh])+")
 _NAMESPACE = re.compile(r"(?:[a-zA-Z_][a-zA-Z0-9_]*)?")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:/-]+")
 _UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
+DURATION_FIELDS = (
+    "rule_interval",
+    "queue_depth_high_for",
+    "queue_idle_for",
+    "latency_above_slo_for",
+    "dead_letter_high_for",
+    "exporter_down_for",
+    "exporter_absent_for",
+    "redis_unreachable_for",
+    "no_active_workers_for",
+    "failure_ratio_high_for",
+    "oldest_job_over_ttl_for",
+)
+"""Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
+
 
 @dataclass(frozen=True, slots=True)
 class MonitoringConfig:
     """Site settings and thresholds; every field is validated in `__post_init__`."""
 
-    namespace: str = ""
-    """Metric name prefix the exporter runs with (default none: the spec's exact names)."""
-    job: str = "queue-exporter"
+    namespace: str
+    """Metric name prefix the exporter runs with (empty: the catalogue's exact names)."""
+    job: str
     """Prometheus `job` label of the exporter's scrape; alerts select on it."""
-    exporter_url: str = "http://queue-exporter:9808"
+    exporter_url: str
     """Where on-call reaches the exporter (curl commands in runbooks)."""
-    runbook_base_url: str = ""
+    runbook_base_url: str
     """Base of every `runbook_url`; empty means the exporter's own `/runbooks/`."""
-    grafana_url: str = "http://grafana:3000"
-    prometheus_url: str = "http://prometheus:9090"
-    datasource_uid: str = "queue-prometheus"
+    grafana_url: str
+    """Base of every dashboard link (`<grafana_url>/d/<uid>?viewPanel=<id>`)."""
+    prometheus_url: str
+    datasource_uid: str
     """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
-    grafana_folder: str = "Queue"
-    grafana_dashboards_path: str = "/var/lib/grafana/dashboards/platform-common-jobs"
+    grafana_folder: str
+    grafana_dashboards_path: str
     """Where the dashboards provider reads `dashboards/*.json` inside the Grafana container."""
+    rule_interval: str
+    """Evaluation interval of the Grafana rule group and the Prometheus rule group."""
 
-    queue_depth_high: int = 100
-    queue_depth_high_for: str = "5m"
-    queue_idle_for: str = "10m"
-    dead_letter_high: int = 10
-    failure_ratio_high: float = 0.10
-    job_ttl_seconds: float = 60.0
+    queue_depth_high: int
+    queue_depth_high_for: str
+    queue_idle_for: str
+    dead_letter_high: int
+    dead_letter_high_for: str
+    failure_ratio_high: float
+    failure_ratio_high_for: str
+    job_ttl_seconds: float
     """The payload spec's TTL; per agent type overrides in `job_ttl_overrides`."""
-    job_ttl_overrides: Mapping[str, float] = field(default_factory=dict)
-    latency_slo_fraction_of_ttl: float = 0.5
+    job_ttl_overrides: Mapping[str, float]
+    oldest_job_over_ttl_for: str
+    latency_slo_fraction_of_ttl: float
     """Default p95 SLO = this fraction of the agent type's job TTL: a result that
     arrives after the TTL is thrown away, so half the TTL leaves room for retries."""
-    latency_slo_overrides: Mapping[str, float] = field(default_factory=dict)
+    latency_slo_overrides: Mapping[str, float]
+    latency_above_slo_for: str
+    exporter_down_for: str
+    exporter_absent_for: str
+    redis_unreachable_for: str
+    no_active_workers_for: str
 
-    rule_interval: str = "1m"
-    """Evaluation interval of the Grafana rule group and the Prometheus rule group."""
     for_override: str | None = None
-    """Test settings only: replaces every alert's `for` (see `test_settings()`)."""
+    """Test settings only, never a site setting: replaces every alert's `for`."""
 
     def __post_init__(self) -> None:
         if not _NAMESPACE.fullmatch(self.namespace):
@@ -80,7 +100,7 @@ class MonitoringConfig:
                 raise ConfigurationError(name, f"must be an absolute http(s) URL: {value!r}")
         if not _UID.fullmatch(self.datasource_uid):
             raise ConfigurationError("datasource_uid", "1-40 characters of [A-Za-z0-9_-]")
-        for name in ("queue_depth_high_for", "queue_idle_for", "rule_interval"):
+        for name in DURATION_FIELDS:
             if not _DURATION.fullmatch(getattr(self, name)):
                 raise ConfigurationError(name, f"not a duration like 5m: {getattr(self, name)!r}")
         if self.for_override is not None and not _DURATION.fullmatch(self.for_override):
@@ -138,33 +158,6 @@ class MonitoringConfig:
     def job_ttls(self) -> dict[str, float]:
         return dict(sorted(self.job_ttl_overrides.items()))
 
-    # -- constructors -----------------------------------------------------------
     def test_settings(self, for_: str = "2s", interval: str = "1s") -> MonitoringConfig:
         """The same alerts with every `for` shortened, for end-to-end tests."""
         return replace(self, for_override=for_, rule_interval=interval)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> MonitoringConfig:
-        """Site URLs and names from `QUEUE_MONITORING_*` variables; the rest default."""
-        env = os.environ if environ is None else environ
-        names = (
-            "namespace",
-            "job",
-            "exporter_url",
-            "runbook_base_url",
-            "grafana_url",
-            "prometheus_url",
-            "datasource_uid",
-            "grafana_folder",
-            "grafana_dashboards_path",
-        )
-        known = {ENV_PREFIX + name.upper() for name in names}
-        unknown = sorted(key for key in env if key.startswith(ENV_PREFIX) and key not in known)
-        if unknown:
-            raise ConfigurationError(unknown[0], f"unknown setting; known: {sorted(known)}")
-        values: dict[str, Any] = {
-            name: env[ENV_PREFIX + name.upper()]
-            for name in names
-            if ENV_PREFIX + name.upper() in env
-        }
-        return cls(**values)

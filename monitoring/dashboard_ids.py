@@ -1,0 +1,68 @@
+"""Fixed dashboard uid, panel ids and panel titles: alerts and runbooks link to these."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import IntEnum
+from types import MappingProxyType
+
+__all__ = ["PANEL_TITLES", "QUEUE_OVERVIEW_TITLE", "QUEUE_OVERVIEW_UID", "QueueOverviewPanel"]
+
+QUEUE_OVERVIEW_UID = "queue-overview"
+QUEUE_OVERVIEW_TITLE = "Queue overview"
+
+
+class QueueOverviewPanel(IntEnum):
+    """Panel ids of the queue overview dashboard (rows included: ids are dashboard-wide)."""
+
+    ROW_ALERTS = 1
+    ALERT_STATS = 100
+    """First of the alert row's stats: one per alert, in spec order (100, 101, ...)."""
+    ROW_QUEUE = 10
+    QUEUE_DEPTH = 11
+    DEAD_LETTER_DEPTH = 12
+    IN_FLIGHT = 13
+    OLDEST_JOB_AGE = 14
+    ROW_THROUGHPUT = 20
+    THROUGHPUT = 21
+    RETRIES = 22
+    FAILURE_RATIO = 23
+    ROW_LATENCY = 30
+    LATENCY_HEATMAP = 31
+    LATENCY_QUANTILES = 32
+    ROW_WORKERS = 40
+    ACTIVE_WORKERS = 41
+    HEARTBEAT_AGE = 42
+    ROW_EXPORTER = 50
+    EXPORTER_UP = 51
+    SCRAPE_DURATION = 52
+    EXPORTER_ERRORS = 53
+
+
+_P = QueueOverviewPanel
+PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
+    {
+        _P.ROW_ALERTS: "Alerts and SLOs",
+        _P.ROW_QUEUE: "Queues",
+        _P.QUEUE_DEPTH: "Queue depth per agent type",
+        _P.DEAD_LETTER_DEPTH: "Dead-letter depth",
+        _P.IN_FLIGHT: "In progress and waiting for retry",
+        _P.OLDEST_JOB_AGE: "Oldest waiting job age",
+        _P.ROW_THROUGHPUT: "Throughput",
+        _P.THROUGHPUT: "Throughput: enqueued, started, completed, failed",
+        _P.RETRIES: "Retries, dead letters, expiries",
+        _P.FAILURE_RATIO: "Failure ratio",
+        _P.ROW_LATENCY: "Latency",
+        _P.LATENCY_HEATMAP: "Job latency distribution",
+        _P.LATENCY_QUANTILES: "Job latency p50 / p95 / p99",
+        _P.ROW_WORKERS: "Workers",
+        _P.ACTIVE_WORKERS: "Active workers",
+        _P.HEARTBEAT_AGE: "Time since the newest worker heartbeat",
+        _P.ROW_EXPORTER: "Exporter",
+        _P.EXPORTER_UP: "Exporter and Redis up",
+        _P.SCRAPE_DURATION: "Scrape duration",
+        _P.EXPORTER_ERRORS: "Exporter data problems",
+    }
+)
+"""Title of every panel but the alert stats (each titled by its alert's name). The
+runbooks name the panel an alert links to, so the title lives here, not in the layout."""

@@ -1,0 +1,1 @@
+"""Tests of the monitoring code: base, renderers, generated files, schemas, live checks."""

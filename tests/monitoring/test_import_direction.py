@@ -1,0 +1,188 @@
+"""Imports go one way: core <- exporter <- monitoring base <- renderers <- generate.
+
+Every module of the repository is parsed with `ast` (nothing is imported), each import
+resolved to its full dotted name (relative ones too, and importlib calls with a literal
+name), and checked against the layer rules below. A second set of tests feeds the same
+checker a forbidden import per rule, so the rules are shown to bite.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CORE = "platform_common.jobs"
+EXPORTER = "platform_common.jobs_exporter"
+MONITORING = "platform_common.jobs_monitoring"
+RENDERERS = tuple(f"{MONITORING}.{name}" for name in ("alerts", "dashboards", "runbooks"))
+GENERATE = f"{MONITORING}.generate"
+OLD_TOP_LEVEL = ("alerts", "dashboards", "runbooks", "monitoring")
+
+# Source folder -> the package it installs as (pyproject's package-dir).
+PACKAGES = {
+    "platform_common/jobs": CORE,
+    "exporter": EXPORTER,
+    "monitoring": MONITORING,
+    "alerts": f"{MONITORING}.alerts",
+    "dashboards": f"{MONITORING}.dashboards",
+    "runbooks": f"{MONITORING}.runbooks",
+}
+OTHER_FOLDERS = ("scripts", "tests", "bench", "demo", "examples")
+DYNAMIC_IMPORTS = {"import_module", "__import__", "find_spec", "files"}
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+
+
+def modules() -> list[Module]:
+    found = []
+    for folder, package in PACKAGES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            name = ".".join((package, *parts[:-1])) if is_package else ".".join((package, *parts))
+            found.append(Module(name, path, is_package))
+    for folder in OTHER_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" not in path.parts:
+                found.append(Module(f"<{path.relative_to(ROOT)}>", path, False))
+    return found
+
+
+def imported(source: str, module: str, is_package: bool) -> set[str]:
+    """Every dotted name `source` imports: `from a import b` yields both a and a.b."""
+    names: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names if alias.name != "*"}
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if called in DYNAMIC_IMPORTS and isinstance(first, ast.Constant):
+                names |= {first.value} if isinstance(first.value, str) else set()
+    return names
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(module: str, names: set[str]) -> list[str]:
+    """The layer rules: what `module` may not import."""
+    forbidden = list(OLD_TOP_LEVEL)  # the generic names are installed nowhere any more
+    if within(module, CORE):
+        forbidden += [EXPORTER, MONITORING]
+    elif within(module, EXPORTER):
+        forbidden += [MONITORING]
+    elif within(module, MONITORING) and module != GENERATE:
+        # Base modules and renderers: never the composition root.
+        forbidden += [GENERATE]
+        own = next((r for r in RENDERERS if within(module, r)), None)
+        forbidden += [r for r in RENDERERS if r != own]  # base: every renderer
+    return sorted(
+        f"{module} imports {name}" for name in names for bad in forbidden if within(name, bad)
+    )
+
+
+def all_violations() -> list[str]:
+    problems = []
+    for module in modules():
+        names = imported(module.path.read_text(), module.name, module.is_package)
+        problems += violations(module.name, names)
+    return problems
+
+
+# -- the tree -------------------------------------------------------------------------
+
+
+def test_the_tree_follows_the_import_direction() -> None:
+    found = modules()
+    names = {m.name for m in found}
+    # The inventory is real: every layer and every renderer has modules in it.
+    for package in (CORE, EXPORTER, MONITORING, GENERATE, *RENDERERS):
+        assert any(within(name, package) for name in names), package
+    assert all_violations() == []
+
+
+def test_renderers_use_the_base() -> None:
+    for renderer in RENDERERS:
+        used = set()
+        for module in modules():
+            if within(module.name, renderer):
+                used |= imported(module.path.read_text(), module.name, module.is_package)
+        assert any(within(name, f"{MONITORING}.spec") for name in used), renderer
+
+
+def test_generate_is_imported_only_from_outside_the_packages() -> None:
+    importers = {
+        module.name
+        for module in modules()
+        if GENERATE in imported(module.path.read_text(), module.name, module.is_package)
+    }
+    assert importers and all(name.startswith("<") for name in importers), importers
+
+
+def test_importing_the_exporter_and_the_base_loads_no_further_layer() -> None:
+    # The runtime view of the same rules, in a fresh interpreter.
+    probe = (
+        "import sys\n"
+        "import platform_common.jobs_exporter.app\n"
+        f"assert not [m for m in sys.modules if m.startswith('{MONITORING}')], 'exporter'\n"
+        "import platform_common.jobs_monitoring.spec, platform_common.jobs_monitoring.site\n"
+        "loaded = [m for m in sys.modules if m.startswith('platform_common.jobs_monitoring.')]\n"
+        f"assert not [m for m in loaded if m.startswith({RENDERERS!r})], loaded\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, cwd="/"
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# -- the checker bites -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("module", "is_package", "source"),
+    [
+        (f"{MONITORING}.spec", False, "from .dashboards.queue_overview import queue_overview"),
+        (f"{MONITORING}.spec", False, f"import {MONITORING}.runbooks.render"),
+        (f"{MONITORING}.site", False, "from . import generate"),
+        (f"{MONITORING}.dashboards.queue_overview", False, "from ..alerts import spec"),
+        (f"{MONITORING}.runbooks", True, f"from {MONITORING}.dashboards import encode"),
+        (f"{EXPORTER}.runbook_pages", False, f"from {MONITORING}.site import load_config"),
+        (f"{EXPORTER}.app", False, f"importlib.import_module('{MONITORING}.runbooks')"),
+        (f"{EXPORTER}.app", False, f"importlib.resources.files('{MONITORING}.runbooks')"),
+        (f"{CORE}.store", True, f"from {EXPORTER}.catalogue import CATALOGUE"),
+        (f"{CORE}.queue.worker", False, f"from {MONITORING} import queries"),
+        ("<scripts/generate.py>", False, "from alerts.spec import alert_specs"),
+        ("<tests/x.py>", False, "import dashboards.encode"),
+    ],
+)
+def test_a_forbidden_import_is_reported(module: str, is_package: bool, source: str) -> None:
+    assert violations(module, imported(source, module, is_package)), source
+
+
+def test_relative_imports_resolve_from_the_module_package() -> None:
+    assert f"{MONITORING}.config" in imported("from .config import X", f"{MONITORING}.spec", False)
+    assert f"{MONITORING}.spec" in imported("from ..spec import X", f"{MONITORING}.alerts.a", False)
+    assert f"{MONITORING}.alerts.x" in imported("from . import x", f"{MONITORING}.alerts", True)
