@@ -12,15 +12,14 @@ read-only, so the exporter runs under a read-only ACL user.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from hashlib import sha1
 from typing import Any
 
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, ResponseError
-from redis.retry import Retry
+from redis.exceptions import ResponseError
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.redis.script import lua_source
+from platform_common.jobs.redis.script import Command, Script, ScriptCall, run_pipelined
 from platform_common.jobs.redis.url import RedisClient
 
 from .discovery import scan_count, select_types
@@ -29,7 +28,7 @@ from .snapshot import Snapshot, TypeSnapshot, parse_type_reply
 
 __all__ = ["SnapshotReader", "make_exporter_client"]
 
-_SCRIPT = "exporter_snapshot"
+_SCRIPT = Script.named("exporter_snapshot")
 # New types and a lost script each cost one extra round trip; never loop beyond that.
 _MAX_ROUND_TRIPS = 3
 
@@ -39,7 +38,8 @@ def make_exporter_client(settings: ExporterSettings) -> RedisClient:
 
     One immediate retry lets the first scrape after a Redis restart replace the dead
     pooled connection and still succeed; no health-check PING, which would be an extra
-    round trip on an idle connection.
+    round trip on an idle connection. Concurrent scrapes beyond the pool wait for a
+    connection (up to the scrape timeout) rather than report Redis down.
     """
     timeout = settings.redis_timeout
     return settings.redis.make_client(
@@ -48,6 +48,7 @@ def make_exporter_client(settings: ExporterSettings) -> RedisClient:
         retry=Retry(NoBackoff(), 1),
         health_check_interval=0,
         max_connections=4,
+        pool_timeout=timeout,
     )
 
 
@@ -58,8 +59,6 @@ class SnapshotReader:
     def __init__(self, client: RedisClient, settings: ExporterSettings) -> None:
         self._client = client
         self._settings = settings
-        self._source = lua_source(_SCRIPT)
-        self._sha = sha1(self._source.encode("utf-8"), usedforsecurity=False).hexdigest()
         # Unknown until the first call: send the source once (EVAL_RO caches it), then SHAs.
         self._script_cached = False
         self._previous: tuple[str, ...] = settings.agent_types
@@ -67,13 +66,13 @@ class SnapshotReader:
     async def read(self) -> Snapshot:
         """One snapshot; Redis errors (connection, timeout, auth) propagate to the caller."""
         types_key = QueueKeys.types_key(self._settings.queue_prefix)
-        pipe = self._client.pipeline(transaction=False)
-        pipe.scard(types_key)
-        pipe.sscan(types_key, 0, count=scan_count(self._settings.max_agent_types))
-        for agent_type in self._previous:
-            self._add_type(pipe, agent_type)
-        replies = await pipe.execute(raise_on_error=False)
-        round_trips = 1
+        commands: list[Command] = [
+            ("SCARD", types_key),
+            ("SSCAN", types_key, 0, "COUNT", scan_count(self._settings.max_agent_types)),
+        ]
+        commands += [self._type_call(agent_type) for agent_type in self._previous]
+        replies = await run_pipelined(self._client, commands)
+        round_trips = replies.round_trips
         set_size, (cursor, members) = _ok(replies[0]), _ok(replies[1])
         selection = select_types(
             self._settings.agent_types,
@@ -88,11 +87,8 @@ class SnapshotReader:
         malformed += first.malformed
         todo = [t for t in selection.types if t not in results and t not in first.broken]
         while todo and round_trips < _MAX_ROUND_TRIPS:
-            pipe = self._client.pipeline(transaction=False)
-            for agent_type in todo:
-                self._add_type(pipe, agent_type)
-            more = await pipe.execute(raise_on_error=False)
-            round_trips += 1
+            more = await run_pipelined(self._client, [self._type_call(t) for t in todo])
+            round_trips += more.round_trips
             step = self._take(dict(zip(todo, more, strict=True)), results)
             malformed += step.malformed
             todo = [t for t in todo if t not in results and t not in step.broken]
@@ -104,23 +100,17 @@ class SnapshotReader:
             round_trips=round_trips,
         )
 
-    def _add_type(self, pipe: Any, agent_type: str) -> None:
+    def _type_call(self, agent_type: str) -> ScriptCall:
         keys = QueueKeys(agent_type, self._settings.queue_prefix)
         key_list = [keys.queue, keys.processing, keys.delayed, keys.dead, keys.stats, keys.workers]
         args = [keys.job(""), self._settings.heartbeat_window_ms]
-        if self._script_cached:
-            pipe.evalsha_ro(self._sha, len(key_list), *key_list, *args)
-        else:
-            pipe.eval_ro(self._source, len(key_list), *key_list, *args)
+        return _SCRIPT.call(key_list, args, readonly=True, send_source=not self._script_cached)
 
     def _take(self, replies: dict[str, Any], results: dict[str, TypeSnapshot]) -> _Step:
-        """Parse replies into `results`; note what must be retried or skipped."""
+        """Parse replies into `results`; note the types to skip."""
         step = _Step()
-        used_source = not self._script_cached
         for agent_type, reply in replies.items():
-            if isinstance(reply, NoScriptError):
-                self._script_cached = False  # resend the source next round trip
-            elif isinstance(reply, ResponseError):
+            if isinstance(reply, ResponseError):
                 # e.g. WRONGTYPE: a key of this type holds something else. Skip the type.
                 step.malformed += 1
                 step.broken.add(agent_type)
@@ -131,8 +121,7 @@ class SnapshotReader:
                     agent_type, reply, self._settings.latency_buckets
                 )
                 step.malformed += bad
-                if used_source:
-                    self._script_cached = True  # EVAL_RO cached it
+                self._script_cached = True  # it ran, so this server holds it now
         return step
 
 
@@ -140,7 +129,7 @@ class SnapshotReader:
 class _Step:
     malformed: int = 0
     broken: set[str] = field(default_factory=set)
-    """Types whose script failed for a reason other than NOSCRIPT: not retried."""
+    """Types whose script failed (NOSCRIPT aside, which run_pipelined re-runs): skipped."""
 
 
 def _ok(reply: Any) -> Any:

@@ -101,7 +101,8 @@ def test_redis_without_a_service_name_warns(caplog: pytest.LogCaptureFixture) ->
 def test_the_public_api() -> None:
     assert sorted(jobs.__all__) == sorted(
         [
-            "BackendUnavailable", "BackfillReport", "ConfigurationError", "IllegalTransition",
+            "BackendBusy", "BackendUnavailable", "BackfillReport", "ConfigurationError",
+            "IllegalTransition",
             "InvalidCursor", "InvalidJobId", "InvalidRecord", "InvalidTTL", "InMemoryJobStore",
             "JobConflict", "JobNotFound", "JobRecord", "JobStatus", "JobStore", "JobsError",
             "Page", "RedisJobStore", "ValidationError", "VersionConflict", "make_job_store",

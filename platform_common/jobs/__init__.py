@@ -9,6 +9,7 @@ The queue (`platform_common.jobs.queue`) and the FastAPI router
 """
 
 from .errors import (
+    BackendBusy,
     BackendUnavailable,
     ConfigurationError,
     IllegalTransition,
@@ -31,6 +32,7 @@ from .store.record import JobRecord
 from .store.redis_store import RedisJobStore
 
 __all__ = [
+    "BackendBusy",
     "BackendUnavailable",
     "BackfillReport",
     "ConfigurationError",

@@ -67,7 +67,7 @@ class AclRole:
     name: str
     summary: str
     scripts: tuple[str, ...]
-    """Lua scripts the role runs (by EVALSHA, or EVALSHA_RO/EVAL_RO for the exporter)."""
+    """Lua scripts the role runs (EVALSHA then EVAL; EVALSHA_RO/EVAL_RO for the exporter)."""
     commands: tuple[str, ...]
     """Commands it sends directly, besides CONNECT_COMMANDS (`a|b` is a subcommand)."""
     keys: tuple[str, ...]
@@ -102,7 +102,10 @@ _STORE_SCRIPTS = ("store_create", "store_update", "store_delete")
 # Direct JobStore reads: get/exists (HGETALL, EXISTS), list_ids (SCAN), the time
 # index pages (ZRANGE family).
 _STORE_READS = ("hgetall", "exists", "scan", "zrange", "zrevrangebyscore", "zrangebyscore")
-_SCRIPTING = ("evalsha", "script|load")
+# EVALSHA, and EVAL for the one re-run after NOSCRIPT (flush, restart, failover). EVAL
+# grants nothing SCRIPT LOAD + EVALSHA would not: a script's own commands are checked
+# against this same user's ACL.
+_SCRIPTING = ("evalsha", "eval")
 
 ROLES: dict[str, AclRole] = {
     role.name: role

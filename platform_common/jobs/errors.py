@@ -14,11 +14,15 @@ JobsError
 ├── IllegalTransition           e.g. succeeded -> running
 ├── LeaseLost                   a worker's lease token no longer owns the job
 └── BackendUnavailable          the backend could not be reached (after retries)
+    └── BackendBusy             reachable, but every pooled connection stayed in use
 """
 
 from __future__ import annotations
 
+from redis.exceptions import RedisError
+
 __all__ = [
+    "BackendBusy",
     "BackendUnavailable",
     "ConfigurationError",
     "IllegalTransition",
@@ -127,3 +131,10 @@ class LeaseLost(JobsError):
 class BackendUnavailable(JobsError):
     def __init__(self, problem: str) -> None:
         super().__init__(problem)
+
+
+class BackendBusy(BackendUnavailable, RedisError):
+    """Every connection of the pool stayed in use for the pool timeout.
+
+    Redis itself may be healthy: this is back-pressure, not an outage. A RedisError
+    too, so loops that back off and retry on Redis errors treat it the same way."""

@@ -87,7 +87,9 @@ class DeadLetters:
             script_keys = [keys.dead, keys.queue, keys.expiry, keys.stats]
             for job_id in chunk:
                 script_keys += [keys.job(job_id), keys.result(job_id)]
-            requeued += await self._connection.scripts.dead_requeue(script_keys, chunk)
+            requeued += await self._connection.run_script(
+                self._connection.scripts.dead_requeue, script_keys, chunk
+            )
         return requeued
 
     async def purge(self, agent_type: str, job_ids: Sequence[str] | None = None) -> int:
@@ -106,7 +108,11 @@ class DeadLetters:
             script_keys = [keys.dead]
             for job_id in chunk:
                 script_keys += [keys.job(job_id), keys.result(job_id)]
-            done = int(await self._connection.scripts.dead_purge(script_keys, chunk))
+            done = int(
+                await self._connection.run_script(
+                    self._connection.scripts.dead_purge, script_keys, chunk
+                )
+            )
             if job_ids is not None:
                 purged += len(chunk)  # advance through the given ids
                 continue

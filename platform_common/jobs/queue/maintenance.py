@@ -43,8 +43,10 @@ class Maintenance:
         letter after the last attempt. Jobs taken but never claimed go back unchanged."""
         keys = self.keys
         lease_ms = int(self._settings.lease_seconds * 1000)
-        expired = await self._connection.scripts.reap_scan(
-            [keys.processing, keys.leases], [lease_ms, PROCESSING_SCAN, limit]
+        expired = await self._connection.run_script(
+            self._connection.scripts.reap_scan,
+            [keys.processing, keys.leases],
+            [lease_ms, PROCESSING_SCAN, limit],
         )
         if not expired:
             return ReapReport()
@@ -68,7 +70,9 @@ class Maintenance:
         """Move retries whose backoff elapsed to the front of the queue."""
         keys = self.keys
         return int(
-            await self._connection.scripts.promote([keys.delayed, keys.queue], [PROMOTE_BATCH])
+            await self._connection.run_script(
+                self._connection.scripts.promote, [keys.delayed, keys.queue], [PROMOTE_BATCH]
+            )
         )
 
     async def cleanup(self, limit: int | None = None) -> list[str]:
@@ -87,7 +91,9 @@ class Maintenance:
         """Record that `worker_id` is alive (or gone); returns the Redis time in ms."""
         prune_ms = int(self._settings.heartbeat_interval * 10 * 1000)
         return int(
-            await self._connection.scripts.heartbeat(
-                [self.keys.workers], [worker_id, "leave" if leaving else "beat", prune_ms]
+            await self._connection.run_script(
+                self._connection.scripts.heartbeat,
+                [self.keys.workers],
+                [worker_id, "leave" if leaving else "beat", prune_ms],
             )
         )

@@ -7,8 +7,6 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from ..errors import InvalidPayload
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
@@ -53,15 +51,7 @@ class Producer:
             await connection.register_type(prepared.agent_type)
         script_keys = [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)]
         args = [self._nonce(), 1, *self._job_args(prepared)]
-        lane, sha = connection.lane, connection.scripts.enqueue.loaded_digest
-        if lane is not None and sha is not None:
-            # The hot path: straight onto the lane; NOSCRIPT falls back to the full path.
-            try:
-                reply = await lane.execute("EVALSHA", sha, 4, *script_keys, *args)
-            except NoScriptError:
-                reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
-        else:
-            reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
+        reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
             raise InvalidPayload({"job_id": f"job {prepared.job_id!r} already exists"})
         return prepared.job_id

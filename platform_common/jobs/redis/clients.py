@@ -6,16 +6,22 @@ subscriber), and sentinel connections that follow the master across a failover."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
+import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
+
+from .pool import ConnectionGate
 
 __all__ = [
     "AnyNodeConnection",
     "AnyNodeSSLConnection",
     "ClusterClient",
+    "FastConnection",
+    "FastSSLConnection",
     "MasterConnection",
     "MasterSSLConnection",
     "SentinelMasterClient",
@@ -23,8 +29,12 @@ __all__ = [
 
 
 class ClusterClient(RedisCluster):
-    """RedisCluster with two fixes the package relies on.
+    """RedisCluster with three fixes the package relies on.
 
+    - A full pool waits: redis-py's per-node pools raise MaxConnectionsError at once;
+      here every command and pipeline first passes a ConnectionGate of
+      `max_connections` (each operation holds at most one connection per node), so a
+      caller waits up to `pool_timeout`, then gets BackendBusy.
     - EVAL_RO/EVALSHA_RO are routed by their KEYS, as redis-py does for EVAL/EVALSHA;
       for the read-only variants it asks the server (COMMAND GETKEYS) before every
       call, an extra round trip per agent type per exporter scrape.
@@ -35,9 +45,19 @@ class ClusterClient(RedisCluster):
       of these leaked sockets after a failover.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._retired: list[ClusterNode] = []
+        self.gate = ConnectionGate(kwargs.get("max_connections", 2**31), pool_timeout)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.gate.hold():
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # refused by redis-py
+        return GatedClusterPipeline(self, transaction)  # type: ignore[abstract]
 
     async def initialize(self) -> ClusterClient:
         before = self._known_nodes()
@@ -78,8 +98,48 @@ class ClusterClient(RedisCluster):
         await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
 
 
+class GatedClusterPipeline(ClusterPipeline):
+    """A cluster pipeline that passes its client's ConnectionGate to execute."""
+
+    def __init__(self, client: ClusterClient, transaction: Any | None = None) -> None:
+        super().__init__(client, transaction)
+        self._gated_client = client
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        async with self._gated_client.gate.hold():
+            return await super().execute(raise_on_error, allow_redirections)
+
+
 def _has_open_connection(node: ClusterNode) -> bool:
     return any(connection.is_connected for connection in node._connections)
+
+
+class _HiredisPacking:
+    """Packs commands with hiredis (C) instead of redis-py's Python packer.
+
+    redis-py's asyncio connection always packs in Python: for a queue script call with
+    its ~40 arguments that cost more than the round trip itself. Anything hiredis
+    refuses (a bool, None) goes to redis-py's packer, which raises its usual DataError."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str):
+            # A command name with a space ('CLIENT SETNAME') is several arguments.
+            args = (*args[0].encode().split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return super().pack_command(*args)  # type: ignore[misc,no-any-return]
+
+    def pack_commands(self, commands: Iterable[Iterable[Any]]) -> list[bytes]:
+        return [b"".join(chunk for command in commands for chunk in self.pack_command(*command))]
+
+
+class FastConnection(_HiredisPacking, aioredis.Connection):
+    """A plain connection that packs with hiredis."""
+
+
+class FastSSLConnection(_HiredisPacking, aioredis.SSLConnection):
+    """A TLS connection that packs with hiredis."""
 
 
 class _AddressRotation:
@@ -105,15 +165,15 @@ class _AddressRotation:
         raise error
 
 
-class AnyNodeConnection(_AddressRotation, aioredis.Connection):
+class AnyNodeConnection(_AddressRotation, FastConnection):
     """A plain connection to whichever of the cluster's URL addresses answers."""
 
 
-class AnyNodeSSLConnection(_AddressRotation, aioredis.SSLConnection):
+class AnyNodeSSLConnection(_AddressRotation, FastSSLConnection):
     """A TLS connection to whichever of the cluster's URL addresses answers."""
 
 
-class MasterConnection(SentinelManagedConnection):
+class MasterConnection(_HiredisPacking, SentinelManagedConnection):
     """A sentinel-managed connection that asks the sentinels where the master is on
     every (re)connect.
 
@@ -133,7 +193,7 @@ class MasterConnection(SentinelManagedConnection):
         )
 
 
-class MasterSSLConnection(MasterConnection, aioredis.SSLConnection):
+class MasterSSLConnection(MasterConnection, FastSSLConnection):
     """MasterConnection over TLS."""
 
 

@@ -1,50 +1,143 @@
-"""Loads the package's Lua scripts once and runs them; a NOSCRIPT reply reloads them."""
+"""The package's Lua scripts and the one way they run: by digest, and on NOSCRIPT (after
+SCRIPT FLUSH, a restart or a failover) once more by source, alone or in a pipeline.
+
+A `Script` is bound to no client: its digest is the SHA1 of its source, computed here,
+so nothing is loaded ahead of time and the same object serves every client, node and
+event loop. NOSCRIPT means the call did not run, so re-running it is always safe; the
+re-run sends EVAL with the source, which also caches the script on that node (on a
+cluster, the node that owns the call's keys). Every call names its keys through KEYS,
+so cluster clients route it by slot, pipelines included.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Union
 
 from redis.exceptions import NoScriptError
 
 from .url import RedisClient
 
-__all__ = ["LuaScript", "lua_source"]
+__all__ = [
+    "Command",
+    "Replies",
+    "Script",
+    "ScriptCall",
+    "lua_source",
+    "run_command",
+    "run_pipelined",
+]
 
 
 @cache
 def lua_source(name: str) -> str:
     """The text of `lua/<name>.lua`, read from the installed package once."""
-    return resources.files("platform_common.jobs").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    lua = resources.files("platform_common.jobs").joinpath("lua", f"{name}.lua")
+    return lua.read_text("utf-8")
 
 
-class LuaScript:
-    """One `.lua` file bound to a client. EVALSHA first; on NOSCRIPT (after SCRIPT FLUSH,
-    a restart or a failover) it loads the script again and retries once."""
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One `lua/<name>.lua` file: its source and digest."""
 
-    def __init__(self, client: RedisClient, name: str) -> None:
-        self.name = name
-        self._client = client
-        self._source = lua_source(name)
-        self._sha: str | None = None
+    name: str
+    source: str
+    sha: str
 
-    async def __call__(self, keys: list[str], args: list[Any]) -> Any:
-        if self._sha is None:
-            self._sha = await self._load(keys)
-        try:
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)  # type: ignore[misc]
-        except NoScriptError:
-            self._sha = await self._load(keys)
-            return await self._client.evalsha(self._sha, len(keys), *keys, *args)  # type: ignore[misc]
+    @classmethod
+    def named(cls, name: str) -> Script:
+        return _script(name)
 
-    async def _load(self, keys: list[str]) -> str:
-        # On a cluster, load on the node that owns the keys' slot.
-        from redis.asyncio.cluster import RedisCluster
+    def call(
+        self,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        readonly: bool = False,
+        send_source: bool = False,
+    ) -> ScriptCall:
+        """One invocation, to run alone or inside a pipeline."""
+        return ScriptCall(self, keys, args, readonly, send_source)
 
-        if isinstance(self._client, RedisCluster) and keys:
-            await self._client.initialize()  # idempotent; the slot map is empty before it
-            node = self._client.get_node_from_key(keys[0])
-            sha = await self._client.execute_command("SCRIPT LOAD", self._source, target_nodes=node)
-            return str(sha)
-        return str(await self._client.script_load(self._source))
+
+@cache
+def _script(name: str) -> Script:
+    source = lua_source(name)
+    return Script(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """A script with its KEYS and ARGV. `readonly` uses EVALSHA_RO/EVAL_RO, which a
+    read-only ACL user (the exporter's) may run and a replica may serve. `send_source`
+    sends EVAL at once, for a caller that knows the server lacks the script (it saves
+    the NOSCRIPT round trip)."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[Any]
+    readonly: bool = False
+    send_source: bool = False
+
+    def by_digest(self) -> tuple[Any, ...]:
+        verb = "EVALSHA_RO" if self.readonly else "EVALSHA"
+        return (verb, self.script.sha, len(self.keys), *self.keys, *self.args)
+
+    def by_source(self) -> tuple[Any, ...]:
+        verb = "EVAL_RO" if self.readonly else "EVAL"
+        return (verb, self.script.source, len(self.keys), *self.keys, *self.args)
+
+    def first_command(self) -> tuple[Any, ...]:
+        return self.by_source() if self.send_source else self.by_digest()
+
+
+Command = Union[Sequence[Any], ScriptCall]  # noqa: UP007 (a runtime alias)
+"""A plain command (`("HGET", key, field)`) or a script call."""
+
+
+class Replies(list[Any]):
+    """A pipeline's replies in order, and how many round trips they took."""
+
+    round_trips: int = 1
+
+
+async def run_command(client: RedisClient, command: Command) -> Any:
+    """Run one command; a script call answered NOSCRIPT runs again by source."""
+    if not isinstance(command, ScriptCall):
+        return await client.execute_command(*command)
+    try:
+        return await client.execute_command(*command.first_command())
+    except NoScriptError:
+        return await client.execute_command(*command.by_source())
+
+
+async def run_pipelined(client: RedisClient, commands: Sequence[Command]) -> Replies:
+    """Run `commands` in one pipeline (one round trip per node); each reply, or the
+    error it raised, in its place. Script calls answered NOSCRIPT run again by source
+    in one more round trip."""
+    if not commands:
+        return Replies()
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses the
+        # script methods by name but routes a raw EVALSHA by its keys.
+        pipe.execute_command(
+            *(command.first_command() if isinstance(command, ScriptCall) else command)
+        )
+    replies = Replies(await pipe.execute(raise_on_error=False))
+    unloaded = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if unloaded:
+        pipe = client.pipeline(transaction=False)
+        for index in unloaded:
+            call = commands[index]
+            assert isinstance(call, ScriptCall)  # only a script call can answer NOSCRIPT
+            pipe.execute_command(*call.by_source())
+        rerun = await pipe.execute(raise_on_error=False)
+        for index, reply in zip(unloaded, rerun, strict=True):
+            replies[index] = reply
+        replies.round_trips = 2
+    return replies

@@ -3,7 +3,9 @@
 One URL says everything: `redis://` or `rediss://` (TLS), user and password in the
 URL (ACL), `?ssl_ca_certs=`, `?ssl_certfile=` / `?ssl_keyfile=` (client certificate),
 `?password_file=` (read at start, so the secret stays out of the URL), and
-`?cluster=true` for Redis Cluster (several `host:port,host:port` startup nodes allowed).
+`?cluster=true` for Redis Cluster (several `host:port,host:port` startup nodes allowed),
+`?max_connections=` (pool size, default 20) and `?pool_timeout=` (seconds a caller waits
+for a free pooled connection before BackendBusy, default 5).
 Sentinel: `redis+sentinel://[user:pass@]host:port[,host:port...]/service_name[/db]`
 (`rediss+sentinel://` for TLS; `?sentinel_password_file=` when the sentinels require
 a password of their own). `redacted_url()` is the only form that may be logged.
@@ -29,16 +31,20 @@ from .clients import (
     AnyNodeConnection,
     AnyNodeSSLConnection,
     ClusterClient,
+    FastConnection,
+    FastSSLConnection,
     MasterConnection,
     MasterSSLConnection,
     SentinelMasterClient,
 )
+from .pool import WaitingConnectionPool, WaitingSentinelPool
 
 __all__ = [
     "ClusterClient",
     "RedisClient",
     "RedisSettings",
     "SentinelMasterClient",
+    "async_retry",
     "redact_url",
 ]
 
@@ -103,6 +109,7 @@ class RedisSettings:
     socket_timeout: float = 5.0
     connect_timeout: float = 5.0
     max_connections: int = 20
+    pool_timeout: float = 5.0
     setting_name: str = "REDIS_URL"
 
     @classmethod
@@ -154,7 +161,7 @@ class RedisSettings:
                         setting_name, f"cluster must be true/false, got {raw!r}"
                     )
                 values["cluster"] = _BOOL[raw.lower()]
-            elif key in ("socket_timeout", "connect_timeout"):
+            elif key in ("socket_timeout", "connect_timeout", "pool_timeout"):
                 values[key] = _positive_float(raw, f"{setting_name} {key}")
             elif key == "max_connections":
                 values[key] = int(_positive_float(raw, f"{setting_name} {key}"))
@@ -201,7 +208,7 @@ class RedisSettings:
             "decode_responses": True,
             "max_connections": self.max_connections,
             # A dropped connection is retried with backoff instead of surfacing at once.
-            "retry": Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=3),
+            "retry": async_retry(),
             "health_check_interval": 30,
         }
         if self.tls:
@@ -216,8 +223,13 @@ class RedisSettings:
         return kwargs
 
     def make_client(self, **extra: Any) -> RedisClient:
-        """A new client with its own pool; the caller closes it with `aclose()`."""
-        kwargs = self.client_kwargs() | extra
+        """A new client with its own pool; the caller closes it with `aclose()`.
+
+        The one client factory of the package (store, index, queue, exporter). Its pool
+        holds at most `max_connections`; past that a caller waits up to `pool_timeout`
+        for a free connection, then gets BackendBusy. `extra` overrides client options
+        (e.g. a single connection for a blocking command)."""
+        kwargs = self.client_kwargs() | {"pool_timeout": self.pool_timeout} | extra
         if self.sentinel_service is not None:
             return self._make_sentinel_client(kwargs)
         if self.cluster:
@@ -226,7 +238,14 @@ class RedisSettings:
             # first one is down (failover) still finds the cluster.
             startup = [ClusterNode(host, port) for host, port in self.all_addresses()[1:]]
             return ClusterClient(startup_nodes=startup or None, **kwargs)
-        return aioredis.Redis(**kwargs)
+        max_connections = kwargs.pop("max_connections")
+        timeout = kwargs.pop("pool_timeout")
+        # A pool takes the connection class (TLS or not), not ssl=True.
+        kwargs["connection_class"] = (
+            FastSSLConnection if kwargs.pop("ssl", False) else FastConnection
+        )
+        pool = WaitingConnectionPool(max_connections=max_connections, timeout=timeout, **kwargs)
+        return aioredis.Redis.from_pool(pool)
 
     def make_node_client(self, **extra: Any) -> aioredis.Redis:
         """A client of one node, for what any node serves (SUBSCRIBE/PSUBSCRIBE: PUBLISH
@@ -238,7 +257,7 @@ class RedisSettings:
             assert isinstance(client, aioredis.Redis)
             return client
         kwargs = self.client_kwargs() | extra
-        for name in ("host", "port", "max_connections"):
+        for name in ("host", "port", "max_connections", "pool_timeout"):
             kwargs.pop(name, None)
         tls = kwargs.pop("ssl", False)
         pool = aioredis.ConnectionPool(
@@ -253,6 +272,7 @@ class RedisSettings:
         assert self.sentinel_service is not None
         kwargs.pop("host")
         kwargs.pop("port")
+        kwargs["timeout"] = kwargs.pop("pool_timeout")  # the waiting pool's name for it
         sentinel_kwargs = {k: kwargs[k] for k in _SENTINEL_SHARED_KWARGS if k in kwargs}
         if self.sentinel_password is not None:
             sentinel_kwargs["password"] = self.sentinel_password
@@ -263,10 +283,20 @@ class RedisSettings:
         client: SentinelMasterClient = manager.master_for(
             self.sentinel_service,
             redis_class=SentinelMasterClient,
+            connection_pool_class=WaitingSentinelPool,
             connection_class=MasterSSLConnection if tls else MasterConnection,
         )
         client.sentinel_manager = manager
         return client
+
+
+def async_retry() -> Retry:
+    """Reconnect and retry a command up to 3 times with backoff on a dropped connection.
+
+    It must be redis.asyncio's Retry: the synchronous one never awaits the command
+    inside its loop, so an asyncio client given it neither retries nor reconnects (a
+    killed pub/sub connection then stays dead)."""
+    return Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=3)
 
 
 def _read_password_file(path: str, setting_name: str) -> str:

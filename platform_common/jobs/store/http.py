@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 
-from ..errors import BackendUnavailable, InvalidCursor, InvalidJobId, ValidationError
+from ..errors import BackendBusy, BackendUnavailable, InvalidCursor, InvalidJobId, ValidationError
 from ..validation import validate_owner_oid
 from .contract import MAX_PAGE_LIMIT, JobStore
 
@@ -63,8 +63,8 @@ def jobs_router(
             )
         except InvalidCursor as exc:
             raise HTTPException(400, f"invalid cursor: {exc.problem}") from None
-        except BackendUnavailable:
-            raise HTTPException(503, "job store unavailable") from None
+        except BackendUnavailable as exc:
+            raise _unavailable(exc) from None
         return {"jobs": [r.to_dict() for r in page.rows], "next_cursor": page.next_cursor}
 
     @router.get("/jobs/{job_id}")
@@ -73,10 +73,17 @@ def jobs_router(
             record = await store.get(job_id)
         except InvalidJobId:
             record = None
-        except BackendUnavailable:
-            raise HTTPException(503, "job store unavailable") from None
+        except BackendUnavailable as exc:
+            raise _unavailable(exc) from None
         if record is None or record.owner_oid not in (owner_oid, ""):
             raise HTTPException(404, "job not found")
         return record.to_dict()
 
     return router
+
+
+def _unavailable(exc: BackendUnavailable) -> HTTPException:
+    """503 either way; a busy pool says so and asks the client to come back soon."""
+    if isinstance(exc, BackendBusy):
+        return HTTPException(503, "job store busy", headers={"Retry-After": "1"})
+    return HTTPException(503, "job store unavailable")

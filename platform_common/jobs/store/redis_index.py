@@ -7,19 +7,13 @@ paging algorithm itself is backend-neutral and lives in listing.py.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
-from functools import cache
 from typing import Any, Protocol
-
-from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError
 
 from ..errors import InvalidRecord
 from ..keys import SHARED_OWNER_BUCKET, StoreKeys
-from ..redis.script import LuaScript, lua_source
 from ..redis.url import RedisClient
 from .listing import BackfillReport, IndexBackend, Row
 from .record_hash import ROW_FIELDS, exact_us, parse_hash
@@ -37,12 +31,9 @@ class Bound(Protocol):
 
     client: RedisClient
 
-    def script(self, name: str) -> LuaScript: ...
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any: ...
 
-
-@cache
-def _script_sha(name: str) -> str:
-    return hashlib.sha1(lua_source(name).encode()).hexdigest()
+    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]: ...
 
 
 class RedisTimeIndex(IndexBackend):
@@ -113,26 +104,8 @@ class RedisTimeIndex(IndexBackend):
             return sum(await self._script_batch("store_index_repair", calls))
 
     async def _script_batch(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run one script many times in one pipeline (one round trip); NOSCRIPT reloads.
-
-        redis-py refuses EVALSHA in a cluster pipeline: there, the calls go one by one."""
-        binding = self._binding()
-        client = binding.client
-        if isinstance(client, RedisCluster):
-            script = binding.script(name)
-            return [await script(keys, args) for keys, args in calls]
-        sha = _script_sha(name)
-        for attempt in range(2):
-            try:
-                async with client.pipeline(transaction=False) as pipe:
-                    for keys, args in calls:
-                        pipe.evalsha(sha, len(keys), *keys, *args)
-                    return list(await pipe.execute())
-            except NoScriptError:
-                if attempt:
-                    raise
-                await client.script_load(lua_source(name))
-        raise AssertionError("unreachable")
+        """Run one script many times in one pipeline (one round trip per node)."""
+        return await self._binding().run_many(name, calls)
 
     async def _legacy_members(self, buckets: Sequence[str], cap: int) -> list[str]:
         visible = set(buckets)

@@ -18,8 +18,9 @@ import json
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -36,7 +37,7 @@ from ..errors import (
     VersionConflict,
 )
 from ..keys import StoreKeys
-from ..redis.script import LuaScript
+from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient, RedisSettings
 from ..status import JobStatus, transition_allowed
 from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
@@ -85,16 +86,23 @@ async def _release(settings: RedisSettings, loop: asyncio.AbstractEventLoop) -> 
 
 @dataclass(slots=True)
 class _Binding:
-    """A store's client and scripts for one event loop."""
+    """A store's client for one event loop, and the scripts run through it."""
 
     client: RedisClient
-    scripts: dict[str, LuaScript] = field(default_factory=dict)
 
-    def script(self, name: str) -> LuaScript:
-        script = self.scripts.get(name)
-        if script is None:
-            script = self.scripts[name] = LuaScript(self.client, name)
-        return script
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run `lua/<name>.lua` once; its error raised."""
+        return await run_command(self.client, Script.named(name).call(keys, args))
+
+    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run `lua/<name>.lua` once per (keys, args) in one pipeline; the first error
+        raised after every call has run."""
+        script = Script.named(name)
+        replies = await run_pipelined(self.client, [script.call(k, a) for k, a in calls])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
 
 @cache
@@ -164,8 +172,8 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         if self.time_index:
             keys.append(self.keys.index(owner_bucket(owner_oid)))
         with self._unavailable():
-            reply = await self._binding().script("store_create")(
-                keys, [status.value, payload_json, ttl, owner_oid, job_id]
+            reply = await self._binding().run(
+                "store_create", keys, [status.value, payload_json, ttl, owner_oid, job_id]
             )
         if reply[0] == "conflict":
             raise JobConflict(job_id)
@@ -196,7 +204,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             "" if spec.expected_version is None else spec.expected_version,
         ]
         with self._unavailable():
-            reply = await self._binding().script("store_update")([self.keys.record(job_id)], args)
+            reply = await self._binding().run("store_update", [self.keys.record(job_id)], args)
         outcome = reply[0]
         if outcome == "ok":
             return parse_hash(job_id, dict(zip(reply[1::2], reply[2::2], strict=True)))[0]
@@ -216,15 +224,15 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         with self._unavailable():
             binding = self._binding()
             if not self.time_index:
-                return bool(await binding.script("store_delete")([record_key], ["", job_id]))
+                return bool(await binding.run("store_delete", [record_key], ["", job_id]))
             for _ in range(5):  # -1: re-created with another owner between our two steps
                 owner = await binding.client.hget(record_key, "owner_oid")  # type: ignore[misc]
                 if owner is None and not await binding.client.exists(record_key):
                     return False
                 owner = owner or ""
                 index_key = self.keys.index(owner_bucket(owner))
-                deleted = await binding.script("store_delete")(
-                    [record_key, index_key], [owner, job_id]
+                deleted = await binding.run(
+                    "store_delete", [record_key, index_key], [owner, job_id]
                 )
                 if deleted >= 0:
                     return bool(deleted)
