@@ -52,7 +52,7 @@ check-generated: venv
 test: deps lint typecheck check-generated unit
 
 bench: deps
-	$(BIN)/python bench/jobstore.py
+	$(BIN)/python -m bench.jobstore
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

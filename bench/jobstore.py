@@ -1,6 +1,6 @@
 """RedisJobStore vs the raw redis-py commands it stands for, one op at a time, one process.
 
-    .venv/bin/python bench/jobstore.py [--ops 20000]
+    .venv/bin/python -m bench.jobstore [--ops 20000]
 
 Starts its own redis-server. For each verb it alternates, op by op, a store call and
 its raw equivalent (same server, same client), so that load from anything else on the
@@ -16,23 +16,16 @@ Targets (issue 2): get >= 0.75 of raw, create/update >= 0.5 of raw.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
 
-# Run as `python bench/jobstore.py`, this folder would come first on sys.path, and
-# bench/queue.py would shadow the standard library's `queue` (which redis-py imports).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
-
-from platform_common.jobs import JobStatus, RedisJobStore  # noqa: E402
-from platform_common.jobs.redis.url import RedisClient, RedisSettings  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from platform_common.jobs import JobStatus, RedisJobStore
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from tests.support.redis_server import RedisServer
 
 TARGETS = {"create": 0.5, "update": 0.5, "get": 0.75}
 PAYLOAD = {"request": {"repo": "platform/agents", "branch": "main", "depth": 3}}

@@ -1,6 +1,6 @@
 """Newest 20 jobs of one owner: the time index vs the legacy scan, at 1e3 / 1e5 / 1e6 jobs.
 
-    .venv/bin/python bench/listing.py [--sizes 1000,100000,1000000] [--repeat 200]
+    .venv/bin/python -m bench.listing [--sizes 1000,100000,1000000] [--repeat 200]
 
 Starts its own redis-server and grows one agent's history in place (a Lua bulk loader,
 bench only, writes records and index entries exactly as the create script does). The
@@ -18,22 +18,15 @@ and checks each page against the full scan. Target (issue 4): index time at 1e6 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import asyncio
+import statistics
+import time
 
-# Run as `python bench/listing.py`, this folder would come first on sys.path, and
-# bench/queue.py would shadow the standard library's `queue` (which redis-py imports).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-from platform_common.jobs import RedisJobStore  # noqa: E402
-from platform_common.jobs.keys import StoreKeys  # noqa: E402
-from platform_common.jobs.redis.url import RedisSettings  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from platform_common.jobs import RedisJobStore
+from platform_common.jobs.keys import StoreKeys
+from platform_common.jobs.redis.url import RedisSettings
+from tests.support.redis_server import RedisServer
 
 AGENT = "bench-agent"
 OWNER = "owner-a"

@@ -1,6 +1,6 @@
 """Scrape cost of the exporter: latency and Redis round trips per scrape (not a test).
 
-    .venv/bin/python bench/scrape.py [--scrapes 200]
+    .venv/bin/python -m bench.scrape [--scrapes 200]
 
 Starts its own redis-server, fills it in the queue's key layout, and times
 `Exporter.scrape()` + rendering the exposition (what GET /metrics does, without HTTP)
@@ -13,29 +13,22 @@ one round trip per scrape whatever the number of types; 1e6 queued within 1.2x o
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import statistics
 import sys
-from pathlib import Path
+import time
+from dataclasses import dataclass
+from typing import Any
 
-# Run as a script, bench/ is sys.path[0], and bench/queue.py would shadow the standard
-# library's `queue` (which redis.asyncio imports). Take bench/ off the path first.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
+import redis
+from redis.asyncio.connection import Connection
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any  # noqa: E402
-
-import redis  # noqa: E402
-from redis.asyncio.connection import Connection  # noqa: E402
-
-from platform_common.jobs.keys import QueueKeys, latency_bucket_field  # noqa: E402
-from platform_common.jobs_exporter.reader import make_exporter_client  # noqa: E402
-from platform_common.jobs_exporter.service import Exporter  # noqa: E402
-from platform_common.jobs_exporter.settings import ExporterSettings  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+from platform_common.jobs.keys import QueueKeys, latency_bucket_field
+from platform_common.jobs_exporter.reader import make_exporter_client
+from platform_common.jobs_exporter.service import Exporter
+from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.redis_server import RedisServer
 
 FILL_BATCH = 10_000  # ids per LPUSH: 100 commands fill a million
 

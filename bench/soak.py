@@ -2,8 +2,8 @@
 over time, which must stay flat once the job TTL has passed (TTLs and cleanup bound
 them). Not a test: run it by hand.
 
-    .venv/bin/python bench/soak.py --duration 180 --rate 300
-    .venv/bin/python bench/soak.py --redis-url redis://host:6379/0   # an existing Redis
+    .venv/bin/python -m bench.soak --duration 180 --rate 300
+    .venv/bin/python -m bench.soak --redis-url redis://host:6379/0   # an existing Redis
 
 By default it starts its own redis-server (AOF everysec, as docs/operations.md
 recommends), worker processes from the worker CLI, and produces from this process.
@@ -11,28 +11,23 @@ recommends), worker processes from the worker CLI, and produces from this proces
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import subprocess
 import sys
+import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a script, bench/ comes first on sys.path, and bench/queue.py would shadow the
-# standard library's `queue` (which redis-py imports): put the repository there instead.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path.insert(0, str(ROOT))
+import redis
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from typing import Any  # noqa: E402
+from platform_common.jobs.queue import JobQueue, QueueSettings
+from tests.support.redis_server import RedisServer
 
-import redis  # noqa: E402
-
-from platform_common.jobs.queue import JobQueue, QueueSettings  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args() -> argparse.Namespace:

@@ -1,6 +1,6 @@
-"""Our queue's side of the peers benchmark: bench/queue.py's run_ours() and run_raw().
+"""Our queue's side of the peers benchmark: bench/queue_throughput.py's run_ours() and run_raw().
 
-INTEGRATION POINT: bench/queue.py belongs to the queue's author; this module only
+INTEGRATION POINT: bench/queue_throughput.py belongs to the queue's author; this module only
 calls run_ours(redis_url, n, concurrency) -> {enqueue_per_s, enqueue_many_per_s,
 drain_per_s, concurrency} and run_raw(redis_url, n) -> {lpush_per_s, brpop_per_s,
 ...} and maps them onto the peers table. If those names change, adapt here.
@@ -46,15 +46,14 @@ def main() -> None:
     args = parser.parse_args()
     info: dict[str, object] = {"library": "ours", "version": our_version()}
     if not QUEUE_BENCH.exists():
-        workload.emit(**info, missing="bench/queue.py does not exist yet")
+        workload.emit(**info, missing="bench/queue_throughput.py does not exist yet")
         return
-    # As bench/queue.py asks: the project root on sys.path, never bench/ itself
-    # (its queue.py would shadow the standard library's queue module).
+    # bench is a package of the project root; this script runs from bench/peers/.
     sys.path.insert(0, str(ROOT))
     try:
-        from bench.queue import make_jobs, run_ours, run_raw
+        from bench.queue_throughput import make_jobs, run_ours, run_raw
     except ImportError as exc:
-        workload.emit(**info, missing=f"bench/queue.py: {exc}")
+        workload.emit(**info, missing=f"bench/queue_throughput.py: {exc}")
         return
 
     ours: dict[str, Any] = run_ours(args.url, args.n, concurrency=args.concurrency)

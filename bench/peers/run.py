@@ -5,7 +5,7 @@ Usage: .venv/bin/python bench/peers/run.py [--n 20000] [--concurrency 10] [--lib
 The peers live in bench/.venv-peers (created and filled from requirements.txt on
 first run, never the main venv); each phase of each peer runs in its own process
 with that venv's python. Ours runs with the main venv's python (bench/peers/ours.py
--> bench/queue.py:run_ours). Everything talks to one private redis-server started
+-> bench/queue_throughput.py:run_ours). Everything talks to one private redis-server started
 here on a free port, flushed between libraries.
 """
 
@@ -36,7 +36,7 @@ REQUIREMENTS = PEERS_DIR / "requirements.txt"
 STAMP = VENV / "installed-requirements.txt"
 OURS = "ours"
 # Not a queue: LPUSH one by one / BRPOP one by one on the same server, the floor
-# under every row (from bench/queue.py's run_raw, asyncio client like ours).
+# under every row (from bench/queue_throughput.py's run_raw, asyncio client like ours).
 RAW = "raw"
 
 
@@ -264,7 +264,7 @@ def parse_args() -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown --libs {sorted(unknown)}; choose from {','.join(ALL_KEYS)}")
     if RAW in args.libs and OURS not in args.libs:
-        parser.error("--libs raw comes from bench/queue.py with ours: add ours")
+        parser.error("--libs raw comes from bench/queue_throughput.py with ours: add ours")
     return args
 
 

@@ -21,7 +21,7 @@ DEFAULT_CONCURRENCY = 10
 
 def make_payload(index: int) -> dict[str, Any]:
     """One job shaped like the seed's job payload: the same fields and, as compact JSON,
-    the same size (445 bytes) as bench/queue.py's make_jobs, which feeds our queue."""
+    the same size (445 bytes) as bench/queue_throughput.py's make_jobs, which feeds our queue."""
     return {
         "job_id": str(uuid.uuid4()),
         "session_id": "5f0c6a4e-bench-session",

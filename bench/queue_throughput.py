@@ -1,6 +1,6 @@
 """Queue throughput benchmark (not a test): ours vs raw redis-py on the same server.
 
-    .venv/bin/python bench/queue.py [--jobs 20000] [--concurrency 32]
+    .venv/bin/python -m bench.queue_throughput [--jobs 20000] [--concurrency 32]
         [--aof everysec|always] [--redis-url redis://host:6379/15]
 
 Starts its own redis-server (no persistence unless --aof says; --aof always shows what
@@ -10,40 +10,31 @@ payload measures: enqueue one by one, enqueue_many, and the drain by ONE worker
 process (python -m platform_common.jobs.worker, --concurrency as given) with leases,
 fencing and counters on; and, as the reference, raw redis-py LPUSH one by one and
 BRPOP one by one (asyncio client, like ours; the sync client's numbers are shown too).
-bench/peers/ imports run_ours() and run_raw() from here: `from bench.queue import
-run_ours` with the project root on sys.path (never bench/ itself: this file's name
-would shadow the standard library's `queue`).
+bench/peers/ imports run_ours() and run_raw() from here (`from bench.queue_throughput
+import run_ours`, with the project root on sys.path).
 """
 
-# ruff: noqa: E402  (bench/ must leave sys.path before anything imports `queue`)
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# Run as a script, Python puts bench/ first on sys.path, where this file would shadow
-# the standard library's `queue` (which redis-py imports): take bench/ off the path.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse
 import asyncio
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import redis
 import redis.asyncio as aioredis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from platform_common.jobs.queue import JobQueue, QueueSettings
 from tests.support.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 AGENT_TYPE = "dining"
 NOOP_HANDLER = "platform_common.jobs.queue.builtin:noop"
