@@ -3,6 +3,7 @@ results and completion events. Key layout and counters: see platform_common.jobs
 
 from __future__ import annotations
 
+from ..status import AttemptOutcome, QueueState
 from .api import JobQueue, QueueStats
 from .completions import Completion, Completions
 from .connection import QueueConnection
@@ -18,6 +19,7 @@ from .settings import DEFAULT_AGENT_TYPES, QueueSettings
 
 __all__ = [
     "DEFAULT_AGENT_TYPES",
+    "AttemptOutcome",
     "Claim",
     "Completion",
     "Completions",
@@ -34,6 +36,7 @@ __all__ = [
     "Producer",
     "QueueConnection",
     "QueueSettings",
+    "QueueState",
     "QueueStats",
     "ReapReport",
     "Worker",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
-from ..status import JobStatus
+from ..status import JOB_STATUS_OF, JobStatus, QueueState
 from ..store.record import JobRecord
 from .completions import Completions
 from .connection import QueueConnection
@@ -19,16 +19,6 @@ from .results import JobResult, get_result, parse_result
 from .settings import QueueSettings
 
 __all__ = ["JobQueue", "QueueStats"]
-
-# How a queue job's state reads as the JobStore's status vocabulary.
-_STATUS = {
-    "queued": JobStatus.PENDING,
-    "retrying": JobStatus.PENDING,
-    "running": JobStatus.RUNNING,
-    "succeeded": JobStatus.SUCCEEDED,
-    "failed": JobStatus.FAILED,
-    "dead": JobStatus.FAILED,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,20 +113,24 @@ class JobQueue:
         if not fields:
             if outcome is None:
                 return None
-            return JobRecord(job_id=job_id, status=JobStatus.FAILED, error=outcome.error)
+            # Expired (expiry deletes the record), or finished with its record's TTL run
+            # out a moment before its result's: the result says which.
+            return JobRecord(
+                job_id=job_id,
+                status=JOB_STATUS_OF[outcome.status],
+                result=_record_result(outcome),
+                error=outcome.error,
+            )
         payload = json.loads(fields["payload"])
-        result: dict[str, Any] | None = None
-        if outcome is not None and outcome.ok:
-            value = outcome.result
-            result = value if isinstance(value, dict) else {"value": value}
+        state = _queue_state(fields)
         enqueued = int(fields.get("enqueued_at", 0)) / 1000
         updated = int(fields.get("finished_at") or fields.get("started_at") or 0) / 1000
         return JobRecord(
             job_id=job_id,
-            status=_STATUS.get(fields.get("state", ""), JobStatus.PENDING),
+            status=JobStatus.PENDING if state is None else JOB_STATUS_OF[state],
             payload=payload,
-            result=result,
-            error=fields.get("last_error") if fields.get("state") in ("failed", "dead") else None,
+            result=_record_result(outcome),
+            error=fields.get("last_error") if state in _ENDED_WITH_ERROR else None,
             created_at=enqueued,
             updated_at=max(updated, enqueued),
             version=max(1, int(fields.get("attempts", 0))),
@@ -150,3 +144,26 @@ class JobQueue:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+_ENDED_WITH_ERROR = frozenset({QueueState.FAILED, QueueState.DEAD})
+"""States whose record's last_error is the job's error (a RETRYING job may still succeed)."""
+
+
+def _queue_state(fields: dict[str, str]) -> QueueState | None:
+    """The state in a job hash; None if this version does not know it.
+
+    No `state` field is QUEUED (enqueue writes none). An unknown one reads as PENDING
+    rather than failing the read: a newer version may have written it."""
+    try:
+        return QueueState(fields.get("state", QueueState.QUEUED))
+    except ValueError:
+        return None
+
+
+def _record_result(outcome: JobResult | None) -> dict[str, Any] | None:
+    """A JobRecord's result: a succeeded job's value, wrapped when it is not an object."""
+    if outcome is None or not outcome.ok:
+        return None
+    value = outcome.result
+    return value if isinstance(value, dict) else {"value": value}

@@ -29,11 +29,14 @@ RECENT = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """A job reached its terminal state; `result` is None if its result already expired."""
+    """A job reached a terminal state (status.QUEUE_TERMINAL): the event its end publishes."""
 
     agent_type: str
+    """The agent type whose queue ran it."""
     job_id: str
+    """The job's id (unique within its agent type)."""
     result: JobResult | None
+    """How it ended; None if its result's TTL passed before it was read."""
 
 
 class Completions:

@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from ..keys import QueueKeys, latency_bucket_field
 from ..redis.auto_pipeline import AutoPipeline
-from ..redis.script import Script, run_pipelined
+from ..redis.script import Script
 from ..redis.url import RedisClient
 from .scripts import QueueScripts
 from .settings import QueueSettings
@@ -66,22 +66,22 @@ class QueueConnection:
     async def run_script_many(
         self, script: Script, calls: Iterable[tuple[list[str], list[Any]]]
     ) -> list[Any]:
-        """Run `script` once per (keys, args) in one pipeline; each reply or error in
+        """Run `script` once per (keys, args) in one batch; each reply or error in
         place (NOSCRIPT replies, which did not run, run again by source).
 
         Once sent, the batch runs to the end even if the caller is cancelled: a batch is
         never left cut at a point the caller did not choose (its replies are then
         discarded)."""
         task = asyncio.ensure_future(
-            run_pipelined(self.client, [script.call(keys, args) for keys, args in calls])
+            self._pipeline.execute_many([script.call(keys, args) for keys, args in calls])
         )
         # If the caller is gone, the outcome has no reader: mark it read (no warning).
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
         return await asyncio.shield(task)
 
     async def execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Run plain commands in one pipeline; errors are returned in place."""
-        return await run_pipelined(self.client, commands)
+        """Run plain commands back to back in one batch; errors are returned in place."""
+        return await self._pipeline.execute_many(commands)
 
     async def register_type(self, agent_type: str) -> None:
         """Once per process and agent type: SADD it to the discovery set (for the

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from ..clock import now
 from ..errors import ConfigurationError, LeaseLost
+from ..status import AttemptOutcome, QueueState
 from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
 from .leases import Claim, Leases
@@ -58,9 +59,13 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self.ready = asyncio.Event()
         """Set once connected, pre-warmed and registered (a heartbeat was written)."""
-        self.counts: dict[str, int] = dict.fromkeys(
-            ("succeeded", "retrying", "dead", "failed", "expired", "released", "lost"), 0
-        )
+        # How attempts ended. str() keys, not members: the stop log prints plain names.
+        counted = (
+            QueueState.SUCCEEDED, AttemptOutcome.RETRYING, AttemptOutcome.DEAD,
+            AttemptOutcome.FAILED, QueueState.EXPIRED, AttemptOutcome.RELEASED,
+            AttemptOutcome.LOST,
+        )  # fmt: skip
+        self.counts: dict[str, int] = dict.fromkeys(map(str, counted), 0)
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._running: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
@@ -173,7 +178,7 @@ class Worker:
                 release = partial(
                     self._leases.fail, claim.job_id, claim.token, error, mode="release"
                 )
-                await self._settle(claim, "released", release)
+                await self._settle(claim, AttemptOutcome.RELEASED, release)
             # else: our lease was lost, the job belongs to someone else now.
         finally:
             self._running.pop(claim.job_id, None)
@@ -197,18 +202,20 @@ class Worker:
                 result = await self.handler(payload)
         except TimeoutError as exc:
             if ttl.expired():
-                return "expired", partial(leases.expire, [job_id])
+                return QueueState.EXPIRED, partial(leases.expire, [job_id])
             return "error", partial(leases.fail, job_id, token, _describe(exc))
         except NonRetryableError as exc:
-            return "failed", partial(leases.fail, job_id, token, _describe(exc), mode="fatal")
+            return AttemptOutcome.FAILED, partial(
+                leases.fail, job_id, token, _describe(exc), mode="fatal"
+            )
         except Exception as exc:
             return "error", partial(leases.fail, job_id, token, _describe(exc))
         try:
             result_json = json.dumps(result, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as exc:
             error = f"result is not JSON-serialisable: {exc}"
-            return "failed", partial(leases.fail, job_id, token, error, mode="fatal")
-        return "succeeded", partial(leases.complete, job_id, token, result_json)
+            return AttemptOutcome.FAILED, partial(leases.fail, job_id, token, error, mode="fatal")
+        return QueueState.SUCCEEDED, partial(leases.complete, job_id, token, result_json)
 
     async def _settle(
         self, claim: Claim, label: str, operation: Callable[[], Awaitable[Any]]
@@ -223,7 +230,7 @@ class Worker:
                 outcome = await operation()
                 break
             except LeaseLost as exc:
-                self.counts["lost"] += 1
+                self.counts[AttemptOutcome.LOST] += 1
                 log.warning("lease lost job=%s: %s", claim.job_id, exc.reason)
                 return
             except _TRANSIENT as exc:
@@ -247,7 +254,7 @@ class Worker:
             # (same job id, new token), which the answer says nothing about.
             if entry is not None and entry[0].token == held[job_id] and job_id not in self._lost:
                 self._lost.add(job_id)
-                self.counts["lost"] += 1
+                self.counts[AttemptOutcome.LOST] += 1
                 log.warning("lease lost job=%s: renewal refused; cancelling the handler", job_id)
                 entry[1].cancel()
 

@@ -18,17 +18,23 @@ BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A job that used its last attempt, with what went wrong each time."""
+    """A job that used its last attempt (QueueState.DEAD), with what went wrong each time."""
 
     job_id: str
+    """The job's id (unique within its agent type)."""
     agent_type: str
+    """The agent type whose dead-letter list holds it."""
     payload: dict[str, Any]
+    """The payload as the producer enqueued it."""
     attempts: int
+    """Attempts used, crashed ones included."""
     last_error: str
+    """The error of the last attempt ("" if none was recorded)."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """One entry per failed attempt: attempt, worker, started_at, ended_at (ms),
-    error, outcome ("error" = the handler raised, "lost" = the worker died),
-    retry_at (ms) when another attempt was scheduled."""
+    error, outcome, retry_at (ms) when another attempt was scheduled. `outcome` is the
+    queue_fail mode, not an AttemptOutcome: "error" = the handler raised, "lost" = the
+    worker died ("fatal" never reaches a dead letter: it fails the job instead)."""
     dead_at: float = 0.0
     """Seconds since the epoch when it was dead-lettered."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import LeaseLost
 from ..keys import QueueKeys, latency_bucket_field
+from ..status import AttemptOutcome, QueueState
 from .connection import QueueConnection
 
 __all__ = ["MAX_ERROR_LENGTH", "Claim", "Leases"]
@@ -91,16 +92,19 @@ class Leases:
         )
         check_complete_reply(job_id, reply)
 
-    async def fail(self, job_id: str, token: str, error: str, *, mode: str = "error") -> str:
+    async def fail(
+        self, job_id: str, token: str, error: str, *, mode: str = "error"
+    ) -> AttemptOutcome | QueueState:
         """End the attempt unsuccessfully. mode "error" retries with backoff (or
         dead-letters after the last attempt), "fatal" fails without retry, "release"
-        gives the attempt back unstarted. Returns the outcome; LeaseLost as above."""
+        gives the attempt back unstarted. Returns the outcome, or for a replay the state
+        the first call left the job in; LeaseLost as above."""
         reply = await self._run(self._scripts.fail, *self.fail_call(job_id, token, error, mode))
-        outcome = str(reply[0])
-        if outcome == "lost":
+        outcome = AttemptOutcome(reply[0])
+        if outcome == AttemptOutcome.LOST:
             raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
-        if outcome == "replay":
-            return str(reply[1])
+        if outcome == AttemptOutcome.REPLAY:
+            return QueueState(reply[1])
         return outcome
 
     def fail_call(
@@ -140,5 +144,5 @@ class Leases:
 
 
 def check_complete_reply(job_id: str, reply: Any) -> None:
-    if reply[0] == "lost":
+    if reply[0] == AttemptOutcome.LOST:
         raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")

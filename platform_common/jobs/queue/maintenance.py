@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..clock import now
+from ..status import AttemptOutcome
 from .connection import QueueConnection
 from .leases import Leases
 
@@ -61,9 +62,9 @@ class Maintenance:
                 raise reply
             outcomes.append(reply[0])
         return ReapReport(
-            retried=outcomes.count("retrying"),
-            dead=outcomes.count("dead"),
-            requeued=outcomes.count("requeued"),
+            retried=outcomes.count(AttemptOutcome.RETRYING),
+            dead=outcomes.count(AttemptOutcome.DEAD),
+            requeued=outcomes.count(AttemptOutcome.REQUEUED),
         )
 
     async def promote(self) -> int:

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRecord
+from ..status import RESULT_STATES, QueueState
 from .connection import QueueConnection
 
 __all__ = ["JobResult", "get_result", "parse_result"]
-
-OUTCOMES = frozenset({"succeeded", "failed", "expired"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +19,11 @@ class JobResult:
     """How a job ended. Stored at `result:<id>` as JSON before the completion event."""
 
     job_id: str
+    """The job's id (unique within its agent type)."""
     agent_type: str
-    status: str
-    """"succeeded", "failed" (dead-lettered or non-retryable) or "expired"."""
+    """The agent type whose queue ran it."""
+    status: QueueState
+    """One of RESULT_STATES: SUCCEEDED, FAILED (dead-lettered or non-retryable) or EXPIRED."""
     result: Any
     """The handler's return value (succeeded), else None."""
     error: str | None
@@ -30,7 +31,7 @@ class JobResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "succeeded"
+        return self.status == QueueState.SUCCEEDED
 
 
 def parse_result(agent_type: str, job_id: str, text: str) -> JobResult:
@@ -39,12 +40,14 @@ def parse_result(agent_type: str, job_id: str, text: str) -> JobResult:
         data = json.loads(text)
     except ValueError:
         raise InvalidRecord("result", f"job {job_id!r}: stored result is not JSON") from None
-    if not isinstance(data, dict) or data.get("status") not in OUTCOMES:
+    status = data.get("status") if isinstance(data, dict) else None
+    # isinstance first: an unhashable status (a list) must not reach the set lookup.
+    if not isinstance(status, str) or status not in RESULT_STATES:
         raise InvalidRecord("result", f"job {job_id!r}: stored result has no valid status")
     error = data.get("error")
     if error is not None and not isinstance(error, str):
         raise InvalidRecord("result", f"job {job_id!r}: error must be a string")
-    return JobResult(job_id, agent_type, data["status"], data.get("result"), error)
+    return JobResult(job_id, agent_type, QueueState(status), data.get("result"), error)
 
 
 async def get_result(

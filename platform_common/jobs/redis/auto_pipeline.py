@@ -1,52 +1,135 @@
-"""Auto-pipelining: commands issued concurrently share one round trip.
+"""Auto-pipelining for the queue's hot path: commands issued concurrently share one
+round trip, on a connection held for the purpose.
 
-A lone command runs at once through the client. Commands issued while one is in flight
-wait for it, then all go out together as one pipeline (and those issued meanwhile as
-the next). A worker completing N jobs at once thus pays one write and one read for all
-of them instead of N pool checkouts and N round trips: this is what keeps one worker's
-drain at the speed of raw BRPOP. Only public redis-py API is used, so it runs the same
-on a single node, behind Sentinel and on a cluster (a cluster pipeline fans out per
-node).
+A lone command goes out at once. Commands issued while one is in flight wait for it,
+then all go out together in one write (and those issued meanwhile as the next). A worker
+completing N jobs at once thus pays one write and one read for all of them instead of
+N pool checkouts and N round trips.
 
-Every command sent through here must be safe to repeat: redis-py re-sends a pipeline
-after a dropped connection. The queue scripts recognise their own replays (by nonce or
-lease token).
+Transport: on a single node and behind Sentinel, one connection of the client's own
+connection class, held for life, with one `asyncio.timeout` around each write+read.
+redis-py's per-command path (pool checkout with its health probe, retry wrapper, a
+`wait_for` Task around every write) costs more than the round trip itself on a small
+machine; this path uses only its public connection API (`pack_commands`,
+`send_packed_command`, `read_response`). On a cluster, where each slot lives on its own
+node, the batch goes out as a redis-py cluster pipeline (one round trip per node).
+
+Every command sent through here must be safe to repeat: a batch is re-sent after a
+dropped connection. The queue scripts recognise their own replays (by nonce or lease
+token); a repeated LMOVE at worst leaves an extra id in processing for the reaper.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from .script import Command, run_command, run_pipelined
+import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .script import Command, Replies, Send, pipeline_transport, run_batch
 from .url import RedisClient
 
 __all__ = ["AutoPipeline"]
 
+RETRIES = 3
+"""Re-sends of a batch after a dropped connection (with backoff), like the pooled client."""
+
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class HeldConnection:
+    """One connection, made with the client's own connection class and options, that
+    sends batches and reads their replies in order (errors returned in place)."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        pool = client.connection_pool
+        self._timeout: float | None = pool.connection_kwargs.get("socket_timeout")
+        # No socket timeout on the connection itself: each batch gets one timeout below.
+        options = pool.connection_kwargs | {"socket_timeout": None}
+        self._connection: AbstractConnection = pool.connection_class(**options)
+        self._closed = False
+
+    async def send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        delay = 0.05
+        for attempt in range(RETRIES + 1):
+            try:
+                return await self._round_trip(commands)
+            except _TRANSIENT:
+                if attempt == RETRIES or self._closed:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 4, 2.0)
+        raise AssertionError("unreachable")
+
+    async def _round_trip(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        if self._closed:
+            raise RedisConnectionError("the auto-pipeline is closed")
+        connection = self._connection
+        try:
+            async with asyncio.timeout(self._timeout):
+                if not connection.is_connected:
+                    await connection.connect()  # type: ignore[no-untyped-call]
+                await connection.send_packed_command(
+                    connection.pack_commands(commands), check_health=False
+                )
+                return [await _read(connection) for _ in commands]
+        except TimeoutError:
+            await connection.disconnect(nowait=True)
+            raise RedisTimeoutError(f"no reply from Redis within {self._timeout} s") from None
+        except BaseException:
+            # The reply stream is in an unknown state: drop it, reconnect on next use.
+            await connection.disconnect(nowait=True)
+            raise
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._connection.disconnect()
+
+
+async def _read(connection: AbstractConnection) -> Any:
+    """One reply; an error reply is returned (the stream stays in step), not raised."""
+    try:
+        return await connection.read_response()
+    except ResponseError as exc:
+        return exc
+
 
 class AutoPipeline:
-    """Runs commands on `client`, pipelining those issued while another is in flight."""
+    """Runs commands on `client`, batching those issued while another is in flight."""
 
     def __init__(self, client: RedisClient) -> None:
-        self._client = client
+        self._held = HeldConnection(client) if isinstance(client, aioredis.Redis) else None
+        self._send: Send = self._held.send if self._held else pipeline_transport(client)
         self._busy = False
-        self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
+        self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
     async def execute(self, command: Command) -> Any:
         """The command's reply; its error (a ResponseError, a lost connection) raised."""
+        reply = (await self.execute_many([command]))[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def execute_many(self, commands: Sequence[Command]) -> Replies:
+        """Run `commands` back to back in one batch; each reply or error in place."""
         if self._busy:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._waiting.append((command, future))
+            future: asyncio.Future[Replies] = asyncio.get_running_loop().create_future()
+            self._waiting.append((commands, future))
             return await future
         self._busy = True
         try:
-            return await run_command(self._client, command)
+            return await run_batch(self._send, commands)
         finally:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        """After a command: flush what queued up meanwhile, or become idle."""
+        """After a batch: send what queued up meanwhile, or become idle."""
         if self._waiting:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         else:
@@ -56,30 +139,33 @@ class AutoPipeline:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
-                live = [(command, future) for command, future in batch if not future.done()]
+                live = [(commands, future) for commands, future in batch if not future.done()]
                 if not live:
                     continue
+                merged = [command for commands, _ in live for command in commands]
                 try:
-                    replies = await run_pipelined(self._client, [command for command, _ in live])
+                    replies = await run_batch(self._send, merged)
                 except BaseException as exc:
-                    error = exc if isinstance(exc, Exception) else asyncio.CancelledError()
+                    error = exc if isinstance(exc, Exception) else RedisConnectionError("closed")
                     for _, future in live:
                         if not future.done():
                             future.set_exception(error)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                for (_, future), reply in zip(live, replies, strict=True):
-                    if future.done():
-                        continue
-                    if isinstance(reply, Exception):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
+                start = 0
+                for commands, future in live:
+                    part = Replies(replies[start : start + len(commands)])
+                    part.round_trips = replies.round_trips
+                    start += len(commands)
+                    if not future.done():
+                        future.set_result(part)
         finally:
             self._busy = False
 
     async def aclose(self) -> None:
-        """Let a flush in progress finish (its callers are waiting for it)."""
+        """Let a batch in flight finish (its callers wait for it), then disconnect."""
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait({self._flusher}, timeout=5)
+        if self._held is not None:
+            await self._held.aclose()

@@ -12,7 +12,7 @@ so cluster clients route it by slot, pipelines included.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,7 +27,10 @@ __all__ = [
     "Replies",
     "Script",
     "ScriptCall",
+    "Send",
     "lua_source",
+    "pipeline_transport",
+    "run_batch",
     "run_command",
     "run_pipelined",
 ]
@@ -105,8 +108,35 @@ class Replies(list[Any]):
     round_trips: int = 1
 
 
+Send = Callable[[list[tuple[Any, ...]]], Awaitable[list[Any]]]
+"""A transport: runs commands back to back, each reply or error (not raised) in place."""
+
+
+async def run_batch(send: Send, commands: Sequence[Command]) -> Replies:
+    """Run `commands` through `send`; each reply, or the error it raised, in its place.
+    Script calls answered NOSCRIPT run again by source, in one more round trip: the one
+    NOSCRIPT path of the package, whatever the transport."""
+    if not commands:
+        return Replies()
+    replies = Replies(
+        await send([c.first_command() if isinstance(c, ScriptCall) else tuple(c) for c in commands])
+    )
+    unloaded = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if unloaded:
+        rerun = await send([_script_call(commands[i]).by_source() for i in unloaded])
+        for index, reply in zip(unloaded, rerun, strict=True):
+            replies[index] = reply
+        replies.round_trips = 2
+    return replies
+
+
+def _script_call(command: Command) -> ScriptCall:
+    assert isinstance(command, ScriptCall)  # only a script call can answer NOSCRIPT
+    return command
+
+
 async def run_command(client: RedisClient, command: Command) -> Any:
-    """Run one command; a script call answered NOSCRIPT runs again by source."""
+    """Run one command on `client`; its error raised."""
     if not isinstance(command, ScriptCall):
         return await client.execute_command(*command)
     try:
@@ -115,29 +145,20 @@ async def run_command(client: RedisClient, command: Command) -> Any:
         return await client.execute_command(*command.by_source())
 
 
-async def run_pipelined(client: RedisClient, commands: Sequence[Command]) -> Replies:
-    """Run `commands` in one pipeline (one round trip per node); each reply, or the
-    error it raised, in its place. Script calls answered NOSCRIPT run again by source
-    in one more round trip."""
-    if not commands:
-        return Replies()
-    pipe = client.pipeline(transaction=False)
-    for command in commands:
-        # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses the
-        # script methods by name but routes a raw EVALSHA by its keys.
-        pipe.execute_command(
-            *(command.first_command() if isinstance(command, ScriptCall) else command)
-        )
-    replies = Replies(await pipe.execute(raise_on_error=False))
-    unloaded = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    if unloaded:
+def pipeline_transport(client: RedisClient) -> Send:
+    """Send through a redis-py pipeline of `client` (one round trip per node)."""
+
+    async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
-        for index in unloaded:
-            call = commands[index]
-            assert isinstance(call, ScriptCall)  # only a script call can answer NOSCRIPT
-            pipe.execute_command(*call.by_source())
-        rerun = await pipe.execute(raise_on_error=False)
-        for index, reply in zip(unloaded, rerun, strict=True):
-            replies[index] = reply
-        replies.round_trips = 2
-    return replies
+        for command in commands:
+            # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses
+            # the script methods by name but routes a raw EVALSHA by its keys.
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    return send
+
+
+async def run_pipelined(client: RedisClient, commands: Sequence[Command]) -> Replies:
+    """Run `commands` in one pipeline of `client`; each reply or error in place."""
+    return await run_batch(pipeline_transport(client), commands)
