@@ -49,6 +49,15 @@ def test_cluster_with_several_startup_nodes() -> None:
     assert settings.redacted_url() == "redis://a:7000,b:7001,::1:7002/0?cluster=true"
 
 
+def test_url_options_use_the_shared_parser() -> None:
+    settings = RedisSettings.from_url(
+        "redis://h:1/0?cluster=ON&pool_timeout=250ms&socket_timeout=2s&max_connections=7"
+    )
+    assert settings.cluster and settings.max_connections == 7
+    assert (settings.pool_timeout, settings.socket_timeout) == (0.25, 2.0)
+    assert not RedisSettings.from_url("redis://h:1/0?cluster=off").cluster
+
+
 def test_sentinel_url() -> None:
     settings = RedisSettings.from_url(
         f"redis+sentinel://app:{SECRET}@s1:26380,s2,s3:26381/mymaster/3"
@@ -103,6 +112,9 @@ def test_settings_stay_frozen() -> None:
         (f"redis+sentinel://u:{SECRET}@s1,/svc", "no host"),
         (f"redis+sentinel://u:{SECRET}@s1/svc?password_file=/nonexistent/pw", "password_file"),
         (f"redis://u:{SECRET}@h/0?socket_timeout=-1", "positive"),
+        (f"redis://u:{SECRET}@h/0?pool_timeout=nan", "pool_timeout"),
+        (f"redis://u:{SECRET}@h/0?max_connections=0.5", "max_connections"),
+        (f"redis://u:{SECRET}@h/0?max_connections=0", "max_connections"),
     ],
 )
 def test_bad_urls_name_the_setting_and_hide_the_password(url: str, fragment: str) -> None:

@@ -53,6 +53,9 @@ def test_flags_win_over_environment() -> None:
         (["--redis-url", "http://localhost"], {}, "--redis-url"),
         ([], {"REDIS_URL": "redis://localhost/zero"}, "REDIS_URL"),
         (["--agent-types", "a,b,c", "--max-agent-types", "2"], {}, "--max-agent-types"),
+        ([], {"EXPORTER_PROT": "9000"}, "EXPORTER_PROT"),
+        ([], {"QUEUE_PREFIX": "Jobs"}, "QUEUE_PREFIX"),
+        ([], {"QUEUE_LATENCY_BUCKETS": "5,1"}, "QUEUE_LATENCY_BUCKETS"),
     ],
 )
 def test_bad_value_names_the_setting(argv: list[str], env: dict[str, str], named: str) -> None:
@@ -91,3 +94,17 @@ def test_cli_reports_bad_setting_and_exits_2(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert "--port" in err
     assert "pw-secret" not in err
+
+
+def test_queue_prefix_and_buckets_are_the_queues_variables() -> None:
+    env = {"QUEUE_PREFIX": "myjobs", "QUEUE_LATENCY_BUCKETS": "0.5, 1, 2m"}
+    settings = ExporterSettings.from_env(env)
+    assert settings.queue_prefix == "myjobs"
+    assert settings.latency_buckets == (0.5, 1.0, 120.0)
+    assert ExporterSettings.from_args(["--queue-prefix", "flag"], env).queue_prefix == "flag"
+
+
+def test_blank_variables_are_unset_and_durations_take_units() -> None:
+    env = {"EXPORTER_PORT": "", "EXPORTER_REDIS_TIMEOUT_SECONDS": "750ms"}
+    settings = ExporterSettings.from_env(env)
+    assert settings.port == 9808 and settings.redis_timeout == 0.75

@@ -67,6 +67,8 @@ def test_bad_urls_name_the_variable_and_hide_the_password(url: str) -> None:
         ({"JOBSTATE_TIME_INDEX_ENABLED": "maybe"}, "JOBSTATE_TIME_INDEX_ENABLED"),
         ({"JOBSTATE_LIST_SCAN_CAP": "0"}, "JOBSTATE_LIST_SCAN_CAP"),
         ({"JOBSTATE_LIST_SCAN_CAP": "lots"}, "JOBSTATE_LIST_SCAN_CAP"),
+        ({"JOBSTATE_TIME_INDEX": "true"}, "JOBSTATE_TIME_INDEX"),  # a typo, not "off"
+        ({"JOB_STORE_URI": "redis://h/0"}, "JOB_STORE_URI"),  # a typo, not the memory store
     ],
 )
 def test_bad_settings_name_themselves(env: dict[str, str], setting: str) -> None:

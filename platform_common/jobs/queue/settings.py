@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
+from ..env import (
+    check_int,
+    check_latency_buckets,
+    check_positive,
+    parse_duration,
+    parse_float,
+    parse_int,
+    parse_list,
+    parse_text,
+    read_namespace,
+    read_variable,
+)
 from ..errors import ConfigurationError, ValidationError
 from ..keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
 from ..redis.url import RedisSettings
 from ..validation import validate_name
 
-__all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "QueueSettings"]
+__all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "ENV_VARIABLES", "QueueSettings"]
 
 DEFAULT_AGENT_TYPES: tuple[str, ...] = ("dining", "experiences", "transportation", "flights", "dmc")
 ENV_PREFIX = "QUEUE_"
+URL_VARIABLE = "QUEUE_REDIS_URL"
+FALLBACK_URL_VARIABLE = "REDIS_URL"
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+# The pool belongs to the Redis settings (RedisSettings.make_client builds it); these
+# queue names set it. queue name -> RedisSettings field, which is also its URL option.
+_POOL_SETTINGS = {"pool_max": "max_connections", "pool_timeout": "pool_timeout"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +43,8 @@ class QueueSettings:
     checked at construction and a bad one raises ConfigurationError naming it."""
 
     redis: RedisSettings = field(default_factory=RedisSettings)
-    """Where Redis is (URL, TLS, ACL user); its socket_timeout must exceed block_timeout."""
+    """Where Redis is (URL, TLS, ACL user) and the pool (max_connections is pool_max);
+    its socket_timeout must exceed block_timeout."""
     agent_types: tuple[str, ...] = DEFAULT_AGENT_TYPES
     """The agent types a payload may name; one queue each."""
     prefix: str = QUEUE_PREFIX
@@ -57,9 +76,8 @@ class QueueSettings:
     max_payload_bytes: int = 64 * 1024
     """Largest encoded payload enqueue accepts."""
     pool_min: int = 5
-    """Connections opened (pre-warmed) when a queue client connects."""
-    pool_max: int = 20
-    """Most pooled connections per process; blocking commands use their own."""
+    """Connections opened (pre-warmed) when a queue client connects. The pool's size
+    and wait are the Redis settings' (see `pool_max`, `pool_timeout`)."""
     latency_buckets: tuple[float, ...] = DEFAULT_LATENCY_BUCKETS
     """Upper bounds (seconds) of the enqueue->completion histogram."""
     shutdown_timeout: float = 30.0
@@ -77,9 +95,10 @@ class QueueSettings:
         if len(set(self.agent_types)) != len(self.agent_types):
             raise ConfigurationError("agent_types", "names an agent type twice")
         for name in ("max_attempts", "cleanup_batch", "fetch_batch", "max_payload_bytes"):
-            _require_int(name, getattr(self, name), minimum=1)
-        _require_int("pool_min", self.pool_min, minimum=0)
-        _require_int("pool_max", self.pool_max, minimum=1)
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("pool_min", self.pool_min, minimum=0)
+        check_int("pool_max", self.pool_max, minimum=1)
+        check_positive("pool_timeout", self.pool_timeout)
         if self.pool_min > self.pool_max:
             raise ConfigurationError("pool_min", f"{self.pool_min} exceeds pool_max")
         for name in (
@@ -87,15 +106,11 @@ class QueueSettings:
             "promote_interval", "heartbeat_interval", "block_timeout", "cleanup_interval",
             "shutdown_timeout",
         ):  # fmt: skip
-            _require_positive(name, getattr(self, name))
-        _require_positive("backoff_factor", self.backoff_factor)
+            check_positive(name, getattr(self, name))
+        check_positive("backoff_factor", self.backoff_factor)
         if self.backoff_factor < 1:
             raise ConfigurationError("backoff_factor", "must be >= 1")
-        bounds = self.latency_buckets
-        if not bounds or any(not math.isfinite(b) or b <= 0 for b in bounds):
-            raise ConfigurationError("latency_buckets", "must be finite positive numbers")
-        if list(bounds) != sorted(set(bounds)):
-            raise ConfigurationError("latency_buckets", "must be strictly ascending")
+        check_latency_buckets("latency_buckets", self.latency_buckets)
         if self.redis.socket_timeout <= self.block_timeout:
             # A socket timeout under the block timeout would kill every idle BLMOVE.
             raise ConfigurationError(
@@ -104,36 +119,77 @@ class QueueSettings:
                 f"({self.redis.socket_timeout} s)",
             )
 
+    @property
+    def pool_max(self) -> int:
+        """Most pooled connections per process (blocking commands use their own): the
+        Redis settings' max_connections, the one pool size of the package."""
+        return self.redis.max_connections
+
+    @property
+    def pool_timeout(self) -> float:
+        """Seconds a caller waits for a free pooled connection, then BackendBusy."""
+        return self.redis.pool_timeout
+
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> QueueSettings:
-        """Settings for the Redis at `url`; keyword arguments override the defaults."""
-        unknown = sorted(set(overrides) - _FIELD_NAMES)
-        if unknown:
-            raise ConfigurationError(unknown[0], "unknown queue setting")
-        return cls(redis=RedisSettings.from_url(url), **overrides)
+        """Settings for the Redis at `url`; keyword arguments override the defaults
+        (`pool_max` and `pool_timeout` override the URL's max_connections/pool_timeout)."""
+        _reject_unknown(overrides)
+        pool = {_POOL_SETTINGS[name]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)}
+        return cls(redis=RedisSettings.from_url(url, **pool), **overrides)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> QueueSettings:
-        """Settings from QUEUE_* variables (QUEUE_REDIS_URL, else REDIS_URL, else
-        redis://localhost:6379/0). An unknown QUEUE_* variable is an error."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        redis_url: str | None = None,
+        redis_url_setting: str = "--redis-url",
+    ) -> QueueSettings:
+        """Settings from QUEUE_* variables (see ENV_VARIABLES and docs/operations.md).
+
+        Redis: `redis_url` (e.g. a command-line flag, named `redis_url_setting` in
+        errors), else QUEUE_REDIS_URL, else REDIS_URL, else redis://localhost:6379/0.
+        An unknown QUEUE_* variable is an error naming it. A blank variable is unset."""
         env = os.environ if environ is None else environ
-        url_setting = "QUEUE_REDIS_URL" if "QUEUE_REDIS_URL" in env else "REDIS_URL"
-        url = env.get(url_setting, "redis://localhost:6379/0")
-        values: dict[str, Any] = {}
-        for key, raw in env.items():
-            if not key.startswith(ENV_PREFIX) or key == "QUEUE_REDIS_URL":
-                continue
-            name = key[len(ENV_PREFIX) :].lower()
-            if name not in _FIELD_NAMES or name == "redis":
-                raise ConfigurationError(key, "unknown queue setting")
-            values[name] = _parse(key, name, raw)
-        redis_settings = RedisSettings.from_url(url, setting_name=url_setting)
-        return cls(redis=redis_settings, **values)
+        variables = read_namespace(env, ENV_PREFIX, ENV_VARIABLES)
+        url_setting = redis_url_setting
+        if redis_url is None:
+            url_setting = URL_VARIABLE if URL_VARIABLE in variables else FALLBACK_URL_VARIABLE
+            redis_url = read_variable(env, url_setting) or DEFAULT_REDIS_URL
+        values = {
+            _setting_of(variable): _ENV_PARSERS[_setting_of(variable)](raw, variable)
+            for variable, raw in variables.items()
+            if variable != URL_VARIABLE
+        }
+        from_environment = set(values)
+        redis_settings = RedisSettings.from_url(redis_url, setting_name=url_setting)
+        url_options = {key for key, _ in parse_qsl(urlsplit(redis_url).query)}
+        for name in sorted(_POOL_NAMES & from_environment):
+            option, value = _POOL_SETTINGS[name], values.pop(name)
+            if option in url_options and getattr(redis_settings, option) != value:
+                raise ConfigurationError(
+                    _variable_of(name),
+                    f"{value} conflicts with ?{option}= of {url_setting}; set only one",
+                )
+            redis_settings = replace(redis_settings, **{option: value})
+        try:
+            return cls(redis=redis_settings, **values)
+        except ConfigurationError as exc:
+            if exc.setting not in from_environment:
+                raise
+            # The error keeps naming the setting; the message adds the variable it came from.
+            raise ConfigurationError(
+                exc.setting, f"{exc.problem} (from {_variable_of(exc.setting)})"
+            ) from None
 
     def with_overrides(self, **overrides: Any) -> QueueSettings:
-        unknown = sorted(set(overrides) - _FIELD_NAMES)
-        if unknown:
-            raise ConfigurationError(unknown[0], "unknown queue setting")
+        """A copy with `overrides`; `pool_max`/`pool_timeout` change the Redis settings'
+        pool (a `redis=` override brings its own pool unless they are given too)."""
+        _reject_unknown(overrides)
+        pool = {_POOL_SETTINGS[name]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)}
+        if pool:
+            overrides["redis"] = replace(overrides.get("redis", self.redis), **pool)
         return replace(self, **overrides)
 
     def backoff_ms(self) -> tuple[int, float, int]:
@@ -142,36 +198,53 @@ class QueueSettings:
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(QueueSettings))
-_INT_FIELDS = frozenset(
-    {"max_attempts", "cleanup_batch", "fetch_batch", "max_payload_bytes", "pool_min", "pool_max"}
+_POOL_NAMES = frozenset(_POOL_SETTINGS)
+
+
+def _parse_latency_buckets(raw: str, variable: str) -> tuple[float, ...]:
+    # Syntax only: order and range are checked on the field, as for a keyword argument.
+    return parse_list(raw, variable, parse_duration)
+
+
+# Setting -> parser of its QUEUE_<SETTING> variable: every field but redis (that one is
+# QUEUE_REDIS_URL), plus the pool's two. Range checks stay in __post_init__.
+_ENV_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "agent_types": parse_list,
+    "prefix": parse_text,
+    "max_attempts": parse_int,
+    "backoff_base": parse_duration,
+    "backoff_factor": parse_float,  # a ratio, not a duration
+    "backoff_max": parse_duration,
+    "lease_seconds": parse_duration,
+    "reaper_interval": parse_duration,
+    "promote_interval": parse_duration,
+    "heartbeat_interval": parse_duration,
+    "block_timeout": parse_duration,
+    "cleanup_interval": parse_duration,
+    "cleanup_batch": parse_int,
+    "fetch_batch": parse_int,
+    "max_payload_bytes": parse_int,
+    "pool_min": parse_int,
+    "pool_max": parse_int,
+    "pool_timeout": parse_duration,
+    "latency_buckets": _parse_latency_buckets,
+    "shutdown_timeout": parse_duration,
+}
+ENV_VARIABLES: frozenset[str] = frozenset(
+    {URL_VARIABLE} | {ENV_PREFIX + name.upper() for name in _ENV_PARSERS}
 )
+"""Every QUEUE_* variable from_env() reads; any other QUEUE_* name is refused."""
 
 
-def _parse(key: str, name: str, raw: str) -> Any:
-    if name == "agent_types":
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if name == "prefix":
-        return raw
-    try:
-        if name == "latency_buckets":
-            return tuple(float(part) for part in raw.split(",") if part.strip())
-        if name in _INT_FIELDS:
-            return int(raw)
-        return float(raw)
-    except ValueError:
-        raise ConfigurationError(key, f"not a number: {raw!r}") from None
+def _setting_of(variable: str) -> str:
+    return variable[len(ENV_PREFIX) :].lower()
 
 
-def _require_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(name, f"must be an int >= {minimum}, got {value!r}")
+def _variable_of(setting: str) -> str:
+    return ENV_PREFIX + setting.upper()
 
 
-def _require_positive(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ConfigurationError(name, f"must be a positive number, got {value!r}")
+def _reject_unknown(overrides: Mapping[str, Any]) -> None:
+    unknown = sorted(set(overrides) - _FIELD_NAMES - _POOL_NAMES)
+    if unknown:
+        raise ConfigurationError(unknown[0], "unknown queue setting")

@@ -26,6 +26,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 
+from ..env import parse_bool, parse_duration, parse_int
 from ..errors import ConfigurationError
 from .clients import (
     AnyNodeConnection,
@@ -68,7 +69,6 @@ _SENTINEL_SHARED_KWARGS = (
     "ssl_certfile",
     "ssl_keyfile",
 )
-_BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 def redact_url(url: str) -> str:
@@ -156,15 +156,11 @@ class RedisSettings:
             elif key == "sentinel_password_file" and sentinel:
                 values["sentinel_password"] = _read_password_file(raw, setting_name)
             elif key == "cluster":
-                if raw.lower() not in _BOOL:
-                    raise ConfigurationError(
-                        setting_name, f"cluster must be true/false, got {raw!r}"
-                    )
-                values["cluster"] = _BOOL[raw.lower()]
+                values["cluster"] = parse_bool(raw, f"{setting_name} cluster")
             elif key in ("socket_timeout", "connect_timeout", "pool_timeout"):
-                values[key] = _positive_float(raw, f"{setting_name} {key}")
+                values[key] = parse_duration(raw, f"{setting_name} {key}")
             elif key == "max_connections":
-                values[key] = int(_positive_float(raw, f"{setting_name} {key}"))
+                values[key] = parse_int(raw, f"{setting_name} {key}", minimum=1)
             else:
                 raise ConfigurationError(setting_name, f"unknown URL option {key!r}")
         values.update(overrides)
@@ -306,16 +302,6 @@ def _read_password_file(path: str, setting_name: str) -> str:
         raise ConfigurationError(
             setting_name, f"cannot read password_file {path!r}: {exc.strerror}"
         ) from None
-
-
-def _positive_float(raw: str, name: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(name, f"must be a number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigurationError(name, f"must be positive, got {raw!r}")
-    return value
 
 
 def _parse_netloc(

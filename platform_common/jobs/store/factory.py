@@ -5,9 +5,13 @@ The environment is read in `StoreConfig.from_env()` only, when called, never at 
     JOB_STORE_URL                 unset/"" or memory:// -> InMemoryJobStore
                                   redis://, rediss:// (TLS), redis+sentinel://,
                                   rediss+sentinel://     -> RedisJobStore
+                                  (?max_connections= and ?pool_timeout= size its pool)
     OTEL_SERVICE_NAME             the agent namespace (lower-cased; default "default-agent")
     JOBSTATE_TIME_INDEX_ENABLED   maintain and read the per-owner time index (default off)
     JOBSTATE_LIST_SCAN_CAP        records the legacy listing scan reads (default 5000)
+
+JOB_STORE_* and JOBSTATE_* belong to this package: any other variable of those
+namespaces is refused. OTEL_* is OpenTelemetry's and is left alone.
 """
 
 from __future__ import annotations
@@ -21,21 +25,27 @@ from urllib.parse import urlsplit
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from ..env import read_namespace, read_variable
 from ..errors import ConfigurationError, ValidationError
 from ..redis.url import RedisSettings, redact_url
 from ..validation import validate_name
 from .contract import DEFAULT_AGENT, BaseJobStore
 from .memory import InMemoryJobStore
 from .redis_store import RedisJobStore
-from .time_index import list_scan_cap, time_index_enabled
+from .time_index import FLAG_ENV, SCAN_CAP_ENV, list_scan_cap, time_index_enabled
 
-__all__ = ["AGENT_ENV", "URL_ENV", "StoreConfig", "make_job_store"]
+__all__ = ["AGENT_ENV", "ENV_NAMESPACES", "URL_ENV", "StoreConfig", "make_job_store"]
 
 logger = logging.getLogger("platform_common.jobs.store.factory")
 
 URL_ENV = "JOB_STORE_URL"
 AGENT_ENV = "OTEL_SERVICE_NAME"
 _REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
+ENV_NAMESPACES: Mapping[str, frozenset[str]] = {
+    "JOB_STORE_": frozenset({URL_ENV}),
+    "JOBSTATE_": frozenset({FLAG_ENV, SCAN_CAP_ENV}),
+}
+"""The namespaces the store owns -> every variable of each it reads (the rest are refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +61,20 @@ class StoreConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> StoreConfig:
         env = os.environ if environ is None else environ
-        raw_agent = env.get(AGENT_ENV, "").strip()
+        store_variables = read_namespace(env, "JOB_STORE_", ENV_NAMESPACES["JOB_STORE_"])
+        index_variables = read_namespace(env, "JOBSTATE_", ENV_NAMESPACES["JOBSTATE_"])
+        raw_agent = (read_variable(env, AGENT_ENV) or "").strip()
         agent = raw_agent.lower() or DEFAULT_AGENT
         try:
             validate_name(agent, AGENT_ENV)
         except ValidationError as exc:
             raise ConfigurationError(AGENT_ENV, exc.problem) from None
         return cls(
-            url=env.get(URL_ENV, "").strip(),
+            url=store_variables.get(URL_ENV, "").strip(),
             agent=agent,
             agent_from_env=bool(raw_agent),
-            time_index=time_index_enabled(env),
-            list_scan_cap=list_scan_cap(env),
+            time_index=time_index_enabled(index_variables),
+            list_scan_cap=list_scan_cap(index_variables),
         )
 
 

@@ -24,7 +24,8 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from ..errors import ConfigurationError, InvalidCursor
+from ..env import parse_bool, parse_int, read_variable
+from ..errors import InvalidCursor
 from ..keys import SHARED_OWNER_BUCKET
 
 __all__ = [
@@ -51,27 +52,17 @@ MAX_CURSOR_LENGTH = 400
 _CURSOR_VERSION = 1
 _DIGEST_SIZE = 10
 _MEMBER = re.compile(r"\d{16}:[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
 def time_index_enabled(environ: Mapping[str, str]) -> bool:
-    """The flag; unset or empty means off. Anything unrecognised is a ConfigurationError."""
-    raw = environ.get(FLAG_ENV, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigurationError(FLAG_ENV, f"must be true/false (1/0, yes/no, on/off), got {raw!r}")
+    """The flag; unset or blank means off. Anything unrecognised is a ConfigurationError."""
+    raw = read_variable(environ, FLAG_ENV)
+    return False if raw is None else parse_bool(raw, FLAG_ENV)
 
 
 def list_scan_cap(environ: Mapping[str, str]) -> int:
-    raw = environ.get(SCAN_CAP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_LIST_SCAN_CAP
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigurationError(SCAN_CAP_ENV, f"must be a positive integer, got {raw!r}")
-    return int(raw)
+    raw = read_variable(environ, SCAN_CAP_ENV)
+    return DEFAULT_LIST_SCAN_CAP if raw is None else parse_int(raw, SCAN_CAP_ENV, minimum=1)
 
 
 def owner_bucket(owner_oid: str) -> str:
