@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs.validation import is_finite_number
 
 __all__ = ["DURATION_FIELDS", "MonitoringConfig"]
 
@@ -113,7 +114,7 @@ class MonitoringConfig:
             **{f"latency_slo_overrides[{k}]": v for k, v in self.latency_slo_overrides.items()},
         }
         for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if not is_finite_number(value) or value <= 0:
                 raise ConfigurationError(name, f"must be a positive number, got {value!r}")
         for name, ratio in (
             ("failure_ratio_high", self.failure_ratio_high),

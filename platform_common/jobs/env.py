@@ -6,9 +6,10 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TypeGuard, TypeVar, overload
+from typing import TypeVar, overload
 
 from .errors import ConfigurationError, ValidationError
+from .validation import is_finite_number, is_int, validate_name
 
 __all__ = [
     "FALSE_WORDS",
@@ -18,8 +19,6 @@ __all__ = [
     "check_int",
     "check_latency_buckets",
     "check_positive",
-    "is_finite_number",
-    "is_int",
     "parse_bool",
     "parse_choice",
     "parse_duration",
@@ -59,16 +58,6 @@ _SERVICE_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://", re.IGNORECASE)
 
 
 # --- guards on typed values (dataclass fields, keyword arguments) ---------------------
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    """An int that is not a bool: True is an int to Python, never a count or a size."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_finite_number(value: object) -> TypeGuard[int | float]:
-    """An int or float (not a bool), neither infinite nor NaN."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_int(setting: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
@@ -187,9 +176,6 @@ def parse_choice(raw: str, setting: str, choices: Iterable[str]) -> str:
 
 def parse_name(raw: str, setting: str) -> str:
     """An agent type or key prefix, by the package's one naming rule (validate_name)."""
-    # Imported here, not at the top: validation.py is to use this module's is_int(), and
-    # two top-level imports would be circular.
-    from .validation import validate_name
 
     try:
         return validate_name(raw.strip(), setting)

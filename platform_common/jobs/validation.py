@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import re
+from typing import TypeGuard
 
 from .errors import InvalidJobId, InvalidTTL, ValidationError
 
 __all__ = [
     "MAX_JOB_ID_LENGTH",
+    "is_finite_number",
+    "is_int",
     "validate_job_id",
     "validate_name",
     "validate_owner_oid",
@@ -19,6 +23,16 @@ MAX_JOB_ID_LENGTH = 200
 # ({}*?[]), a log line (control characters, newlines) or a URL path segment.
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An int that is not a bool: True is an int to Python, never a count or a size."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> TypeGuard[int | float]:
+    """An int or float (not a bool), neither infinite nor NaN."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def validate_job_id(job_id: object) -> str:
@@ -36,7 +50,7 @@ def validate_job_id(job_id: object) -> str:
 
 
 def validate_ttl(ttl_seconds: object, field: str = "ttl_seconds") -> int:
-    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int):
+    if not is_int(ttl_seconds):
         raise InvalidTTL(f"must be a positive int, got {type(ttl_seconds).__name__}", field)
     if ttl_seconds <= 0:
         raise InvalidTTL(f"must be a positive int, got {ttl_seconds}", field)

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from ..clock import now
 from ..errors import ConfigurationError, LeaseLost
 from ..status import AttemptOutcome, QueueState
+from ..validation import is_int
 from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
 from .leases import Claim, Leases
@@ -50,7 +51,7 @@ class Worker:
     ) -> None:
         if agent_type not in settings.agent_types:
             raise ConfigurationError("agent_type", f"{agent_type!r} is not in agent_types")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        if not is_int(concurrency) or concurrency < 1:
             raise ConfigurationError("concurrency", f"must be an int >= 1, got {concurrency!r}")
         self.settings = settings
         self.agent_type = agent_type

@@ -20,7 +20,7 @@ from opentelemetry.trace import TracerProvider
 
 from ..errors import JobsError, ValidationError
 from ..status import JobStatus
-from ..validation import validate_job_id, validate_name, validate_owner_oid, validate_ttl
+from ..validation import is_int, validate_job_id, validate_name, validate_owner_oid, validate_ttl
 from .listing import BackfillReport, IndexBackend, Page, list_page
 from .record import JobRecord
 from .telemetry import StoreTelemetry
@@ -118,11 +118,7 @@ class BaseJobStore(IndexBackend, ABC):
     ) -> None:
         self.agent = validate_name(agent, "agent")
         self.time_index = bool(time_index)
-        if (
-            isinstance(list_scan_cap, bool)
-            or not isinstance(list_scan_cap, int)
-            or list_scan_cap < 1
-        ):
+        if not is_int(list_scan_cap) or list_scan_cap < 1:
             raise ValidationError("list_scan_cap", "must be a positive int")
         self.list_scan_cap = list_scan_cap
         self.telemetry = StoreTelemetry(
@@ -186,9 +182,7 @@ class BaseJobStore(IndexBackend, ABC):
                     "error", f"must be a string or None, got {type(error).__name__}"
                 )
             if expected_version is not None and (
-                isinstance(expected_version, bool)
-                or not isinstance(expected_version, int)
-                or expected_version < 1
+                not is_int(expected_version) or expected_version < 1
             ):
                 raise ValidationError("expected_version", "must be a positive int or None")
             spec = UpdateSpec(
@@ -358,6 +352,6 @@ def _json_object(value: object, field: str) -> str:
 
 
 def _limit(value: object, maximum: int, field: str = "limit") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+    if not is_int(value) or not 1 <= value <= maximum:
         raise ValidationError(field, f"must be an int from 1 to {maximum}, got {value!r}")
     return value

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRecord
 from ..status import JobStatus
+from ..validation import is_finite_number, is_int
 
 __all__ = ["JobRecord"]
 
@@ -94,7 +94,7 @@ class JobRecord:
         created_at = _timestamp(data, "created_at")
         updated_at = _timestamp(data, "updated_at")
         version = data["version"]
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        if not is_int(version) or version < 1:
             raise InvalidRecord("version", "must be an int >= 1")
         owner = data.get("owner_oid", "")
         if not isinstance(owner, str):
@@ -114,6 +114,6 @@ class JobRecord:
 
 def _timestamp(data: dict[str, Any], name: str) -> float:
     value = data[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise InvalidRecord(name, "must be a finite number")
     return float(value)
