@@ -7,17 +7,17 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs import RedisJobStore
-from platform_common.jobs.store.backfill import main
+from platform_common.jobs.store.backfill import main, run, summary
 from platform_common.jobs.store.contract import BaseJobStore
+from tests.support.paths import REPO_ROOT
 from tests.support.stores import Harness, harness_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -94,7 +94,28 @@ async def test_malformed_records_are_skipped_and_reported(
     await store.close()
 
 
+async def test_run_reports_progress_with_the_total(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RedisJobStore(redis_url, agent="run-agent")
+    for n in range(9):
+        await store.create(f"j{n}", ttl_seconds=600, owner_oid="u1")
+    await store.close()
+    monkeypatch.setenv("JOB_STORE_URL", redis_url)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "run-agent")
+    seen: list[tuple[int, int | None]] = []
+
+    report = await run(dry_run=True, batch=4, progress=lambda n, total: seen.append((n, total)))
+    assert (report.scanned, report.added, report.dry_run) == (9, 9, True)
+    assert seen[0] == (0, 9)  # before the first batch: a bar can show the total at once
+    assert seen[-1] == (9, 9) and [n for n, _ in seen] == sorted(n for n, _ in seen)
+    assert summary(report) == (
+        "dry run (nothing written): scanned 9, would add 9, already present 0, skipped 0"
+    )
+
+
 def run_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The old command line, now an alias of `python -m platform_common.jobs backfill`."""
     env = os.environ | {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
     return subprocess.run(
         [sys.executable, "-m", "platform_common.jobs.store.backfill", *args],
@@ -112,7 +133,7 @@ async def test_the_command_line(redis_url: str) -> None:
     dry = run_cli(redis_url, "--dry-run", "--batch", "7")
     assert dry.returncode == 0, dry.stderr
     assert "dry run (nothing written): scanned 30, would add 30, already present 0" in dry.stdout
-    assert "backfill" in dry.stderr  # the progress bar / lines
+    assert "backfill" in dry.stderr  # the progress lines
     assert (await indexed.record_count_hint() or 0) >= 30
 
     real = run_cli(redis_url, "--batch", "7")
@@ -125,10 +146,10 @@ async def test_the_command_line(redis_url: str) -> None:
     await indexed.close()
 
 
-def test_the_command_line_reports_configuration_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    os.environ["JOB_STORE_URL"] = "nosql://x"
-    try:
-        assert main(["--quiet"]) == 2
-    finally:
-        del os.environ["JOB_STORE_URL"]
-    assert "JOB_STORE_URL" in capsys.readouterr().err
+def test_the_command_line_reports_configuration_errors(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOB_STORE_URL", "nosql://x")
+    assert main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: JOB_STORE_URL: ") and len(err.splitlines()) == 1, err

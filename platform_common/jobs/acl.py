@@ -13,10 +13,10 @@ every role under a real ACL user with exactly these rights.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -222,13 +222,13 @@ def markdown(**prefixes: str) -> str:
     return "\n".join(parts)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Print the ACL rules of each role.")
-    parser.add_argument("--queue-prefix", default=QUEUE_PREFIX)
-    parser.add_argument("--store-prefix", default=STORE_PREFIX)
-    args = parser.parse_args(argv)
-    print(markdown(queue_prefix=args.queue_prefix, store_prefix=args.store_prefix), end="")
+def main(argv: Sequence[str] | None = None) -> int:
+    """Alias of the `acl` command (`python -m platform_common.jobs acl`); its exit status."""
+    from .cli import main as cli_main  # here: the CLI's acl command imports this module
+
+    args = sys.argv[1:] if argv is None else argv
+    return cli_main(["acl", *args], prog="python -m platform_common.jobs")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""`worker`: run a queue worker; the one command that needs only the core install.
+
+    python -m platform_common.jobs worker --agent-type dining --handler pkg.module:func \
+        --concurrency 10
+    (alias: python -m platform_common.jobs.worker ...)
+
+Settings come from QUEUE_* environment variables (QUEUE_REDIS_URL or REDIS_URL, see
+QueueSettings.from_env) and the options below. SIGTERM or SIGINT stop it gracefully:
+no new jobs, running ones finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back.
+Deployments run workers without the `cli` extra, so the options are parsed with
+argparse here, and the typer app only forwards to `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from ..errors import ConfigurationError
+from ..queue import QueueSettings, Worker
+from ..queue.context import Handler
+from .exits import EXIT_OK, enable_debug
+
+__all__ = ["SUMMARY", "load_handler", "parser", "run"]
+
+SUMMARY = "Run a queue worker for one agent type (needs only the core install)."
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def load_handler(spec: str) -> Handler:
+    """Import "pkg.module:func"; ConfigurationError if it is not an async function."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError("--handler", f"expected pkg.module:function, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError("--handler", f"cannot import {module_name!r}: {exc}") from None
+    handler = getattr(module, attribute, None)
+    if handler is None:
+        raise ConfigurationError("--handler", f"{module_name!r} has no {attribute!r}")
+    if not inspect.iscoroutinefunction(handler):
+        raise ConfigurationError("--handler", f"{spec!r} must be an async function")
+    return handler  # type: ignore[no-any-return]
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    """The worker's options (the same under every name it is run by)."""
+    parser = argparse.ArgumentParser(prog=prog, description=SUMMARY)
+    parser.add_argument("--agent-type", required=True, help="the queue to work on")
+    parser.add_argument("--handler", required=True, help="pkg.module:async_function")
+    parser.add_argument("--concurrency", type=int, default=10, help="jobs run at once")
+    parser.add_argument("--redis-url", help="overrides QUEUE_REDIS_URL / REDIS_URL")
+    parser.add_argument("--worker-id", help="defaults to host:pid:random")
+    parser.add_argument("--log-level", default="INFO", help=f"{', '.join(_LEVELS)} (INFO)")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of a failure too")
+    return parser
+
+
+def _log_level(name: str) -> int:
+    if name.upper() not in _LEVELS:
+        raise ConfigurationError(
+            "--log-level", f"expected one of {', '.join(_LEVELS)}, got {name!r}"
+        )
+    return logging.getLevelNamesMapping()[name.upper()]
+
+
+async def _work(worker: Worker) -> None:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.stop)
+    await worker.run()
+
+
+def run(argv: Sequence[str], prog: str) -> int:
+    """Parse `argv` and work until stopped; errors are raised for `exits.guarded`."""
+    args = parser(prog).parse_args(argv)
+    if args.debug:
+        enable_debug()
+    logging.basicConfig(
+        level=_log_level(args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # --redis-url replaces QUEUE_REDIS_URL / REDIS_URL (errors then name --redis-url).
+    settings = QueueSettings.from_env(redis_url=args.redis_url or None)
+    worker = Worker(
+        settings,
+        args.agent_type,
+        load_handler(args.handler),
+        concurrency=args.concurrency,
+        worker_id=args.worker_id,
+    )
+    asyncio.run(_work(worker))
+    return EXIT_OK

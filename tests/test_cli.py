@@ -1,0 +1,281 @@
+"""The operator CLI as operators run it: `python -m platform_common.jobs <command>` (and the
+old module names as aliases) in child processes, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from platform_common.jobs import RedisJobStore, acl
+from platform_common.jobs.keys import StoreKeys
+from platform_common.jobs.queue import JobQueue, JobResult
+from tests.support.paths import REPO_ROOT as ROOT
+from tests.support.queue_handlers import make_job
+from tests.support.redis_server import find_free_port
+from tests.support.workers import wait_until
+
+COMMANDS = ("worker", "backfill", "acl", "generate")
+ECHO = "platform_common.jobs.queue.builtin:echo"
+NO_SUCH_HANDLER = "tests.support.queue_handlers:no_such_function"
+# Nothing listens there: "Redis unreachable" without waiting for a timeout.
+DEAD_REDIS = f"redis://127.0.0.1:{find_free_port()}/0"
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without the settings the commands read, plus `extra`."""
+    own = ("QUEUE_", "JOB_STORE_", "JOBSTATE_", "REDIS_URL", "OTEL_", "AGENTJOBS_")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(own)}
+    return {**base, "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def run(
+    *args: str, env: Mapping[str, str] | None = None, module: str = "platform_common.jobs"
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, env=child_env(env), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def without(modules: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a process where importing `modules` fails (an extra not installed)."""
+    code = (
+        "import sys\n"
+        f"sys.modules.update(dict.fromkeys({modules!r}))\n"
+        "from platform_common.jobs.cli import main\n"
+        f"sys.exit(main({list(args)!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The failure report: stderr ends with exactly one `error:` line, no traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
+    return errors[0]
+
+
+# -- the app ----------------------------------------------------------------------------
+def test_help_lists_every_command() -> None:
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    for command in COMMANDS:
+        assert command in done.stdout
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "agentjobs"
+    done = subprocess.run(
+        [str(script), "--help"], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: agentjobs" in done.stdout
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run().returncode == 2  # no command: the help, as a usage error
+    assert run("no-such-command").returncode == 2
+    assert run("backfill", "--no-such-option").returncode == 2
+
+
+# -- worker -----------------------------------------------------------------------------
+def test_worker_with_a_bad_handler_exits_2_naming_it() -> None:
+    done = run(
+        "worker", "--agent-type", "dining", "--handler", NO_SUCH_HANDLER,
+        env={"QUEUE_REDIS_URL": DEAD_REDIS},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        "error: --handler: 'tests.support.queue_handlers' has no 'no_such_function'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--handler", "no-colon"], {}, "--handler"),
+        (["--handler", ECHO, "--log-level", "LOUD"], {}, "--log-level"),
+        (["--handler", ECHO, "--agent-type", "nobody"], {}, "agent_type"),
+        (["--handler", ECHO], {"QUEUE_NO_SUCH_SETTING": "1"}, "QUEUE_NO_SUCH_SETTING"),
+        (["--handler", ECHO, "--redis-url", "nosql://x"], {}, "--redis-url"),
+    ],
+)
+def test_worker_configuration_errors_exit_2_in_one_line(
+    args: list[str], env: dict[str, str], named: str
+) -> None:
+    done = run(
+        "worker", "--agent-type", "dining", *args, env={"QUEUE_REDIS_URL": DEAD_REDIS, **env}
+    )
+    assert done.returncode == 2
+    assert named in one_error_line(done)
+
+
+def test_unreachable_redis_is_one_line_and_exit_1_unless_debugging() -> None:
+    args = ("worker", "--agent-type", "dining", "--handler", ECHO, "--redis-url", DEAD_REDIS)
+    done = run(*args)
+    assert done.returncode == 1
+    assert one_error_line(done).startswith("error: Redis: ConnectionError:")
+    for debugging in (run(*args, "--debug"), run(*args, env={"AGENTJOBS_DEBUG": "1"})):
+        assert debugging.returncode == 1
+        assert "Traceback" in debugging.stderr
+        assert debugging.stderr.rstrip().splitlines()[-1].startswith("error: Redis:")
+
+
+async def enqueue_and_wait(redis_url: str, job: dict[str, Any]) -> JobResult | None:
+    async with await JobQueue.connect(redis_url) as queue:
+        await queue.enqueue(job)
+        async with queue.completions(watch=[("dining", job["job_id"])]) as events:
+            done = await asyncio.wait_for(anext(events), timeout=30)
+    return done.result
+
+
+def test_worker_runs_jobs_and_stops_on_sigterm(redis_url: str, tmp_path: Path) -> None:
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "platform_common.jobs", "worker", "--agent-type", "dining",
+             "--handler", ECHO, "--concurrency", "2"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env=child_env({"QUEUE_REDIS_URL": redis_url, "QUEUE_BLOCK_TIMEOUT": "0.2"}),
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "worker ready" in log_path.read_text() or worker.poll() is not None)
+        assert worker.poll() is None, log_path.read_text()
+        job = make_job(task="through the new entry point")
+        result = asyncio.run(enqueue_and_wait(redis_url, job))
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=30)
+    assert code == 0, log_path.read_text()  # a graceful stop is a success
+    assert "worker stopped" in log_path.read_text()
+    assert result is not None and result.ok
+    assert result.result == {"task": job["task"], "constraints": job["constraints"]}
+
+
+def test_worker_alias_keeps_working() -> None:
+    done = run("--help", module="platform_common.jobs.worker")
+    assert done.returncode == 0, done.stderr
+    assert "--agent-type" in done.stdout and "--handler" in done.stdout
+    bad = run(
+        "--agent-type", "dining", "--handler", NO_SUCH_HANDLER,
+        env={"QUEUE_REDIS_URL": DEAD_REDIS}, module="platform_common.jobs.worker",
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "no_such_function" in one_error_line(bad)
+
+
+def test_worker_needs_only_the_core_install() -> None:
+    help_text = without(("typer", "rich"), "worker", "--help")
+    assert help_text.returncode == 0, help_text.stderr
+    assert "--agent-type" in help_text.stdout
+    bad = without(("typer", "rich"), "worker", "--agent-type", "dining", "--handler", "x:y")
+    assert bad.returncode == 2
+    assert "--handler" in one_error_line(bad)
+
+
+def test_other_commands_name_the_missing_cli_extra() -> None:
+    done = without(("typer",), "acl")
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        "error: `acl` needs the 'cli' extra (no module 'typer'): "
+        "pip install 'platform-common-jobs[cli]'"
+    )
+
+
+# -- backfill ---------------------------------------------------------------------------
+async def test_backfill_dry_run_counts_and_writes_nothing(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    store = RedisJobStore(redis_url, agent="cli-agent")  # index off: no entries written
+    for n in range(12):
+        await store.create(f"j{n}", ttl_seconds=600, owner_oid="u1")
+    await store.close()
+    env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
+
+    done = run("backfill", "--dry-run", "--batch", "5", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "dry run (nothing written): scanned 12, would add 12, already present 0, skipped 0\n"
+    )
+    # Progress lines (stderr is no terminal here); the total is DBSIZE, an upper bound.
+    assert re.search(r"^backfill: 12 / ~\d+ records$", done.stderr, re.M), done.stderr
+    assert await redis_client.zcard(StoreKeys("cli-agent").index("u1")) == 0
+
+
+def test_backfill_failures_are_one_line() -> None:
+    unreachable = run("backfill", "--quiet", env={"JOB_STORE_URL": DEAD_REDIS})
+    assert unreachable.returncode == 1
+    assert one_error_line(unreachable).startswith("error: backend unavailable: ")
+    misconfigured = run("backfill", env={"JOB_STORE_URL": "nosql://x"})
+    assert misconfigured.returncode == 2
+    assert one_error_line(misconfigured).startswith("error: JOB_STORE_URL: ")
+
+
+# -- acl --------------------------------------------------------------------------------
+def test_acl_prints_the_rules_of_every_role() -> None:
+    done = run("acl")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == acl.markdown()
+    for role in ("producer", "worker", "exporter"):
+        assert f"ACL SETUSER {role} reset on" in done.stdout
+    alias = run(module="platform_common.jobs.acl")
+    assert (alias.returncode, alias.stdout) == (0, done.stdout)
+
+
+def test_acl_for_one_role_and_other_prefixes() -> None:
+    done = run("acl", "--role", "worker", "--queue-prefix", "q", "--store-prefix", "s")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == " ".join(acl.rules("worker", queue_prefix="q", store_prefix="s")) + "\n"
+    unknown = run("acl", "--role", "admin")
+    assert unknown.returncode == 2
+    # A usage error is typer's (a box, wrapped to the terminal): the roles are listed.
+    assert "producer, worker, exporter" in " ".join(unknown.stderr.replace("│", " ").split())
+
+
+# -- generate ---------------------------------------------------------------------------
+def test_generate_check_passes_on_the_repository() -> None:
+    done = run("generate", "--check", "--out", str(ROOT))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"up to date: {ROOT}\n"
+
+
+def test_generate_writes_a_bundle_then_check_passes(tmp_path: Path) -> None:
+    stale = run("generate", "--check", "--out", str(tmp_path))
+    assert stale.returncode == 1
+    assert "stale: dashboards/queue-overview.json" in stale.stderr
+    assert "are stale; run without --check" in one_error_line(stale)
+    assert not any(tmp_path.iterdir())  # --check wrote nothing
+
+    wrote = run("generate", "--out", str(tmp_path))
+    assert wrote.returncode == 0, wrote.stderr
+    assert "wrote dashboards/queue-overview.json" in wrote.stdout
+    assert run("generate", "--check", "--out", str(tmp_path)).returncode == 0
+
+
+def test_generate_reports_bad_site_settings_and_a_missing_extra(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("no_such_setting: 1\n")
+    bad = run("generate", "--check", "--site", str(site), "--out", str(tmp_path))
+    assert bad.returncode == 2
+    assert one_error_line(bad).startswith("error: site settings: ")
+
+    missing = without(("yaml",), "generate", "--check", "--out", str(ROOT))
+    assert missing.returncode == 2
+    assert one_error_line(missing) == (
+        "error: `generate` needs the 'monitoring' extra (no module 'yaml'): "
+        "pip install 'platform-common-jobs[monitoring]'"
+    )
