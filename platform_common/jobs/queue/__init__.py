@@ -14,8 +14,8 @@ from .leases import Claim, Leases
 from .maintenance import Maintenance, ReapReport
 from .payload import JobPayload, payload_errors
 from .producer import Producer
+from .queue_settings import DEFAULT_AGENT_TYPES, QueueSettings
 from .results import JobResult
-from .settings import DEFAULT_AGENT_TYPES, QueueSettings
 
 __all__ = [
     "DEFAULT_AGENT_TYPES",

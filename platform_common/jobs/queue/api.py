@@ -15,8 +15,8 @@ from .connection import QueueConnection
 from .dead_letters import DeadLetters
 from .maintenance import Maintenance
 from .producer import Job, Producer
+from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
-from .settings import QueueSettings
 
 __all__ = ["JobQueue", "QueueStats"]
 

@@ -15,8 +15,8 @@ from ..keys import QueueKeys, latency_bucket_field
 from ..redis.auto_pipeline import AutoPipeline
 from ..redis.script import Script
 from ..redis.url import RedisClient
+from .queue_settings import QueueSettings
 from .scripts import QueueScripts
-from .settings import QueueSettings
 
 __all__ = ["QueueConnection"]
 

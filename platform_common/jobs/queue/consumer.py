@@ -29,7 +29,7 @@ from .context import Handler, JobContext, NonRetryableError, set_current_job
 from .leases import Claim, Leases
 from .maintenance import Maintenance
 from .payload import JobPayload
-from .settings import QueueSettings
+from .queue_settings import QueueSettings
 
 __all__ = ["Worker"]
 
