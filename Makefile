@@ -34,7 +34,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 typecheck: venv
-	$(BIN)/mypy -p platform_common.jobs -p platform_common.jobs_exporter -p platform_common.jobs_monitoring -p demo
+	$(BIN)/mypy -p platform_common.jobs -p platform_common.jobs_exporter -p platform_common.jobs_monitoring -p demo -p tests
 
 unit: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider

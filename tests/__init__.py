@@ -1,0 +1,1 @@
+"""The suite, by area: store, queue, redis, exporter, monitoring, end_to_end, packaging."""

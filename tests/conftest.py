@@ -1,7 +1,12 @@
-"""Shared fixtures: a private redis-server per test session, flushed before every test.
+"""Shared fixtures: a private redis-server per test session, flushed before every test,
+and a Redis Cluster per session, started only when a test asks for it.
 
 Servers are started by the suite on free ports (never the machine's own Redis).
-Variants (AOF, TLS, ACL, cluster) have their own fixtures in the tests that need them.
+Variants (AOF, TLS, ACL, Sentinel) have their own fixtures in the tests that need them.
+`redis_url` here is the single server; tests/queue/conftest.py overrides it with one
+parametrized over the single server and the cluster, and tests/store/conftest.py
+parametrizes the JobStore harness over memory, the single server and the cluster
+(tests/support/backends.py: how, and the `single_node` marker).
 """
 
 from __future__ import annotations
@@ -12,8 +17,14 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from tests.support.backends import check_single_node_markers
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_single_node_markers(items)
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +37,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
+def single_node_url(redis_server: RedisServer) -> str:
     """URL of the session server, emptied first so every test starts clean."""
     client = redis.Redis(port=redis_server.port)
     try:
@@ -38,8 +49,19 @@ def redis_url(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture
-async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+def redis_url(single_node_url: str) -> str:
+    """The Redis a test runs against: here the session server."""
+    return single_node_url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
+    """A raw client of `redis_url` (a cluster client when it names a cluster)."""
+    client: RedisClient
+    if RedisSettings.from_url(redis_url).cluster:
+        client = RedisSettings.from_url(redis_url).make_client()
+    else:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         yield client
     finally:

@@ -19,8 +19,6 @@ from platform_common.jobs.env import (
     check_int,
     check_latency_buckets,
     check_positive,
-    is_finite_number,
-    is_int,
     parse_bool,
     parse_choice,
     parse_duration,
@@ -33,9 +31,10 @@ from platform_common.jobs.env import (
     read_variable,
 )
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
-from platform_common.jobs.queue.settings import ENV_VARIABLES as QUEUE_VARIABLES
-from platform_common.jobs.queue.settings import QueueSettings
+from platform_common.jobs.queue.queue_settings import ENV_VARIABLES as QUEUE_VARIABLES
+from platform_common.jobs.queue.queue_settings import QueueSettings
 from platform_common.jobs.store.factory import AGENT_ENV, ENV_NAMESPACES, StoreConfig
+from platform_common.jobs.validation import is_finite_number, is_int
 from platform_common.jobs_exporter.settings import (
     DEPRECATED_VARIABLES,
     ENVIRONMENT_VARIABLES,

@@ -1,7 +1,7 @@
 """The job vocabularies, in one place.
 
 JobStatus is the JobStore's status; QueueState is where a queue job is (the Lua scripts
-write and compare exactly these strings, tests/test_status.py holds them to this enum);
+write and compare exactly these strings, tests/queue/test_status.py holds them to this enum);
 AttemptOutcome is what one fail/complete script call did. Each is a str enum, so JSON and
 Redis values are the plain strings, and each has derived frozensets instead of ad-hoc
 tuples of strings at the call sites.

@@ -34,12 +34,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from platform_common.jobs import acl
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueSettings
+from tests.support.chaos_processes import QUEUE_SETTINGS, TYPES, plan_jobs, read_ledgers
+from tests.support.paths import REPO_ROOT
 from tests.support.redis_server import RedisServer, find_free_port
-from tests.test_chaos_processes import QUEUE_SETTINGS, TYPES, plan_jobs, read_ledgers
 
 SEED = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
 JOBS = int(os.environ.get("CHAOS_JOBS", "3000"))
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 PASSWORDS = {role: f"chaos-{role}-{SEED:x}" for role in acl.ROLES}
 COUNTERS = ("enqueued", "completed", "failed", "dead_lettered", "expired")
 DEADLINE = 150.0
@@ -70,7 +71,7 @@ class Fleet:
     def start_worker(self, index: int) -> subprocess.Popen[bytes]:
         return self.spawn(
             f"worker-{index}",
-            ["-m", "tests.test_chaos_processes", "worker", "--url", self.url["worker"],
+            ["-m", "tests.support.chaos_processes", "worker", "--url", self.url["worker"],
              "--ledger", str(self.ledger)],
         )  # fmt: skip
 
@@ -158,7 +159,7 @@ async def run_chaos(server: RedisServer, fleet: Fleet) -> None:
         fleet.producers = [
             fleet.spawn(
                 f"producer-{index}",
-                ["-m", "tests.test_chaos_processes", "producer", "--url", fleet.url["producer"],
+                ["-m", "tests.support.chaos_processes", "producer", "--url", fleet.url["producer"],
                  "--ledger", str(fleet.ledger), "--seed", str(SEED), "--count", str(JOBS),
                  "--index", str(index)],
             )
@@ -322,9 +323,10 @@ async def check(
             continue
         agent_type = by_id[job_id]["agent_type"]
         keys = QueueKeys(agent_type)
-        result, attempts = await asyncio.gather(
-            admin.get(keys.result(job_id)), admin.hget(keys.job(job_id), "attempts")
-        )
+        async with admin.pipeline(transaction=False) as pipe:
+            pipe.get(keys.result(job_id))
+            pipe.hget(keys.job(job_id), "attempts")
+            result, attempts = await pipe.execute()
         assert result is not None and attempts is not None, job_id
         run = result.split('"run":"')[1][:12]
         assert (job_id, run) in ended, f"{job_id}: recorded run {run} never returned"
@@ -336,7 +338,7 @@ async def check(
 
 
 async def _leftovers(admin: aioredis.Redis) -> dict[str, int]:
-    found = {}
+    found: dict[str, int] = {}
     for agent_type in TYPES:
         keys = QueueKeys(agent_type)
         sizes = {

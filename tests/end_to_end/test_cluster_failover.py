@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
-from tests.queue_handlers import make_job
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_cluster import RedisClusterNodes
 

@@ -20,7 +20,7 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.store.http import jobs_router
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.settings import ExporterSettings
-from tests.support.redis_server import RedisServer, find_free_port
+from tests.support.redis_server import RedisServer, find_free_port_below_ephemeral_range
 
 MAX_BODY = 256 * 1024
 """Bytes: far above any legitimate response here (a few types, pages of <= 100 jobs)."""
@@ -33,14 +33,16 @@ FUZZ = settings(
 
 # Schemas load at import (schemathesis' lazy loader does not run on this pytest), so the
 # apps are built at import on a port chosen now; the module fixture starts Redis there
-# before any request. Apps connect lazily, on their first request.
-PORT = find_free_port()
+# before any request. Apps connect lazily, on their first request. The port is below the
+# ephemeral range: the connections and servers of the tests run before this module's
+# cannot take it meanwhile.
+PORT = find_free_port_below_ephemeral_range()
 URL = f"redis://127.0.0.1:{PORT}/0"
 
 
 def _jobs_app() -> FastAPI:
     store = make_job_store(URL, agent="fuzz-agent")
-    store.time_index = True  # type: ignore[attr-defined]
+    store.time_index = True
 
     def owner(x_owner: Annotated[str, Header(max_length=64)] = "") -> str:
         # The caller's identity comes from a header here, so the fuzzer varies it too.
@@ -73,7 +75,7 @@ def fuzz_redis() -> Iterator[RedisServer]:
 
 async def _seed_jobs() -> None:
     store = make_job_store(URL, agent="fuzz-agent")
-    store.time_index = True  # type: ignore[attr-defined]
+    store.time_index = True
     try:
         for number in range(30):
             owner = ("alice", "bob", "")[number % 3]

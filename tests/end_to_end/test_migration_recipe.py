@@ -14,16 +14,16 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.paths import REPO_ROOT
 from tests.support.redis_server import find_free_port
 
-AGENT_FILE = Path(__file__).resolve().parent.parent / "examples" / "scan_agent.py"
+AGENT_FILE = REPO_ROOT / "examples" / "scan_agent.py"
 
 
 def load_agent_copy(name: str) -> ModuleType:
@@ -104,7 +104,7 @@ async def test_unknown_and_bad_ids(two_agents: tuple[httpx.AsyncClient, httpx.As
 @pytest.fixture
 def two_uvicorn_pods(redis_url: str) -> Iterator[tuple[str, str]]:
     env = os.environ | {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "scan-agent"}
-    root = AGENT_FILE.parent.parent
+    root = REPO_ROOT
     ports = [find_free_port(), find_free_port()]
     uvicorn = [sys.executable, "-m", "uvicorn", "examples.scan_agent:app", "--host", "127.0.0.1",
                "--log-level", "warning"]  # fmt: skip

@@ -152,8 +152,10 @@ def test_promtool_accepts_the_text_exposition() -> None:
 def test_openmetrics_exposition_parses_strictly() -> None:
     # promtool 2.42 lints only the text format; the OpenMetrics parser is strict instead
     # (units, _total, # EOF, histogram shape).
-    text = generate_openmetrics(registry_for(metric_families(RESULT))).decode()
-    families = {f.name: f for f in openmetrics_families(text)}
+    # prometheus_client's OpenMetrics module is untyped (its text-format one is typed).
+    registry = registry_for(metric_families(RESULT))
+    text = generate_openmetrics(registry).decode()  # type: ignore[no-untyped-call]
+    families = {f.name: f for f in openmetrics_families(text)}  # type: ignore[no-untyped-call]
     assert families["job_latency_seconds"].unit == "seconds"
     assert families["jobs_enqueued"].type == "counter"
     assert text.endswith("# EOF\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -10,9 +9,10 @@ import pytest
 import yaml
 
 from platform_common.jobs_exporter.settings import ENVIRONMENT_VARIABLES, ExporterSettings
+from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import promtool
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = REPO_ROOT / "deploy"
 
 
 def test_prometheus_scrape_config_passes_promtool() -> None:

@@ -12,8 +12,8 @@ import redis
 
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.exporter_data import of, parse, seed_type
 from tests.support.redis_server import RedisServer
-from tests.test_exporter_redis import of, parse, seed_type
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import latency_bucket_field
+from tests.support.exporter_data import seed_type
 from tests.support.prometheus import PrometheusServer, Sample
 from tests.support.redis_server import find_free_port
-from tests.test_exporter_redis import seed_type
 
 
 class ExporterProcess:

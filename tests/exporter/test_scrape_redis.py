@@ -2,18 +2,18 @@
 
 Covers the snapshot read (depths equal LLEN, Redis TIME for ages and heartbeats), one
 round trip per scrape, discovery and its cap, malformed data, SCRIPT FLUSH, and the HTTP
-endpoints with content negotiation. TLS, ACL and outages are in test_exporter_outage.py.
+endpoints with content negotiation. TLS and ACL are in test_tls_acl.py, outages in test_outage.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 import redis
-from prometheus_client.parser import text_string_to_metric_families
+import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
@@ -21,59 +21,9 @@ from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.reader import make_exporter_client
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.exporter_data import of, parse, seed_type
 from tests.support.prometheus import promtool
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def seed_type(
-    client: redis.Redis,
-    agent_type: str,
-    *,
-    waiting: int = 0,
-    processing: int = 0,
-    delayed: int = 0,
-    dead: int = 0,
-    stats: Mapping[str, Any] | None = None,
-    oldest_age_ms: int | None = None,
-    heartbeats_age_ms: Mapping[str, int] | None = None,
-) -> None:
-    """Write one agent type's keys the way the queue does (ids only in the lists)."""
-    keys = QueueKeys(agent_type)
-    now_ms = _redis_now_ms(client)
-    client.sadd(QueueKeys.types_key(), agent_type)
-    if waiting:
-        client.lpush(keys.queue, *[f"{agent_type}-w{i}" for i in range(waiting)])
-        oldest = client.lindex(keys.queue, -1)
-        age = oldest_age_ms if oldest_age_ms is not None else 0
-        client.hset(keys.job(str(oldest)), "enqueued_at", now_ms - age)
-    if processing:
-        client.lpush(keys.processing, *[f"{agent_type}-p{i}" for i in range(processing)])
-    if delayed:
-        client.zadd(keys.delayed, {f"{agent_type}-d{i}": now_ms + i for i in range(delayed)})
-    if dead:
-        client.lpush(keys.dead, *[f"{agent_type}-x{i}" for i in range(dead)])
-    if stats:
-        client.hset(keys.stats, mapping=dict(stats))
-    for worker, age in (heartbeats_age_ms or {}).items():
-        client.zadd(keys.workers, {worker: now_ms - age})
-
-
-def _redis_now_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def parse(text: str) -> Samples:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def of(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
+from tests.support.sync_redis import sync_reply
 
 
 class CountingConnection(Connection):
@@ -100,6 +50,7 @@ async def exporter(redis_url: str) -> AsyncIterator[Exporter]:
     settings = ExporterSettings.from_args(["--redis-url", redis_url, "--agent-types", "dining"])
     CountingConnection.sends = 0
     client = make_exporter_client(settings)
+    assert isinstance(client, aioredis.Redis)  # a single server: one pool
     client.connection_pool.connection_class = CountingConnection  # connections are lazy
     instance = Exporter(settings, client)
     yield instance
@@ -146,7 +97,7 @@ async def test_depths_counters_and_histogram_match_redis(
     # Ages and activity are measured against Redis TIME: 90 s old, two of three recent.
     assert dining.oldest_age_seconds is not None and 90 <= dining.oldest_age_seconds < 100
     assert dining.active_workers == 2
-    newest = admin.zrevrange(keys.workers, 0, 0, withscores=True)[0][1]
+    newest = sync_reply(admin.zrevrange(keys.workers, 0, 0, withscores=True))[0][1]
     assert dining.last_heartbeat_seconds == newest / 1000
 
 

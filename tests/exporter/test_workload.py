@@ -27,6 +27,7 @@ from platform_common.jobs.queue import JobPayload, NonRetryableError, current_jo
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from platform_common.jobs_exporter.snapshot import Snapshot
+from tests.support.sync_redis import sync_reply
 
 # Per agent type: how many jobs of each kind the producer sends.
 PLAN = {
@@ -112,7 +113,7 @@ def workers(environment: dict[str, str]) -> Iterator[list[subprocess.Popen[bytes
                 "--agent-type",
                 agent_type,
                 "--handler",
-                "tests.test_exporter_workload:handler",
+                "tests.exporter.test_workload:handler",
                 "--concurrency",
                 "4",
                 "--worker-id",
@@ -159,7 +160,7 @@ async def test_counters_and_depths_are_exact_after_a_real_workload(
     )
     exporter = Exporter(settings)
     code = (
-        f"import asyncio, tests.test_exporter_workload as w; asyncio.run(w.produce({redis_url!r}))"
+        f"import asyncio, tests.exporter.test_workload as w; asyncio.run(w.produce({redis_url!r}))"
     )
     producer = await asyncio.create_subprocess_exec(sys.executable, "-c", code, env=environment)
     previous: dict[tuple[str, str], float] = {}
@@ -194,7 +195,9 @@ async def test_counters_and_depths_are_exact_after_a_real_workload(
                 assert t.delayed_depth == admin.zcard(keys.delayed) == 0
                 assert t.latency is not None
                 assert t.latency.count == expected(kinds)["completed"]
-                assert t.latency.count == int(admin.hget(keys.stats, "latency_count") or 0)
+                assert t.latency.count == int(
+                    sync_reply(admin.hget(keys.stats, "latency_count")) or 0
+                )
                 # Slow jobs took at least 0.3 s: they are above the 0.25 s bucket.
                 assert t.latency.count - dict(t.latency.buckets)[0.25] >= kinds["slow"]
                 assert t.active_workers == WORKERS[t.agent_type]

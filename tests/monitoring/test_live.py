@@ -33,9 +33,9 @@ from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
-from tests.queue_handlers import behaviour, make_job
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
 from tests.support.prometheus import PrometheusError, PrometheusServer
+from tests.support.queue_handlers import behaviour, make_job
 from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = "queue-exporter"  # PrometheusServer's job name, and the alerts' default selector
 WORKED = ("dining", "flights")
 BACKLOG = "transportation"  # no worker ever runs for it: the end-to-end test fills it
-HANDLER = "tests.queue_handlers:behave"
+HANDLER = "tests.support.queue_handlers:behave"
 # Grafana's values for the variables: "All" is the allValue `.+`.
 VARIABLES = {"$__rate_interval": "1m", "$job": JOB, "$instance": ".+", "$agent_type": ".+"}
 

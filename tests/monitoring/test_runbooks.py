@@ -30,8 +30,8 @@ from platform_common.jobs_monitoring.dashboard_ids import PANEL_TITLES, QUEUE_OV
 from platform_common.jobs_monitoring.runbooks.render import INDEX, SECTIONS, render_runbooks
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
-from tests.queue_handlers import make_job
 from tests.support.prometheus import promtool
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
 # Folder in the repository -> the import path it installs under.
 INSTALLED_AS = {
     "platform_common/jobs": "platform_common/jobs",

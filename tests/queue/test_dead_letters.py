@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, current_job
-from tests.queue_handlers import make_job
+from platform_common.jobs.redis.url import RedisClient
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
@@ -60,7 +60,7 @@ async def test_list_shows_payload_error_and_history_newest_first(queue: JobQueue
 
 
 async def test_requeue_runs_the_job_again_with_fresh_attempts(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     ids = await dead_letter(queue, 2)
     # Fix the cause (here: the stored payload), then requeue one of the two.
@@ -81,7 +81,7 @@ async def test_requeue_runs_the_job_again_with_fresh_attempts(
 
 
 async def test_purge_deletes_dead_letters_for_good(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     ids = await dead_letter(queue, 3)
     assert await queue.dead_letters.purge("dining", [ids[0]]) == 1

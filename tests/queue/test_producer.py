@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings
 from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
-from tests.queue_handlers import make_job
+from platform_common.jobs.redis.url import RedisClient
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
 from tests.support.redis_server import find_free_port
 
@@ -31,7 +31,7 @@ async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
         await job_queue.aclose()
 
 
-async def snapshot(client: aioredis.Redis) -> dict[str, object]:
+async def snapshot(client: RedisClient) -> dict[str, object]:
     """Every key and its value, to prove a refusal changed nothing."""
     state: dict[str, object] = {}
     for key in sorted(await client.keys("*")):
@@ -50,7 +50,7 @@ async def snapshot(client: aioredis.Redis) -> dict[str, object]:
 
 
 async def test_enqueue_writes_job_queue_counter_and_type(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job = make_job()
     assert await queue.enqueue(job) == job["job_id"]
@@ -67,7 +67,7 @@ async def test_enqueue_writes_job_queue_counter_and_type(
 
 
 async def test_invalid_oversized_and_duplicate_jobs_write_nothing(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     first = make_job()
     await queue.enqueue(first)
@@ -84,9 +84,7 @@ async def test_invalid_oversized_and_duplicate_jobs_write_nothing(
         assert await snapshot(redis_client) == before
 
 
-async def test_enqueue_many_is_all_or_nothing(
-    queue: JobQueue, redis_client: aioredis.Redis
-) -> None:
+async def test_enqueue_many_is_all_or_nothing(queue: JobQueue, redis_client: RedisClient) -> None:
     existing = make_job()
     await queue.enqueue(existing)
     before = await snapshot(redis_client)
@@ -104,7 +102,7 @@ async def test_enqueue_many_is_all_or_nothing(
 
 
 async def test_enqueue_many_across_chunks_and_types_keeps_order(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     jobs = [make_job() for _ in range(ENQUEUE_CHUNK + 7)] + [make_job("flights")]
     ids = await queue.enqueue_many(jobs)
@@ -116,8 +114,11 @@ async def test_enqueue_many_across_chunks_and_types_keeps_order(
     assert (await queue.stats("flights")).counters["enqueued"] == 1
 
 
+@pytest.mark.single_node(
+    "counts CLIENT LIST of one server; a cluster client warms connections per node"
+)
 async def test_pool_is_prewarmed_and_ping_answers(
-    redis_url: str, redis_client: aioredis.Redis
+    redis_url: str, redis_client: RedisClient
 ) -> None:
     settings = QueueSettings.from_url(redis_url, pool_min=5, pool_max=20)
     before = len(await redis_client.client_list())
@@ -138,9 +139,7 @@ async def test_ping_reports_false_when_redis_is_unreachable() -> None:
         await job_queue.aclose()
 
 
-async def test_enqueue_survives_a_script_flush(
-    queue: JobQueue, redis_client: aioredis.Redis
-) -> None:
+async def test_enqueue_survives_a_script_flush(queue: JobQueue, redis_client: RedisClient) -> None:
     await queue.enqueue(make_job())
     await redis_client.script_flush()
     job = make_job()
@@ -150,7 +149,7 @@ async def test_enqueue_survives_a_script_flush(
 
 
 async def test_enqueue_many_survives_a_script_flush(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     await queue.enqueue(make_job())
     await redis_client.script_flush()
@@ -161,7 +160,7 @@ async def test_enqueue_many_survives_a_script_flush(
 
 
 async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
-    redis_url: str, redis_client: aioredis.Redis
+    redis_url: str, redis_client: RedisClient
 ) -> None:
     """Cancelling enqueue_many once a chunk is out must not leave the batch cut."""
     connection = await QueueConnection.open(QueueSettings.from_url(redis_url))
@@ -185,7 +184,12 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
         )
         with pytest.raises(asyncio.CancelledError):
             await caller
-        await eventually(lambda: _at_least(redis_client.llen(keys.queue), 3))
+
+        async def all_three_written() -> bool:
+            written: int = await redis_client.llen(keys.queue)
+            return written >= 3
+
+        await eventually(all_three_written)
         assert await redis_client.lrange(keys.queue, 0, -1) == [
             "streamed-2",
             "streamed-1",
@@ -195,12 +199,8 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
         await connection.aclose()
 
 
-async def _at_least(count: Awaitable[int], minimum: int) -> bool:
-    return await count >= minimum
-
-
 async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
-    redis_url: str, redis_client: aioredis.Redis
+    redis_url: str, redis_client: RedisClient
 ) -> None:
     """The lane re-sends a call whose reply was lost: the script must see its own
     writes (same nonce) as done, and another caller's (other nonce) as duplicates."""

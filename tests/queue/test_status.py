@@ -276,7 +276,7 @@ async def test_get_record_reads_each_queue_state_as_its_job_status(redis_url: st
         del cases[QueueState.EXPIRED]  # never in a record: expiry deletes it
         for n, (state, expected) in enumerate(cases.items()):
             stored = fields if state is None else {**fields, "state": state}
-            await client.hset(keys.job(f"job-{n}"), mapping=stored)  # type: ignore[misc]
+            await client.hset(keys.job(f"job-{n}"), mapping=stored)
             record = await queue.get_record("dining", f"job-{n}")
             assert record is not None and record.status is expected, state
             assert record.error == ("boom" if state in ("failed", "dead") else None), state

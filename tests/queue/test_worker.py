@@ -7,10 +7,10 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import LeaseLost
 from platform_common.jobs.keys import STATS_COUNTERS, QueueKeys, latency_bucket_field
@@ -23,7 +23,8 @@ from platform_common.jobs.queue import (
     QueueConnection,
     current_job,
 )
-from tests.queue_handlers import make_job
+from platform_common.jobs.redis.url import RedisClient
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
@@ -42,7 +43,7 @@ async def counters(queue: JobQueue) -> dict[str, int]:
     return (await queue.stats("dining")).counters
 
 
-async def history(client: aioredis.Redis, job_id: str) -> list[dict[str, Any]]:
+async def history(client: RedisClient, job_id: str) -> list[dict[str, Any]]:
     return list(json.loads(await client.hget(DINING.job(job_id), "history") or "[]"))
 
 
@@ -51,7 +52,7 @@ async def echo(job: JobPayload) -> dict[str, Any]:
 
 
 async def test_success_stores_result_then_publishes_and_counts(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job = make_job()
     events = queue.completions(watch=[("dining", job["job_id"])])
@@ -81,7 +82,7 @@ async def test_success_stores_result_then_publishes_and_counts(
 
 
 async def test_retries_follow_the_backoff_then_succeed(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     async def third_time_lucky(job: JobPayload) -> str:
         if current_job().attempt < 3:
@@ -107,7 +108,7 @@ async def test_retries_follow_the_backoff_then_succeed(
 
 
 async def test_last_failure_dead_letters_with_history(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     async def always_fails(job: JobPayload) -> None:
         raise ValueError("bad input from upstream")
@@ -149,7 +150,7 @@ def nearly_expired(seconds_left: float, **overrides: Any) -> dict[str, Any]:
 
 
 async def test_cleanup_expires_a_waiting_job_without_starting_it(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job = nearly_expired(0.3)
     events = queue.completions(watch=[("dining", job["job_id"])])
@@ -183,7 +184,7 @@ async def test_a_worker_never_starts_an_expired_job_and_cancels_one_at_its_ttl(
     await queue.enqueue(running)
     async with running_worker(queue.settings.with_overrides(cleanup_interval=60), slow):
         for job in (stale, running):
-            result = await eventually(lambda job=job: queue.get_result(job["job_id"]))
+            result = await eventually(partial(queue.get_result, job["job_id"]))
             assert result.status == "expired"
     assert started == ["running"]
     counts = await counters(queue)
@@ -191,7 +192,7 @@ async def test_a_worker_never_starts_an_expired_job_and_cancels_one_at_its_ttl(
 
 
 async def test_a_lost_lease_fences_out_the_old_token(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     connection = await QueueConnection.open(queue.settings)
     try:
@@ -201,7 +202,7 @@ async def test_a_lost_lease_fences_out_the_old_token(
 
 
 async def fence_scenario(
-    queue: JobQueue, redis_client: aioredis.Redis, connection: QueueConnection
+    queue: JobQueue, redis_client: RedisClient, connection: QueueConnection
 ) -> None:
     leases, chores = Leases(connection, "dining"), Maintenance(connection, "dining")
 
@@ -235,7 +236,7 @@ async def fence_scenario(
 
 
 async def test_renewal_keeps_a_long_job_and_stop_gives_unfinished_ones_back(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     async def sleepy(job: JobPayload) -> str:
         await asyncio.sleep(float(job.constraints["seconds"]))
@@ -258,7 +259,7 @@ async def test_renewal_keeps_a_long_job_and_stop_gives_unfinished_ones_back(
 
 
 async def test_renewal_skips_attempts_its_own_token_ended_and_reports_stolen_ones(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     """A renewal that reaches Redis after the worker's own completion or failure of an
     attempt (the two calls race) must not report that attempt as lost; a job whose
@@ -329,7 +330,7 @@ async def test_many_short_jobs_under_a_short_lease_never_lose_one(
 
 
 async def test_registering_a_type_creates_every_latency_bucket_with_zero(
-    queue: JobQueue, redis_client: aioredis.Redis
+    queue: JobQueue, redis_client: RedisClient
 ) -> None:
     fields = [latency_bucket_field(b) for b in (*queue.settings.latency_buckets, float("inf"))]
     await queue.enqueue(make_job())  # the producer registers the type: no completion yet

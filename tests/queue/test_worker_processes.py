@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,29 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import QueueKeys
-from tests.queue_handlers import RUNS_KEY, behaviour, make_job
+from platform_common.jobs.redis.url import RedisSettings
+from tests.support.queue_handlers import RUNS_KEY, behaviour, make_job
 from tests.support.redis_server import RedisServer
+from tests.support.sync_redis import sync_reply
 from tests.support.workers import FAST_SETTINGS, ROOT, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
-HANDLER = "tests.queue_handlers:behave"
+HANDLER = "tests.support.queue_handlers:behave"
+
+
+SyncClient = redis.Redis | redis.RedisCluster
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    sync_client = redis.Redis.from_url(redis_url, decode_responses=True)
+def client(redis_url: str) -> Iterator[SyncClient]:
+    """A synchronous raw client of `redis_url`: a cluster client on the cluster."""
+    settings = RedisSettings.from_url(redis_url)
+    sync_client: SyncClient
+    if settings.cluster:
+        host, port = settings.all_addresses()[0]
+        sync_client = redis.RedisCluster(host=host, port=port, decode_responses=True)
+    else:
+        sync_client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         yield sync_client
     finally:
@@ -40,20 +53,20 @@ def group(redis_url: str) -> Iterator[WorkerGroup]:
 
 
 def enqueue(redis_url: str, jobs: list[dict[str, Any]], tmp_path: Path, batch: bool = True) -> None:
-    """Enqueue through a producer process (tests.queue_handlers produce)."""
+    """Enqueue through a producer process (tests.support.queue_handlers produce)."""
     plan = tmp_path / f"plan-{jobs[0]['job_id']}.json"
     plan.write_text(json.dumps(jobs))
     subprocess.run(
-        [sys.executable, "-m", "tests.queue_handlers", "produce", "--plan", str(plan),
+        [sys.executable, "-m", "tests.support.queue_handlers", "produce", "--plan", str(plan),
          *(["--batch"] if batch else [])],
         cwd=ROOT, env={"QUEUE_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)},
         check=True, timeout=60,
     )  # fmt: skip
 
 
-def runs(client: redis.Redis, job_id: str, event: str = "start") -> list[tuple[int, int]]:
+def runs(client: SyncClient, job_id: str, event: str = "start") -> list[tuple[int, int]]:
     """(pid, attempt) of every recorded `event` of the job, in order."""
-    entries = [line.split() for line in client.lrange(RUNS_KEY, 0, -1)]
+    entries = [line.split() for line in sync_reply(client.lrange(RUNS_KEY, 0, -1))]
     return [
         (int(pid), int(attempt))
         for jid, pid, attempt, ev in entries
@@ -61,17 +74,23 @@ def runs(client: redis.Redis, job_id: str, event: str = "start") -> list[tuple[i
     ]
 
 
-def result(client: redis.Redis, job_id: str) -> dict[str, Any] | None:
-    text = client.get(DINING.result(job_id))
+def result(client: SyncClient, job_id: str) -> dict[str, Any] | None:
+    text = sync_reply(client.get(DINING.result(job_id)))
     return json.loads(text) if text else None
 
 
-def counters(client: redis.Redis) -> dict[str, int]:
-    return {k: int(float(v)) for k, v in client.hgetall(DINING.stats).items()}
+def status(client: SyncClient, job_id: str) -> str | None:
+    """The status of the job's result, None while it has none."""
+    stored = result(client, job_id)
+    return None if stored is None else str(stored["status"])
+
+
+def counters(client: SyncClient) -> dict[str, int]:
+    return {k: int(float(v)) for k, v in sync_reply(client.hgetall(DINING.stats)).items()}
 
 
 def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
-    redis_url: str, client: redis.Redis, group: WorkerGroup, tmp_path: Path
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
     doomed = group.start(concurrency=1)
     job = make_job(constraints=behaviour("sleep", seconds=1.0))
@@ -86,12 +105,12 @@ def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
     assert runs(client, job["job_id"], "finish") == [(survivor.pid, 2)]
     stats = counters(client)
     assert (stats["started"], stats["retried"], stats["completed"]) == (2, 1, 1)
-    history = json.loads(client.hget(DINING.job(job["job_id"]), "history") or "[]")
+    history = json.loads(sync_reply(client.hget(DINING.job(job["job_id"]), "history")) or "[]")
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lost")]
 
 
 def test_a_paused_workers_stale_completion_is_refused(
-    redis_url: str, client: redis.Redis, group: WorkerGroup, tmp_path: Path
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
     paused = group.start(concurrency=1)
     job = make_job(constraints=behaviour("sleep", seconds=1.0))
@@ -110,7 +129,7 @@ def test_a_paused_workers_stale_completion_is_refused(
 
 
 def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
-    redis_url: str, client: redis.Redis, group: WorkerGroup, tmp_path: Path
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
     job = make_job(constraints=behaviour("crash"))
     enqueue(redis_url, [job], tmp_path)
@@ -125,7 +144,7 @@ def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
     starts = runs(client, job["job_id"])
     assert [attempt for _, attempt in starts] == [1, 2, 3]
     assert len({pid for pid, _ in starts}) == 3  # each attempt killed its own worker
-    history = json.loads(client.hget(DINING.job(job["job_id"]), "history") or "[]")
+    history = json.loads(sync_reply(client.hget(DINING.job(job["job_id"]), "history")) or "[]")
     assert [(h["attempt"], h["outcome"]) for h in history] == [
         (1, "lost"),
         (2, "lost"),
@@ -143,11 +162,11 @@ def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
         1,
         1,
     )
-    assert result(client, job["job_id"])["status"] == "failed"
+    assert status(client, job["job_id"]) == "failed"
 
 
 def test_counters_equal_ground_truth_after_a_mixed_workload(
-    redis_url: str, client: redis.Redis, group: WorkerGroup, tmp_path: Path
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
     soon = (datetime.now(UTC) - timedelta(seconds=55)).isoformat()  # 5 s of TTL left
     plan = (
@@ -167,8 +186,10 @@ def test_counters_equal_ground_truth_after_a_mixed_workload(
 
     wait_until(finished, timeout=60, interval=0.1)
     stats = counters(client)
-    starts = [line for line in client.lrange(RUNS_KEY, 0, -1) if line.endswith(" start")]
-    outcomes = [result(client, job["job_id"])["status"] for job in plan]
+    starts = [
+        line for line in sync_reply(client.lrange(RUNS_KEY, 0, -1)) if line.endswith(" start")
+    ]
+    outcomes = [status(client, job["job_id"]) for job in plan]
     assert outcomes == ["succeeded"] * 25 + ["failed"] * 6 + ["expired"] * 3
     assert stats["enqueued"] == len(plan) == 34
     assert stats["started"] == len(starts) == 20 + 5 * 2 + 3 * 3 + 3 + 3
@@ -192,7 +213,7 @@ def test_workers_keep_consuming_after_client_kill_and_a_redis_restart(tmp_path: 
                 jobs = [make_job(task=f"{label} {i}") for i in range(3)]
                 enqueue(server.url, jobs, tmp_path)
                 for job in jobs:
-                    wait_until(lambda job=job: result(client, job["job_id"]), timeout=30)
+                    wait_until(partial(result, client, job["job_id"]), timeout=30)
 
             round_trip("before")
             assert server.cli("CLIENT", "KILL", "TYPE", "normal") != "0"
@@ -208,7 +229,7 @@ def test_workers_keep_consuming_after_client_kill_and_a_redis_restart(tmp_path: 
 def test_the_cli_refuses_a_bad_handler_spec() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "platform_common.jobs.worker", "--agent-type", "dining",
-         "--handler", "tests.queue_handlers:no_such_function"],
+         "--handler", "tests.support.queue_handlers:no_such_function"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={"PYTHONPATH": str(ROOT), "QUEUE_REDIS_URL": "redis://127.0.0.1:1/0"},
     )  # fmt: skip

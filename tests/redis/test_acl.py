@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -13,16 +12,17 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from platform_common.jobs import JobStatus, acl, make_job_store
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue
+from platform_common.jobs.queue import Completion, JobPayload, JobQueue
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
-from tests.queue_handlers import make_job
+from tests.support.paths import REPO_ROOT
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
 
 ADMIN_PASSWORD = "admin-pw-for-acl-tests"
 ROLE_PASSWORD = {role: f"{role}-pw-7d1c" for role in acl.ROLES}
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+DOCS = REPO_ROOT / "docs" / "operations.md"
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,8 @@ async def test_rules_load_and_match_what_redis_reports(
     acl_server: RedisServer, admin: aioredis.Redis
 ) -> None:
     for role in acl.ROLES:
-        reply = await admin.execute_command(
-            *acl.setuser_command(f"{role}-2", role, ROLE_PASSWORD[role])
-        )
+        command = acl.setuser_command(f"{role}-2", role, ROLE_PASSWORD[role])
+        reply = await admin.execute_command(*command)  # type: ignore[no-untyped-call]
         assert reply in ("OK", True, b"OK")
         info = await admin.acl_getuser(f"{role}-2")
         assert "on" in info["flags"]
@@ -125,7 +124,9 @@ async def test_producer_cannot_take_or_complete_jobs(
     try:
         assert await producer.get(keys.result("j1")) == "{}"
         with pytest.raises(NoPermissionError):
-            await producer.blmove(keys.queue, keys.processing, 0.1, "RIGHT", "LEFT")
+            await producer.blmove(
+                keys.queue, keys.processing, 1, "RIGHT", "LEFT"
+            )  # refused at once
         with pytest.raises(NoPermissionError):
             await producer.zadd(keys.leases, {"j1": 1})
         with pytest.raises(NoPermissionError):
@@ -148,7 +149,7 @@ async def test_worker_cannot_administer_redis(
         for forbidden in (
             worker.flushall(),
             worker.config_get("*"),
-            worker.execute_command("ACL", "LIST"),
+            worker.execute_command("ACL", "LIST"),  # type: ignore[no-untyped-call]
             worker.set("unrelated:key", "1"),
             worker.keys("*"),
         ):
@@ -212,7 +213,7 @@ async def test_each_role_does_its_whole_job_under_its_own_user(
     # The JobStore under both application roles.
     for role in ("producer", "worker"):
         store = make_job_store(role_url(acl_server, role), agent=f"{role}-agent")
-        store.time_index = True  # type: ignore[attr-defined]
+        store.time_index = True
         try:
             await store.create("j1", {"n": 1}, ttl_seconds=60, owner_oid="owner-1")
             await store.update("j1", status=JobStatus.RUNNING)
@@ -238,9 +239,9 @@ async def test_each_role_does_its_whole_job_under_its_own_user(
     assert dining.counters["dead_lettered"] == 2
 
 
-async def _take(iterator: object, count: int) -> object:
+async def _take(iterator: AsyncIterator[Completion], count: int) -> AsyncIterator[Completion]:
     taken = 0
-    async for item in iterator:  # type: ignore[attr-defined]
+    async for item in iterator:
         yield item
         taken += 1
         if taken == count:

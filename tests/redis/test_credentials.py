@@ -13,6 +13,7 @@ import subprocess
 import sys
 import traceback
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -23,7 +24,7 @@ from platform_common.jobs.acl import acl_file_line
 from platform_common.jobs.queue import JobQueue, QueueSettings
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.settings import ExporterSettings
-from tests.queue_handlers import make_job
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
 from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import ROOT, wait_until
@@ -103,7 +104,7 @@ async def test_a_working_system_never_prints_a_password(
             jobs = [make_job(task=f"secret-free {i}") for i in range(3)]
             await queue.enqueue_many(jobs)
             for job in jobs:
-                await eventually(lambda job=job: queue.get_result(job["job_id"]), within=60)
+                await eventually(partial(queue.get_result, job["job_id"]), within=60)
             bodies.append(repr(queue.settings))
         wait_until(lambda: _get(port, "/healthz") is not None, timeout=30)
         for path in ("/metrics", "/readyz", "/healthz", "/"):

@@ -17,7 +17,7 @@ from platform_common.jobs import JobStatus, make_job_store
 from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
-from tests.queue_handlers import make_job
+from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_sentinel import RedisSentinelGroup
 

@@ -1,10 +1,10 @@
-"""The JobStore contract, written once and run against memory:// and redis://."""
+"""The JobStore contract, written once and run on every backend: memory, a Redis server
+and a Redis Cluster (tests/store/conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,17 +23,10 @@ from platform_common.jobs import (
 )
 from platform_common.jobs.status import TERMINAL
 from platform_common.jobs.store.contract import BaseJobStore
-from tests.support.stores import Harness, harness_for
+from tests.support.stores import Harness
 
 BAD_JOB_IDS = ["", "a b", "line\nbreak", "x" * 201, "{tag}", "star*", "-leading", 5, None]
 BAD_TTLS = [0, -1, True, 1.5, None, "10"]
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    async for h in harness_for(request.param, url):
-        yield h
 
 
 @pytest.fixture
@@ -294,7 +287,8 @@ async def test_list_ids_is_bounded_by_limit(store: BaseJobStore) -> None:
     assert set(await store.list_ids()) == ids
     some = await store.list_ids(limit=10)
     assert len(some) == 10 and set(some) <= ids
-    for bad in (0, -1, True, 10_001, 2.5):
+    bad_limits: list[Any] = [0, -1, True, 10_001, 2.5]
+    for bad in bad_limits:
         with pytest.raises(ValidationError):
             await store.list_ids(limit=bad)
 

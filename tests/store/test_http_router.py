@@ -1,4 +1,5 @@
-"""The FastAPI jobs router: owners are isolated, limits and cursors are checked."""
+"""The FastAPI jobs router on every JobStore backend: owners are isolated, limits and
+cursors are checked."""
 
 from __future__ import annotations
 
@@ -11,18 +12,11 @@ from fastapi import FastAPI, Header
 from platform_common.jobs.store.contract import BaseJobStore
 from platform_common.jobs.store.http import jobs_router
 from tests.support.redis_server import find_free_port
-from tests.support.stores import Harness, harness_for
+from tests.support.stores import Harness
 
 
 def owner_from_header(x_owner: str = Header(default="")) -> str:
     return x_owner  # in an agent: the authenticated user's object id
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    async for h in harness_for(request.param, url):
-        yield h
 
 
 @pytest.fixture

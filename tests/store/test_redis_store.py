@@ -18,9 +18,8 @@ from platform_common.jobs import (
     VersionConflict,
     make_job_store,
 )
-from platform_common.jobs.store import redis_store as redis_store_module
 from platform_common.jobs.redis.url import RedisSettings
-from tests.support.redis_cluster import RedisClusterNodes
+from platform_common.jobs.store import redis_store as redis_store_module
 from tests.support.redis_server import RedisServer, find_free_port
 
 AGENT = "redis-agent"
@@ -206,14 +205,8 @@ async def test_rediss_url_works_end_to_end(tls_server: RedisServer) -> None:
         await store.close()
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterNodes]:
-    with RedisClusterNodes(masters=3, replicas_per_master=0) as nodes:
-        yield nodes
-
-
-async def test_every_verb_and_the_index_work_on_redis_cluster(cluster: RedisClusterNodes) -> None:
-    store = make_job_store(cluster.url, agent="cluster-agent")
+async def test_every_verb_and_the_index_work_on_redis_cluster(cluster_url: str) -> None:
+    store = make_job_store(cluster_url, agent="cluster-agent")
     store.time_index = True
     try:
         for n in range(5):

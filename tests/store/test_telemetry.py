@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,13 +13,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from platform_common.jobs import InMemoryJobStore, JobConflict, JobStatus, RedisJobStore
+from platform_common.jobs import InMemoryJobStore, JobConflict, JobStatus
 from platform_common.jobs.store.contract import BaseJobStore
 from platform_common.jobs.store.telemetry import (
     DURATION_HISTOGRAM,
     FALLBACK_COUNTER,
     OPERATIONS_COUNTER,
 )
+from tests.support.stores import Harness
 
 
 @dataclass
@@ -54,16 +55,15 @@ def otel() -> Iterator[Otel]:
     meter_provider.shutdown()
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, otel: Otel) -> AsyncIterator[BaseJobStore]:
-    providers = {"tracer_provider": otel.tracer_provider, "meter_provider": otel.meter_provider}
-    s: BaseJobStore
-    if request.param == "redis":
-        s = RedisJobStore(request.getfixturevalue("redis_url"), agent="otel-agent", **providers)
-    else:
-        s = InMemoryJobStore(agent="otel-agent", **providers)
-    yield s
-    await s.close()
+@pytest.fixture
+def store(otel: Otel, harness: Harness) -> BaseJobStore:
+    """A store of each backend (tests/store/conftest.py) reporting to the in-memory SDK
+    (`otel` first: its providers shut down after the harness closed the store)."""
+    return harness.make(
+        agent="otel-agent",
+        tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+    )
 
 
 async def test_every_verb_emits_a_span_with_the_documented_attributes(

@@ -123,15 +123,15 @@ async def _raw_client(url: str) -> Any:
     return aioredis.Redis.from_url(url, decode_responses=True)
 
 
-SETTINGS = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-}
+SETTINGS = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 def test_memory_store_matches_the_model() -> None:
     run_state_machine_as_test(
-        IndexModel, settings=settings(max_examples=80, stateful_step_count=40, **SETTINGS)
+        IndexModel, settings=settings(SETTINGS, max_examples=80, stateful_step_count=40)
     )
 
 
@@ -141,5 +141,5 @@ def test_redis_store_matches_the_model(redis_url: str) -> None:
 
     RedisIndexModel.redis_url = redis_url
     run_state_machine_as_test(
-        RedisIndexModel, settings=settings(max_examples=25, stateful_step_count=30, **SETTINGS)
+        RedisIndexModel, settings=settings(SETTINGS, max_examples=25, stateful_step_count=30)
     )

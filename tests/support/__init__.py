@@ -1,1 +1,2 @@
-"""Test-only helpers: launchers for Prometheus, Alertmanager and worker processes."""
+"""Test-only helpers: Redis servers, clusters and Sentinels; worker, chaos and Prometheus
+processes; queue handlers; the JobStore harness; backend selection."""

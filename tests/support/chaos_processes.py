@@ -1,5 +1,5 @@
-"""The processes of the chaos run (tests/test_chaos.py): workers and producers as real
-OS processes, started with `python -m tests.test_chaos_processes worker|producer ...`.
+"""The processes of the chaos run (tests/end_to_end/test_chaos.py): workers and producers as real
+OS processes, started with `python -m tests.support.chaos_processes worker|producer ...`.
 
 No tests here. Each process appends what it did to a JSON-lines ledger of its own
 (O_APPEND writes, which survive SIGKILL), which the controller reads back as ground
@@ -94,12 +94,18 @@ async def run_workers(url: str, ledger_dir: Path) -> None:
     _ledger = Ledger(ledger_dir, "worker")
     settings = QueueSettings.from_url(url, **QUEUE_SETTINGS)
     workers = [Worker(settings, t, chaos_handler, concurrency=CONCURRENCY) for t in TYPES]
+
+    def stop_all() -> None:
+        for worker in workers:
+            worker.stop()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, lambda: [worker.stop() for worker in workers])
+        loop.add_signal_handler(signum, stop_all)
     runs = [asyncio.create_task(worker.run()) for worker in workers]
     ready = asyncio.gather(*(worker.ready.wait() for worker in workers))
-    await asyncio.wait([ready, *runs], return_when=asyncio.FIRST_COMPLETED)
+    started: list[asyncio.Future[Any]] = [ready, *runs]
+    await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     if ready.done():
         _ledger.write(e="ready")
     else:

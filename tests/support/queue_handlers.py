@@ -2,7 +2,7 @@
 
 `behave` reads `constraints["behaviour"]`; every run is recorded in Redis
 (RPUSH test:runs "<job_id> <pid> <attempt> <event>") so a test can count them.
-Also `python -m tests.queue_handlers produce ...`: a producer process for the
+Also `python -m tests.support.queue_handlers produce ...`: a producer process for the
 mixed-workload test."""
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
-from platform_common.jobs.redis.url import RedisSettings
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
 
 RUNS_KEY = "test:runs"
 
@@ -47,15 +45,15 @@ def behaviour(name: str, **extra: Any) -> dict[str, Any]:
     return {"behaviour": name, **extra}
 
 
-_client: aioredis.Redis | None = None
+_client: RedisClient | None = None
 
 
-def _redis() -> aioredis.Redis:
+def _redis() -> RedisClient:
     global _client
     if _client is None:
         # RedisSettings, not Redis.from_url: the URL may name a cluster (reliability tests).
         url = os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"]
-        _client = RedisSettings.from_url(url).make_client()  # type: ignore[assignment]
+        _client = RedisSettings.from_url(url).make_client()
     return _client
 
 

@@ -34,9 +34,10 @@ def fast_settings(redis_url: str, **overrides: Any) -> QueueSettings:
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T]], within: float = 20.0, interval: float = 0.02
+    probe: Callable[[], Awaitable[T | None]], within: float = 20.0, interval: float = 0.02
 ) -> T:
-    """Await `probe()` until it returns something truthy; AssertionError at the deadline."""
+    """Await `probe()` until it returns something truthy, and return that (never None);
+    AssertionError at the deadline."""
     deadline = time.monotonic() + within
     while True:
         value = await probe()

@@ -8,6 +8,7 @@ killed when the object is stopped (or garbage at interpreter exit).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -17,13 +18,34 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["RedisServer", "find_free_port"]
+__all__ = ["RedisServer", "find_free_port", "find_free_port_below_ephemeral_range"]
+
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def find_free_port_below_ephemeral_range() -> int:
+    """A free port for a server named long before it starts (at import): below the
+    kernel's ephemeral range, so meanwhile no client socket and no `find_free_port()`
+    is given it (a port from `find_free_port()` can be, by the time the server binds)."""
+    low = 32768
+    if _EPHEMERAL_RANGE.exists():
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    choose = random.SystemRandom()
+    for _ in range(100):
+        port = choose.randrange(max(1024, low - 10_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low}")
 
 
 def redis_server_binary() -> str:

@@ -1,4 +1,5 @@
-"""One harness per JobStore backend, so a contract test is written once and run on both.
+"""One harness per JobStore backend, so a contract test is written once and run on each
+(tests/store/conftest.py makes one per backend: memory, redis, cluster).
 
 A harness makes stores (closing them after the test) and gives the test what the
 contract does not: the remaining TTL of a record, the raw time index, and a way to
@@ -17,6 +18,7 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs import InMemoryJobStore, RedisJobStore
 from platform_common.jobs.keys import StoreKeys
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.store.contract import BaseJobStore
 
 AGENT = "contract-agent"
@@ -39,7 +41,7 @@ class FakeClock:
 class Harness:
     kind: str
     redis_url: str | None = None
-    raw: aioredis.Redis | None = None
+    raw: RedisClient | None = None
     clock: FakeClock = field(default_factory=FakeClock)
     stores: list[BaseJobStore] = field(default_factory=list)
 
@@ -132,6 +134,8 @@ class Harness:
 
 
 async def harness_for(kind: str, redis_url: str | None) -> AsyncIterator[Harness]:
+    """A harness of `kind` for a module's own fixture (tests/store/test_backfill.py; in
+    tests/store/ the conftest's parametrized `harness` replaces it)."""
     raw = aioredis.Redis.from_url(redis_url, decode_responses=True) if redis_url else None
     harness = Harness(kind, redis_url=redis_url, raw=raw)
     try:

@@ -3,7 +3,7 @@
 Each worker is a real child process with its own log file; tests stop, kill, pause
 and resume them by signal. Shared by the queue, exporter and reliability tests:
 
-    with WorkerGroup(redis_url, "dining", "tests.queue_handlers:behave",
+    with WorkerGroup(redis_url, "dining", "tests.support.queue_handlers:behave",
                      env=FAST_SETTINGS) as group:
         worker = group.start(concurrency=4)
         worker.pause(); ...; worker.resume()
@@ -19,10 +19,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+from tests.support.paths import REPO_ROOT
 
 __all__ = ["FAST_SETTINGS", "ROOT", "WorkerGroup", "WorkerProcess", "wait_until"]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
+T = TypeVar("T")
 
 # Short lease, reaper, backoff and poll intervals, so recovery paths run in about a
 # second. Passed to workers as QUEUE_* environment variables (QueueSettings.from_env).
@@ -39,9 +43,10 @@ FAST_SETTINGS: dict[str, str] = {
 
 
 def wait_until(
-    condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.02
-) -> object:
-    """Poll `condition` until it returns something truthy; AssertionError at the deadline."""
+    condition: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.02
+) -> T:
+    """Poll `condition` until it returns something truthy, and return that (never None);
+    AssertionError at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

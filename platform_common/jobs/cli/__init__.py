@@ -3,7 +3,6 @@
     worker     run a queue worker                  (core install; alias: -m ...jobs.worker)
     backfill   fill the JobStore time index         (alias: -m ...jobs.store.backfill)
     acl        print the Redis ACL rules per role   (alias: -m ...jobs.acl)
-    generate   write or check the monitoring bundle (needs the `monitoring` extra too)
 
 `worker` runs with the core dependencies alone (deployments start workers without the
 `cli` extra); the other commands are a typer app (`root`), one module per command
@@ -17,7 +16,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .exits import EXIT_OK, EXIT_USAGE, MissingExtra, enable_debug, guarded
+from . import exits
 
 __all__ = ["main"]
 
@@ -28,7 +27,7 @@ _CLI_MODULES = ("typer", "rich")
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     """Run one command (`argv` defaults to sys.argv[1:]); returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return guarded(lambda: _dispatch(args, prog))
+    return exits.guarded(lambda: _dispatch(args, prog))
 
 
 def _dispatch(args: list[str], prog: str) -> int:
@@ -39,7 +38,7 @@ def _dispatch(args: list[str], prog: str) -> int:
         # Straight to argparse, with or without typer installed: deployments (core only)
         # and development then run the worker through the very same code.
         if leading:
-            enable_debug()
+            exits.enable_debug()
         from . import worker_command
 
         return worker_command.run(args[leading + 1 :], f"{prog} worker")
@@ -62,11 +61,11 @@ def _missing_cli_module() -> str | None:
 
 def _without_cli_extra(args: list[str], prog: str, missing: str) -> int:
     if args and args[0] not in ("--help", "-h"):
-        raise MissingExtra(args[0], "cli", missing)
+        raise exits.MissingExtra(args[0], "cli", missing)
     print(
         f"usage: {prog} worker --agent-type TYPE --handler pkg.module:func [options]\n"
         f"(`{prog} worker --help` for its options; the other commands need the 'cli' "
         "extra: pip install 'platform-common-jobs[cli]')",
         file=sys.stdout if args else sys.stderr,
     )
-    return EXIT_OK if args else EXIT_USAGE
+    return exits.EXIT_OK if args else exits.EXIT_USAGE

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from . import acl_command, monitoring_commands, store_commands, worker_command
+from . import acl_command, store_commands, worker_command
 from .exits import EXIT_OK, enable_debug
 
 __all__ = ["app", "run_app"]
@@ -54,7 +54,6 @@ def _worker(ctx: typer.Context) -> None:
 
 app.command("backfill")(store_commands.backfill)
 app.command("acl")(acl_command.acl)
-app.command("generate")(monitoring_commands.generate)
 
 
 def run_app(args: list[str], prog: str) -> int:

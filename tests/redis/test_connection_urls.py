@@ -88,7 +88,7 @@ def test_sentinel_tls_and_sentinel_password_file(tmp_path: Path) -> None:
 def test_settings_stay_frozen() -> None:
     settings = RedisSettings.from_url("redis+sentinel://s1/svc")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.sentinel_service = "other"  # type: ignore[misc]
+        settings.sentinel_service = "other"  # type: ignore[misc,unused-ignore]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from tests.support.queue_handlers import make_job
 from tests.support.redis_server import find_free_port
 from tests.support.workers import wait_until
 
-COMMANDS = ("worker", "backfill", "acl", "generate")
+COMMANDS = ("worker", "backfill", "acl")
 ECHO = "platform_common.jobs.queue.builtin:echo"
 NO_SUCH_HANDLER = "tests.support.queue_handlers:no_such_function"
 # Nothing listens there: "Redis unreachable" without waiting for a timeout.
@@ -244,38 +244,3 @@ def test_acl_for_one_role_and_other_prefixes() -> None:
     assert unknown.returncode == 2
     # A usage error is typer's (a box, wrapped to the terminal): the roles are listed.
     assert "producer, worker, exporter" in " ".join(unknown.stderr.replace("│", " ").split())
-
-
-# -- generate ---------------------------------------------------------------------------
-def test_generate_check_passes_on_the_repository() -> None:
-    done = run("generate", "--check", "--out", str(ROOT))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"up to date: {ROOT}\n"
-
-
-def test_generate_writes_a_bundle_then_check_passes(tmp_path: Path) -> None:
-    stale = run("generate", "--check", "--out", str(tmp_path))
-    assert stale.returncode == 1
-    assert "stale: dashboards/queue-overview.json" in stale.stderr
-    assert "are stale; run without --check" in one_error_line(stale)
-    assert not any(tmp_path.iterdir())  # --check wrote nothing
-
-    wrote = run("generate", "--out", str(tmp_path))
-    assert wrote.returncode == 0, wrote.stderr
-    assert "wrote dashboards/queue-overview.json" in wrote.stdout
-    assert run("generate", "--check", "--out", str(tmp_path)).returncode == 0
-
-
-def test_generate_reports_bad_site_settings_and_a_missing_extra(tmp_path: Path) -> None:
-    site = tmp_path / "site.yaml"
-    site.write_text("no_such_setting: 1\n")
-    bad = run("generate", "--check", "--site", str(site), "--out", str(tmp_path))
-    assert bad.returncode == 2
-    assert one_error_line(bad).startswith("error: site settings: ")
-
-    missing = without(("yaml",), "generate", "--check", "--out", str(ROOT))
-    assert missing.returncode == 2
-    assert one_error_line(missing) == (
-        "error: `generate` needs the 'monitoring' extra (no module 'yaml'): "
-        "pip install 'platform-common-jobs[monitoring]'"
-    )

@@ -112,4 +112,4 @@ def test_the_public_api() -> None:
     )  # fmt: skip
     for name in jobs.__all__:
         assert getattr(jobs, name) is not None
-    assert JobStatus.SUCCEEDED == "succeeded"
+    assert JobStatus.SUCCEEDED.value == "succeeded" and isinstance(JobStatus.SUCCEEDED, str)

@@ -1,0 +1,1 @@
+"""What ships: the wheel's contents and dependencies, and each package's public names."""

@@ -1,0 +1,32 @@
+"""The queue tests run twice: on the session redis-server (`single`) and on the session
+Redis Cluster (`cluster`), through one parametrized `redis_url` (and the `redis_client`
+of the root conftest, which follows it). A test marked `@pytest.mark.single_node(...)`
+gets no cluster run; a test that uses no `redis_url` runs once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.backends import CLUSTER, parametrize_backends
+
+SINGLE = "single"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_backends(metafunc, "redis_backend", (SINGLE, CLUSTER))
+
+
+@pytest.fixture
+def redis_backend(request: pytest.FixtureRequest) -> str:
+    """`single` or `cluster` (generated above)."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
+    """The emptied session server or session cluster; the cluster starts on first use."""
+    url: str = request.getfixturevalue(
+        "cluster_url" if redis_backend == CLUSTER else "single_node_url"
+    )
+    return url
