@@ -216,6 +216,20 @@ async def test_backfill_dry_run_counts_and_writes_nothing(
     assert await redis_client.zcard(StoreKeys("cli-agent").index("u1")) == 0
 
 
+async def test_backfill_names_its_target_first(redis_url: str) -> None:
+    env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
+    done = run("backfill", "--dry-run", "--quiet", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == f"backfill target: {redis_url} agent 'cli-agent'"
+
+
+def test_backfill_refuses_an_in_memory_store() -> None:
+    for env in ({"JOB_STORE_URL": "memory://"}, {"JOB_STORE_URL": ""}):
+        refused = run("backfill", "--quiet", env=env)
+        assert refused.returncode == 2
+        assert one_error_line(refused).startswith("error: JOB_STORE_URL: backfill needs a Redis")
+
+
 def test_backfill_failures_are_one_line() -> None:
     unreachable = run("backfill", "--quiet", env={"JOB_STORE_URL": DEAD_REDIS})
     assert unreachable.returncode == 1

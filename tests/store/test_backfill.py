@@ -141,7 +141,7 @@ async def test_the_command_line(redis_url: str) -> None:
     assert "scanned 30, added 30, already present 0, skipped 0" in real.stdout
     rerun = run_cli(redis_url, "--quiet")
     assert "scanned 30, added 0, already present 30, skipped 0" in rerun.stdout
-    assert rerun.stderr == ""
+    assert rerun.stderr == f"backfill target: {redis_url} agent 'cli-agent'\n"  # no progress
     assert len((await indexed.list_for_owner("u1", limit=100)).rows) == 30
     await indexed.close()
 

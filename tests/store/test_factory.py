@@ -14,6 +14,7 @@ from platform_common.jobs import (
     RedisJobStore,
     make_job_store,
 )
+from platform_common.jobs.store import factory
 from platform_common.jobs.store.factory import StoreConfig
 
 
@@ -113,3 +114,16 @@ def test_the_public_api() -> None:
     for name in jobs.__all__:
         assert getattr(jobs, name) is not None
     assert JobStatus.SUCCEEDED.value == "succeeded" and isinstance(JobStatus.SUCCEEDED, str)
+
+
+def test_an_unset_url_warns_once_that_jobs_stay_in_memory(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(factory, "_warned_memory_fallback", False)
+    with caplog.at_level(logging.WARNING, logger="platform_common.jobs.store.factory"):
+        make_job_store(environ={})
+        make_job_store(environ={})
+        make_job_store("memory://", environ={})  # chosen on purpose: no warning
+    warnings = [r for r in caplog.records if "JOB_STORE_URL is not set" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "memory only" in warnings[0].getMessage()

@@ -70,11 +70,19 @@ def backfill(
     Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent. Rollout: run it, set
     JOBSTATE_TIME_INDEX_ENABLED=true on the agents, run it once more.
     """
+    # The target goes to stderr before anything else: a run against the wrong store (or
+    # namespace) is visible at once, not after it reports zeros.
+    console = Console(stderr=True)
+
+    def announce(target: str) -> None:
+        console.print(target, markup=False, highlight=False, soft_wrap=True)
+
     if quiet:
-        report = asyncio.run(run(dry_run=dry_run, batch=batch))
+        report = asyncio.run(run(dry_run=dry_run, batch=batch, announce=announce))
     else:
-        console = Console(stderr=True)
         with _bar(console) if console.is_terminal else _lines(console) as progress:
-            report = asyncio.run(run(dry_run=dry_run, batch=batch, progress=progress))
+            report = asyncio.run(
+                run(dry_run=dry_run, batch=batch, progress=progress, announce=announce)
+            )
     # Plain stdout, not rich: the summary is read by scripts as much as by people.
     print(summary(report))

@@ -19,8 +19,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from ..errors import ConfigurationError
 from .factory import make_job_store
 from .listing import BackfillReport
+from .redis_store import RedisJobStore
 
 __all__ = ["BackfillProgress", "main", "run", "summary"]
 
@@ -29,10 +31,25 @@ BackfillProgress = Callable[[int, int | None], None]
 
 
 async def run(
-    *, dry_run: bool = False, batch: int = 500, progress: BackfillProgress | None = None
+    *,
+    dry_run: bool = False,
+    batch: int = 500,
+    progress: BackfillProgress | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> BackfillReport:
-    """Backfill the store `make_job_store()` configures; `progress` after every batch."""
+    """Backfill the store `make_job_store()` configures; `announce` is told the target
+    (redacted URL and agent namespace) first, `progress` after every batch.
+
+    Refuses an in-memory store (ConfigurationError): a fresh process's memory holds
+    nothing to backfill, so a run there would only ever report zeros."""
     store = make_job_store()
+    if not isinstance(store, RedisJobStore):
+        await store.close()
+        raise ConfigurationError(
+            "JOB_STORE_URL", "backfill needs a Redis store (redis://...); it is unset or memory://"
+        )
+    if announce is not None:
+        announce(f"backfill target: {store.settings.redacted_url()} agent {store.agent!r}")
     try:
         total = await store.record_count_hint()
 

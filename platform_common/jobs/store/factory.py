@@ -110,6 +110,8 @@ def make_job_store(
     if scheme == "memory":
         if url and url.rstrip("/") not in ("memory:", "memory:/"):
             raise ConfigurationError(URL_ENV, f"memory:// takes no host, path or options: {url!r}")
+        if not url:
+            _warn_memory_fallback()
         return InMemoryJobStore(**common)  # type: ignore[arg-type]
     if scheme in _REDIS_SCHEMES:
         settings = RedisSettings.from_url(url, setting_name=URL_ENV)
@@ -126,3 +128,20 @@ def make_job_store(
         f"unknown scheme {scheme!r} in {redact_url(url)!r}: use memory://, redis://, rediss://"
         " or redis+sentinel://",
     )
+
+
+_warned_memory_fallback = False
+
+
+def _warn_memory_fallback() -> None:
+    """Once per process: an unset JOB_STORE_URL is never a silent choice."""
+    global _warned_memory_fallback
+    if not _warned_memory_fallback:
+        _warned_memory_fallback = True
+        logger.warning(
+            "%s is not set: jobs are kept in this process's memory only (lost on restart, "
+            "not shared between replicas); set %s=redis://... for a shared store, or "
+            "memory:// to choose this on purpose",
+            URL_ENV,
+            URL_ENV,
+        )
