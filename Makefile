@@ -45,9 +45,11 @@ GENERATE_ARGS = $(if $(SITE),--site $(SITE)) $(if $(OUT),--out $(OUT))
 
 generate: venv
 	$(BIN)/python scripts/generate.py $(GENERATE_ARGS)
+	$(BIN)/python -m platform_common.jobs.queue.payload_schema
 
 check-generated: venv
 	$(BIN)/python scripts/generate.py --check $(GENERATE_ARGS)
+	$(BIN)/python -m platform_common.jobs.queue.payload_schema --check
 
 test: deps lint typecheck check-generated unit
 

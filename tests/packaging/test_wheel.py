@@ -79,6 +79,7 @@ def test_data_files_ship_and_test_helpers_do_not(wheel: zipfile.ZipFile) -> None
     for marker in ("jobs", "jobs_exporter", "jobs_monitoring"):
         assert f"platform_common/{marker}/py.typed" in shipped
     assert "platform_common/jobs_monitoring/site.defaults.yaml" in shipped
+    assert "platform_common/jobs/queue/job_payload.schema.json" in shipped
     pages = {p.name for p in (ROOT / "runbooks").glob("*.md")}
     assert {f"platform_common/jobs_monitoring/runbooks/{page}" for page in pages} <= shipped
     for name in shipped:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from platform_common.jobs.errors import InvalidPayload, ValidationError
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from platform_common.jobs.redis.url import RedisClient
@@ -91,3 +92,28 @@ async def test_purge_deletes_dead_letters_for_good(
     assert await queue.dead_letters.count("dining") == 0
     assert not await redis_client.exists(*(DINING.job(i) for i in ids))
     assert await queue.dead_letters.purge("dining") == 0
+
+
+async def test_purge_counts_only_what_it_purged(queue: JobQueue) -> None:
+    ids = await dead_letter(queue, 1)
+    assert await queue.dead_letters.purge("dining", ["never-existed", "nor-this"]) == 0
+    assert await queue.dead_letters.purge("dining", [ids[0], ids[0], "never-existed"]) == 1
+    assert await queue.dead_letters.count("dining") == 0
+
+
+async def test_a_misspelt_agent_type_is_an_error_everywhere(queue: JobQueue) -> None:
+    dead = queue.dead_letters
+    operations = [
+        dead.count("dinning"),
+        dead.list("dinning"),
+        dead.requeue("dinning"),
+        dead.purge("dinning", ["x"]),
+    ]
+    for operation in operations:
+        with pytest.raises(ValidationError) as caught:
+            await operation
+        assert caught.value.field == "agent_type"
+        assert "unknown agent type 'dinning'; known: dining, dmc" in str(caught.value)
+    with pytest.raises(InvalidPayload) as refused:
+        await queue.enqueue(make_job(agent_type="dinning"))
+    assert refused.value.errors["agent_type"] == caught.value.problem  # the same words

@@ -11,6 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ..errors import ValidationError
 from ..keys import QueueKeys, latency_bucket_field
 from ..redis.auto_pipeline import AutoPipeline
 from ..redis.script import Script
@@ -51,6 +52,17 @@ class QueueConnection:
 
     def keys(self, agent_type: str) -> QueueKeys:
         return _keys(agent_type, self.settings.prefix)
+
+    def known_keys(self, agent_type: str) -> QueueKeys:
+        """The keys of a configured agent type; any other name is refused with the
+        ValidationError text enqueue gives (a misspelt type is an error, never an empty
+        answer)."""
+        if agent_type not in self.settings.agent_types:
+            known = ", ".join(sorted(self.settings.agent_types))
+            raise ValidationError(
+                "agent_type", f"unknown agent type {agent_type!r}; known: {known}"
+            )
+        return self.keys(agent_type)
 
     async def prewarm(self) -> None:
         """Open `pool_min` connections now, so the first jobs do not pay for connecting.

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..keys import QueueKeys
 from .connection import QueueConnection
 
 __all__ = ["DeadLetter", "DeadLetters"]
@@ -100,15 +101,18 @@ class DeadLetters:
 
     async def purge(self, agent_type: str, job_ids: Sequence[str] | None = None) -> int:
         """Delete dead letters for good (record and result too); all of them without
-        `job_ids`, BATCH per script call. Returns how many were purged."""
+        `job_ids`, BATCH per script call. Returns how many were purged: ids that were not
+        dead letters (never were, requeued, purged before) are not counted."""
         keys = self._keys(agent_type)
         client = self._connection.client
         purged = 0
+        offset = 0
         while True:
             if job_ids is None:
                 chunk: builtins.list[str] = await client.lrange(keys.dead, -BATCH, -1)  # type: ignore[misc]
             else:
-                chunk = list(job_ids[purged : purged + BATCH])
+                chunk = list(job_ids[offset : offset + BATCH])
+                offset += len(chunk)
             if not chunk:
                 return purged
             script_keys = [keys.dead]
@@ -119,12 +123,9 @@ class DeadLetters:
                     self._connection.scripts.dead_purge, script_keys, chunk
                 )
             )
-            if job_ids is not None:
-                purged += len(chunk)  # advance through the given ids
-                continue
             purged += done
-            if done == 0:
+            if job_ids is None and done == 0:
                 return purged
 
-    def _keys(self, agent_type: str) -> Any:
-        return self._connection.keys(agent_type)
+    def _keys(self, agent_type: str) -> QueueKeys:
+        return self._connection.known_keys(agent_type)

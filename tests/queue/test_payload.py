@@ -16,7 +16,7 @@ from platform_common.jobs import queue as queue_package
 from platform_common.jobs.errors import ConfigurationError, InvalidPayload
 from platform_common.jobs.queue import DEFAULT_AGENT_TYPES, JobPayload, QueueSettings
 from platform_common.jobs.queue.payload import prepare_job
-from tests.queue_handlers import make_job
+from tests.support.queue_handlers import make_job
 
 
 def test_the_spec_example_is_valid_and_round_trips() -> None:
