@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Union
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from .url import RedisClient
 
@@ -28,6 +28,7 @@ __all__ = [
     "Script",
     "ScriptCall",
     "Send",
+    "command_transport",
     "lua_source",
     "pipeline_transport",
     "run_batch",
@@ -136,13 +137,26 @@ def _script_call(command: Command) -> ScriptCall:
 
 
 async def run_command(client: RedisClient, command: Command) -> Any:
-    """Run one command on `client`; its error raised."""
-    if not isinstance(command, ScriptCall):
-        return await client.execute_command(*command)
-    try:
-        return await client.execute_command(*command.first_command())
-    except NoScriptError:
-        return await client.execute_command(*command.by_source())
+    """Run one command through `client`'s pool; its error raised."""
+    reply = (await run_batch(command_transport(client), [command]))[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def command_transport(client: RedisClient) -> Send:
+    """Send each command as one `execute_command` of `client` (its pool and retries)."""
+
+    async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
+        replies: list[Any] = []
+        for command in commands:
+            try:
+                replies.append(await client.execute_command(*command))
+            except ResponseError as exc:  # an error reply, in place like a pipeline's
+                replies.append(exc)
+        return replies
+
+    return send
 
 
 def pipeline_transport(client: RedisClient) -> Send:
