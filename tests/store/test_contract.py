@@ -202,6 +202,17 @@ async def test_concurrent_updates_with_expected_version_let_exactly_one_win(
     assert await store.get("race") == winners[0]
 
 
+async def test_concurrent_updates_without_expected_version_all_land(store: BaseJobStore) -> None:
+    """Redis validates the record it read and writes only to that version, retrying a
+    lost race: every writer still gets through, each on its own version."""
+    await store.create("busy", ttl_seconds=60)
+    records = await asyncio.gather(*(store.update("busy", result={"by": n}) for n in range(20)))
+    assert sorted(r.version for r in records) == list(range(2, 22))
+    final = await store.get("busy")
+    assert final is not None and final.version == 21
+    assert final == next(r for r in records if r.version == 21)
+
+
 @pytest.mark.parametrize("terminal", sorted(TERMINAL))
 async def test_terminal_states_never_change_status(
     store: BaseJobStore, terminal: JobStatus

@@ -1,54 +1,56 @@
--- JobStore update: check version and transition, change the given fields, bump the version.
--- The remaining TTL is kept (HSET does not touch it) unless ARGV[6] asks for a new one.
+-- JobStore update: change the given fields of the record version the caller validated.
+-- The caller has read the whole hash and parsed it (a malformed record is refused there,
+-- before anything is written); this script writes only if the record is still that one
+-- (same version and created_at), so what it writes lands on a record known to be valid
+-- and the caller can answer the new record without parsing anything after the write.
+-- Version checks, transitions and every field check happen in the caller, against that
+-- read. The remaining TTL is kept (HSET does not touch it) unless ARGV[7] asks for one.
 -- KEYS[1]  the record hash
--- ARGV[1]  new status, "" = unchanged
--- ARGV[2]  the statuses ARGV[1] may be reached from, as ",pending,running,"
--- ARGV[3]  payload JSON, "" = unchanged
--- ARGV[4]  result JSON, "" = unchanged
--- ARGV[5]  error: "" = unchanged, else "=" followed by the error text
--- ARGV[6]  TTL in seconds, "" = keep the remaining TTL
--- ARGV[7]  expected version, "" = any
--- Returns {"ok", field, value, ...} (the whole hash after the write), or, writing nothing:
--- {"missing"}, {"version", stored version}, {"illegal", current status},
--- {"malformed", field name}.
-local current = redis.call('HMGET', KEYS[1], 'status', 'version')
-if not current[1] then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    return {'missing'}
-  end
-  return {'malformed', 'status'}
+-- ARGV[1]  the stored version the caller read (its exact text)
+-- ARGV[2]  the stored created_at the caller read (its exact text)
+-- ARGV[3]  the new version (decimal digits: computed by the caller, never by Lua, whose
+--          numbers are doubles and would write a large one as "1e+21")
+-- ARGV[4]  new status, "" = unchanged
+-- ARGV[5]  payload JSON, "" = unchanged
+-- ARGV[6]  result JSON, "" = unchanged
+-- ARGV[7]  error: "" = unchanged, else "=" followed by the error text
+-- ARGV[8]  TTL in seconds (at most 9 digits), "" = keep the remaining TTL
+-- Returns {"ok", updated_at}, or, writing nothing: {"missing"}, {"moved"} (the record is
+-- no longer the one the caller read: read it again) or {"invalid", argument name}.
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  return {'missing'}
 end
-local version = tonumber(current[2] or '')
-if not version then
-  return {'malformed', 'version'}
+if kind ~= 'hash' then
+  return {'moved'}
 end
-if ARGV[7] ~= '' and version ~= tonumber(ARGV[7]) then
-  return {'version', current[2]}
+local current = redis.call('HMGET', KEYS[1], 'version', 'created_at')
+if current[1] ~= ARGV[1] or current[2] ~= ARGV[2] then
+  return {'moved'}
 end
-if ARGV[1] ~= '' and not string.find(ARGV[2], ',' .. current[1] .. ',', 1, true) then
-  return {'illegal', current[1]}
+if not string.match(ARGV[3], '^[1-9]%d*$') then
+  return {'invalid', 'version'}
+end
+if ARGV[8] ~= '' and not string.match(ARGV[8], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$') then
+  return {'invalid', 'ttl_seconds'}
 end
 local now = redis.call('TIME')
-local fields = {
-  'version', string.format('%d', version + 1),
-  'updated_at', now[1] .. '.' .. string.format('%06d', tonumber(now[2])),
-}
-if ARGV[1] ~= '' then
-  table.insert(fields, 'status'); table.insert(fields, ARGV[1])
-end
-if ARGV[3] ~= '' then
-  table.insert(fields, 'payload'); table.insert(fields, ARGV[3])
-end
+local updated = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+local fields = {'version', ARGV[3], 'updated_at', updated}
 if ARGV[4] ~= '' then
-  table.insert(fields, 'result'); table.insert(fields, ARGV[4])
+  table.insert(fields, 'status'); table.insert(fields, ARGV[4])
 end
 if ARGV[5] ~= '' then
-  table.insert(fields, 'error'); table.insert(fields, string.sub(ARGV[5], 2))
+  table.insert(fields, 'payload'); table.insert(fields, ARGV[5])
+end
+if ARGV[6] ~= '' then
+  table.insert(fields, 'result'); table.insert(fields, ARGV[6])
+end
+if ARGV[7] ~= '' then
+  table.insert(fields, 'error'); table.insert(fields, string.sub(ARGV[7], 2))
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-if ARGV[6] ~= '' then
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
+if ARGV[8] ~= '' then
+  redis.call('EXPIRE', KEYS[1], ARGV[8])
 end
-local all = redis.call('HGETALL', KEYS[1])
-table.insert(all, 1, 'ok')
-return all
+return {'ok', updated}

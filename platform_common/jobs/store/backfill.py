@@ -75,6 +75,11 @@ def summary(report: BackfillReport) -> str:
     )
     if report.malformed:
         text += f"\nmalformed records (not indexed): {', '.join(report.malformed)}"
+    if report.bad_buckets:
+        text += (
+            f"\nindex keys that are not sorted sets (delete them, run again): "
+            f"{', '.join(report.bad_buckets)}"
+        )
     return text
 
 

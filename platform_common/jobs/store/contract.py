@@ -8,7 +8,6 @@ memory:// and redis:// cannot drift apart in what they accept or report.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -20,7 +19,15 @@ from opentelemetry.trace import TracerProvider
 
 from ..errors import JobsError, ValidationError
 from ..status import JobStatus
-from ..validation import is_int, validate_job_id, validate_name, validate_owner_oid, validate_ttl
+from ..validation import (
+    encode_json,
+    is_int,
+    validate_job_id,
+    validate_name,
+    validate_owner_oid,
+    validate_text,
+    validate_ttl,
+)
 from .listing import BackfillReport, IndexBackend, Page, list_page
 from .record import JobRecord
 from .telemetry import StoreTelemetry
@@ -138,7 +145,11 @@ class BaseJobStore(IndexBackend, ABC):
         status: JobStatus = JobStatus.PENDING,
         owner_oid: str = "",
     ) -> JobRecord:
-        """Store a new job; JobConflict if the id exists. TTL is required (no leaks)."""
+        """Store a new job; JobConflict if the id exists. TTL is required (no leaks).
+
+        Bounds (validation.py, the same for every backend, checked before anything is
+        written): ttl_seconds from 1 to MAX_TTL_SECONDS; the payload's JSON at most
+        MAX_JSON_DEPTH containers deep and MAX_JSON_BYTES encoded; no lone surrogates."""
         with self.telemetry.operation("create") as op:
             job_id = validate_job_id(job_id)
             op.job(job_id)
@@ -173,6 +184,7 @@ class BaseJobStore(IndexBackend, ABC):
         The remaining TTL is kept unless `ttl_seconds` is given, which resets it.
         JobNotFound if missing; VersionConflict if `expected_version` differs from the
         stored version; IllegalTransition (nothing written) for e.g. succeeded -> running.
+        payload and result have create's bounds; error is text of at most MAX_TEXT_BYTES.
         """
         with self.telemetry.operation("update") as op:
             job_id = validate_job_id(job_id)
@@ -181,6 +193,8 @@ class BaseJobStore(IndexBackend, ABC):
                 raise ValidationError(
                     "error", f"must be a string or None, got {type(error).__name__}"
                 )
+            if error is not None:
+                validate_text(error, "error")
             if expected_version is not None and (
                 not is_int(expected_version) or expected_version < 1
             ):
@@ -342,13 +356,11 @@ def _status(value: object, field: str) -> JobStatus:
 
 
 def _json_object(value: object, field: str) -> str:
-    """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN."""
+    """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN,
+    within validation.MAX_JSON_DEPTH and MAX_JSON_BYTES, every string valid Unicode."""
     if value is not None and not isinstance(value, dict):
         raise ValidationError(field, f"must be a dict or None, got {type(value).__name__}")
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(field, f"must be JSON-serialisable: {exc}") from None
+    return encode_json(value, field)
 
 
 def _limit(value: object, maximum: int, field: str = "limit") -> int:

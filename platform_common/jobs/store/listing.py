@@ -58,6 +58,9 @@ class BackfillReport:
     dry_run: bool = False
     malformed: list[str] = field(default_factory=list)
     """Job ids of malformed records (at most 100 kept)."""
+    bad_buckets: list[str] = field(default_factory=list)
+    """Owner buckets whose index key holds another type than a sorted set: their records
+    are skipped (nothing written there) until the key is deleted and the backfill rerun."""
 
 
 Row = tuple[JobRecord, str]

@@ -8,29 +8,33 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from ..errors import InvalidRecord
 from ..status import JobStatus
 from .listing import Row
 from .record import JobRecord
 from .time_index import created_us, member
 
-__all__ = ["ROW_FIELDS", "exact_us", "parse_hash"]
+__all__ = ["ROW_FIELDS", "exact_us", "is_wrong_type", "parse_hash"]
 
 ROW_FIELDS = ("status", "payload", "result", "error", "created_at", "updated_at", "version",
               "owner_oid")  # fmt: skip
-_KNOWN_FIELDS = frozenset(ROW_FIELDS)
 _REQUIRED_FIELDS = frozenset({"status", "payload", "created_at", "updated_at", "version"})
 _REDIS_TIME = re.compile(r"(\d+)\.(\d{6})")
 
 
 def parse_hash(job_id: str, fields: dict[str, str]) -> Row:
     """A stored hash as (JobRecord, index member). Anything malformed raises InvalidRecord
-    naming the field, so no half-read record ever leaves the store."""
-    names = fields.keys()
-    if not names >= _REQUIRED_FIELDS or not names <= _KNOWN_FIELDS:
-        unknown = sorted(names - _KNOWN_FIELDS)
-        name = unknown[0] if unknown else sorted(_REQUIRED_FIELDS - names)[0]
-        raise InvalidRecord(name, f"job {job_id!r}: {'unknown' if unknown else 'missing'} field")
+    naming the field, so no half-read record ever leaves the store.
+
+    Fields this version does not know are ignored, not refused: during a rolling deploy
+    a newer version may add one, and an older reader must still read (and update) the
+    record. The store never deletes them either: an update rewrites only its own
+    fields, so the newer version finds its field where it left it."""
+    missing = _REQUIRED_FIELDS - fields.keys()
+    if missing:
+        raise InvalidRecord(sorted(missing)[0], f"job {job_id!r}: missing field")
     try:
         status = JobStatus(fields["status"])
     except ValueError:
@@ -58,7 +62,9 @@ def parse_hash(job_id: str, fields: dict[str, str]) -> Row:
 def _json_object(job_id: str, name: str, value: str) -> Any:
     try:
         decoded = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: nested deeper than the decoder can follow (written around
+        # the store's depth bound, e.g. by hand).
         raise InvalidRecord(name, f"job {job_id!r}: stored value is not JSON") from None
     if decoded is not None and not isinstance(decoded, dict):
         raise InvalidRecord(name, f"job {job_id!r}: stored value is not a JSON object")
@@ -79,3 +85,8 @@ def exact_us(created_at: str) -> int | None:
     """Microseconds of a "<sec>.<usec>" timestamp written by the scripts, exactly."""
     match = _REDIS_TIME.fullmatch(created_at)
     return None if match is None else int(match[1]) * 1_000_000 + int(match[2])
+
+
+def is_wrong_type(exc: ResponseError) -> bool:
+    """Redis' answer to a command on a key that holds another type than the command's."""
+    return str(exc).startswith("WRONGTYPE")

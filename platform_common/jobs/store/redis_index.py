@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from redis.exceptions import ResponseError
+
 from ..errors import InvalidRecord
 from ..keys import SHARED_OWNER_BUCKET, StoreKeys
 from ..redis.url import RedisClient
 from .listing import BackfillReport, IndexBackend, Row
-from .record_hash import ROW_FIELDS, exact_us, parse_hash
+from .record_hash import ROW_FIELDS, exact_us, is_wrong_type, parse_hash
 from .time_index import job_id_of, member, owner_bucket
 
 __all__ = ["RedisTimeIndex"]
@@ -65,15 +67,43 @@ class RedisTimeIndex(IndexBackend):
                     pipe.zrevrangebylex(self.keys.index(bucket), high, "-", start=0, num=count)
                 return list(await pipe.execute())
 
+    async def _read_each(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Read commands in one pipeline, each reply or its error in place, never raised:
+        a key holding another type, or bytes that are not UTF-8, spoil their reply only."""
+        client = self._binding().client
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies = list(await pipe.execute(raise_on_error=False))
+        except UnicodeDecodeError:
+            pass
+        else:
+            if not any(isinstance(reply, UnicodeDecodeError) for reply in replies):
+                return replies
+        # redis-py decodes while it reads: a reply that is not UTF-8 abandons the rest of
+        # the pipeline (raised on one node, or the connection dropped under the replies
+        # after it on a cluster). Rare: read the batch again one command at a time.
+        replies = []
+        for command in commands:
+            try:
+                replies.append(await client.execute_command(*command))
+            except (ResponseError, UnicodeDecodeError) as exc:
+                replies.append(exc)
+        return replies
+
     async def _fetch_rows(self, job_ids: Sequence[str], include_payload: bool) -> list[Row | None]:
         fields = list(ROW_FIELDS if include_payload else ROW_FIELDS[:1] + ROW_FIELDS[2:])
         with self._unavailable():
-            async with self._binding().client.pipeline(transaction=False) as pipe:
-                for job_id in job_ids:
-                    pipe.hmget(self.keys.record(job_id), fields)
-                replies = await pipe.execute()
+            replies = await self._read_each(
+                [("HMGET", self.keys.record(job_id), *fields) for job_id in job_ids]
+            )
         rows: list[Row | None] = []
         for job_id, values in zip(job_ids, replies, strict=True):
+            if _spoiled(values):
+                logger.warning("skipping unreadable record %r in a listing: %s", job_id, values)
+                rows.append(None)
+                continue
             found = {
                 name: value for name, value in zip(fields, values, strict=True) if value is not None
             }
@@ -126,12 +156,14 @@ class RedisTimeIndex(IndexBackend):
         return members
 
     async def _visible_members(self, record_keys: list[str], visible: set[str]) -> list[str]:
-        async with self._binding().client.pipeline(transaction=False) as pipe:
-            for key in record_keys:
-                pipe.hmget(key, ["owner_oid", "created_at"])
-            replies = await pipe.execute()
+        replies = await self._read_each(
+            [("HMGET", key, "owner_oid", "created_at") for key in record_keys]
+        )
         members = []
-        for key, (owner, created) in zip(record_keys, replies, strict=True):
+        for key, reply in zip(record_keys, replies, strict=True):
+            if _spoiled(reply):
+                continue  # not a readable record: nothing to list
+            owner, created = reply
             if created is not None and owner_bucket(owner or "") in visible:
                 exact = exact_us(created)
                 if exact is not None:
@@ -160,23 +192,29 @@ class RedisTimeIndex(IndexBackend):
     async def _backfill_batch(
         self, record_keys: list[str], dry_run: bool, report: BackfillReport
     ) -> None:
-        binding = self._binding()
-        async with binding.client.pipeline(transaction=False) as pipe:
-            for key in record_keys:
-                pipe.hget(key, "owner_oid")
-            owners = await pipe.execute()
+        owners = await self._read_each([("HGET", key, "owner_oid") for key in record_keys])
         flag = "1" if dry_run else "0"
-        outcomes = await self._script_batch(
+        # A key whose owner cannot be read (not a hash, not UTF-8) names no index: it is
+        # malformed without asking the script.
+        readable = [
+            (key, owner or "")
+            for key, owner in zip(record_keys, owners, strict=True)
+            if not _spoiled(owner)
+        ]
+        outcomes = dict.fromkeys(record_keys, -2)
+        replies = await self._script_batch(
             "store_index_backfill",
             [
                 (
-                    [key, self.keys.index(owner_bucket(owner or ""))],
-                    [owner or "", self.keys.job_id_of(key), flag],
+                    [key, self.keys.index(owner_bucket(owner))],
+                    [owner, self.keys.job_id_of(key), flag],
                 )
-                for key, owner in zip(record_keys, owners, strict=True)
+                for key, owner in readable
             ],
         )
-        for key, outcome in zip(record_keys, outcomes, strict=True):
+        outcomes.update(zip((key for key, _ in readable), replies, strict=True))
+        buckets = {key: owner_bucket(owner) for key, owner in readable}
+        for key, outcome in outcomes.items():
             report.scanned += 1
             if outcome == 1:
                 report.added += 1
@@ -186,14 +224,19 @@ class RedisTimeIndex(IndexBackend):
                 report.skipped += 1
                 if outcome == -2 and len(report.malformed) < 100:
                     report.malformed.append(self.keys.job_id_of(key))
+                bad = outcome == -4 and buckets[key] not in report.bad_buckets
+                if bad and len(report.bad_buckets) < 100:
+                    report.bad_buckets.append(buckets[key])
 
     async def _sweep(self, max_entries: int) -> int:
         client = self._binding().client
         removed = examined = 0
         with self._unavailable():
             pattern = self.keys.index_scan_pattern()
+            # Sorted sets only: an index key holding another type has no entries to
+            # sweep, and ZRANGEBYLEX on it would stop the sweep for every bucket.
             index_keys = sorted(
-                [k async for k in client.scan_iter(match=pattern, count=_SCAN_COUNT)]
+                [k async for k in client.scan_iter(match=pattern, count=_SCAN_COUNT, _type="zset")]
             )
             key_from, member_from = self._sweep_position
             for key in (k for k in index_keys if k >= key_from):
@@ -213,3 +256,16 @@ class RedisTimeIndex(IndexBackend):
                     return removed
             self._sweep_position = ("", "")  # a whole pass done: the next sweep starts over
         return removed
+
+
+def _spoiled(reply: Any) -> bool:
+    """True for a reply spoiled by its key's data (another type, bytes that are not
+    UTF-8), False for a reply. Any other error (the server refusing: ACL, OOM, ...) is
+    raised, never mistaken for bad data."""
+    if not isinstance(reply, Exception):
+        return False
+    if isinstance(reply, UnicodeDecodeError):
+        return True
+    if isinstance(reply, ResponseError) and is_wrong_type(reply):
+        return True
+    raise reply

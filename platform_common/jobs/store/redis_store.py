@@ -2,9 +2,12 @@
 
 Layout (keys.StoreKeys): `agentjobs:{agent}:<job_id>` with fields status, payload
 (JSON), result (JSON, absent when None), error (absent when None), created_at and
-updated_at (seconds from Redis TIME, "<sec>.<usec>"), version, owner_oid. The time
-index of an owner is `agentjobs:{agent}:_idx:<bucket>` in the same slot, so create
-writes record and index entry in one script, on Redis Cluster too.
+updated_at (seconds from Redis TIME, "<sec>.<usec>"), version, owner_oid; fields a
+newer version adds are read past and kept. The time index of an owner is
+`agentjobs:{agent}:_idx:<bucket>` in the same slot, so create writes record and index
+entry in one script, on Redis Cluster too. Redis keeps what a failing script wrote,
+so every script checks all that can fail before its first write, and an update
+parses the record before its script writes to that very version.
 
 Connections: one client (connection pool) per Redis URL and event loop, created lazily
 on first use and shared by every store of the process; `close()` releases this
@@ -14,18 +17,20 @@ store's share and the last one out closes the pool.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import (
@@ -34,6 +39,7 @@ from ..errors import (
     InvalidRecord,
     JobConflict,
     JobNotFound,
+    ValidationError,
     VersionConflict,
 )
 from ..keys import StoreKeys
@@ -42,11 +48,18 @@ from ..redis.url import RedisClient, RedisSettings
 from ..status import JobStatus, transition_allowed
 from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .record import JobRecord
-from .record_hash import parse_hash
+from .record_hash import is_wrong_type, parse_hash
 from .redis_index import RedisTimeIndex
 from .time_index import DEFAULT_LIST_SCAN_CAP, owner_bucket
 
 __all__ = ["RedisJobStore"]
+
+logger = logging.getLogger("platform_common.jobs.store.redis_store")
+
+# An update reads the record, checks it, then writes only if it is still that version;
+# each lost race costs one more read. Enough for every writer of a busy job to get
+# through; past it the job is being rewritten faster than we can read it.
+_UPDATE_ATTEMPTS = 50
 
 
 # -- shared clients ------------------------------------------------------------
@@ -103,12 +116,6 @@ class _Binding:
             if isinstance(reply, Exception):
                 raise reply
         return replies
-
-
-@cache
-def _allowed_from(requested: JobStatus) -> str:
-    """The statuses `requested` may be reached from, as the update script reads them."""
-    return "," + ",".join(s.value for s in JobStatus if transition_allowed(s, requested)) + ","
 
 
 class RedisJobStore(RedisTimeIndex, BaseJobStore):
@@ -177,6 +184,10 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             )
         if reply[0] == "conflict":
             raise JobConflict(job_id)
+        if reply[0] != "ok":  # the script's own argument check: unreachable past validation
+            raise ValidationError(reply[1], "refused by store_create")
+        if len(reply) > 2:
+            self._index_skipped("create", owner_oid)
         created = float(reply[1])
         return JobRecord(
             job_id=job_id,
@@ -189,35 +200,58 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         )
 
     async def _get(self, job_id: str) -> JobRecord | None:
-        with self._unavailable():
-            fields = await self._binding().client.hgetall(self.keys.record(job_id))  # type: ignore[misc]
+        fields = await self._read_hash(job_id)
         return parse_hash(job_id, fields)[0] if fields else None
 
+    async def _read_hash(self, job_id: str) -> dict[str, str]:
+        """The record's fields ({} if there is none); InvalidRecord if its key holds
+        another type or its bytes are not UTF-8 text."""
+        try:
+            with self._unavailable():
+                return await self._binding().client.hgetall(self.keys.record(job_id))  # type: ignore[no-any-return,misc]
+        except ResponseError as exc:
+            if is_wrong_type(exc):
+                raise InvalidRecord("record", f"job {job_id!r}: key is not a hash") from None
+            raise
+        except UnicodeDecodeError:
+            raise InvalidRecord("record", f"job {job_id!r}: a field is not UTF-8") from None
+
     async def _update(self, job_id: str, spec: UpdateSpec) -> JobRecord:
-        args = [
-            "" if spec.status is None else spec.status.value,
-            "" if spec.status is None else _allowed_from(spec.status),
-            spec.payload_json or "",
-            spec.result_json or "",
-            "" if spec.error is None else "=" + spec.error,
-            "" if spec.ttl_seconds is None else spec.ttl_seconds,
-            "" if spec.expected_version is None else spec.expected_version,
-        ]
-        with self._unavailable():
-            reply = await self._binding().run("store_update", [self.keys.record(job_id)], args)
-        outcome = reply[0]
-        if outcome == "ok":
-            return parse_hash(job_id, dict(zip(reply[1::2], reply[2::2], strict=True)))[0]
-        if outcome == "missing":
-            raise JobNotFound(job_id)
-        if outcome == "version":
-            assert spec.expected_version is not None
-            raise VersionConflict(job_id, spec.expected_version, int(reply[1]))
-        if outcome == "illegal" and reply[1] in JobStatus._value2member_map_:
-            assert spec.status is not None
-            raise IllegalTransition(job_id, reply[1], spec.status.value)
-        field_name = reply[1] if outcome == "malformed" else "status"
-        raise InvalidRecord(field_name, f"stored record of job {job_id!r} is malformed")
+        # Read and parse first, write second: Redis keeps whatever a script wrote before
+        # it failed, and a record this version cannot parse must be refused before any
+        # field of it changes, not discovered when parsing the script's answer.
+        key = self.keys.record(job_id)
+        for _ in range(_UPDATE_ATTEMPTS):
+            fields = await self._read_hash(job_id)
+            if not fields:
+                raise JobNotFound(job_id)
+            current = parse_hash(job_id, fields)[0]
+            if spec.expected_version is not None and current.version != spec.expected_version:
+                raise VersionConflict(job_id, spec.expected_version, current.version)
+            if spec.status is not None and not transition_allowed(current.status, spec.status):
+                raise IllegalTransition(job_id, current.status.value, spec.status.value)
+            version = current.version + 1
+            args = [
+                fields["version"],
+                fields["created_at"],
+                str(version),
+                "" if spec.status is None else spec.status.value,
+                spec.payload_json or "",
+                spec.result_json or "",
+                "" if spec.error is None else "=" + spec.error,
+                "" if spec.ttl_seconds is None else spec.ttl_seconds,
+            ]
+            with self._unavailable():
+                reply = await self._binding().run("store_update", [key], args)
+            if reply[0] == "ok":
+                return _updated(current, spec, version, float(reply[1]))
+            if reply[0] == "missing":
+                raise JobNotFound(job_id)
+            if reply[0] != "moved":  # the script's own argument check: unreachable here
+                raise ValidationError(reply[1], "refused by store_update")
+        raise BackendUnavailable(
+            f"update of job {job_id!r} lost {_UPDATE_ATTEMPTS} races with other writers"
+        )
 
     async def _delete(self, job_id: str) -> bool:
         record_key = self.keys.record(job_id)
@@ -226,7 +260,15 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             if not self.time_index:
                 return bool(await binding.run("store_delete", [record_key], ["", job_id]))
             for _ in range(5):  # -1: re-created with another owner between our two steps
-                owner = await binding.client.hget(record_key, "owner_oid")  # type: ignore[misc]
+                try:
+                    owner = await binding.client.hget(record_key, "owner_oid")  # type: ignore[misc]
+                except (ResponseError, UnicodeDecodeError) as exc:
+                    if isinstance(exc, ResponseError) and not is_wrong_type(exc):
+                        raise
+                    # Not a hash (or an owner that is not text): no index entry can be
+                    # derived from it, so remove the key alone. An entry the record did
+                    # have dangles like one whose record expired, and is repaired so.
+                    return bool(await binding.run("store_delete", [record_key], ["", job_id]))
                 if owner is None and not await binding.client.exists(record_key):
                     return False
                 owner = owner or ""
@@ -234,9 +276,23 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
                 deleted = await binding.run(
                     "store_delete", [record_key, index_key], [owner, job_id]
                 )
+                if deleted == 2:
+                    self._index_skipped("delete", owner)
+                    return True
                 if deleted >= 0:
                     return bool(deleted)
         raise BackendUnavailable(f"delete of job {job_id!r} kept racing with re-creates")
+
+    def _index_skipped(self, verb: str, owner_oid: str) -> None:
+        bucket = owner_bucket(owner_oid)
+        logger.warning(
+            "time index of agent %s, bucket %r, is not a sorted set: %s went on without "
+            "its entry (delete the key, then run the backfill)",
+            self.agent,
+            bucket,
+            verb,
+        )
+        self.telemetry.index_skipped(verb)
 
     async def _exists(self, job_id: str) -> bool:
         with self._unavailable():
@@ -267,3 +323,16 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         if self._own_client is None:
             for loop, _ in bindings:
                 await _release(self.settings, loop)
+
+
+def _updated(current: JobRecord, spec: UpdateSpec, version: int, updated_at: float) -> JobRecord:
+    """The record the update script wrote: the validated read with the spec applied."""
+    return dataclasses.replace(
+        current,
+        status=current.status if spec.status is None else spec.status,
+        payload=current.payload if spec.payload_json is None else json.loads(spec.payload_json),
+        result=current.result if spec.result_json is None else json.loads(spec.result_json),
+        error=current.error if spec.error is None else spec.error,
+        updated_at=updated_at,
+        version=version,
+    )

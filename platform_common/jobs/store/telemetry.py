@@ -8,6 +8,8 @@ by default the global ones are used.
     counter    platform_common.jobs.operations    verb, outcome
     histogram  platform_common.jobs.operation.duration (s)   verb
     counter    platform_common.jobs.list_fallbacks reason  (list_for_owner used the legacy scan)
+    counter    platform_common.jobs.index_write_skips verb  (create/delete went on without
+               the time-index entry: the owner's index key holds another type)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..errors import (
 __all__ = [
     "DURATION_HISTOGRAM",
     "FALLBACK_COUNTER",
+    "INDEX_SKIP_COUNTER",
     "OPERATIONS_COUNTER",
     "Operation",
     "StoreTelemetry",
@@ -42,6 +45,7 @@ INSTRUMENTATION_NAME = "platform_common.jobs"
 OPERATIONS_COUNTER = "platform_common.jobs.operations"
 DURATION_HISTOGRAM = "platform_common.jobs.operation.duration"
 FALLBACK_COUNTER = "platform_common.jobs.list_fallbacks"
+INDEX_SKIP_COUNTER = "platform_common.jobs.index_write_skips"
 
 # Outcome label values are a closed set, so the counter's cardinality stays bounded.
 _OUTCOMES: tuple[tuple[type[BaseException], str], ...] = (
@@ -102,6 +106,11 @@ class StoreTelemetry:
             unit="{call}",
             description="list_for_owner calls served by the bounded legacy scan, by reason.",
         )
+        self._index_skips = meter.create_counter(
+            INDEX_SKIP_COUNTER,
+            unit="{write}",
+            description="Creates and deletes that went on without their time-index entry.",
+        )
 
     @contextmanager
     def operation(self, verb: str) -> Iterator[Operation]:
@@ -129,3 +138,6 @@ class StoreTelemetry:
 
     def list_fallback(self, reason: str) -> None:
         self._fallbacks.add(1, {"reason": reason, "job.agent": self.agent})
+
+    def index_skipped(self, verb: str) -> None:
+        self._index_skips.add(1, {"verb": verb, "job.agent": self.agent})
