@@ -148,10 +148,12 @@ async def test_update_of_a_malformed_hash_writes_nothing(
 async def test_an_update_that_keeps_losing_its_race_gives_up_writing_nothing(
     store: RedisJobStore, redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The update writes only to the version it read; a writer that bumps the version
-    between every read and write makes it retry, then give up with its fields unwritten."""
+    """An update the script leaves to Python (a payload deeper than the script judges)
+    writes only to the version it read; a writer that bumps the version between every
+    read and write makes it retry, then give up with its fields unwritten."""
     await store.create("j", {"a": 1}, ttl_seconds=60)
     key = store.keys.record("j")
+    await redis_client.hset(key, "payload", '{"a":' * 65 + "1" + "}" * 65)
     read = store._read_hash
 
     async def read_then_lose(job_id: str) -> dict[str, str]:

@@ -31,7 +31,11 @@ def parse_hash(job_id: str, fields: dict[str, str]) -> Row:
     Fields this version does not know are ignored, not refused: during a rolling deploy
     a newer version may add one, and an older reader must still read (and update) the
     record. The store never deletes them either: an update rewrites only its own
-    fields, so the newer version finds its field where it left it."""
+    fields, so the newer version finds its field where it left it.
+
+    lua/store_update.lua applies these same rules, in this order, before it writes (it
+    leaves to this function what it cannot judge): a rule changed here changes there too,
+    and tests/store/test_update_script_parity.py holds the two to one verdict."""
     missing = _REQUIRED_FIELDS - fields.keys()
     if missing:
         raise InvalidRecord(sorted(missing)[0], f"job {job_id!r}: missing field")
@@ -42,6 +46,7 @@ def parse_hash(job_id: str, fields: dict[str, str]) -> Row:
     raw_result = fields.get("result")
     created_raw = fields["created_at"]
     created = _number(job_id, "created_at", created_raw, float)
+    index_us = _index_us(job_id, created_raw, created)
     record = JobRecord(
         job_id=job_id,
         status=status,
@@ -55,8 +60,22 @@ def parse_hash(job_id: str, fields: dict[str, str]) -> Row:
     )
     if record.version < 1:
         raise InvalidRecord("version", f"job {job_id!r}: must be >= 1")
+    return record, member(index_us, job_id)
+
+
+def _index_us(job_id: str, created_raw: str, created: float) -> int:
+    """The record's place in the time index: exact for create's "<sec>.<usec>", else
+    rounded from the float, which must stay finite in microseconds (past 1.8e302 s it
+    does not: refused with the field, like any other unreadable created_at)."""
     exact = exact_us(created_raw)
-    return record, member(created_us(created) if exact is None else exact, job_id)
+    if exact is not None:
+        return exact
+    try:
+        return created_us(created)
+    except OverflowError:
+        raise InvalidRecord(
+            "created_at", f"job {job_id!r}: stored value {created_raw[:40]!r} is out of range"
+        ) from None
 
 
 def _json_object(job_id: str, name: str, value: str) -> Any:
@@ -74,9 +93,11 @@ def _json_object(job_id: str, name: str, value: str) -> Any:
 def _number(job_id: str, name: str, value: str, kind: Callable[[str], Any]) -> Any:
     try:
         number = kind(value)
-    except ValueError:
-        number = None
-    if number is None or not math.isfinite(number):
+        finite = math.isfinite(number)
+    except (ValueError, OverflowError):
+        # OverflowError: an int past the largest float (math.isfinite converts it).
+        finite = False
+    if not finite:
         raise InvalidRecord(name, f"job {job_id!r}: stored value {value[:40]!r} is not a number")
     return number
 

@@ -6,8 +6,9 @@ updated_at (seconds from Redis TIME, "<sec>.<usec>"), version, owner_oid; fields
 newer version adds are read past and kept. The time index of an owner is
 `agentjobs:{agent}:_idx:<bucket>` in the same slot, so create writes record and index
 entry in one script, on Redis Cluster too. Redis keeps what a failing script wrote,
-so every script checks all that can fail before its first write, and an update
-parses the record before its script writes to that very version.
+so every script checks all that can fail before its first write: the update script
+judges the whole stored record by parse_hash's rules first (in one round trip), and
+leaves the few it cannot judge to be parsed here before it writes to that very version.
 
 Connections: one client (connection pool) per Redis URL and event loop, created lazily
 on first use and shared by every store of the process; `close()` releases this
@@ -56,10 +57,17 @@ __all__ = ["RedisJobStore"]
 
 logger = logging.getLogger("platform_common.jobs.store.redis_store")
 
-# An update reads the record, checks it, then writes only if it is still that version;
-# each lost race costs one more read. Enough for every writer of a busy job to get
-# through; past it the job is being rewritten faster than we can read it.
+# An update the script leaves to Python reads the record, checks it, then writes only if
+# it is still that version; each lost race costs one more read. Enough for every writer
+# of a busy job to get through; past it the job is being rewritten faster than we can
+# read it.
 _UPDATE_ATTEMPTS = 50
+# store_update.lua's status arguments (",a,b,"), computed once from the enum and its rule.
+_KNOWN_STATUSES = f",{','.join(status.value for status in JobStatus)},"
+_ALLOWED_FROM = {
+    target: f",{','.join(s.value for s in JobStatus if transition_allowed(s, target))},"
+    for target in JobStatus
+}
 
 
 # -- shared clients ------------------------------------------------------------
@@ -217,9 +225,31 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             raise InvalidRecord("record", f"job {job_id!r}: a field is not UTF-8") from None
 
     async def _update(self, job_id: str, spec: UpdateSpec) -> JobRecord:
-        # Read and parse first, write second: Redis keeps whatever a script wrote before
-        # it failed, and a record this version cannot parse must be refused before any
-        # field of it changes, not discovered when parsing the script's answer.
+        # One round trip: store_update.lua judges the stored record by parse_hash's rules
+        # before its first write (Redis keeps whatever a script wrote before it failed)
+        # and answers the record as written. Only a record it cannot judge (see the
+        # script's header) costs a read here first.
+        args = [
+            "",
+            "",
+            "",
+            *_changes(spec),
+            _KNOWN_STATUSES,
+            "" if spec.status is None else _ALLOWED_FROM[spec.status],
+            "" if spec.expected_version is None else str(spec.expected_version),
+        ]
+        with self._unavailable():
+            reply = await self._binding().run("store_update", [self.keys.record(job_id)], args)
+        if reply[0] == "ok":
+            return _written(job_id, spec, reply)
+        if reply[0] == "check":
+            return await self._update_parsed_here(job_id, spec)
+        raise _refusal(job_id, spec, reply)
+
+    async def _update_parsed_here(self, job_id: str, spec: UpdateSpec) -> JobRecord:
+        """The update of a record the script left to Python: read and parse it here, then
+        write only if it is still that version (compare-and-set; each lost race costs one
+        more read)."""
         key = self.keys.record(job_id)
         for _ in range(_UPDATE_ATTEMPTS):
             fields = await self._read_hash(job_id)
@@ -231,24 +261,13 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             if spec.status is not None and not transition_allowed(current.status, spec.status):
                 raise IllegalTransition(job_id, current.status.value, spec.status.value)
             version = current.version + 1
-            args = [
-                fields["version"],
-                fields["created_at"],
-                str(version),
-                "" if spec.status is None else spec.status.value,
-                spec.payload_json or "",
-                spec.result_json or "",
-                "" if spec.error is None else "=" + spec.error,
-                "" if spec.ttl_seconds is None else spec.ttl_seconds,
-            ]
+            args = [fields["version"], fields["created_at"], str(version), *_changes(spec)]
             with self._unavailable():
                 reply = await self._binding().run("store_update", [key], args)
             if reply[0] == "ok":
                 return _updated(current, spec, version, float(reply[1]))
-            if reply[0] == "missing":
-                raise JobNotFound(job_id)
-            if reply[0] != "moved":  # the script's own argument check: unreachable here
-                raise ValidationError(reply[1], "refused by store_update")
+            if reply[0] != "moved":
+                raise _refusal(job_id, spec, reply)
         raise BackendUnavailable(
             f"update of job {job_id!r} lost {_UPDATE_ATTEMPTS} races with other writers"
         )
@@ -323,6 +342,53 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         if self._own_client is None:
             for loop, _ in bindings:
                 await _release(self.settings, loop)
+
+
+def _changes(spec: UpdateSpec) -> list[Any]:
+    """ARGV[4..8] of store_update.lua: the fields to write, "" for unchanged."""
+    return [
+        "" if spec.status is None else spec.status.value,
+        spec.payload_json or "",
+        spec.result_json or "",
+        "" if spec.error is None else "=" + spec.error,
+        "" if spec.ttl_seconds is None else spec.ttl_seconds,
+    ]
+
+
+def _written(job_id: str, spec: UpdateSpec, reply: list[str | None]) -> JobRecord:
+    """The record store_update.lua wrote, from its reply ("ok", updated_at, version, then
+    the stored status, payload, result, error (None where the spec sent them), created_at
+    and owner_oid). parse_hash, like every read: the script judged the stored fields by
+    its rules and the spec's were validated, so it cannot fail here."""
+    status, payload, result, error, created_at, owner_oid = reply[3:9]
+    stored = {
+        "status": status if spec.status is None else spec.status.value,
+        "payload": payload if spec.payload_json is None else spec.payload_json,
+        "result": result if spec.result_json is None else spec.result_json,
+        "error": error if spec.error is None else spec.error,
+        "created_at": created_at,
+        "updated_at": reply[1],
+        "version": reply[2],
+        "owner_oid": owner_oid,
+    }
+    return parse_hash(job_id, {k: v for k, v in stored.items() if v is not None})[0]
+
+
+def _refusal(job_id: str, spec: UpdateSpec, reply: list[str]) -> Exception:
+    """The error for a store_update.lua reply that wrote nothing."""
+    outcome = reply[0]
+    if outcome == "missing":
+        return JobNotFound(job_id)
+    if outcome == "malformed":
+        if reply[1] == "record":
+            return InvalidRecord("record", f"job {job_id!r}: not a hash, or a field not UTF-8")
+        return InvalidRecord(reply[1], f"job {job_id!r}: stored value malformed or missing")
+    if outcome == "version" and spec.expected_version is not None:
+        return VersionConflict(job_id, spec.expected_version, int(reply[1]))
+    if outcome == "illegal" and spec.status is not None:
+        return IllegalTransition(job_id, reply[1], spec.status.value)
+    # The script's own argument checks: unreachable past the store's validation.
+    return ValidationError(reply[-1], f"refused by store_update ({outcome})")
 
 
 def _updated(current: JobRecord, spec: UpdateSpec, version: int, updated_at: float) -> JobRecord:
