@@ -2,18 +2,174 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import resource
 import sys
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from platform_common.jobs.errors import ConfigurationError
 
 from .app import create_app
 from .settings import ExporterSettings
 
-__all__ = ["main"]
+__all__ = [
+    "HEADER_TIMEOUT_SECONDS",
+    "ConnectionGuard",
+    "GuardedH11Protocol",
+    "connection_cap",
+    "guarded_protocol",
+    "listen_backlog",
+    "main",
+]
+
+HEADER_TIMEOUT_SECONDS = 5.0
+"""A client must have sent a whole request this long after connecting, or after its
+previous response; Prometheus sends its request at once. uvicorn has no such deadline:
+its keep-alive timeout only covers idle time between requests, and each byte resets it,
+so a client trickling (or never finishing) its headers holds a connection forever."""
+
+_MOST_CONNECTIONS = 4096  # what the exporter's few scrapers and readers could ever need
+
+
+def listen_backlog(open_files: int) -> int:
+    """The listen backlog under a file-descriptor limit of `open_files`.
+
+    It is also how many connections asyncio accepts in one burst before any of them
+    reaches the protocol (and the cap): so it is kept to an eighth of the limit, and
+    the cap leaves room for the bursts in flight. uvicorn's default is 2048."""
+    if open_files == resource.RLIM_INFINITY:
+        return 2048
+    return max(16, min(2048, open_files // 8))
+
+
+def connection_cap(open_files: int) -> int:
+    """How many HTTP connections to keep open under a file-descriptor limit of
+    `open_files`, so that a flood of them never leaves the process unable to accept a
+    scrape or to open a connection to Redis."""
+    if open_files == resource.RLIM_INFINITY:
+        return _MOST_CONNECTIONS
+    # Kept free: Redis connections (4 per node), the listening socket, logs, runbook
+    # files, and the accept bursts in flight (accepted, not yet capped: up to four).
+    reserved = 64 + 4 * listen_backlog(open_files)
+    return max(1, min(_MOST_CONNECTIONS, open_files - reserved))
+
+
+log = logging.getLogger("exporter")
+
+
+class ConnectionGuard:
+    """The open connections of one server, in the order they arrived and in the order
+    they began waiting for a request.
+
+    When a new connection takes the count over `max_connections`, the one waiting
+    longest for a request is closed (a half-open or idle one), else the oldest: the
+    newcomer, e.g. a scrape, is always served. A bounded count alone (uvicorn's
+    `limit_concurrency`) would count the half-open connections too and answer the scrape
+    503, which is what must not happen."""
+
+    def __init__(self, *, header_timeout: float, max_connections: int) -> None:
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+        self._open: dict[GuardedH11Protocol, None] = {}  # dicts keep insertion order
+        self._waiting: dict[GuardedH11Protocol, None] = {}
+        self.evicted = 0
+        self.timed_out = 0
+
+    def opened(self, connection: GuardedH11Protocol) -> None:
+        self._open[connection] = None
+        while len(self._open) > self.max_connections:
+            victim = self._oldest(self._waiting, connection) or self._oldest(self._open, connection)
+            if victim is None:
+                return
+            self.forget(victim)  # now: its connection_lost comes a loop iteration later
+            self.evicted += 1
+            victim.drop()
+
+    def waiting(self, connection: GuardedH11Protocol) -> None:
+        self._waiting.pop(connection, None)
+        self._waiting[connection] = None  # last: it has waited least
+
+    def serving(self, connection: GuardedH11Protocol) -> None:
+        self._waiting.pop(connection, None)
+
+    def forget(self, connection: GuardedH11Protocol) -> None:
+        self._open.pop(connection, None)
+        self._waiting.pop(connection, None)
+
+    @staticmethod
+    def _oldest(
+        connections: dict[GuardedH11Protocol, None], spare: GuardedH11Protocol
+    ) -> GuardedH11Protocol | None:
+        return next((c for c in connections if c is not spare), None)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with what it lacks: a deadline to receive each request, and
+    a cap on open connections (ConnectionGuard). Use `guarded_protocol()` to get a
+    subclass with its own guard."""
+
+    guard: ClassVar[ConnectionGuard]
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_request()
+        self.guard.opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        self.guard.forget(self)
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self._serving():  # a whole request arrived: the app's time is not ours to limit
+            self._cancel_deadline()
+            self.guard.serving(self)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # (super() may already have started a pipelined request.)
+        if not self.transport.is_closing() and not self._serving():
+            self._await_request()
+
+    def drop(self) -> None:
+        """Close at once: abort, not close, so bytes a client never reads cannot keep
+        the descriptor open. Nothing is lost unless a request is in progress, which
+        happens only when every open connection is serving one (see ConnectionGuard)."""
+        self._cancel_deadline()
+        self.transport.abort()
+
+    def _serving(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _await_request(self) -> None:
+        self._cancel_deadline()
+        self.guard.waiting(self)
+        self._deadline = self.loop.call_later(self.guard.header_timeout, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self._serving() and not self.transport.is_closing():
+            self.guard.timed_out += 1
+            self.drop()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+
+def guarded_protocol(*, header_timeout: float, max_connections: int) -> type[GuardedH11Protocol]:
+    """A GuardedH11Protocol subclass with a guard of its own (one per server)."""
+    guard = ConnectionGuard(header_timeout=header_timeout, max_connections=max_connections)
+    attributes: dict[str, Any] = {"guard": guard}
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), attributes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,8 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("exporter").info(
-        "serving on %s:%d, Redis %s", settings.host, settings.port, settings.redis.redacted_url()
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    cap = connection_cap(open_files)
+    log.info(
+        "serving on %s:%d (at most %d connections), Redis %s",
+        settings.host,
+        settings.port,
+        cap,
+        settings.redis.redacted_url(),
     )
     uvicorn.run(
         create_app(settings),
@@ -37,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=settings.port,
         log_level=settings.log_level,
         access_log=False,  # Prometheus scrapes every few seconds: access lines are noise
+        http=guarded_protocol(header_timeout=HEADER_TIMEOUT_SECONDS, max_connections=cap),
+        ws="none",  # no route upgrades; a websocket would escape the guard
+        backlog=listen_backlog(open_files),
     )
     return 0
 

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .runbook_pages import runbook_router
 from .service import Exporter
@@ -32,6 +33,7 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     app = FastAPI(title="queue exporter", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.exporter = exporter
+    app.add_middleware(_HeadAsGet)
     # The alerts' runbook_url points here, so on-call reaches the page from the alert.
     app.include_router(runbook_router())
 
@@ -58,3 +60,25 @@ def create_app(settings: ExporterSettings) -> FastAPI:
         return _INDEX
 
     return app
+
+
+class _HeadAsGet:
+    """Answers HEAD on every GET route (uptime and link checkers send HEAD): runs the GET
+    and drops the body, so the headers, Content-Length included, are the GET's. FastAPI
+    routes, unlike Starlette's, do not add HEAD themselves, and declaring it per route
+    gives both methods one OpenAPI operation id."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)

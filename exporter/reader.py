@@ -1,16 +1,21 @@
-"""Reads one Snapshot from Redis: one pipeline, one round trip (per node on a cluster).
+"""Reads one Snapshot from Redis: one pipeline of plain read commands, one round trip.
 
-The pipeline carries the type discovery (SCARD + one SSCAN page of `jobs:types`) and one
-EVALSHA_RO of exporter_snapshot.lua per agent type exported by the previous scrape, so in
-the steady state a scrape costs one round trip whatever the number of types or jobs. A
-scrape that discovers a new type reads it in a second round trip at once (never a stale
-or missing number), and so does one that finds the script gone (SCRIPT FLUSH, restart):
-it resends the source with EVAL_RO, which also caches it again. Every command is
-read-only, so the exporter runs under a read-only ACL user.
+The pipeline carries Redis TIME, the type discovery (SCARD + one SSCAN page of
+`jobs:types`) and, per agent type exported by the previous scrape, LLEN of the queue,
+processing and dead-letter lists, ZCARD of the delayed set, HGETALL of the stats hash
+and ZRANGE of the heartbeats: so in the steady state a scrape costs one round trip
+(per node on a cluster) whatever the number of types or jobs. A scrape that discovers a
+new type reads it in a second round trip at once (never a stale or missing number).
+
+No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly these
+commands on exactly these keys, so it can neither read a job (payloads are personal
+data) nor run Lua that could hold Redis busy. The oldest waiting job's age comes from
+the queue's `waiting` set (job id -> arrival time), never from a job hash.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,18 +24,17 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.redis.script import Command, Script, ScriptCall, run_pipelined
+from platform_common.jobs.redis.script import Command, run_pipelined
 from platform_common.jobs.redis.url import RedisClient
 
 from .discovery import scan_count, select_types
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, parse_type_reply
 
-__all__ = ["SnapshotReader", "make_exporter_client"]
+__all__ = ["SnapshotReader", "make_exporter_client", "type_commands"]
 
-_SCRIPT = Script.named("exporter_snapshot")
-# New types and a lost script each cost one extra round trip; never loop beyond that.
-_MAX_ROUND_TRIPS = 3
+_PER_TYPE = 7
+"""Commands per agent type in a pipeline (see type_commands)."""
 
 
 def make_exporter_client(settings: ExporterSettings) -> RedisClient:
@@ -52,28 +56,45 @@ def make_exporter_client(settings: ExporterSettings) -> RedisClient:
     )
 
 
+def type_commands(keys: QueueKeys) -> list[Command]:
+    """The read-only commands for one agent type: exactly the keys the exporter exports."""
+    return [
+        ("LLEN", keys.queue),
+        ("LLEN", keys.processing),
+        ("ZCARD", keys.delayed),
+        ("LLEN", keys.dead),
+        ("HGETALL", keys.stats),
+        # Every heartbeat: the queue prunes silent workers, so this stays as small as
+        # the fleet, and counting here against Redis TIME needs no clock of our own.
+        ("ZRANGE", keys.workers, 0, -1, "WITHSCORES"),
+        # The oldest waiting job's arrival (ms): the queue keeps this set beside the list
+        # precisely so that no job hash (and no payload) is read for it.
+        ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
+    ]
+
+
 class SnapshotReader:
     """Reads snapshots with `client`; remembers only which types the last scrape exported
-    (to read them in the discovery round trip) and whether Redis has the script cached."""
+    (to read them in the discovery round trip)."""
 
     def __init__(self, client: RedisClient, settings: ExporterSettings) -> None:
         self._client = client
         self._settings = settings
-        # Unknown until the first call: send the source once (EVAL_RO caches it), then SHAs.
-        self._script_cached = False
         self._previous: tuple[str, ...] = settings.agent_types
 
     async def read(self) -> Snapshot:
         """One snapshot; Redis errors (connection, timeout, auth) propagate to the caller."""
         types_key = QueueKeys.types_key(self._settings.queue_prefix)
         commands: list[Command] = [
+            ("TIME",),
             ("SCARD", types_key),
             ("SSCAN", types_key, 0, "COUNT", scan_count(self._settings.max_agent_types)),
         ]
-        commands += [self._type_call(agent_type) for agent_type in self._previous]
+        commands += self._commands(self._previous)
         replies = await run_pipelined(self._client, commands)
         round_trips = replies.round_trips
-        set_size, (cursor, members) = _ok(replies[0]), _ok(replies[1])
+        now_ms = _now_ms(_ok(replies[0]))
+        set_size, (cursor, members) = _ok(replies[1]), _ok(replies[2])
         selection = select_types(
             self._settings.agent_types,
             members,
@@ -82,16 +103,14 @@ class SnapshotReader:
             max_agent_types=self._settings.max_agent_types,
         )
         results: dict[str, TypeSnapshot] = {}
-        malformed = selection.invalid
-        first = self._take(dict(zip(self._previous, replies[2:], strict=True)), results)
-        malformed += first.malformed
+        first = self._take(self._previous, replies[3:], now_ms, results)
+        malformed = selection.invalid + first.malformed
         todo = [t for t in selection.types if t not in results and t not in first.broken]
-        while todo and round_trips < _MAX_ROUND_TRIPS:
-            more = await run_pipelined(self._client, [self._type_call(t) for t in todo])
+        if todo:
+            # Types new since the last scrape: read now, with a TIME of their own.
+            more = await run_pipelined(self._client, [("TIME",), *self._commands(todo)])
             round_trips += more.round_trips
-            step = self._take(dict(zip(todo, more, strict=True)), results)
-            malformed += step.malformed
-            todo = [t for t in todo if t not in results and t not in step.broken]
+            malformed += self._take(todo, more[1:], _now_ms(_ok(more[0])), results).malformed
         self._previous = selection.types
         return Snapshot(
             types=tuple(results[t] for t in selection.types if t in results),
@@ -100,28 +119,37 @@ class SnapshotReader:
             round_trips=round_trips,
         )
 
-    def _type_call(self, agent_type: str) -> ScriptCall:
-        keys = QueueKeys(agent_type, self._settings.queue_prefix)
-        key_list = [keys.queue, keys.processing, keys.delayed, keys.dead, keys.stats, keys.workers]
-        args = [keys.job(""), self._settings.heartbeat_window_ms]
-        return _SCRIPT.call(key_list, args, readonly=True, send_source=not self._script_cached)
+    def _commands(self, agent_types: Sequence[str]) -> list[Command]:
+        prefix = self._settings.queue_prefix
+        return [c for t in agent_types for c in type_commands(QueueKeys(t, prefix))]
 
-    def _take(self, replies: dict[str, Any], results: dict[str, TypeSnapshot]) -> _Step:
-        """Parse replies into `results`; note the types to skip."""
+    def _take(
+        self,
+        agent_types: Sequence[str],
+        replies: Sequence[Any],
+        now_ms: int,
+        results: dict[str, TypeSnapshot],
+    ) -> _Step:
+        """Parse each type's replies into `results`; note the types to skip."""
         step = _Step()
-        for agent_type, reply in replies.items():
-            if isinstance(reply, ResponseError):
+        for index, agent_type in enumerate(agent_types):
+            own = replies[index * _PER_TYPE : (index + 1) * _PER_TYPE]
+            for reply in own:
+                if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                    raise reply  # connection trouble: the whole scrape is "Redis down"
+            if any(isinstance(reply, ResponseError) for reply in own):
                 # e.g. WRONGTYPE: a key of this type holds something else. Skip the type.
                 step.malformed += 1
                 step.broken.add(agent_type)
-            elif isinstance(reply, Exception):
-                raise reply
-            else:
-                results[agent_type], bad = parse_type_reply(
-                    agent_type, reply, self._settings.latency_buckets
-                )
-                step.malformed += bad
-                self._script_cached = True  # it ran, so this server holds it now
+                continue
+            queue, processing, delayed, dead, stats, heartbeats, waiting = own
+            active, newest = _heartbeats(heartbeats, now_ms - self._settings.heartbeat_window_ms)
+            oldest = _first_score(waiting)
+            reply = [now_ms, queue, processing, delayed, dead, stats, active, newest, oldest]
+            results[agent_type], bad = parse_type_reply(
+                agent_type, reply, self._settings.latency_buckets
+            )
+            step.malformed += bad
         return step
 
 
@@ -129,7 +157,36 @@ class SnapshotReader:
 class _Step:
     malformed: int = 0
     broken: set[str] = field(default_factory=set)
-    """Types whose script failed (NOSCRIPT aside, which run_pipelined re-runs): skipped."""
+    """Types whose replies included an error: skipped."""
+
+
+def _heartbeats(raw: Any, since_ms: int) -> tuple[int, object | None]:
+    """(workers whose beat is newer than `since_ms`, the newest beat's score as Redis sent
+    it) from a ZRANGE ... WITHSCORES reply: flat in RESP2, pairs in RESP3."""
+    items = list(raw)
+    pairs = (
+        items
+        if items and isinstance(items[0], list | tuple)
+        else zip(items[::2], items[1::2], strict=True)
+    )
+    scores = [score for _, score in pairs]
+    active = sum(1 for score in scores if float(score) > since_ms)
+    newest = max(scores, key=float) if scores else None
+    return active, newest
+
+
+def _first_score(raw: Any) -> object | None:
+    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 or RESP3), or None."""
+    items = list(raw)
+    if not items:
+        return None
+    score: object = items[0][1] if isinstance(items[0], list | tuple) else items[1]
+    return score
+
+
+def _now_ms(reply: Any) -> int:
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _ok(reply: Any) -> Any:

@@ -39,7 +39,10 @@ class LatencyHistogram:
 
 @dataclass(frozen=True, slots=True)
 class TypeSnapshot:
-    """One agent type's queue, read atomically (one Lua call, one Redis TIME)."""
+    """One agent type's queue, read by one pipeline against one Redis TIME.
+
+    Not a transaction: a job moving from the queue to processing between two reads may
+    show in both or neither for one scrape, as for any sampled gauge."""
 
     agent_type: str
     queue_depth: int
@@ -56,7 +59,9 @@ class TypeSnapshot:
     latency: LatencyHistogram | None = None
     """None when the stats hash's latency fields are unusable."""
     oldest_age_seconds: float | None = 0.0
-    """Age of the job at the right end of the queue; 0 when empty, None when unknown."""
+    """Age of the job at the right end of the queue; 0 when empty, None when unknown:
+    always unknown for a non-empty queue today, because the enqueue time lives only in
+    the job hash, which the exporter may not read (reader.py)."""
     active_workers: int = 0
     """Workers whose heartbeat is newer than the configured window (Redis TIME)."""
     last_heartbeat_seconds: float | None = None
@@ -81,10 +86,11 @@ def parse_type_reply(
     reply: Sequence[object],
     bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS,
 ) -> tuple[TypeSnapshot, int]:
-    """The exporter_snapshot.lua reply -> (TypeSnapshot, number of malformed values).
+    """One type's replies, as the reader lays them out -> (TypeSnapshot, malformed count).
 
-    Reply layout: now_ms, queue, processing, delayed, dead, stats (flat HGETALL),
-    active workers, newest heartbeat score or None, oldest job's enqueued_at or None.
+    Layout: now_ms (Redis TIME), queue, processing, delayed, dead, stats (HGETALL, flat or
+    a dict), active workers, newest heartbeat score or None, oldest job's enqueued_at or
+    None (unknown).
     `bucket_bounds` are the queue's configured latency buckets (see `_latency`).
     """
     now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply
@@ -113,7 +119,7 @@ def parse_type_reply(
             # A producer's clock may run ahead of Redis': never report a negative age.
             oldest_age = max(0.0, (_int(now_ms) - enqueued_ms) / 1000.0)
     elif _int(queue) > 0:
-        oldest_age = None  # the oldest job's hash is gone (expired): age unknown
+        oldest_age = None  # jobs wait but none has an arrival time (written by an old version)
 
     snapshot = TypeSnapshot(
         agent_type=agent_type,
@@ -211,5 +217,6 @@ def _heartbeat(raw: object) -> float | None:
 
 
 def _int(raw: object) -> int:
-    # LLEN/ZCARD/ZCOUNT/TIME arrive as integers from Redis itself: never malformed.
+    # LLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
+    # reader's own: never malformed.
     return int(str(raw))

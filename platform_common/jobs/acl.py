@@ -1,12 +1,16 @@
 """Least-privilege Redis ACL rules for the package's three roles: producer, worker, exporter.
 
-Each role names the Lua scripts it runs and the commands it sends directly; the
-commands the scripts call are read from the `.lua` files themselves (Redis checks a
-script's `redis.call` against the caller's ACL too), so a script that starts using a
-new command cannot silently break a role. Keys are limited to the package's prefixes
-(per key kind where a role needs only some), pub/sub to the completion channels.
-docs/operations.md shows the rendered rules; a test keeps the two in step and runs
-every role under a real ACL user with exactly these rights.
+Each role is a Redis 7 ACL user whose root permissions hold only keyless commands (the
+connection handshake, TIME, SCAN, pub/sub) and whose every keyed command sits in a
+selector, `(+command ... ~pattern ...)`, that binds it to the key kinds it needs: the
+producer may LPUSH the queue list but not DEL it, the exporter may HGETALL the stats
+hash but not a job hash. The commands a role's Lua scripts call are checked against
+these grants (Redis checks a script's `redis.call` against the caller's ACL too):
+`ungranted_script_commands()` must stay empty, so a script that starts using a new
+command fails a test instead of a deployment. Producers and workers can be scoped to
+their agent types and JobStore agents (`agent_types=`, `store_agents=`); unscoped, every
+type and agent matches. docs/operations.md shows the rendered rules, what Redis ACLs
+cannot express, and the role matrix that tests/redis/test_acl_roles.py proves.
 
     ACL SETUSER producer reset on >secret <rules("producer")...>
 """
@@ -16,22 +20,27 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
-from .keys import COMPLETION_PATTERN, QUEUE_PREFIX, STORE_PREFIX
+from .keys import COMPLETION_PATTERN, QUEUE_PREFIX, STORE_PREFIX, completion_channel
 from .redis.script import lua_source
+from .validation import validate_name
 
 __all__ = [
     "CONNECT_COMMANDS",
     "ROLES",
     "AclRole",
+    "Grant",
+    "KeyPattern",
     "acl_file_line",
     "markdown",
     "rules",
     "script_commands",
     "setuser_command",
+    "ungranted_script_commands",
 ]
 
 # What any redis-py client may send just to connect and find its way: PING for health
@@ -60,52 +69,161 @@ def script_commands(script: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPattern:
+    """One kind of key: `space` says which prefix (and which scope) it lives under."""
+
+    space: Literal["queue", "types", "store"]
+    """"queue": `<queue prefix>:{<agent type>}:<suffix>`; "types": the discovery set
+    `<queue prefix>:types`; "store": `<store prefix>:{<agent>}:<suffix>`."""
+    suffix: str = ""
+    write: bool = False
+    """`~` (read and write) when True, else `%R~` (read only)."""
+
+    def render(self, prefixes: Mapping[str, str], scope: Mapping[str, Sequence[str]]) -> list[str]:
+        access = "~" if self.write else "%R~"
+        if self.space == "types":
+            return [f"{access}{prefixes['queue']}:types"]
+        names = scope["types"] if self.space == "queue" else scope["agents"]
+        # The braces are the key layout's hash tags, not placeholders.
+        return [f"{access}{prefixes[self.space]}:{{{name}}}:{self.suffix}" for name in names]
+
+
+def _queue(suffix: str, *, write: bool = False) -> KeyPattern:
+    return KeyPattern("queue", suffix, write)
+
+
+_TYPES = KeyPattern("types", write=True)
+_STORE = KeyPattern("store", "*", write=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Commands allowed on some kinds of key: one Redis 7 ACL selector."""
+
+    commands: tuple[str, ...]
+    keys: tuple[KeyPattern, ...]
+
+    def render(self, prefixes: Mapping[str, str], scope: Mapping[str, Sequence[str]]) -> str:
+        tokens = [f"+{command}" for command in sorted(self.commands)]
+        tokens += [pattern for key in self.keys for pattern in key.render(prefixes, scope)]
+        return f"({' '.join(tokens)})"
+
+
+@dataclass(frozen=True, slots=True)
 class AclRole:
-    """What one kind of process may do. Key patterns use `{queue}` / `{store}` for the
-    configured prefixes; `%R~` is read-only, `~` read-write (Redis 7 key permissions)."""
+    """What one kind of process may do: keyless commands at the root, keyed ones in
+    grants (selectors), completion channels by scope."""
 
     name: str
     summary: str
     scripts: tuple[str, ...]
-    """Lua scripts the role runs (EVALSHA then EVAL; EVALSHA_RO/EVAL_RO for the exporter)."""
-    commands: tuple[str, ...]
-    """Commands it sends directly, besides CONNECT_COMMANDS (`a|b` is a subcommand)."""
-    keys: tuple[str, ...]
-    channels: tuple[str, ...]
+    """Lua scripts the role runs (EVALSHA, then EVAL after NOSCRIPT)."""
+    keyless: tuple[str, ...]
+    """Commands without keys it sends or its scripts call, besides CONNECT_COMMANDS."""
+    grants: tuple[Grant, ...]
+    channels: Literal["none", "every type", "own types"]
+    """Completion channels: none, the PSUBSCRIBE pattern of every type, or its types'."""
+    scoped: bool
+    """Whether agent_types / store_agents narrow its keys (producer, worker)."""
 
     def all_commands(self) -> tuple[str, ...]:
-        names = set(CONNECT_COMMANDS) | set(self.commands)
-        for script in self.scripts:
-            names |= script_commands(script)
+        names = set(CONNECT_COMMANDS) | set(self.keyless)
+        for grant in self.grants:
+            names |= set(grant.commands)
         return tuple(sorted(names))
 
     def rules(
-        self, *, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX
+        self,
+        *,
+        queue_prefix: str = QUEUE_PREFIX,
+        store_prefix: str = STORE_PREFIX,
+        agent_types: Iterable[str] | None = None,
+        store_agents: Iterable[str] | None = None,
     ) -> list[str]:
-        """ACL rule tokens (after `ACL SETUSER <name> reset on >password`)."""
+        """ACL rule tokens (after `ACL SETUSER <name> reset on >password`); each selector
+        is one token, `(...)`, as ACL SETUSER takes it."""
+        if not self.scoped and (agent_types is not None or store_agents is not None):
+            raise ValueError(f"the {self.name} role reads every agent type: it takes no scope")
+        scope = {
+            "types": _names(agent_types, "agent_types"),
+            "agents": _names(store_agents, "store_agents"),
+        }
         prefixes = {"queue": queue_prefix, "store": store_prefix}
+        keyless = sorted(set(CONNECT_COMMANDS) | set(self.keyless))
+        channels = {
+            "none": [],
+            "every type": [COMPLETION_PATTERN],
+            "own types": [completion_channel(name) for name in scope["types"]],
+        }[self.channels]
         return [
             "-@all",
-            *(f"+{command}" for command in self.all_commands()),
-            *(_fill(pattern, prefixes) for pattern in self.keys),
-            *(f"&{channel}" for channel in self.channels),
+            *(f"+{command}" for command in keyless),
+            *(f"&{channel}" for channel in channels),
+            *(grant.render(prefixes, scope) for grant in self.grants),
         ]
 
 
-def _fill(pattern: str, prefixes: Mapping[str, str]) -> str:
-    # Only {queue}/{store} are placeholders: the literal hash-tag braces of the key
-    # layout ("{*}") stay as they are.
-    return pattern.replace("{queue}", prefixes["queue"]).replace("{store}", prefixes["store"])
+def _names(names: Iterable[str] | None, field: str) -> list[str]:
+    if names is None:
+        return ["*"]  # unscoped: every agent type (or agent) matches
+    # validate_name admits no glob character (* ? [ ] \), so a name matches only itself.
+    checked = list(dict.fromkeys(validate_name(name, field) for name in names))
+    if not checked:
+        raise ValueError(f"{field} is empty: give at least one name, or None for all")
+    return checked
 
 
-_STORE_SCRIPTS = ("store_create", "store_update", "store_delete")
-# Direct JobStore reads: get/exists (HGETALL, EXISTS), list_ids (SCAN), the time
-# index pages (ZRANGE family).
-_STORE_READS = ("hgetall", "exists", "scan", "zrange", "zrevrangebyscore", "zrangebyscore")
+# The index scripts too: a page read repairs stale entries, and sweep_time_index and
+# the backfill run with the application's own user.
+_STORE_SCRIPTS = (
+    "store_create",
+    "store_update",
+    "store_delete",
+    "store_index_repair",
+    "store_index_backfill",
+)
+# Direct JobStore reads: get/exists (HGETALL, EXISTS), the owner before a delete (HGET),
+# index rows (HMGET), index pages and the sweep (ZREVRANGEBYLEX, ZRANGEBYLEX); list_ids'
+# SCAN is keyless and sits at the root.
+_STORE_READS = ("exists", "hget", "hgetall", "hmget", "zrangebylex", "zrevrangebylex")
 # EVALSHA, and EVAL for the one re-run after NOSCRIPT (flush, restart, failover). EVAL
-# grants nothing SCRIPT LOAD + EVALSHA would not: a script's own commands are checked
-# against this same user's ACL.
+# accepts any Lua source: see "What Redis ACLs cannot express" in docs/operations.md.
 _SCRIPTING = ("evalsha", "eval")
+
+
+def _store_grant(*scripts: str) -> Grant:
+    # The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
+    called: set[str] = set()
+    for script in scripts:
+        called |= script_commands(script)
+    commands = sorted((called - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))
+    return Grant(tuple(commands), (_STORE,))
+
+
+_WORKER_SCRIPTS = (
+    "queue_claim",
+    "queue_complete",
+    "queue_fail",
+    "queue_renew",
+    "queue_heartbeat",
+    "queue_promote",
+    "queue_reap_scan",
+    "queue_expire",
+    "queue_dead_requeue",
+    "queue_dead_purge",
+    "queue_enqueue",  # operators requeue and re-enqueue with the worker user
+)
+
+
+def _worker_queue_commands() -> tuple[str, ...]:
+    called: set[str] = set()
+    for script in _WORKER_SCRIPTS:
+        called |= script_commands(script)
+    direct = {"blmove", "lmove", "lrange", "llen", "zcard", "zrangebyscore", "hgetall", "hmget"}
+    direct |= {"get"}  # results, read back by operators
+    # DEL and SET get their own, narrower grants; TIME and PUBLISH are keyless.
+    return tuple(sorted((called | direct | set(_SCRIPTING)) - {"del", "set", "time", "publish"}))
+
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -113,111 +231,183 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs, reads results, state and depths, follows completion "
-                "events and uses the JobStore; cannot take, lease, complete or fail jobs"
+                "enqueues jobs, reads results, job state and depths, follows completion "
+                "events and uses the JobStore; cannot take, lease, complete or fail jobs, "
+                "nor delete or trim queue structures"
             ),
             scripts=("queue_enqueue", *_STORE_SCRIPTS),
-            commands=(
-                *_SCRIPTING,
-                *_STORE_READS,
-                "sadd",  # jobs:types, written beside the enqueue script
-                "get",  # results
-                "hget",
-                "hmget",  # job state, re-read after (re)subscribing
-                "llen",
-                "zcard",  # JobQueue.stats(): depths, read-only
+            keyless=(
+                "time",  # every script reads Redis' clock
+                "scan",  # JobStore.list_ids without the time index
                 "psubscribe",
                 "punsubscribe",
                 "subscribe",
                 "unsubscribe",
             ),
-            keys=(
-                "%R~{queue}:*",  # sees every queue key (stats, state), writes only these:
-                "~{queue}:types",
-                "~{queue}:{*}:queue",
-                "~{queue}:{*}:stats",
-                "~{queue}:{*}:expiry",
-                "~{queue}:{*}:job:*",
-                "~{store}:*",
+            grants=(
+                # The enqueue script, with exactly the keys it declares.
+                Grant(
+                    _SCRIPTING,
+                    (
+                        _queue("queue", write=True),
+                        _queue("stats", write=True),
+                        _queue("expiry", write=True),
+                        _queue("waiting", write=True),
+                        _queue("job:*", write=True),
+                    ),
+                ),
+                # What the enqueue script writes, each command on its one kind of key.
+                Grant(("lpush",), (_queue("queue", write=True),)),
+                # (HINCRBY also by register_type, which creates the bucket fields at 0)
+                Grant(("hincrby",), (_queue("stats", write=True),)),
+                Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
+                Grant(("hset",), (_queue("job:*", write=True),)),
+                # Reads: duplicate check and job state, results, depths and counters.
+                Grant(("exists", "hget", "hmget", "hgetall"), (_queue("job:*"),)),
+                Grant(("get",), (_queue("result:*"),)),
+                Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
+                Grant(("zcard",), (_queue("delayed"),)),
+                Grant(("hgetall",), (_queue("stats"),)),
+                Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
+                _store_grant(*_STORE_SCRIPTS),
             ),
-            channels=(COMPLETION_PATTERN,),
+            channels="every type",  # completions.py PSUBSCRIBEs agent:*:completed
+            scoped=True,
         ),
         AclRole(
             name="worker",
             summary=(
                 "takes jobs (BLMOVE + claim), renews leases, completes, fails and retries "
                 "them, reaps expired leases, promotes delayed jobs, cleans up expired "
-                "jobs, manages dead letters, publishes completions and uses the JobStore"
+                "jobs, manages dead letters, publishes completions and uses the JobStore, "
+                "for its own agent types and agents only"
             ),
-            scripts=(
-                "queue_claim",
-                "queue_complete",
-                "queue_fail",
-                "queue_renew",
-                "queue_heartbeat",
-                "queue_promote",
-                "queue_reap_scan",
-                "queue_expire",
-                "queue_dead_requeue",
-                "queue_dead_purge",
-                *_STORE_SCRIPTS,
+            scripts=(*_WORKER_SCRIPTS, *_STORE_SCRIPTS),
+            keyless=("time", "scan", "publish"),
+            grants=(
+                Grant(_worker_queue_commands(), (_queue("*", write=True),)),
+                # Only records and results are ever deleted (expiry, purge), only results SET.
+                Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
+                Grant(("set",), (_queue("result:*", write=True),)),
+                Grant(("sadd",), (_TYPES,)),
+                _store_grant(*_STORE_SCRIPTS),
             ),
-            commands=(
-                *_SCRIPTING,
-                *_STORE_READS,
-                "sadd",  # jobs:types: a worker registers its type for the exporter
-                "blmove",
-                "lmove",
-                "lrange",
-                "llen",
-                "zrangebyscore",
-                "hgetall",
-                "hmget",
-                "get",
-            ),
-            keys=("~{queue}:{*}:*", "~{queue}:types", "~{store}:*"),
-            channels=(COMPLETION_PATTERN,),
+            channels="own types",
+            scoped=True,
         ),
         AclRole(
             name="exporter",
             summary=(
-                "reads the per-type snapshot (read-only script) and discovers agent "
-                "types; writes nothing"
+                "reads depths, counters and heartbeats of every agent type and discovers "
+                "the types, with plain read commands on those keys only; writes nothing, "
+                "reads no job, payload or result, runs no script"
             ),
-            scripts=("exporter_snapshot",),
-            commands=("evalsha_ro", "eval_ro", "scard", "sscan"),
-            keys=("%R~{queue}:*",),
-            channels=(),
+            scripts=(),
+            keyless=("time",),
+            grants=(
+                Grant(("scard", "sscan"), (KeyPattern("types"),)),
+                Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
+                Grant(("zcard",), (_queue("delayed"),)),
+                Grant(("hgetall",), (_queue("stats"),)),
+                Grant(("zrange",), (_queue("workers"), _queue("waiting"))),
+            ),
+            channels="none",
+            scoped=False,
         ),
     )
 }
 
 
+def ungranted_script_commands(role: str) -> frozenset[str]:
+    """Commands the role's scripts call that none of its grants names (must be empty; that
+    each is granted on the right keys is proven by running the role: tests/redis)."""
+    spec = ROLES[role]
+    called: set[str] = set()
+    for script in spec.scripts:
+        called |= script_commands(script)
+    return frozenset(called - set(spec.all_commands()))
+
+
 def rules(
-    role: str, *, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX
+    role: str,
+    *,
+    queue_prefix: str = QUEUE_PREFIX,
+    store_prefix: str = STORE_PREFIX,
+    agent_types: Iterable[str] | None = None,
+    store_agents: Iterable[str] | None = None,
 ) -> list[str]:
-    """The ACL rule tokens of `role` ('producer', 'worker' or 'exporter')."""
-    return ROLES[role].rules(queue_prefix=queue_prefix, store_prefix=store_prefix)
+    """The ACL rule tokens of `role` ('producer', 'worker' or 'exporter').
+
+    `agent_types` and `store_agents` scope a producer or worker to those agent types'
+    queue keys and completion channels and to those JobStore agents' records (None:
+    all of them)."""
+    return ROLES[role].rules(
+        queue_prefix=queue_prefix,
+        store_prefix=store_prefix,
+        agent_types=agent_types,
+        store_agents=store_agents,
+    )
 
 
-def acl_file_line(username: str, password: str, role: str, **prefixes: str) -> str:
-    """One `users.acl` line (or `--user` argument) for `username` in `role`.
+def acl_file_line(
+    username: str,
+    password: str,
+    role: str,
+    *,
+    queue_prefix: str = QUEUE_PREFIX,
+    store_prefix: str = STORE_PREFIX,
+    agent_types: Iterable[str] | None = None,
+    store_agents: Iterable[str] | None = None,
+) -> str:
+    """One `users.acl` line (or `--user` argument) for `username` in `role` (options as
+    for `rules()`).
 
     The password is stored as its SHA-256 (`#<hex>`), so the ACL file never holds it."""
     digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    return " ".join(["user", username, "reset", "on", f"#{digest}", *rules(role, **prefixes)])
+    tokens = rules(
+        role,
+        queue_prefix=queue_prefix,
+        store_prefix=store_prefix,
+        agent_types=agent_types,
+        store_agents=store_agents,
+    )
+    return " ".join(["user", username, "reset", "on", f"#{digest}", *tokens])
 
 
-def setuser_command(username: str, role: str, password: str, **prefixes: str) -> list[str]:
+def setuser_command(
+    username: str,
+    role: str,
+    password: str,
+    *,
+    queue_prefix: str = QUEUE_PREFIX,
+    store_prefix: str = STORE_PREFIX,
+    agent_types: Iterable[str] | None = None,
+    store_agents: Iterable[str] | None = None,
+) -> list[str]:
     """`ACL SETUSER` arguments that make `username` exactly a `role` user."""
-    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *rules(role, **prefixes)]
+    tokens = rules(
+        role,
+        queue_prefix=queue_prefix,
+        store_prefix=store_prefix,
+        agent_types=agent_types,
+        store_agents=store_agents,
+    )
+    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *tokens]
 
 
-def markdown(**prefixes: str) -> str:
-    """The rules of every role as docs/operations.md shows them."""
+def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX) -> str:
+    """The (unscoped) rules of every role as docs/operations.md shows them."""
     parts = []
     for role in ROLES.values():
-        command = " ".join(setuser_command(role.name, role.name, "<password>", **prefixes))
+        command = " ".join(
+            setuser_command(
+                role.name,
+                role.name,
+                "<password>",
+                queue_prefix=queue_prefix,
+                store_prefix=store_prefix,
+            )
+        )
         parts.append(f"**{role.name}**: {role.summary}.\n\n```\n{command}\n```\n")
     return "\n".join(parts)
 

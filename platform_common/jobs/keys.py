@@ -14,6 +14,10 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
 
 Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
+    jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list; a
+                                     job is in it exactly while it waits there (claim and
+                                     expiry remove it), so the exporter reads the oldest
+                                     waiting job's age without reading any job (payload)
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
@@ -167,6 +171,10 @@ class QueueKeys:
     @property
     def queue(self) -> str:
         return f"{self.base}:queue"
+
+    @property
+    def waiting(self) -> str:
+        return f"{self.base}:waiting"
 
     @property
     def processing(self) -> str:

@@ -174,7 +174,7 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
                 assert caller is not None
                 caller.cancel()  # the caller goes away after the first call went out
             yield (
-                [keys.queue, keys.stats, keys.expiry, keys.job(job_id)],
+                [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(job_id)],
                 [f"nonce-{chunk}", 1, job_id, "{}", 60, int(time.time() * 1000), 3],
             )
 
@@ -212,7 +212,7 @@ async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
         args: list[object] = [nonce, len(job_ids)]
         for job_id in job_ids:
             args += [job_id, "{}", 60, created, 3]
-        return [keys.queue, keys.stats, keys.expiry, *map(keys.job, job_ids)], args
+        return [keys.queue, keys.stats, keys.expiry, keys.waiting, *map(keys.job, job_ids)], args
 
     try:
         script = connection.scripts.enqueue

@@ -34,10 +34,11 @@ def seed_type(
     now_ms = _redis_now_ms(client)
     client.sadd(QueueKeys.types_key(), agent_type)
     if waiting:
-        client.lpush(keys.queue, *[f"{agent_type}-w{i}" for i in range(waiting)])
-        oldest = client.lindex(keys.queue, -1)
+        ids = [f"{agent_type}-w{i}" for i in range(waiting)]
+        client.lpush(keys.queue, *ids)
         age = oldest_age_ms if oldest_age_ms is not None else 0
-        client.hset(keys.job(str(oldest)), "enqueued_at", str(now_ms - age))
+        # The queue's waiting set: every waiting id with its arrival, the oldest first.
+        client.zadd(keys.waiting, {job_id: now_ms - age + i for i, job_id in enumerate(ids)})
     if processing:
         client.lpush(keys.processing, *[f"{agent_type}-p{i}" for i in range(processing)])
     if delayed:

@@ -12,9 +12,13 @@ import asyncio
 import json
 import os
 import sys
+import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+
+import redis
 
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
@@ -79,6 +83,70 @@ async def behave(job: JobPayload) -> Any:
         raise NonRetryableError("cannot be done")
     await record(job.job_id, "finish")
     return {"pid": os.getpid(), "attempt": current_job().attempt, "task": job.task}
+
+
+class HandlerBaseException(BaseException):
+    """A BaseException that is none of Python's own (raised by `misbehave`)."""
+
+
+async def misbehave(job: JobPayload) -> Any:
+    """`behave`, plus what a handler must never get away with: raising SystemExit,
+    KeyboardInterrupt, CancelledError or another BaseException, and blocking the event
+    loop (`time.sleep` in an async def)."""
+    constraints = job.constraints
+    behaviour = constraints.get("behaviour", "ok")
+    raising: dict[str, BaseException] = {
+        "exit": SystemExit(7),
+        "interrupt": KeyboardInterrupt(),
+        "cancel": asyncio.CancelledError(),
+        "base": HandlerBaseException("not an Exception"),
+    }
+    if behaviour in raising:
+        await record(job.job_id, "start")
+        raise raising[behaviour]
+    if behaviour == "block":
+        await record(job.job_id, "start")
+        time.sleep(float(constraints["seconds"]))  # noqa: ASYNC251 (blocking the loop is the point)
+        await record(job.job_id, "finish")
+        return {"pid": os.getpid(), "attempt": current_job().attempt}
+    return await behave(job)
+
+
+_sync_client: redis.Redis | redis.RedisCluster | None = None
+_sync_lock = threading.Lock()
+
+
+def _sync_redis() -> redis.Redis | redis.RedisCluster:
+    global _sync_client
+    with _sync_lock:
+        if _sync_client is None:
+            url = os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"]
+            settings = RedisSettings.from_url(url)
+            if settings.cluster:
+                host, port = settings.all_addresses()[0]
+                _sync_client = redis.RedisCluster(host=host, port=port, decode_responses=True)
+            else:
+                _sync_client = redis.Redis.from_url(url, decode_responses=True)
+        return _sync_client
+
+
+def behave_sync(job: JobPayload) -> Any:
+    """A plain-def handler (the worker runs it in a thread): "sleep" blocks in
+    time.sleep, "fail" raises; every run is recorded like `behave` records it."""
+    context = current_job()
+    client = _sync_redis()
+    client.rpush(RUNS_KEY, f"{job.job_id} {os.getpid()} {context.attempt} start")
+    behaviour = job.constraints.get("behaviour", "ok")
+    if behaviour == "sleep":
+        time.sleep(float(job.constraints["seconds"]))
+    elif behaviour == "fail":
+        raise RuntimeError(f"boom on attempt {context.attempt}")
+    client.rpush(RUNS_KEY, f"{job.job_id} {os.getpid()} {context.attempt} finish")
+    return {
+        "pid": os.getpid(),
+        "attempt": context.attempt,
+        "thread": threading.current_thread().name,
+    }
 
 
 async def _produce(redis_url: str, plan: list[dict[str, Any]], batch: bool) -> None:

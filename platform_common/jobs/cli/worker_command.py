@@ -4,9 +4,12 @@
         --concurrency 10
     (alias: python -m platform_common.jobs.worker ...)
 
-Settings come from QUEUE_* environment variables (QUEUE_REDIS_URL or REDIS_URL, see
-QueueSettings.from_env) and the options below. SIGTERM or SIGINT stop it gracefully:
-no new jobs, running ones finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back.
+The handler is an `async def` (run on the event loop) or a plain `def` (run in a pool
+of --concurrency threads: blocking calls are fine there). Settings come from QUEUE_*
+environment variables (QUEUE_REDIS_URL or REDIS_URL, see QueueSettings.from_env) and
+the options below. SIGTERM or SIGINT stop it gracefully: no new jobs, running ones
+finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back. `--log-format json` logs one
+JSON object per line, with the same fields as the text lines.
 Deployments run workers without the `cli` extra, so the options are parsed with
 argparse here, and the typer app only forwards to `run`.
 """
@@ -22,20 +25,24 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ..errors import ConfigurationError
+from ..errors import BackendUnavailable, ConfigurationError
 from ..queue import QueueSettings, Worker
+from ..queue.attempt_log import JsonFormatter, bounded
 from ..queue.context import Handler
-from .exits import EXIT_OK, enable_debug
+from .exits import EXIT_FAILURE, EXIT_OK, CliError, enable_debug
 
 __all__ = ["SUMMARY", "load_handler", "parser", "run"]
 
 SUMMARY = "Run a queue worker for one agent type (needs only the core install)."
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_FORMATS = ("text", "json")
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def load_handler(spec: str) -> Handler:
-    """Import "pkg.module:func"; ConfigurationError if it is not an async function."""
+    """Import "pkg.module:func"; ConfigurationError unless it is a function (async def,
+    or a plain def, which the worker runs in a thread) or a callable object."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError("--handler", f"expected pkg.module:function, got {spec!r}")
@@ -46,8 +53,13 @@ def load_handler(spec: str) -> Handler:
     handler = getattr(module, attribute, None)
     if handler is None:
         raise ConfigurationError("--handler", f"{module_name!r} has no {attribute!r}")
-    if not inspect.iscoroutinefunction(handler):
-        raise ConfigurationError("--handler", f"{spec!r} must be an async function")
+    generator = inspect.isgeneratorfunction(handler) or inspect.isasyncgenfunction(handler)
+    if not callable(handler) or inspect.isclass(handler) or generator:
+        raise ConfigurationError(
+            "--handler",
+            f"{spec!r} must be a function (async def, or a plain def run in a thread), "
+            f"got {type(handler).__name__}",
+        )
     return handler  # type: ignore[no-any-return]
 
 
@@ -55,11 +67,18 @@ def parser(prog: str) -> argparse.ArgumentParser:
     """The worker's options (the same under every name it is run by)."""
     parser = argparse.ArgumentParser(prog=prog, description=SUMMARY)
     parser.add_argument("--agent-type", required=True, help="the queue to work on")
-    parser.add_argument("--handler", required=True, help="pkg.module:async_function")
-    parser.add_argument("--concurrency", type=int, default=10, help="jobs run at once")
+    parser.add_argument(
+        "--handler", required=True, help="pkg.module:function (async def, or def: in a thread)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=10, help="jobs run at once (threads for a sync handler)"
+    )
     parser.add_argument("--redis-url", help="overrides QUEUE_REDIS_URL / REDIS_URL")
     parser.add_argument("--worker-id", help="defaults to host:pid:random")
     parser.add_argument("--log-level", default="INFO", help=f"{', '.join(_LEVELS)} (INFO)")
+    parser.add_argument(
+        "--log-format", default="text", help="text or json (one JSON object per line); text"
+    )
     parser.add_argument("--debug", action="store_true", help="print the traceback of a failure too")
     return parser
 
@@ -70,6 +89,31 @@ def _log_level(name: str) -> int:
             "--log-level", f"expected one of {', '.join(_LEVELS)}, got {name!r}"
         )
     return logging.getLevelNamesMapping()[name.upper()]
+
+
+def _log_handler(log_format: str) -> logging.Handler:
+    if log_format.lower() not in _FORMATS:
+        raise ConfigurationError(
+            "--log-format", f"expected one of {', '.join(_FORMATS)}, got {log_format!r}"
+        )
+    handler = logging.StreamHandler(sys.stderr)
+    json_lines = log_format.lower() == "json"
+    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(_TEXT_FORMAT))
+    return handler
+
+
+def _unreachable(exc: BackendUnavailable, settings: QueueSettings) -> CliError:
+    """The one line for a Redis the worker cannot reach at the start: the cause's class,
+    the redacted URL (naming the host, never the password) and the cause, cut short
+    (a Sentinel error repeats whole client reprs)."""
+    cause = exc.__cause__
+    if cause is None:
+        return CliError(str(exc), EXIT_FAILURE)
+    detail = bounded(str(cause), 300)
+    return CliError(
+        f"Redis: {type(cause).__name__}: {settings.redis.redacted_url()} unreachable: {detail}",
+        EXIT_FAILURE,
+    )
 
 
 async def _work(worker: Worker) -> None:
@@ -84,11 +128,7 @@ def run(argv: Sequence[str], prog: str) -> int:
     args = parser(prog).parse_args(argv)
     if args.debug:
         enable_debug()
-    logging.basicConfig(
-        level=_log_level(args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=_log_level(args.log_level), handlers=[_log_handler(args.log_format)])
     # --redis-url replaces QUEUE_REDIS_URL / REDIS_URL (errors then name --redis-url).
     settings = QueueSettings.from_env(redis_url=args.redis_url or None)
     worker = Worker(
@@ -98,5 +138,8 @@ def run(argv: Sequence[str], prog: str) -> int:
         concurrency=args.concurrency,
         worker_id=args.worker_id,
     )
-    asyncio.run(_work(worker))
+    try:
+        asyncio.run(_work(worker))
+    except BackendUnavailable as exc:
+        raise _unreachable(exc, settings) from exc
     return EXIT_OK

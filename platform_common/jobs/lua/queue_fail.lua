@@ -2,16 +2,23 @@
 -- its last attempt, fail it for good, or give it back unstarted.
 -- KEYS[1] processing list  KEYS[2] leases zset  KEYS[3] delayed zset  KEYS[4] dead list
 -- KEYS[5] queue list       KEYS[6] expiry zset  KEYS[7] stats hash    KEYS[8] job hash
--- KEYS[9] result key
+-- KEYS[9] result key       KEYS[10] waiting zset (a job given back to the queue list
+--                          waits again; ZADD NX keeps the arrival of one that never
+--                          left it, i.e. taken but never claimed)
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
+--               "corrupt" the stored job does not parse (payload or a field): dead-
+--                         letter now (retrying cannot help; kept for an operator)
 --               "release" a worker shutting down gives the attempt back (not counted)
 --               "lost"    the reaper: the lease expired, so the worker is gone; the
 --                         crash counts as an attempt. Fenced by the expired lease.
 -- ARGV[3] lease token (ignored in mode "lost")  ARGV[4] error text
 -- ARGV[5] completion channel
 -- ARGV[6] backoff base ms  ARGV[7] backoff factor  ARGV[8] backoff max ms
+-- ARGV[9] traceback text, kept with the error in the history entry ("" or absent: none)
+-- A numeric field of the record that does not parse never makes this script fail: the
+-- attempt then ends dead-lettered, its result kept without a TTL (until purged).
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
 --         {"replay", state} {"skip"} or {"lost", state}
 local job_id = ARGV[1]
@@ -23,6 +30,14 @@ local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attemp
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
+end
+
+-- An integer field as Redis stores it (what HINCRBY accepts), or nil.
+local function int(value)
+    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
+        return tonumber(value)
+    end
+    return nil
 end
 
 local function drop_lease()
@@ -39,6 +54,7 @@ if mode == 'lost' then
         -- Taken with BLMOVE by a worker that died before claiming it: not an attempt.
         drop_lease()
         redis.call('RPUSH', KEYS[5], job_id)
+        redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'requeued'}
     end
     if state ~= 'running' then
@@ -56,28 +72,37 @@ else
     end
     if mode == 'release' then
         drop_lease()
-        redis.call('HINCRBY', KEYS[8], 'attempts', -1)
+        if int(f[3]) then
+            redis.call('HINCRBY', KEYS[8], 'attempts', -1)
+        end
         redis.call('HSET', KEYS[8], 'state', 'queued')
         redis.call('HDEL', KEYS[8], 'token')
         redis.call('RPUSH', KEYS[5], job_id)
+        redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'released'}
     end
 end
 
-local attempts = tonumber(f[3])
-local max_attempts = tonumber(f[4])
-local ttl = tonumber(f[5])
+local attempts = int(f[3])
+local max_attempts = int(f[4])
+local ttl = int(f[5])
+if ttl and ttl <= 0 then
+    ttl = nil
+end
 local error_text = ARGV[4]
 local entry = {attempt = attempts, worker = f[6] or '', started_at = tonumber(f[7]),
     ended_at = now, error = error_text, outcome = mode}
+if ARGV[9] and ARGV[9] ~= '' then
+    entry.traceback = ARGV[9]
+end
 local outcome
-if mode ~= 'fatal' and attempts < max_attempts then
+if mode == 'fatal' then
+    outcome = 'failed'
+elseif mode ~= 'corrupt' and attempts and max_attempts and attempts < max_attempts then
     local delay = tonumber(ARGV[6]) * tonumber(ARGV[7]) ^ (attempts - 1)
     delay = math.floor(math.min(delay, tonumber(ARGV[8])))
     entry.retry_at = now + delay
     outcome = 'retrying'
-elseif mode == 'fatal' then
-    outcome = 'failed'
 else
     outcome = 'dead'
 end
@@ -100,14 +125,18 @@ end
 
 redis.call('HSET', KEYS[8], 'finished_at', now)
 redis.call('ZREM', KEYS[6], job_id)
-redis.call('SET', KEYS[9],
-    '{"status":"failed","result":null,"error":' .. cjson.encode(error_text) .. '}', 'EX', ttl)
+local result = '{"status":"failed","result":null,"error":' .. cjson.encode(error_text) .. '}'
+if ttl then
+    redis.call('SET', KEYS[9], result, 'EX', ttl)
+else
+    redis.call('SET', KEYS[9], result)
+end
 redis.call('HINCRBY', KEYS[7], 'failed', 1)
 if outcome == 'dead' then
     -- Kept (no TTL) until requeued or purged from the dead-letter list.
     redis.call('LPUSH', KEYS[4], job_id)
     redis.call('HINCRBY', KEYS[7], 'dead_lettered', 1)
-else
+elseif ttl then
     redis.call('PEXPIRE', KEYS[8], ttl * 1000)
 end
 redis.call('PUBLISH', ARGV[5], job_id)

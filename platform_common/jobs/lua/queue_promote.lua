@@ -1,5 +1,5 @@
 -- Move retries whose backoff has elapsed from the delayed set to the front of the queue.
--- KEYS[1] delayed zset  KEYS[2] queue list
+-- KEYS[1] delayed zset  KEYS[2] queue list  KEYS[3] waiting zset
 -- ARGV[1] the most jobs to move in one call
 -- Returns the number of jobs moved.
 local t = redis.call('TIME')
@@ -9,5 +9,6 @@ for _, job_id in ipairs(due) do
     redis.call('ZREM', KEYS[1], job_id)
     -- RPUSH: the consuming end; a retry has waited its turn already.
     redis.call('RPUSH', KEYS[2], job_id)
+    redis.call('ZADD', KEYS[3], now, job_id)  -- waiting again from now on
 end
 return #due

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import builtins
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
 from ..status import JOB_STATUS_OF, JobStatus, QueueState
 from ..store.record import JobRecord
+from .backend_errors import backend_errors
 from .completions import Completions
 from .connection import QueueConnection
-from .dead_letters import DeadLetters
+from .dead_letters import BATCH, DeadLetter, DeadLetters
 from .maintenance import Maintenance
 from .producer import Job, Producer
 from .queue_settings import QueueSettings
@@ -38,13 +40,15 @@ class JobQueue:
     """Enqueue jobs, wait for completions, read results, manage dead letters.
 
     Build it with `await JobQueue.connect(settings)` and `aclose()` it (or use
-    `async with`). Workers are separate: see Worker."""
+    `async with`). Workers are separate: see Worker. An unreachable Redis raises
+    BackendUnavailable (naming the redacted URL), a full pool BackendBusy, as the
+    JobStore does; never a raw redis-py error."""
 
     def __init__(self, connection: QueueConnection) -> None:
         self.connection = connection
         self.settings = connection.settings
         self._producer = Producer(connection)
-        self.dead_letters = DeadLetters(connection)
+        self.dead_letters: DeadLetters = _DeadLetters(connection)
 
     @classmethod
     async def connect(cls, settings: QueueSettings | str | None = None) -> JobQueue:
@@ -53,7 +57,8 @@ class JobQueue:
             settings = QueueSettings.from_env()
         elif isinstance(settings, str):
             settings = QueueSettings.from_url(settings)
-        return cls(await QueueConnection.open(settings))
+        with backend_errors(settings.redis):
+            return cls(await QueueConnection.open(settings))
 
     async def enqueue(self, job: Job) -> str:
         """See Producer.enqueue."""
@@ -65,7 +70,8 @@ class JobQueue:
 
     async def get_result(self, job_id: str, agent_type: str | None = None) -> JobResult | None:
         """See results.get_result."""
-        return await get_result(self.connection, job_id, agent_type)
+        with backend_errors(self.settings.redis):
+            return await get_result(self.connection, job_id, agent_type)
 
     def completions(
         self, *, watch: Iterable[tuple[str, str]] = (), every_job: bool = False
@@ -80,7 +86,8 @@ class JobQueue:
     async def cleanup(self, agent_type: str, limit: int | None = None) -> list[str]:
         """Expire up to `limit` jobs of `agent_type` past their TTL (workers do this
         periodically; safe to call from anywhere at any time)."""
-        return await Maintenance(self.connection, agent_type).cleanup(limit)
+        with backend_errors(self.settings.redis):
+            return await Maintenance(self.connection, agent_type).cleanup(limit)
 
     async def stats(self, agent_type: str) -> QueueStats:
         """Depths and counters of one agent type, read in one pipelined round trip."""
@@ -91,7 +98,8 @@ class JobQueue:
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.hgetall(keys.stats)
-        queued, in_progress, delayed, dead, raw = await pipe.execute()
+        with backend_errors(self.settings.redis):
+            queued, in_progress, delayed, dead, raw = await pipe.execute()
         counters = {name: int(raw.get(name, 0)) for name in STATS_COUNTERS}
         counters[LATENCY_COUNT_FIELD] = int(raw.get(LATENCY_COUNT_FIELD, 0))
         return QueueStats(
@@ -108,7 +116,8 @@ class JobQueue:
         pipe = self.connection.client.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
         pipe.get(keys.result(job_id))
-        fields, result_text = await pipe.execute()
+        with backend_errors(self.settings.redis):
+            fields, result_text = await pipe.execute()
         outcome = parse_result(agent_type, job_id, result_text) if result_text else None
         if not fields:
             if outcome is None:
@@ -144,6 +153,28 @@ class JobQueue:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _DeadLetters(DeadLetters):
+    """DeadLetters whose Redis failures are the package's errors (see JobQueue)."""
+
+    async def count(self, agent_type: str) -> int:
+        with backend_errors(self._connection.settings.redis):
+            return await super().count(agent_type)
+
+    async def list(self, agent_type: str, *, start: int = 0, count: int = 100) -> list[DeadLetter]:
+        with backend_errors(self._connection.settings.redis):
+            return await super().list(agent_type, start=start, count=count)
+
+    async def requeue(
+        self, agent_type: str, job_ids: Sequence[str] | None = None, *, limit: int = BATCH
+    ) -> builtins.list[str]:
+        with backend_errors(self._connection.settings.redis):
+            return await super().requeue(agent_type, job_ids, limit=limit)
+
+    async def purge(self, agent_type: str, job_ids: Sequence[str] | None = None) -> int:
+        with backend_errors(self._connection.settings.redis):
+            return await super().purge(agent_type, job_ids)
 
 
 _ENDED_WITH_ERROR = frozenset({QueueState.FAILED, QueueState.DEAD})

@@ -1,40 +1,85 @@
-"""Worker: runs one agent type's jobs through an async handler, N at a time, reliably.
+"""Worker: runs one agent type's jobs through a handler, N at a time, reliably.
 
-Reliable fetch (BLMOVE into processing, a claim script with a lease), lease renewal,
-fenced completion, and the chores (reaper, promoter, cleanup, heartbeat) all run in
-this one asyncio process. SIGTERM (via `stop()`) stops fetching, lets running jobs
-finish for `shutdown_timeout`, then gives the rest back to the queue."""
+Reliable fetch (BLMOVE into processing, a claim script with a lease), fenced completion
+and the chores (reaper, promoter, cleanup, heartbeat) run in this asyncio process; lease
+renewal runs on a thread of its own (LeaseKeeper), so a handler that blocks the loop
+cannot cost its job the lease. An `async def` handler runs on the loop, a plain `def` in
+a pool of `concurrency` threads. Whatever a handler raises ends its attempt as a failure
+(retry with backoff, then a dead letter); every deadline comes from Redis TIME. SIGTERM
+(via `stop()`) stops fetching, lets running jobs finish for `shutdown_timeout`, then
+gives the rest back uncounted."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import contextvars
 import itertools
 import json
 import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from ..clock import now
 from ..errors import ConfigurationError, LeaseLost
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
+from .attempt_log import AttemptLog, bounded, describe, format_traceback
+from .backend_errors import TRANSIENT, RedisHealth, backend_errors, is_script_error
 from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
-from .leases import Claim, Leases
-from .maintenance import Maintenance
+from .handler_calls import (
+    HandlerThreads,
+    Outcome,
+    Raised,
+    Returned,
+    is_async_handler,
+    start_handler,
+)
+from .lease_keeper import LeaseKeeper
+from .leases import MAX_ERROR_LENGTH, Claim, Leases
+from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("platform_common.jobs.queue.consumer")
-_TRANSIENT = (RedisError, OSError)
+
+# Why the worker itself ended an attempt (None: the handler ended it).
+_LOST = "lost"  # renewal was refused: the job belongs to someone else now
+_SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounted
+_TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
+
+
+class CorruptJob(Exception):
+    """The stored job cannot be run (its payload or a field does not parse)."""
+
+
+class _Attempt:
+    """One attempt this worker runs: its claim, its handler call and how it ended."""
+
+    __slots__ = ("aborted", "claim", "deadline", "ended", "handler", "reason", "settled", "task")
+
+    def __init__(self, claim: Claim, deadline: float) -> None:
+        self.claim = claim
+        self.deadline = deadline
+        """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
+        self.reason: str | None = None
+        self.aborted = asyncio.Event()
+        self.ended = asyncio.Event()
+        """The handler call really returned (or never started)."""
+        self.handler: asyncio.Future[Outcome] | None = None
+        self.settled = False
+        self.task: asyncio.Task[None] | None = None
+
+    def abort(self, reason: str) -> None:
+        """End the attempt for `reason` (the first reason given stands)."""
+        if self.reason is None:
+            self.reason = reason
+        self.aborted.set()
+        if self.handler is not None:
+            self.handler.cancel()  # a coroutine is cancelled; a thread runs on regardless
 
 
 class Worker:
@@ -53,25 +98,34 @@ class Worker:
             raise ConfigurationError("agent_type", f"{agent_type!r} is not in agent_types")
         if not is_int(concurrency) or concurrency < 1:
             raise ConfigurationError("concurrency", f"must be an int >= 1, got {concurrency!r}")
+        if not callable(handler):
+            raise ConfigurationError("handler", f"must be callable, got {handler!r}")
         self.settings = settings
         self.agent_type = agent_type
         self.handler = handler
+        self.handler_is_async = is_async_handler(handler)
         self.concurrency = concurrency
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self.ready = asyncio.Event()
         """Set once connected, pre-warmed and registered (a heartbeat was written)."""
-        # How attempts ended. str() keys, not members: the stop log prints plain names.
+        # How attempts ended, as Redis recorded them. str() keys, not members: the stop
+        # log prints plain names.
         counted = (
             QueueState.SUCCEEDED, AttemptOutcome.RETRYING, AttemptOutcome.DEAD,
             AttemptOutcome.FAILED, QueueState.EXPIRED, AttemptOutcome.RELEASED,
             AttemptOutcome.LOST,
         )  # fmt: skip
         self.counts: dict[str, int] = dict.fromkeys(map(str, counted), 0)
+        self.attempt_log = AttemptLog(log)
+        """One WARNING per failed attempt, rate-limited per agent type (replaceable)."""
+        self.health = RedisHealth(log, settings.redis)
+        """Redis outages: one line when one starts, one when it ends."""
+        self.keeper: LeaseKeeper | None = None
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._running: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
-        self._lost: set[str] = set()
-        self._releasing = False
+        self._running: dict[str, _Attempt] = {}  # by lease token: unique per attempt
+        self._threads: HandlerThreads | None = None
+        self._redis_offset: float | None = None  # Redis time minus loop time, seconds
         self._expect_more = True
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
@@ -81,42 +135,68 @@ class Worker:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Connect, work until `stop()`, then shut down gracefully and disconnect."""
-        connection = await QueueConnection.open(self.settings)
+        """Connect, work until `stop()`, then shut down gracefully and disconnect.
+
+        BackendUnavailable (naming the redacted URL) if Redis cannot be reached at the
+        start; later outages are waited out."""
+        settings = self.settings
+        with backend_errors(settings.redis):
+            connection = await QueueConnection.open(settings)
         blocking = connection.blocking_client()
         self._connection = connection
         self._blocking = blocking
         self._leases = Leases(connection, self.agent_type)
         self._chores = Maintenance(connection, self.agent_type)
         self._keys = self._leases.keys
+        loop = asyncio.get_running_loop()
+        keeper = self.keeper = LeaseKeeper(
+            settings, self.agent_type, loop=loop, on_lost=self._lease_lost,
+            health=self.health, logger=log,
+        )  # fmt: skip
+        if not self.handler_is_async:
+            self._threads = HandlerThreads(self.concurrency, f"handler-{self.agent_type}")
         chores: list[asyncio.Task[None]] = []
         try:
-            await connection.register_type(self.agent_type)
-            await self._chores.heartbeat(self.worker_id)
+            with backend_errors(settings.redis):
+                await connection.register_type(self.agent_type)
+                await self._heartbeat()
+            keeper.start()
             self.ready.set()
-            log.info("worker ready id=%s agent_type=%s", self.worker_id, self.agent_type)
-            settings = self.settings
+            log.info(
+                "worker ready id=%s agent_type=%s concurrency=%d handler=%s redis=%s",
+                self.worker_id, self.agent_type, self.concurrency,
+                "async" if self.handler_is_async else "sync (threads)", self.health.where,
+            )  # fmt: skip
             chores = [
-                asyncio.create_task(self._every(settings.lease_seconds / 3, self._renew)),
-                asyncio.create_task(self._every(settings.reaper_interval, self._reap)),
-                asyncio.create_task(self._every(settings.promote_interval, self._chores.promote)),
-                asyncio.create_task(self._every(settings.cleanup_interval, self._cleanup)),
-                asyncio.create_task(self._every(settings.heartbeat_interval, self._heartbeat)),
+                asyncio.create_task(self._beat(keeper)),
+                self._chore(settings.reaper_interval, self._reap, "reaping expired leases"),
+                self._chore(settings.promote_interval, self._chores.promote, "promoting retries"),
+                self._chore(settings.cleanup_interval, self._cleanup, "expiring jobs"),
+                self._chore(settings.heartbeat_interval, self._heartbeat, "heartbeat"),
             ]
             await self._fetch_loop()
-            await self._drain()
         finally:
+            await self._drain()
             for task in chores:
                 task.cancel()
             await asyncio.gather(*chores, return_exceptions=True)
-            with contextlib.suppress(*_TRANSIENT):
-                await self._chores.heartbeat(self.worker_id, leaving=True)
+            await asyncio.to_thread(keeper.stop)
+            if self._threads is not None:
+                self._threads.shutdown()
+            if self.ready.is_set():
+                try:
+                    await self._chores.heartbeat(self.worker_id, leaving=True)
+                except TRANSIENT as exc:
+                    log.debug("could not say goodbye: %s", describe(exc))
             await blocking.aclose()
             await connection.aclose()
+            self.attempt_log.flush(final=True)
+            self.health.report_ongoing()
             log.info("worker stopped id=%s counts=%s", self.worker_id, self.counts)
 
     # -- fetching ------------------------------------------------------------------
     async def _fetch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         delay = 0.05
         while not self._stopping.is_set():
             free = self.concurrency - len(self._running)
@@ -126,18 +206,20 @@ class Worker:
                 continue
             try:
                 taken = await self._take(min(free, self.settings.fetch_batch))
+                self.health.ok()
                 if taken:
                     remaining, claims = await self._leases.claim(
                         self.worker_id, [(job_id, self._new_token()) for job_id in taken]
                     )
+                    received = loop.time()
                     self._expect_more = remaining > 0
                     for claim in claims:
-                        self._start(claim)
+                        self._start(claim, received)
                 delay = 0.05
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 # Redis restarted or the connection was killed: back off and go on; a job
                 # taken but not claimed is found by the reaper (provisional lease).
-                log.warning("fetch failed, retrying in %.2fs: %r", delay, exc)
+                self.health.failed("fetching jobs", exc)
                 await self._wait_any(asyncio.sleep(delay))
                 delay = min(delay * 2, 2.0)
 
@@ -163,121 +245,319 @@ class Worker:
     def _new_token(self) -> str:
         return f"{self._token_prefix}{next(self._token_counter):x}"
 
-    def _start(self, claim: Claim) -> None:
-        task = asyncio.create_task(self._run_job(claim))
-        self._running[claim.job_id] = (claim, task)
+    def _start(self, claim: Claim, received: float) -> None:
+        # The TTL left by Redis's clock, counted on ours from when the claim's reply came:
+        # never early (Redis ran the claim before we read its reply), never skewed.
+        left = (claim.expires_at_ms - claim.redis_now_ms) / 1000
+        attempt = _Attempt(claim, received + left)
+        self._redis_offset = claim.redis_now_ms / 1000 - received
+        assert self.keeper is not None
+        self.keeper.hold(claim.job_id, claim.token)
+        attempt.task = asyncio.create_task(self._run_job(attempt))
+        self._running[claim.token] = attempt
 
     # -- running one job -----------------------------------------------------------
-    async def _run_job(self, claim: Claim) -> None:
+    async def _run_job(self, attempt: _Attempt) -> None:
+        claim = attempt.claim
         try:
-            label, settle = await self._attempt(claim)
-            await self._settle(claim, label, settle)
+            outcome = await self._outcome(attempt)
+            await self._record(attempt, outcome)
+            attempt.settled = True
+            self._drop_lease(claim)
+            await self._linger(attempt)
         except asyncio.CancelledError:
-            if claim.job_id not in self._lost:
-                # Shutdown ran out of time: give the attempt back, uncounted.
-                error = "worker shut down before the job finished"
-                release = partial(
-                    self._leases.fail, claim.job_id, claim.token, error, mode="release"
-                )
-                await self._settle(claim, AttemptOutcome.RELEASED, release)
-            # else: our lease was lost, the job belongs to someone else now.
+            # run() itself was cancelled (the worker's own shutdown aborts instead).
+            attempt.abort(_SHUTDOWN)
+            if not attempt.settled:
+                await self._release(attempt)
+            raise
+        except Exception:
+            # A bug of ours, not the handler's: say so; the lease then lapses and the
+            # reaper retries the job.
+            log.exception("internal error running job=%s", claim.job_id)
         finally:
-            self._running.pop(claim.job_id, None)
-            self._lost.discard(claim.job_id)
+            attempt.settled = True
+            self._drop_lease(claim)
+            self._running.pop(claim.token, None)
             self._slot_freed.set()
 
-    async def _attempt(self, claim: Claim) -> tuple[str, Callable[[], Awaitable[Any]]]:
-        """Run the handler under the job's TTL; returns what happened and the fenced
-        operation that records it."""
-        leases = self._leases
-        job_id, token = claim.job_id, claim.token
-        payload = JobPayload.from_json(claim.payload)
-        expires_at = claim.expires_at_ms / 1000
-        context = JobContext(
-            job_id, self.agent_type, claim.attempt, claim.max_attempts, expires_at, self.worker_id
-        )
-        set_current_job(context)
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout_at(loop.time() + (expires_at - now())) as ttl:
-                result = await self.handler(payload)
-        except TimeoutError as exc:
-            if ttl.expired():
-                return QueueState.EXPIRED, partial(leases.expire, [job_id])
-            return "error", partial(leases.fail, job_id, token, _describe(exc))
-        except NonRetryableError as exc:
-            return AttemptOutcome.FAILED, partial(
-                leases.fail, job_id, token, _describe(exc), mode="fatal"
-            )
-        except Exception as exc:
-            return "error", partial(leases.fail, job_id, token, _describe(exc))
-        try:
-            result_json = json.dumps(result, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            error = f"result is not JSON-serialisable: {exc}"
-            return AttemptOutcome.FAILED, partial(leases.fail, job_id, token, error, mode="fatal")
-        return QueueState.SUCCEEDED, partial(leases.complete, job_id, token, result_json)
+    def _drop_lease(self, claim: Claim) -> None:
+        if self.keeper is not None:
+            self.keeper.drop(claim.token)
 
-    async def _settle(
-        self, claim: Claim, label: str, operation: Callable[[], Awaitable[Any]]
+    async def _outcome(self, attempt: _Attempt) -> Outcome | None:
+        """Run the handler until it ends, the TTL passes or the worker aborts the
+        attempt; its outcome, or None when the worker ended it (see attempt.reason)."""
+        claim = attempt.claim
+        if claim.problem is not None:
+            return Raised(CorruptJob(claim.problem))
+        try:
+            payload = JobPayload.from_json(claim.payload)
+        except Exception as exc:
+            corrupt = CorruptJob(f"payload does not parse: {describe(exc)}")
+            corrupt.__cause__ = exc
+            return Raised(corrupt)
+        context = JobContext(
+            claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
+        )  # fmt: skip
+        job_context = contextvars.copy_context()
+        job_context.run(set_current_job, context)
+        handler = attempt.handler = start_handler(
+            self.handler,
+            payload,
+            run_async=self.handler_is_async,
+            context=job_context,
+            threads=self._threads,
+            # What the loop monitor names when this call blocks the event loop.
+            name=f"job={claim.job_id} attempt={claim.attempt}/{claim.max_attempts}",
+            ended=attempt.ended,
+        )
+        loop = asyncio.get_running_loop()
+        aborted = asyncio.ensure_future(attempt.aborted.wait())
+        waiters: set[asyncio.Future[Any]] = {handler, aborted}
+        try:
+            await asyncio.wait(
+                waiters,
+                timeout=max(attempt.deadline - loop.time(), 0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            aborted.cancel()
+        if attempt.reason is None and handler.done() and not handler.cancelled():
+            return handler.result()
+        # Cancelled by someone else than us: asyncio.run ending, i.e. the worker stopping.
+        attempt.abort(_SHUTDOWN if handler.cancelled() else _TTL)
+        return None
+
+    async def _record(self, attempt: _Attempt, outcome: Outcome | None) -> None:
+        """Record how the attempt ended, fenced by its lease, and count and log it."""
+        reason = attempt.reason
+        if reason == _LOST:
+            return  # counted and logged when the loss was found; someone else owns it
+        if reason == _SHUTDOWN:
+            await self._release(attempt)
+            return
+        if reason == _TTL:
+            await self._expire(attempt)
+            return
+        assert outcome is not None
+        if isinstance(outcome, Raised):
+            error = outcome.error
+            mode = (
+                "corrupt" if isinstance(error, CorruptJob)
+                else "fatal" if isinstance(error, NonRetryableError)
+                else "error"
+            )  # fmt: skip
+            await self._fail(attempt, error, mode)
+            return
+        await self._complete(attempt, outcome)
+
+    async def _complete(self, attempt: _Attempt, outcome: Returned) -> None:
+        claim = attempt.claim
+        try:
+            result_json = json.dumps(outcome.value, separators=(",", ":"), allow_nan=False)
+        except Exception as exc:  # TypeError, ValueError, RecursionError, a broken default
+            error = f"result is not JSON-serialisable: {describe(exc)}"
+            await self._fail(attempt, exc, "fatal", error=error)
+            return
+
+        async def complete() -> str:
+            await self._leases.complete(claim.job_id, claim.token, result_json)
+            return QueueState.SUCCEEDED
+
+        try:
+            recorded = await self._settle(claim, complete)
+        except TRANSIENT as exc:  # only a script error gets here (_settle retries the rest)
+            # The complete script could not read the job's record: a stored field is
+            # corrupt. Retrying cannot help; record that instead of letting the lease lapse.
+            error = f"recording the result failed on the stored job: {describe(exc)}"
+            await self._fail(attempt, exc, "corrupt", error=error)
+            return
+        if recorded is not None:
+            self.counts[QueueState.SUCCEEDED] += 1
+
+    async def _fail(
+        self, attempt: _Attempt, exc: BaseException, mode: str, *, error: str | None = None
     ) -> None:
+        claim = attempt.claim
+        error = bounded(error or describe(exc), MAX_ERROR_LENGTH)
+        trace = format_traceback(exc)
+
+        async def fail() -> str:
+            return await self._leases.fail(
+                claim.job_id, claim.token, error, mode=mode, traceback=trace
+            )
+
+        outcome = await self._settle(claim, fail)
+        if outcome is not None:
+            self._count(outcome)
+        self.attempt_log.failed(
+            job_id=claim.job_id,
+            agent_type=self.agent_type,
+            attempt=claim.attempt or None,
+            max_attempts=claim.max_attempts or None,
+            outcome=str(outcome) if outcome is not None else "unrecorded",
+            error=error,
+            exc=exc,
+        )
+
+    async def _release(self, attempt: _Attempt) -> None:
+        """Give the attempt back uncounted (the worker stops before the job finished)."""
+        claim = attempt.claim
+
+        async def release() -> str:
+            error = "worker shut down before the job finished"
+            return await self._leases.fail(claim.job_id, claim.token, error, mode="release")
+
+        outcome = await self._settle(claim, release)
+        if outcome is not None:
+            self._count(outcome)
+            log.info("released job=%s: the worker stops before it finished", claim.job_id)
+
+    async def _expire(self, attempt: _Attempt) -> None:
+        """Expire the job at its TTL (the handler was cancelled, or its thread left to
+        finish on its own). The script decides by Redis TIME, like the deadline did."""
+        claim = attempt.claim
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settings.lease_seconds
+        while True:
+            expired = await self._settle(claim, lambda: self._leases.expire([claim.job_id]))
+            if expired is None:
+                return
+            if expired:
+                self.counts[QueueState.EXPIRED] += 1
+                self.attempt_log.failed(
+                    job_id=claim.job_id,
+                    agent_type=self.agent_type,
+                    attempt=claim.attempt,
+                    max_attempts=claim.max_attempts,
+                    outcome=QueueState.EXPIRED,
+                    error="TTL passed: the job did not finish within its ttl_seconds",
+                )
+                return
+            # Not expired by this call: already settled elsewhere (another worker's
+            # cleanup), or Redis's clock has not reached the TTL yet (it stepped back).
+            if not await self._still_mine(claim) or loop.time() > give_up:
+                return
+            await asyncio.sleep(0.05)
+
+    async def _still_mine(self, claim: Claim) -> bool:
+        try:
+            state, token = await self._connection.client.hmget(
+                self._keys.job(claim.job_id), ["state", "token"]
+            )  # type: ignore[misc]
+        except TRANSIENT as exc:
+            self.health.failed("reading a job", exc)
+            return True
+        return bool(state == QueueState.RUNNING and token == claim.token)
+
+    async def _linger(self, attempt: _Attempt) -> None:
+        """Keep the attempt's slot while its handler still runs after the attempt ended
+        (a thread cannot be cancelled; a coroutine may ignore it), unless stopping."""
+        if attempt.handler is None or attempt.ended.is_set() or attempt.reason == _SHUTDOWN:
+            return  # (no handler: the stored job did not parse, nothing was started)
+        log.debug("job=%s: waiting for its handler to return", attempt.claim.job_id)
+        await self._wait_any(attempt.ended.wait())
+
+    def _count(self, outcome: str) -> None:
+        # fail() reports where the job went (retrying, dead, failed, released), or for a
+        # replay the state the first call left it in.
+        if outcome in self.counts:
+            self.counts[outcome] += 1
+
+    async def _settle(self, claim: Claim, operation: Callable[[], Awaitable[Any]]) -> Any | None:
         """Run a fenced operation, retrying through Redis outages until the lease would
         have expired anyway (the scripts recognise their own replays, so retrying a
-        call whose reply was lost is safe). LeaseLost is logged, never raised."""
-        give_up = now() + self.settings.lease_seconds
+        call whose reply was lost is safe). Its result, or None when it could not be
+        recorded: LeaseLost (logged, counted) or an outage that outlasted the lease. A
+        script error is raised: running it again on the same data cannot help."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settings.lease_seconds
         delay = 0.05
         while True:
             try:
-                outcome = await operation()
-                break
+                result = await operation()
             except LeaseLost as exc:
                 self.counts[AttemptOutcome.LOST] += 1
                 log.warning("lease lost job=%s: %s", claim.job_id, exc.reason)
-                return
-            except _TRANSIENT as exc:
-                if now() > give_up:
-                    log.error("gave up recording job=%s (%s): %r", claim.job_id, label, exc)
-                    return
+                return None
+            except TRANSIENT as exc:
+                if is_script_error(exc):
+                    raise
+                self.health.failed("recording a job's outcome", exc)
+                if loop.time() > give_up:
+                    log.error(
+                        "gave up recording job=%s after %.0fs: %s; its lease lapses and the "
+                        "reaper retries it",
+                        claim.job_id, self.settings.lease_seconds, describe(exc),
+                    )  # fmt: skip
+                    return None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-        # fail() reports where the job went (retrying, dead, failed, released).
-        key = outcome if isinstance(outcome, str) and outcome in self.counts else label
-        if key in self.counts:
-            self.counts[key] += 1
+                continue
+            self.health.ok()
+            return result
+
+    def _lease_lost(self, job_id: str, token: str) -> None:
+        """From the lease keeper: renewal was refused for this attempt."""
+        attempt = self._running.get(token)
+        # Only the attempt renewed is lost: by now it may have ended and this worker may
+        # hold the job's next attempt (same job id, another token).
+        if attempt is None or attempt.settled or attempt.reason is not None:
+            return
+        self.counts[AttemptOutcome.LOST] += 1
+        log.warning("lease lost job=%s: renewal refused; cancelling the handler", job_id)
+        attempt.abort(_LOST)
 
     # -- chores --------------------------------------------------------------------
-    async def _renew(self) -> None:
-        held = {job_id: claim.token for job_id, (claim, _) in self._running.items()}
-        for job_id in await self._leases.renew(list(held.items())):
-            entry = self._running.get(job_id)
-            # Only the attempt we renewed is lost: while the call was in flight that
-            # attempt may have ended and this worker may hold the job's next attempt
-            # (same job id, new token), which the answer says nothing about.
-            if entry is not None and entry[0].token == held[job_id] and job_id not in self._lost:
-                self._lost.add(job_id)
-                self.counts[AttemptOutcome.LOST] += 1
-                log.warning("lease lost job=%s: renewal refused; cancelling the handler", job_id)
-                entry[1].cancel()
-
     async def _reap(self) -> None:
         report = await self._chores.reap()
-        if report.retried or report.dead or report.requeued:
-            log.info("reaper: %s", report)
+        for job_id, outcome in report.ended:
+            self.attempt_log.failed(
+                job_id=job_id,
+                agent_type=self.agent_type,
+                attempt=None,
+                max_attempts=None,
+                outcome=outcome,
+                error=LEASE_EXPIRED,
+            )
+        if report.requeued:
+            log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)
 
     async def _cleanup(self) -> None:
-        expired = await self._chores.cleanup()
+        now_ms = None
+        if self._redis_offset is not None:
+            now_ms = int((asyncio.get_running_loop().time() + self._redis_offset) * 1000)
+        expired = await self._chores.cleanup(now_ms=now_ms)
         if expired:
             log.info("cleanup expired %d job(s)", len(expired))
 
     async def _heartbeat(self) -> None:
-        await self._chores.heartbeat(self.worker_id)
+        redis_ms = await self._chores.heartbeat(self.worker_id)
+        self._redis_offset = redis_ms / 1000 - asyncio.get_running_loop().time()
+        self.attempt_log.flush()
 
-    async def _every(self, interval: float, step: Callable[[], Awaitable[Any]]) -> None:
+    async def _beat(self, keeper: LeaseKeeper) -> None:
+        """Tell the keeper the loop is alive, every tick (its loop-stall monitor)."""
+        while True:
+            keeper.beat()
+            await asyncio.sleep(keeper.tick)
+
+    def _chore(
+        self, interval: float, step: Callable[[], Awaitable[Any]], activity: str
+    ) -> asyncio.Task[None]:
+        return asyncio.create_task(self._every(interval, step, activity))
+
+    async def _every(
+        self, interval: float, step: Callable[[], Awaitable[Any]], activity: str
+    ) -> None:
         while not self._stopping.is_set():
             try:
                 await step()
-            except _TRANSIENT as exc:
-                log.warning("%s failed: %r", getattr(step, "__name__", step), exc)
+                self.health.ok()
+            except TRANSIENT as exc:
+                self.health.failed(activity, exc)
             await self._wait_any(asyncio.sleep(interval))
 
     async def _wait_any(self, awaitable: Awaitable[Any]) -> None:
@@ -292,18 +572,17 @@ class Worker:
 
     # -- shutdown ------------------------------------------------------------------
     async def _drain(self) -> None:
-        """Let running jobs finish for shutdown_timeout; give the rest back."""
-        tasks = [task for _, task in self._running.values()]
+        """When stopping, let running jobs finish for shutdown_timeout; give the rest back
+        uncounted (at once if run() was cancelled rather than stopped)."""
+        attempts = list(self._running.values())
+        tasks = [attempt.task for attempt in attempts if attempt.task is not None]
         if not tasks:
             return
-        log.info("stopping: waiting for %d running job(s)", len(tasks))
-        _, late = await asyncio.wait(tasks, timeout=self.settings.shutdown_timeout)
-        for task in late:
-            task.cancel()
+        if self._stopping.is_set():
+            log.info("stopping: waiting for %d running job(s)", len(tasks))
+            await asyncio.wait(tasks, timeout=self.settings.shutdown_timeout)
+        for attempt in attempts:
+            attempt.abort(_SHUTDOWN)
+        late = [task for task in tasks if not task.done()]
         if late:
             await asyncio.wait(late)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

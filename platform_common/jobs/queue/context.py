@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -9,11 +11,24 @@ from typing import Any
 
 from .payload import JobPayload
 
-__all__ = ["Handler", "JobContext", "NonRetryableError", "current_job"]
+__all__ = [
+    "AsyncHandler",
+    "Handler",
+    "JobContext",
+    "NonRetryableError",
+    "SyncHandler",
+    "current_job",
+]
 
-Handler = Callable[[JobPayload], Awaitable[Any]]
+AsyncHandler = Callable[[JobPayload], Awaitable[Any]]
+"""An `async def` handler: runs on the worker's event loop, so it must not block it."""
+SyncHandler = Callable[[JobPayload], Any]
+"""A plain `def` handler: runs in one of the worker's threads (as many as its concurrency),
+so it may block (HTTP clients, SDKs, CPU work that releases the GIL)."""
+Handler = AsyncHandler | SyncHandler
 """An agent's job function: gets the payload, returns a JSON-serialisable result.
-Raising retries the job (with backoff) until its last attempt, then dead-letters it."""
+Raising anything (any BaseException) retries the job with backoff until its last
+attempt, then dead-letters it."""
 
 
 class NonRetryableError(Exception):
@@ -31,8 +46,17 @@ class JobContext:
     """1 for the first attempt; attempts cut short by a crash count too."""
     max_attempts: int
     expires_at: float
-    """The job's TTL deadline, seconds since the epoch; the handler is cancelled then."""
+    """The job's TTL deadline, seconds since the epoch by Redis's clock (the handler is
+    cancelled then). To know the time left, use `seconds_left()`: this machine's wall
+    clock may disagree with Redis's."""
     worker_id: str
+    deadline: float = math.inf
+    """`expires_at` on this process's monotonic clock (time.monotonic), measured from
+    the Redis TIME of the claim."""
+
+    def seconds_left(self) -> float:
+        """Seconds until the handler is cancelled for the job's TTL (0 when past it)."""
+        return max(self.deadline - time.monotonic(), 0.0)
 
 
 _current: ContextVar[JobContext] = ContextVar("platform_common_jobs_current_job")

@@ -91,7 +91,7 @@ class DeadLetters:
         requeued: builtins.list[str] = []
         for start in range(0, len(job_ids), BATCH):
             chunk = list(job_ids[start : start + BATCH])
-            script_keys = [keys.dead, keys.queue, keys.expiry, keys.stats]
+            script_keys = [keys.dead, keys.queue, keys.expiry, keys.stats, keys.waiting]
             for job_id in chunk:
                 script_keys += [keys.job(job_id), keys.result(job_id)]
             requeued += await self._connection.run_script(

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import LeaseLost
 from ..keys import QueueKeys, latency_bucket_field
 from ..status import AttemptOutcome, QueueState
+from .attempt_log import MAX_TRACEBACK_LENGTH, bounded, safe_text
 from .connection import QueueConnection
 
-__all__ = ["MAX_ERROR_LENGTH", "Claim", "Leases"]
+__all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases"]
+
+_D = TypeVar("_D")
 
 MAX_ERROR_LENGTH = 2000
 """Longest error text kept per attempt (history and dead letters stay small)."""
@@ -31,6 +34,12 @@ class Claim:
     """The job's TTL deadline (created_at + ttl_seconds), ms since the epoch."""
     payload: str
     """The payload JSON as the producer stored it."""
+    redis_now_ms: int = 0
+    """Redis TIME when the claim ran, ms: the worker times the attempt's deadlines from
+    it (expires_at_ms - redis_now_ms is the TTL left), never from its own clock."""
+    problem: str | None = None
+    """Why the stored job cannot run (a field of its record does not parse), or None.
+    Such a claim holds the job only so the worker can fail it with this text."""
 
 
 class Leases:
@@ -61,17 +70,15 @@ class Leases:
         Returns the queue length left and the claims that run; jobs past their TTL are
         expired here (not started) and strays are dropped."""
         keys = self.keys
-        script_keys = [keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue]
+        script_keys = [
+            keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue, keys.waiting,
+        ]  # fmt: skip
         args: list[Any] = [self._lease_ms, worker_id, keys.channel]
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
         reply = await self._run(self._scripts.claim, script_keys, args)
-        claims = [
-            Claim(entry[0], entry[2], int(entry[3]), int(entry[4]), int(entry[5]), entry[6])
-            for entry in reply[1:]
-            if entry[1] == "run"
-        ]
+        claims = [_claim_of(entry) for entry in reply[1:] if entry[1] in ("run", "corrupt")]
         return int(reply[0]), claims
 
     def complete_call(
@@ -93,13 +100,17 @@ class Leases:
         check_complete_reply(job_id, reply)
 
     async def fail(
-        self, job_id: str, token: str, error: str, *, mode: str = "error"
+        self, job_id: str, token: str, error: str, *, mode: str = "error", traceback: str = ""
     ) -> AttemptOutcome | QueueState:
         """End the attempt unsuccessfully. mode "error" retries with backoff (or
-        dead-letters after the last attempt), "fatal" fails without retry, "release"
-        gives the attempt back unstarted. Returns the outcome, or for a replay the state
-        the first call left the job in; LeaseLost as above."""
-        reply = await self._run(self._scripts.fail, *self.fail_call(job_id, token, error, mode))
+        dead-letters after the last attempt), "fatal" fails without retry, "corrupt"
+        dead-letters at once (the stored job does not parse), "release" gives the attempt
+        back unstarted. `error` (and `traceback`, if any) go into the job's history, made
+        safe and bounded. Returns the outcome, or for a replay the state the first call
+        left the job in; LeaseLost as above."""
+        reply = await self._run(
+            self._scripts.fail, *self.fail_call(job_id, token, error, mode, traceback)
+        )
         outcome = AttemptOutcome(reply[0])
         if outcome == AttemptOutcome.LOST:
             raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
@@ -108,12 +119,16 @@ class Leases:
         return outcome
 
     def fail_call(
-        self, job_id: str, token: str, error: str, mode: str
+        self, job_id: str, token: str, error: str, mode: str, traceback: str = ""
     ) -> tuple[list[str], list[Any]]:
+        """(keys, args) of the fail script. The texts are made valid UTF-8 (a lone
+        surrogate would make the call itself fail) and cut to their bounds."""
         keys = self.keys
+        error = bounded(safe_text(error), MAX_ERROR_LENGTH)
+        traceback = bounded(safe_text(traceback), MAX_TRACEBACK_LENGTH, keep_end=True)
         return (
-            [*self._fail_keys, keys.job(job_id), keys.result(job_id)],
-            [job_id, mode, token, error[:MAX_ERROR_LENGTH], keys.channel, *self._backoff],
+            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting],
+            [job_id, mode, token, error, keys.channel, *self._backoff, traceback],
         )
 
     async def renew(self, held: Sequence[tuple[str, str]]) -> list[str]:
@@ -136,11 +151,38 @@ class Leases:
         keys = self.keys
         script_keys = [
             keys.expiry, keys.queue, keys.delayed, keys.processing, keys.leases, keys.stats,
+            keys.waiting,
         ]  # fmt: skip
         for job_id in job_ids:
             script_keys += [keys.job(job_id), keys.result(job_id)]
         expired = await self._run(self._scripts.expire, script_keys, [keys.channel, *job_ids])
         return [str(job_id) for job_id in expired]
+
+
+def _claim_of(entry: list[Any]) -> Claim:
+    """A claim from its reply entry. A field that does not parse makes a claim with a
+    `problem` (the worker fails the job with it), never an error that loses the claim's
+    other jobs."""
+    job_id, kind, token = entry[0], entry[1], entry[2]
+    if kind == "corrupt":  # {job_id, "corrupt", token, problem, now}
+        return Claim(job_id, token, 0, 0, 0, "", _int_or(entry[4], 0), str(entry[3]))
+    # {job_id, "run", token, attempts, max_attempts, expires_at, payload, now}
+    numbers = {"attempts": entry[3], "max_attempts": entry[4], "expires_at": entry[5]}
+    parsed = {name: _int_or(value, None) for name, value in numbers.items()}
+    now_ms = _int_or(entry[7] if len(entry) > 7 else None, 0)
+    bad = [name for name, value in parsed.items() if value is None]
+    if bad:
+        problem = f"stored field {bad[0]!r} of the job does not parse: {numbers[bad[0]]!r:.60}"
+        return Claim(job_id, token, 0, 0, 0, "", now_ms, problem)
+    attempt, max_attempts, expires_at_ms = (int(parsed[name] or 0) for name in numbers)
+    return Claim(job_id, token, attempt, max_attempts, expires_at_ms, entry[6], now_ms)
+
+
+def _int_or(value: Any, default: _D) -> int | _D:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def check_complete_reply(job_id: str, reply: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..clock import now
 from ..status import AttemptOutcome
 from .connection import QueueConnection
 from .leases import Leases
@@ -18,6 +17,8 @@ PROCESSING_SCAN = 1000
 """Oldest processing entries the reaper inspects for a missing lease, per run."""
 PROMOTE_BATCH = 1000
 """Most due retries moved to the queue per promoter run."""
+LEASE_EXPIRED = "lease expired: the worker stopped renewing"
+"""The error the reaper records for an attempt whose worker died, hung or lost Redis."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,8 @@ class ReapReport:
     dead: int = 0
     requeued: int = 0
     """Entries taken with BLMOVE by a worker that died before claiming: not an attempt."""
+    ended: tuple[tuple[str, str], ...] = ()
+    """(job_id, outcome) of each attempt this run ended (retrying or dead), to log them."""
 
 
 class Maintenance:
@@ -51,20 +54,23 @@ class Maintenance:
         )
         if not expired:
             return ReapReport()
-        calls = [
-            self._leases.fail_call(job_id, "", "lease expired: the worker stopped renewing", "lost")
-            for job_id in expired
-        ]
+        calls = [self._leases.fail_call(job_id, "", LEASE_EXPIRED, "lost") for job_id in expired]
         replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
         outcomes = []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
             outcomes.append(reply[0])
+        ended = (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
         return ReapReport(
             retried=outcomes.count(AttemptOutcome.RETRYING),
             dead=outcomes.count(AttemptOutcome.DEAD),
             requeued=outcomes.count(AttemptOutcome.REQUEUED),
+            ended=tuple(
+                (str(job_id), str(outcome))
+                for job_id, outcome in zip(expired, outcomes, strict=True)
+                if outcome in ended
+            ),
         )
 
     async def promote(self) -> int:
@@ -72,21 +78,32 @@ class Maintenance:
         keys = self.keys
         return int(
             await self._connection.run_script(
-                self._connection.scripts.promote, [keys.delayed, keys.queue], [PROMOTE_BATCH]
+                self._connection.scripts.promote,
+                [keys.delayed, keys.queue, keys.waiting],
+                [PROMOTE_BATCH],
             )
         )
 
-    async def cleanup(self, limit: int | None = None) -> list[str]:
+    async def cleanup(self, limit: int | None = None, *, now_ms: int | None = None) -> list[str]:
         """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL.
 
-        Stale results need no sweep: every result and finished record is written
-        with its TTL, so Redis drops it; dead letters stay until purged."""
+        Candidates are picked by Redis's clock: `now_ms` if the caller knows it (a worker
+        estimates it from Redis TIME it saw), else one TIME call; this machine's clock
+        is never used (the script decides with Redis TIME anyway). Stale results need no
+        sweep: every result and finished record is written with its TTL, so Redis drops
+        it; dead letters stay until purged."""
         batch = limit or self._settings.cleanup_batch
-        # The client clock only picks candidates; the script decides with Redis TIME.
+        if now_ms is None:
+            now_ms = await self.redis_time_ms()
         due = await self._connection.client.zrangebyscore(
-            self.keys.expiry, "-inf", int(now() * 1000), start=0, num=batch
+            self.keys.expiry, "-inf", now_ms, start=0, num=batch
         )
         return await self._leases.expire(due)
+
+    async def redis_time_ms(self) -> int:
+        """Redis TIME in ms (one round trip)."""
+        seconds, micros = await self._connection.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def heartbeat(self, worker_id: str, *, leaving: bool = False) -> int:
         """Record that `worker_id` is alive (or gone); returns the Redis time in ms."""

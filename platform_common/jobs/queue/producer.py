@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidPayload
+from .backend_errors import backend_errors
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
 
@@ -43,13 +44,18 @@ class Producer:
         """Validate and enqueue one job; returns its job_id.
 
         Raises InvalidPayload naming every bad field (including a job_id that is
-        already queued or running); nothing is written then."""
+        already queued or running); nothing is written then. BackendUnavailable if
+        Redis cannot be reached (BackendBusy if the pool stayed full)."""
         prepared = self._prepare(job)
+        with backend_errors(self._settings.redis):
+            return await self._enqueue(prepared)
+
+    async def _enqueue(self, prepared: PreparedJob) -> str:
         connection = self._connection
         keys = connection.keys(prepared.agent_type)
         if prepared.agent_type not in connection.registered_types:
             await connection.register_type(prepared.agent_type)
-        script_keys = [keys.queue, keys.stats, keys.expiry, keys.job(prepared.job_id)]
+        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(prepared.job_id)]
         args = [self._nonce(), 1, *self._job_args(prepared)]
         reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
@@ -68,6 +74,10 @@ class Producer:
         prepared, errors = self._prepare_batch(list(jobs))
         if errors:
             raise InvalidPayload(errors)
+        with backend_errors(self._settings.redis):
+            return await self._enqueue_many(prepared)
+
+    async def _enqueue_many(self, prepared: list[tuple[int, PreparedJob]]) -> list[str]:
         chunks = self._chunks(prepared)
         await self._refuse_existing(chunks)
         connection = self._connection
@@ -101,7 +111,7 @@ class Producer:
             args: list[Any] = [self._nonce(), len(chunk)]
             for _, job in chunk:
                 args += self._job_args(job)
-            yield [keys.queue, keys.stats, keys.expiry, *job_keys], args
+            yield [keys.queue, keys.stats, keys.expiry, keys.waiting, *job_keys], args
 
     def _job_args(self, job: PreparedJob) -> list[Any]:
         return [

@@ -1,0 +1,355 @@
+"""The role matrix of docs/operations.md, proven: each role tries each operation as its user."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from platform_common.jobs import acl
+from platform_common.jobs.keys import (
+    COMPLETION_PATTERN,
+    QueueKeys,
+    StoreKeys,
+    completion_channel,
+)
+from platform_common.jobs.redis.script import Script
+from tests.support.paths import REPO_ROOT
+from tests.support.redis_server import RedisServer
+
+ADMIN_PASSWORD = "admin-pw-matrix-0c4e"
+PASSWORD = "role-pw-matrix-93b1"
+DOCS = REPO_ROOT / "docs" / "operations.md"
+ROLE_NAMES = tuple(acl.ROLES)
+# Producer and worker run scoped to one agent type and one JobStore agent, as the docs
+# recommend; the other type and agent are someone else's.
+OWN, OTHER = QueueKeys("dining"), QueueKeys("flights")
+OWN_STORE, OTHER_STORE = StoreKeys("orders"), StoreKeys("billing")
+NOW_MS = 1_800_000_000_000
+PAYLOAD = '{"task": "dinner for Ana Ortiz, +34 600 000 000"}'  # personal data
+
+Step = Callable[[aioredis.Redis], Awaitable[Any]]
+Cell = Literal["allowed", "refused", "gap"]
+"""gap: allowed although the role has no use for it, because an ACL cannot tell it apart
+from what the role needs (the note says why)."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    steps: tuple[Step, ...]
+    producer: Cell
+    worker: Cell
+    exporter: Cell
+    note: int | None = None
+    """The number of the docs' note on what Redis ACLs cannot express."""
+
+    def cell(self, role: str) -> Cell:
+        value: Cell = getattr(self, role)
+        return value
+
+
+# -- steps: one Redis call each, as the role's client --------------------------------
+def command(*args: Any) -> Step:
+    return lambda client: client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def script(name: str, keys: list[str], args: list[Any]) -> Step:
+    # By source: EVAL is what a role sends after NOSCRIPT, and needs no cached script.
+    source = Script.named(name).source
+    return lambda client: client.execute_command("EVAL", source, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+
+
+def enqueue(keys: QueueKeys, job_id: str) -> Step:
+    return script(
+        "queue_enqueue",
+        [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(job_id)],
+        ["nonce-1", 1, job_id, PAYLOAD, 60, NOW_MS, 3],
+    )
+
+
+def complete(keys: QueueKeys, job_id: str) -> Step:
+    return script(
+        "queue_complete",
+        [
+            keys.processing,
+            keys.leases,
+            keys.expiry,
+            keys.stats,
+            keys.job(job_id),
+            keys.result(job_id),
+        ],
+        [job_id, "token-r1", '{"ok": true}', keys.channel, "latency_le:+Inf"],
+    )
+
+
+def store_create(keys: StoreKeys, job_id: str) -> Step:
+    return script("store_create", [keys.record(job_id)], ["pending", "{}", 60, "", job_id])
+
+
+async def _psubscribe(client: aioredis.Redis) -> Any:
+    pubsub = client.pubsub()
+    try:
+        await pubsub.psubscribe(COMPLETION_PATTERN)
+        # The subscription's confirmation, or the refusal raised in its place (the
+        # timeout only bounds a broken server).
+        message = await pubsub.get_message(timeout=10)
+        assert message is not None and message["type"] == "psubscribe", message
+        return message
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+OPERATIONS = (
+    # What the roles are for.
+    Operation("Enqueue a job (enqueue script)", (enqueue(OWN, "n1"),),
+              "allowed", "allowed", "refused"),
+    Operation("Register an agent type (SADD jobs:types)",
+              (command("SADD", QueueKeys.types_key(), "dining"),),
+              "allowed", "allowed", "refused"),
+    Operation("Read a job: state and payload (HGETALL, HMGET, HGET of the job hash)",
+              (command("HGETALL", OWN.job("q1")), command("HMGET", OWN.job("q1"), "state"),
+               command("HGET", OWN.job("q1"), "payload")),
+              "allowed", "allowed", "refused"),
+    Operation("Read a result (GET)", (command("GET", OWN.result("done1")),),
+              "allowed", "allowed", "refused"),
+    Operation("Read depths and counters (LLEN, ZCARD, HGETALL of the stats hash)",
+              (command("LLEN", OWN.queue), command("LLEN", OWN.processing),
+               command("ZCARD", OWN.delayed), command("LLEN", OWN.dead),
+               command("HGETALL", OWN.stats)),
+              "allowed", "allowed", "allowed"),
+    Operation("Read worker heartbeats (ZRANGE of the workers set)",
+              (command("ZRANGE", OWN.workers, 0, -1, "WITHSCORES"),),
+              "refused", "refused", "allowed"),
+    Operation("Discover agent types (SCARD, SSCAN jobs:types)",
+              (command("SCARD", QueueKeys.types_key()),
+               command("SSCAN", QueueKeys.types_key(), 0)),
+              "refused", "refused", "allowed"),
+    Operation("Follow completion events (PSUBSCRIBE agent:*:completed)", (_psubscribe,),
+              "allowed", "refused", "refused"),
+    Operation("List the job ids waiting in a queue (LRANGE)",
+              (command("LRANGE", OWN.queue, 0, -1),),
+              "refused", "allowed", "refused"),
+    Operation("Take a job (LMOVE queue to processing)",
+              (command("LMOVE", OWN.queue, OWN.processing, "RIGHT", "LEFT"),),
+              "refused", "allowed", "refused"),
+    Operation("Claim, renew, complete or fail a job (here: the complete script)",
+              (complete(OWN, "r1"),),
+              "refused", "allowed", "refused"),
+    Operation("Write a result (SET)", (command("SET", OWN.result("r1"), '{"forged": 1}'),),
+              "refused", "allowed", "refused"),
+    Operation("Publish a completion of its type (PUBLISH)",
+              (command("PUBLISH", OWN.channel, "r1"),),
+              "refused", "allowed", "refused"),
+    Operation("Purge a dead letter (dead-letter purge script)",
+              (script("queue_dead_purge", [OWN.dead, OWN.job("d1"), OWN.result("d1")],
+                      ["d1"]),),
+              "refused", "allowed", "refused"),
+    Operation("Use its JobStore agent's records (create script, HGETALL, SCAN MATCH)",
+              (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
+               command("SCAN", 0, "MATCH", OWN_STORE.scan_pattern())),
+              "allowed", "allowed", "refused"),
+    # What the issue reproduced, and its neighbours.
+    Operation("Delete a queue or the counters (DEL)",
+              (command("DEL", OWN.queue), command("DEL", OWN.stats)),
+              "refused", "refused", "refused"),
+    Operation("Trim or pop a queue (LTRIM, LPOP, RPOP)",
+              (command("LTRIM", OWN.queue, 1, 0), command("LPOP", OWN.queue),
+               command("RPOP", OWN.queue)),
+              "refused", "refused", "refused"),
+    Operation("Remove a job from the queue or the expiry set (LREM, ZREM)",
+              (command("LREM", OWN.queue, 0, "q1"), command("ZREM", OWN.expiry, "q1")),
+              "refused", "gap", "refused", note=1),
+    Operation("Forge a counter (HINCRBY stats completed 1000000)",
+              (command("HINCRBY", OWN.stats, "completed", 1_000_000),),
+              "gap", "gap", "refused", note=1),
+    Operation("Re-run a running job (HSET state=queued, LPUSH its id)",
+              (command("HSET", OWN.job("r1"), "state", "queued"),
+               command("LPUSH", OWN.queue, "r1")),
+              "gap", "gap", "refused", note=1),
+    Operation("Force-expire a job (HSET expires_at=0, ZADD expiry 0)",
+              (command("HSET", OWN.job("q1"), "expires_at", 0),
+               command("ZADD", OWN.expiry, 0, "q1")),
+              "gap", "gap", "refused", note=1),
+    Operation("Run any Lua (EVAL; an endless loop makes Redis answer BUSY to everyone)",
+              (command("EVAL", "return 1", 0),),
+              "gap", "gap", "refused", note=2),
+    Operation("Run read-only Lua or a function (EVAL_RO, EVALSHA_RO, FCALL_RO)",
+              (command("EVAL_RO", "return 1", 0),
+               command("EVALSHA_RO", Script.named("queue_enqueue").sha, 0),
+               command("FCALL_RO", "snapshot", 0)),
+              "refused", "refused", "refused"),
+    Operation("Load a script or a function (SCRIPT LOAD, FUNCTION LOAD)",
+              (command("SCRIPT", "LOAD", "return 1"),
+               command("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', "
+                       "function() return 1 end)")),
+              "refused", "refused", "refused"),
+    Operation("Enqueue to, or read a job or result of, another agent type",
+              (enqueue(OTHER, "n2"), command("HGETALL", OTHER.job("q1")),
+               command("GET", OTHER.result("done1"))),
+              "refused", "refused", "refused"),
+    Operation("Take, complete or publish another agent type's jobs",
+              (command("LMOVE", OTHER.queue, OTHER.processing, "RIGHT", "LEFT"),
+               complete(OTHER, "r1"), command("SET", OTHER.result("r1"), "{}"),
+               command("PUBLISH", completion_channel("flights"), "r1")),
+              "refused", "refused", "refused"),
+    Operation("Read or write another JobStore agent's records",
+              (command("HGETALL", OTHER_STORE.record("s1")),
+               command("HSET", OTHER_STORE.record("s1"), "status", "succeeded"),
+               store_create(OTHER_STORE, "s9")),
+              "refused", "refused", "refused"),
+    Operation("List every key name (SCAN without MATCH)", (command("SCAN", 0),),
+              "gap", "gap", "refused", note=3),
+    Operation("List keys (KEYS)", (command("KEYS", "*"),),
+              "refused", "refused", "refused"),
+    Operation("Administer Redis (FLUSHALL, CONFIG, ACL, SCRIPT FLUSH, CLIENT LIST, INFO)",
+              (command("FLUSHALL"), command("CONFIG", "GET", "*"), command("ACL", "LIST"),
+               command("SCRIPT", "FLUSH"), command("CLIENT", "LIST"), command("INFO")),
+              "refused", "refused", "refused"),
+    Operation("Write outside the package's keys (SET unrelated:key)",
+              (command("SET", "unrelated:key", "2"),),
+              "refused", "refused", "refused"),
+)  # fmt: skip
+
+_MARK = {"allowed": "allowed", "refused": "refused"}
+
+
+def matrix_markdown() -> str:
+    """The table docs/operations.md shows between the acl-matrix markers."""
+    lines = [
+        "| Operation | " + " | ".join(ROLE_NAMES) + " |",
+        "|---|" + "---|" * len(ROLE_NAMES),
+    ]
+    for operation in OPERATIONS:
+        cells = [
+            _MARK.get(cell, f"allowed, see note {operation.note}")
+            for cell in (operation.cell(role) for role in ROLE_NAMES)
+        ]
+        lines.append(f"| {operation.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_show_this_matrix() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    block = re.search(r"<!-- acl-matrix:start -->\n(.*)<!-- acl-matrix:end -->", text, re.S)
+    assert block is not None, "docs/operations.md lost its acl-matrix markers"
+    assert block.group(1) == matrix_markdown(), (
+        "docs/operations.md is stale: paste this between the acl-matrix markers:\n"
+        + matrix_markdown()
+    )
+
+
+def test_every_gap_has_a_note_and_every_note_a_gap() -> None:
+    for operation in OPERATIONS:
+        gaps = [role for role in ROLE_NAMES if operation.cell(role) == "gap"]
+        assert (operation.note is not None) == bool(gaps), operation.name
+    text = DOCS.read_text(encoding="utf-8")
+    for note in {o.note for o in OPERATIONS if o.note is not None}:
+        assert re.search(rf"^{note}\. \*\*", text, re.M), f"docs/operations.md lacks note {note}"
+
+
+# -- running the matrix ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def matrix_server() -> Iterator[RedisServer]:
+    users = [f"admin on >{ADMIN_PASSWORD} ~* &* +@all", "default off"]
+    for role in ROLE_NAMES:
+        scope: dict[str, Any] = {}
+        if acl.ROLES[role].scoped:
+            scope = {"agent_types": [OWN.agent_type], "store_agents": [OWN_STORE.agent]}
+        line = acl.acl_file_line(role, PASSWORD, role, **scope)
+        users.append(line.removeprefix("user "))  # RedisServer adds `--user`
+    server = RedisServer(acl_users=users).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+async def admin(matrix_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(
+        matrix_server.url_for("admin", ADMIN_PASSWORD), decode_responses=True
+    )
+    try:
+        await client.flushall()
+        await client.script_flush()
+        await _seed(client)
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _seed(admin: aioredis.Redis) -> None:
+    """Both types hold a queued, a running, a dead and a finished job, as the queue
+    writes them; both JobStore agents hold a record; one key belongs to nobody."""
+    for keys in (OWN, OTHER):
+        deadline = NOW_MS + 60_000
+        job = {"payload": PAYLOAD, "enqueued_at": NOW_MS, "expires_at": deadline, "ttl": 60,
+               "max_attempts": 3}  # fmt: skip
+        await admin.hset(keys.job("q1"), mapping=job)
+        await admin.hset(
+            keys.job("r1"),
+            mapping={**job, "state": "running", "token": "token-r1", "attempts": 1},
+        )
+        await admin.hset(keys.job("d1"), mapping={**job, "state": "dead", "attempts": 3})
+        await admin.lpush(keys.queue, "q1")
+        await admin.lpush(keys.processing, "r1")
+        await admin.zadd(keys.leases, {"r1": deadline})
+        await admin.zadd(keys.expiry, {"q1": deadline, "r1": deadline})
+        await admin.lpush(keys.dead, "d1")
+        await admin.hset(keys.stats, mapping={"enqueued": 3, "started": 2, "failed": 1})
+        await admin.set(keys.result("done1"), '{"status":"succeeded","result":1,"error":null}')
+        await admin.zadd(keys.workers, {"w1": NOW_MS})
+        await admin.sadd(QueueKeys.types_key(), keys.agent_type)
+    for store in (OWN_STORE, OTHER_STORE):
+        await admin.hset(store.record("s1"), mapping={"status": "pending", "payload": PAYLOAD})
+    await admin.set("unrelated:key", "1")
+
+
+async def _everything(admin: aioredis.Redis) -> dict[str, bytes]:
+    """Every key's DUMP: a refused operation must leave all of them as they were."""
+    return {key: await admin.dump(key) for key in await admin.keys("*")}
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:48]
+
+
+def _refused(error: Exception) -> bool:
+    # Direct commands answer NOPERM; a script's own refused command answers an error
+    # naming the user executing the script (command, key or channel).
+    if isinstance(error, NoPermissionError):
+        return True
+    return isinstance(error, ResponseError) and "user executing the script can't" in str(error)
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+@pytest.mark.parametrize("operation", OPERATIONS, ids=[_slug(o.name) for o in OPERATIONS])
+async def test_each_role_gets_exactly_its_cell(
+    matrix_server: RedisServer, admin: aioredis.Redis, operation: Operation, role: str
+) -> None:
+    before = await _everything(admin)
+    client = aioredis.Redis.from_url(matrix_server.url_for(role, PASSWORD), decode_responses=True)
+    outcomes: list[str] = []
+    try:
+        for step in operation.steps:
+            try:
+                await step(client)
+            except Exception as error:  # each outcome is classified: refusal or failure
+                assert _refused(error), f"{operation.name}: not a refusal: {error!r}"
+                outcomes.append("refused")
+            else:
+                outcomes.append("allowed")
+    finally:
+        await client.aclose()
+    expected = operation.cell(role)
+    if expected == "refused":
+        assert outcomes == ["refused"] * len(operation.steps), outcomes
+        assert await _everything(admin) == before, "a refused operation changed a key"
+    else:  # "allowed", or "gap": allowed, and the docs say why an ACL cannot refuse it
+        assert outcomes == ["allowed"] * len(operation.steps), outcomes
