@@ -5,9 +5,12 @@ gets no cluster run; a test that uses no `redis_url` runs once."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.support.backends import CLUSTER, parametrize_backends
+from tests.support.worker_records import SyncClient, sync_client
 
 SINGLE = "single"
 
@@ -30,3 +33,9 @@ def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
         "cluster_url" if redis_backend == CLUSTER else "single_node_url"
     )
     return url
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[SyncClient]:
+    """A synchronous raw client of `redis_url`: a cluster client on the cluster."""
+    yield from sync_client(redis_url)

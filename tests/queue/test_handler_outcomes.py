@@ -9,28 +9,26 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, current_job
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import (
-    RUNS_KEY,
     HandlerBaseException,
     behaviour,
     make_job,
 )
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.sync_redis import sync_reply
+from tests.support.worker_records import SyncClient, job_history, result, runs
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
-SyncClient = redis.Redis | redis.RedisCluster
 
 
 @pytest.fixture
@@ -195,41 +193,12 @@ MISBEHAVE = "tests.support.queue_handlers:misbehave"
 BEHAVE_SYNC = "tests.support.queue_handlers:behave_sync"
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[SyncClient]:
-    settings = RedisSettings.from_url(redis_url)
-    sync_client: SyncClient
-    if settings.cluster:
-        host, port = settings.all_addresses()[0]
-        sync_client = redis.RedisCluster(host=host, port=port, decode_responses=True)
-    else:
-        sync_client = redis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        yield sync_client
-    finally:
-        sync_client.close()
-
-
 def enqueue(redis_url: str, jobs: list[dict[str, Any]]) -> None:
     async def produce() -> None:
         async with await JobQueue.connect(redis_url) as job_queue:
             await job_queue.enqueue_many(jobs)
 
     asyncio.run(produce())
-
-
-def runs(client: SyncClient, job_id: str, event: str = "start") -> list[tuple[int, int]]:
-    entries = [line.split() for line in sync_reply(client.lrange(RUNS_KEY, 0, -1))]
-    return [(int(p), int(a)) for j, p, a, e in entries if (j, e) == (job_id, event)]
-
-
-def result(client: SyncClient, job_id: str) -> dict[str, Any] | None:
-    text = sync_reply(client.get(DINING.result(job_id)))
-    return json.loads(text) if text else None
-
-
-def job_history(client: SyncClient, job_id: str) -> list[dict[str, Any]]:
-    return list(json.loads(sync_reply(client.hget(DINING.job(job_id), "history")) or "[]"))
 
 
 def test_a_worker_process_survives_system_exit_and_keyboard_interrupt(

@@ -17,33 +17,14 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.redis.url import RedisSettings
 from tests.support.queue_handlers import RUNS_KEY, behaviour, make_job
 from tests.support.redis_server import RedisServer
 from tests.support.sync_redis import sync_reply
+from tests.support.worker_records import SyncClient, counters, result, runs
 from tests.support.workers import FAST_SETTINGS, ROOT, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
 HANDLER = "tests.support.queue_handlers:behave"
-
-
-SyncClient = redis.Redis | redis.RedisCluster
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[SyncClient]:
-    """A synchronous raw client of `redis_url`: a cluster client on the cluster."""
-    settings = RedisSettings.from_url(redis_url)
-    sync_client: SyncClient
-    if settings.cluster:
-        host, port = settings.all_addresses()[0]
-        sync_client = redis.RedisCluster(host=host, port=port, decode_responses=True)
-    else:
-        sync_client = redis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        yield sync_client
-    finally:
-        sync_client.close()
 
 
 @pytest.fixture
@@ -64,29 +45,10 @@ def enqueue(redis_url: str, jobs: list[dict[str, Any]], tmp_path: Path, batch: b
     )  # fmt: skip
 
 
-def runs(client: SyncClient, job_id: str, event: str = "start") -> list[tuple[int, int]]:
-    """(pid, attempt) of every recorded `event` of the job, in order."""
-    entries = [line.split() for line in sync_reply(client.lrange(RUNS_KEY, 0, -1))]
-    return [
-        (int(pid), int(attempt))
-        for jid, pid, attempt, ev in entries
-        if (jid, ev) == (job_id, event)
-    ]
-
-
-def result(client: SyncClient, job_id: str) -> dict[str, Any] | None:
-    text = sync_reply(client.get(DINING.result(job_id)))
-    return json.loads(text) if text else None
-
-
 def status(client: SyncClient, job_id: str) -> str | None:
     """The status of the job's result, None while it has none."""
     stored = result(client, job_id)
     return None if stored is None else str(stored["status"])
-
-
-def counters(client: SyncClient) -> dict[str, int]:
-    return {k: int(float(v)) for k, v in sync_reply(client.hgetall(DINING.stats)).items()}
 
 
 def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
