@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from platform_common.jobs import queue as queue_package
 from platform_common.jobs.errors import ConfigurationError, InvalidPayload
 from platform_common.jobs.queue import DEFAULT_AGENT_TYPES, JobPayload, QueueSettings
-from platform_common.jobs.queue.payload import prepare_job
+from platform_common.jobs.queue.payload import payload_errors, prepare_job
+from platform_common.jobs.validation import MAX_TTL_SECONDS
 from tests.support.queue_handlers import make_job
 
 
@@ -206,3 +207,13 @@ def test_public_api_is_exported() -> None:
     assert {"JobQueue", "Worker", "QueueSettings", "JobPayload", "NonRetryableError"} <= set(
         queue_package.__all__
     )
+
+
+def test_a_ttl_beyond_ten_years_is_refused_before_anything_is_written() -> None:
+    # From about 1e14 s Lua writes expires_at in exponent notation, which used to kill
+    # every worker that claimed the job: the bound keeps such a job out of the queue.
+    assert "ttl_seconds" not in payload_errors(make_job(ttl_seconds=MAX_TTL_SECONDS))
+    for ttl in (MAX_TTL_SECONDS + 1, 10**14, 2**63 - 1):
+        assert payload_errors(make_job(ttl_seconds=ttl))["ttl_seconds"] == (
+            f"must be at most {MAX_TTL_SECONDS} (10 years), got {ttl}"
+        )

@@ -165,7 +165,7 @@ def _valid_value(spec: FieldSpec, agent_types: AgentTypes) -> st.SearchStrategy[
         case Kind.TIMESTAMP:
             return TIMESTAMPS
         case Kind.POSITIVE_INT:
-            return st.integers(min_value=1, max_value=2**70)
+            return st.integers(min_value=1, max_value=spec.maximum or 2**70)
     raise AssertionError(spec.kind)
 
 
@@ -252,6 +252,9 @@ def _invalid_families(spec: FieldSpec) -> dict[str, Family]:
             return {
                 "not a number": lambda _: _not_of_type(int, float),
                 "zero or less": lambda _: st.integers(max_value=0),
+                "above the maximum": lambda _: st.integers(
+                    min_value=(spec.maximum or 2**70) + 1, max_value=2**70
+                ),
                 "a fraction": lambda _: fraction,
                 "a boolean": lambda _: st.booleans(),
             }

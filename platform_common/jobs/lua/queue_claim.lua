@@ -9,8 +9,9 @@
 -- more without blocking; an entry is
 --   {job_id, "run", token, attempts, max_attempts, expires_at, payload, now}
 --   {job_id, "corrupt", token, problem, now}: a numeric field of the record does not
---       parse. The job is held as a run is (running, under a lease, counted started),
---       so the worker can end it with the problem (queue_fail mode "corrupt").
+--       parse, or its payload is not UTF-8 (the worker could not even decode this
+--       reply). The job is held as a run is (running, under a lease, counted
+--       started), so the worker can end it with the problem (queue_fail mode "corrupt").
 --   {job_id, "expired"} or {job_id, "skip"} (unknown, finished or someone else's)
 -- `now` is Redis TIME in ms: the worker times the attempt's deadlines from it, never
 -- from its own clock.
@@ -34,7 +35,30 @@ local function int(value)
     return nil
 end
 
--- Why the record cannot run (its first numeric field that does not parse), or nil.
+-- Is `text` valid UTF-8 (what the worker's client decodes strictly)? ASCII, the usual
+-- payload, costs one scan. Otherwise each well-formed sequence (RFC 3629: no overlong
+-- forms, no surrogates, nothing past U+10FFFF) is replaced by an ASCII byte, so no
+-- pass can join the leftovers of another; any byte >= 0x80 left is malformed.
+local UTF8_SEQUENCES = {
+    '[\194-\223][\128-\191]',
+    '\224[\160-\191][\128-\191]', '[\225-\236][\128-\191][\128-\191]',
+    '\237[\128-\159][\128-\191]', '[\238-\239][\128-\191][\128-\191]',
+    '\240[\144-\191][\128-\191][\128-\191]',
+    '[\241-\243][\128-\191][\128-\191][\128-\191]',
+    '\244[\128-\143][\128-\191][\128-\191]',
+}
+local function utf8(text)
+    if not string.find(text, '[\128-\255]') then
+        return true
+    end
+    for _, sequence in ipairs(UTF8_SEQUENCES) do
+        text = string.gsub(text, sequence, '.')
+    end
+    return not string.find(text, '[\128-\255]')
+end
+
+-- Why the record cannot run (its first numeric field that does not parse, or a payload
+-- the worker could not decode), or nil.
 -- f: state, token, expires_at, ttl, attempts, max_attempts, payload
 local function problem_of(f)
     local checks = {
@@ -54,6 +78,9 @@ local function problem_of(f)
             end
             return 'stored field ' .. check[1] .. ' of the job does not parse: ' .. shown
         end
+    end
+    if type(f[7]) == 'string' and not utf8(f[7]) then
+        return 'stored payload of the job is not valid UTF-8'
     end
     return nil
 end

@@ -31,9 +31,12 @@ __all__ = [
     "unreachable",
 ]
 
-TRANSIENT: tuple[type[BaseException], ...] = (RedisError, OSError, RedisClusterException)
-"""What a worker loop survives and retries: Redis said no or could not be reached.
-(RedisClusterException, raised when no cluster node answers, is not a RedisError.)"""
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RedisError, OSError, RedisClusterException, UnicodeDecodeError,
+)  # fmt: skip
+"""What a worker loop survives and retries: Redis said no or could not be reached
+(RedisClusterException, raised when no cluster node answers, is not a RedisError), or
+replied with a stored value that is not UTF-8, which the client cannot decode."""
 
 # Redis cannot be reached, or cannot serve right now (cluster down, failover underway).
 _OUTAGE: tuple[type[BaseException], ...] = (

@@ -250,7 +250,8 @@ class Worker:
         # never early (Redis ran the claim before we read its reply), never skewed.
         left = (claim.expires_at_ms - claim.redis_now_ms) / 1000
         attempt = _Attempt(claim, received + left)
-        self._redis_offset = claim.redis_now_ms / 1000 - received
+        if claim.redis_now_ms:
+            self._redis_offset = claim.redis_now_ms / 1000 - received
         assert self.keeper is not None
         self.keeper.hold(claim.job_id, claim.token)
         attempt.task = asyncio.create_task(self._run_job(attempt))

@@ -14,7 +14,7 @@ import orjson
 
 from ..clock import now
 from ..errors import InvalidJobId, InvalidPayload
-from ..validation import validate_job_id
+from ..validation import MAX_TTL_SECONDS, validate_job_id
 from .payload_fields import MAX_TEXT_LENGTH, PAYLOAD_FIELDS, Kind
 
 __all__ = [
@@ -199,6 +199,10 @@ def _validate(
             errors["ttl_seconds"] = f"must be a positive int, got {type(ttl).__name__}"
         elif ttl <= 0:
             errors["ttl_seconds"] = f"must be a positive int, got {ttl}"
+        elif ttl > MAX_TTL_SECONDS:
+            # A bigger TTL would be written as a float in exponent notation and poison
+            # every worker that claims the job (issue: the ttl poison pill).
+            errors["ttl_seconds"] = f"must be at most {MAX_TTL_SECONDS} (10 years), got {ttl}"
         elif created_ms is not None and created_ms + ttl * 1000 <= now() * 1000:
             errors["ttl_seconds"] = "created_at + ttl_seconds is already in the past"
     return errors, created_ms

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..validation import MAX_TTL_SECONDS
+
 __all__ = ["MAX_TEXT_LENGTH", "PAYLOAD_FIELDS", "UNEXPRESSED_RULES", "FieldSpec", "Kind"]
 
 MAX_TEXT_LENGTH = 200
@@ -28,7 +30,7 @@ class Kind(StrEnum):
     TIMESTAMP = "timestamp"
     """An ISO 8601 timestamp with a timezone."""
     POSITIVE_INT = "positive_int"
-    """An integer above zero (a boolean is not one)."""
+    """An integer above zero (a boolean is not one), at most `maximum` when given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class FieldSpec:
     required: bool = True
     max_length: int | None = None
     """TEXT only: the most characters; None leaves only the payload's size limit."""
+    maximum: int | None = None
+    """POSITIVE_INT only: the largest value accepted."""
 
 
 PAYLOAD_FIELDS: tuple[FieldSpec, ...] = (
@@ -86,7 +90,8 @@ PAYLOAD_FIELDS: tuple[FieldSpec, ...] = (
         "ttl_seconds",
         Kind.POSITIVE_INT,
         "Seconds after created_at when the job expires if not finished; also how long its"
-        " result is kept.",
+        " result is kept. At most 10 years (the JobStore's bound too).",
+        maximum=MAX_TTL_SECONDS,
     ),
 )
 

@@ -112,6 +112,8 @@ def _property(spec: FieldSpec) -> dict[str, Any]:
             fragment.update({"type": "string", "format": "date-time", "pattern": _RFC3339})
         case Kind.POSITIVE_INT:
             fragment.update({"type": "integer", "minimum": 1})
+            if spec.maximum is not None:
+                fragment["maximum"] = spec.maximum
     return fragment
 
 
