@@ -8,7 +8,7 @@ from .api import JobQueue, QueueStats
 from .completions import Completion, Completions
 from .connection import QueueConnection
 from .consumer import Worker
-from .context import Handler, JobContext, NonRetryableError, current_job
+from .context import AsyncHandler, Handler, JobContext, NonRetryableError, SyncHandler, current_job
 from .dead_letters import DeadLetter, DeadLetters
 from .leases import Claim, Leases
 from .maintenance import Maintenance, ReapReport
@@ -19,6 +19,7 @@ from .results import JobResult
 
 __all__ = [
     "DEFAULT_AGENT_TYPES",
+    "AsyncHandler",
     "AttemptOutcome",
     "Claim",
     "Completion",
@@ -39,6 +40,7 @@ __all__ = [
     "QueueState",
     "QueueStats",
     "ReapReport",
+    "SyncHandler",
     "Worker",
     "current_job",
     "payload_errors",

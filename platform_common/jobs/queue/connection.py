@@ -38,6 +38,9 @@ class QueueConnection:
         self.client: RedisClient = settings.redis.make_client(max_connections=settings.pool_max)
         self._pipeline = AutoPipeline(self.client)
         self.registered_types: set[str] = set()
+        # Batches that run on after their caller was cancelled: closing waits for them,
+        # or one would reconnect after the close and leave its socket to the GC.
+        self._detached: set[asyncio.Future[Any]] = set()
 
     @classmethod
     async def open(cls, settings: QueueSettings) -> QueueConnection:
@@ -89,6 +92,8 @@ class QueueConnection:
         )
         # If the caller is gone, the outcome has no reader: mark it read (no warning).
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._detached.add(task)
+        task.add_done_callback(self._detached.discard)
         return await asyncio.shield(task)
 
     async def execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -134,6 +139,8 @@ class QueueConnection:
         return bool(await self.client.execute_command("PING"))
 
     async def aclose(self) -> None:
+        if self._detached:
+            await asyncio.wait(self._detached, timeout=5)
         await self._pipeline.aclose()
         await self.client.aclose()
 

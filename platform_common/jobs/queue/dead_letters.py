@@ -33,9 +33,11 @@ class DeadLetter:
     """The error of the last attempt ("" if none was recorded)."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """One entry per failed attempt: attempt, worker, started_at, ended_at (ms),
-    error, outcome, retry_at (ms) when another attempt was scheduled. `outcome` is the
-    queue_fail mode, not an AttemptOutcome: "error" = the handler raised, "lost" = the
-    worker died ("fatal" never reaches a dead letter: it fails the job instead)."""
+    error, traceback (bounded; absent when none was recorded), outcome, retry_at (ms)
+    when another attempt was scheduled. `outcome` is the queue_fail mode, not an
+    AttemptOutcome: "error" = the handler raised, "lost" = the worker died, "corrupt" =
+    the stored job did not parse ("fatal" never reaches a dead letter: it fails the job
+    instead)."""
     dead_at: float = 0.0
     """Seconds since the epoch when it was dead-lettered."""
 
