@@ -207,7 +207,10 @@ def test_a_worker_process_survives_system_exit_and_keyboard_interrupt(
     sleepers = [make_job(constraints=behaviour("sleep", seconds=1.0)) for _ in range(4)]
     exits = make_job(constraints=behaviour("exit"))
     interrupts = make_job(constraints=behaviour("interrupt"))
-    with WorkerGroup(redis_url, "dining", MISBEHAVE, env=FAST_SETTINGS) as group:
+    # A lease far longer than the sleepers: this test is about SystemExit and
+    # KeyboardInterrupt, and on a loaded machine a 1.5 s lease could lapse on its own.
+    settings = FAST_SETTINGS | {"QUEUE_LEASE_SECONDS": "20"}
+    with WorkerGroup(redis_url, "dining", MISBEHAVE, env=settings) as group:
         worker = group.start(concurrency=6)
         enqueue(redis_url, [*sleepers, exits, interrupts])
         everything = [*sleepers, exits, interrupts]
