@@ -35,7 +35,8 @@ class QueueConnection:
 
     def __init__(self, settings: QueueSettings) -> None:
         self.settings = settings
-        self.client: RedisClient = settings.redis.make_client(max_connections=settings.pool_max)
+        # One pool size for the package: the Redis settings' max_connections (= pool_max).
+        self.client: RedisClient = settings.redis.make_client()
         self._pipeline = AutoPipeline(self.client)
         self.registered_types: set[str] = set()
         # Batches that run on after their caller was cancelled: closing waits for them,
