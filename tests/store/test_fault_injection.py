@@ -30,14 +30,11 @@ from platform_common.jobs import (
 from platform_common.jobs.redis.script import Script, run_command
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from platform_common.jobs.store.telemetry import INDEX_SKIP_COUNTER
+from tests.support.keyspace import Snapshot, changed_keys, snapshot
 
 AGENT = "fault-agent"
 OWNER = "u1"
 JOB = "job-1"
-
-Snapshot = dict[bytes, tuple[bytes | None, int]]
-"""Every key: its DUMP and its absolute expiry in ms (PEXPIRETIME: -1 for none). The
-absolute expiry, not PTTL: a remaining TTL counts down between two snapshots."""
 
 
 @dataclass
@@ -58,11 +55,7 @@ class Env:
         return self.store.keys.index(OWNER)
 
     async def snapshot(self) -> Snapshot:
-        keys = {key async for key in self.raw_bytes.scan_iter(count=1000)}
-        return {
-            key: (await self.raw_bytes.dump(key), await self.raw_bytes.pexpiretime(key))
-            for key in sorted(keys)
-        }
+        return await snapshot(self.raw_bytes)
 
     async def members(self) -> list[str]:
         members: list[str] = await self.raw.zrange(self.index_key, 0, -1)
@@ -164,10 +157,6 @@ async def malform(env: Env, fields: dict[str, bytes | None], job_id: str = JOB) 
             await env.raw_bytes.execute_command("HDEL", key, name)
         else:
             await env.raw_bytes.execute_command("HSET", key, name, value)
-
-
-def changed_keys(before: Snapshot, after: Snapshot) -> set[bytes]:
-    return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
 
 
 # -- store_create ------------------------------------------------------------------------
