@@ -186,6 +186,36 @@ def _oldest_case(b: _Builder) -> BoundaryCase:
     return BoundaryCase(0, firing, (Scenario(scenario(ttl), b.by_type),))
 
 
+NODE = "queue-redis:6379"
+
+
+def _eviction_policy_case(b: _Builder) -> BoundaryCase:
+    def scenario(policy: str, safe: int) -> Scenario:
+        series = b.series("redis_policy_safe", f"{safe}x{SAMPLES}", node=NODE, policy=policy)
+        return Scenario((series,), {"job": b.config.job, "node": NODE, "policy": policy}, "0")
+
+    return BoundaryCase(0, scenario("allkeys-lru", 0), (scenario("noeviction", 1),))
+
+
+def _redis_memory_case(b: _Builder) -> BoundaryCase:
+    limit = 1_000_000
+    threshold = b.config.redis_memory_high
+    labels = {"job": b.config.job, "node": NODE}
+
+    def scenario(used: int, maxmemory: int) -> tuple[Series, ...]:
+        return (
+            b.series("redis_memory_used", f"{used}x{SAMPLES}", node=NODE),
+            b.series("redis_memory_max", f"{maxmemory}x{SAMPLES}", node=NODE),
+        )
+
+    over = math.floor(threshold * limit) + 1
+    under = math.ceil(threshold * limit) - 1
+    firing = Scenario(scenario(over, limit), labels, humanize_percentage(over / limit))
+    # Just under the threshold, and a node without a limit (maxmemory 0: no ratio at all).
+    quiet = (Scenario(scenario(under, limit), labels), Scenario(scenario(over, 0), labels))
+    return BoundaryCase(0, firing, quiet)
+
+
 def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
     """One case per alert name of `alert_specs(config)`."""
     b = _Builder(config)
@@ -203,5 +233,7 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "QueueNoActiveWorkers": _no_workers_case,
         "JobFailureRatioHigh": _failure_ratio_case,
         "OldestJobOlderThanTTL": _oldest_case,
+        "QueueRedisEvictionPolicyUnsafe": _eviction_policy_case,
+        "QueueRedisMemoryHigh": _redis_memory_case,
     }
     return {name: build(b) for name, build in builders.items()}

@@ -327,6 +327,44 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
     ]
 
 
+def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
+    def by_node(key: str) -> str:
+        return f"max by (job, node) ({sel.series(key)})"
+
+    return [
+        (
+            timeseries(
+                P.REDIS_MEMORY,
+                PANEL_TITLES[P.REDIS_MEMORY],
+                "Memory each Redis primary uses, and its maxmemory limit (0 when "
+                "unlimited). At the limit, under noeviction, writes are refused (OOM); "
+                f"QueueRedisMemoryHigh fires above {q.number(config.redis_memory_high)} of it.",
+                by_key("redis_memory_used").unit,
+                [
+                    (by_node("redis_memory_used"), "{{node}} used"),
+                    (by_node("redis_memory_max"), "{{node}} maxmemory (0: none)"),
+                ],
+            ),
+            16,
+            7,
+        ),
+        (
+            stat(
+                P.REDIS_EVICTION_POLICY,
+                PANEL_TITLES[P.REDIS_EVICTION_POLICY],
+                "1 per primary whose maxmemory-policy is noeviction (required); 0 when it "
+                "can evict queued jobs, results and counters. Empty when the exporter may "
+                "not run INFO.",
+                by_key("redis_policy_safe").unit,
+                [(q.redis_policy_safe(sel), "{{node}} {{policy}}")],
+                steps((None, "red"), (1, "green")),
+            ),
+            8,
+            7,
+        ),
+    ]
+
+
 def _titled_row(panel: P) -> Any:
     return row(panel, PANEL_TITLES[panel])
 
@@ -358,6 +396,7 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
             (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),
             (_titled_row(P.ROW_WORKERS), _workers_row(sel)),
             (_titled_row(P.ROW_EXPORTER), _exporter_row(sel)),
+            (_titled_row(P.ROW_REDIS), _redis_row(config, sel)),
         ]
     )
     alert_list = f"/alerting/list?search=namespace%3A{config.grafana_folder}"

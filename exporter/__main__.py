@@ -1,20 +1,31 @@
-"""`python -m platform_common.jobs_exporter` or `queue-exporter`: settings, then uvicorn."""
+"""`python -m platform_common.jobs_exporter` or `queue-exporter`: settings, a first read of
+Redis, then uvicorn. A failure to start is one line on stderr (`--debug`: the traceback
+too)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import resource
+import ssl
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import uvicorn
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    NoPermissionError,
+    RedisError,
+)
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from platform_common.jobs.errors import ConfigurationError
 
 from .app import create_app
+from .reader import SnapshotReader, make_exporter_client
 from .settings import ExporterSettings
 
 __all__ = [
@@ -173,17 +184,95 @@ def guarded_protocol(*, header_timeout: float, max_connections: int) -> type[Gua
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the exporter until SIGINT/SIGTERM; exit 2 on a bad setting."""
+    """Run the exporter until SIGINT/SIGTERM; its exit status.
+
+    2 on a bad setting, 1 when Redis refuses it at start (a wrong password, a user
+    without the exporter's rights, a TLS handshake it rejects): one line on stderr, the
+    traceback too with `--debug`. An unreachable Redis is not fatal: the exporter logs
+    it once and serves `queue_exporter_redis_up 0` (the QueueRedisUnreachable alert),
+    as it does through any later outage."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = _DEBUG_FLAG in args
+    args = [arg for arg in args if arg != _DEBUG_FLAG]
     try:
-        settings = ExporterSettings.from_args(sys.argv[1:] if argv is None else argv)
+        return _serve(args)
     except ConfigurationError as exc:
         # The message names the flag or variable; RedisSettings never echoes a password.
-        print(f"queue-exporter: configuration error: {exc}", file=sys.stderr)
+        _report(exc, f"configuration error: {exc}", debug=debug)
         return 2
+    except _RedisRefused as exc:
+        _report(exc, str(exc), debug=debug)
+        return 1
+    except Exception as exc:
+        _report(exc, f"unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)",
+                debug=debug)  # fmt: skip
+        return 1
+
+
+_DEBUG_FLAG = "--debug"
+# Redis answered and said no (WRONGPASS, NOAUTH, NOPERM), or the TLS handshake failed:
+# waiting fixes neither, so the exporter does not start. (Other error replies, BUSY or
+# LOADING, pass: the scrapes report them as an outage.)
+_REFUSALS = (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    NoPermissionError,
+    ssl.SSLError,
+)
+
+
+class _RedisRefused(Exception):
+    """Redis refused the exporter's first read; the message is the one-line report."""
+
+
+def _report(exc: Exception, message: str, *, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"queue-exporter: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _refusal(exc: BaseException) -> BaseException | None:
+    """The refusal behind `exc` (redis-py wraps an SSL error in a ConnectionError)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _REFUSALS):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+async def _first_read(settings: ExporterSettings) -> None:
+    """One snapshot read, as a scrape does it: raises _RedisRefused on a refusal, logs an
+    unreachable Redis (once; the scrapes log when it comes back)."""
+    client = make_exporter_client(settings)
+    where = settings.redis.redacted_url()
+    try:
+        async with asyncio.timeout(settings.redis_timeout):
+            await SnapshotReader(client, settings).read()
+    except (RedisError, OSError, TimeoutError) as exc:
+        refusal = _refusal(exc)
+        if refusal is not None:
+            raise _RedisRefused(
+                f"Redis at {where} refused the exporter: {type(refusal).__name__}: {refusal}"
+            ) from exc
+        problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        log.warning(
+            "Redis at %s unreachable at start (%s); serving queue_exporter_redis_up 0 until "
+            "it answers",
+            where,
+            problem,
+        )
+    finally:
+        await client.aclose()
+
+
+def _serve(args: list[str]) -> int:
+    settings = ExporterSettings.from_args(args)
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    asyncio.run(_first_read(settings))
     open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     cap = connection_cap(open_files)
     log.info(

@@ -27,6 +27,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
+            # Once at start (bounded by the Redis timeout): an evicting policy is said now,
+            # not only at the first scrape.
+            await exporter.check_memory_policy()
             yield
         finally:
             await exporter.aclose()

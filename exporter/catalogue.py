@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["AGENT_TYPE", "CATALOGUE", "Metric", "by_key"]
+__all__ = ["AGENT_TYPE", "CATALOGUE", "NODE", "POLICY", "Metric", "by_key"]
 
 MetricType = Literal["gauge", "counter", "histogram"]
 AGENT_TYPE = "agent_type"
+NODE = "node"
+"""A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
+POLICY = "policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +29,7 @@ class Metric:
     type: MetricType
     help: str
     unit: str
-    """Grafana unit for panels showing this metric (`short`, `s`, `ops`, `dateTimeAsIso`)."""
+    """Grafana unit for panels showing this metric (`short`, `s`, `ops`, `bytes`, ...)."""
     labels: tuple[str, ...] = (AGENT_TYPE,)
 
     @property
@@ -66,6 +69,10 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),
     _m("malformed", "queue_exporter_malformed_values_total", "counter", "Values in Redis the exporter could not parse and skipped.", "short", ()),
     _m("types_dropped", "queue_exporter_agent_types_dropped", "gauge", "Agent types not exported because the type cap was reached.", "short", ()),
+    # Redis' own memory, from INFO memory (absent when the exporter may not run INFO).
+    _m("redis_memory_used", "queue_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO memory used_memory), per primary node.", "bytes", (NODE,)),
+    _m("redis_memory_max", "queue_redis_memory_max_bytes", "gauge", "Redis' memory limit (maxmemory) per primary node; 0 means no limit.", "bytes", (NODE,)),
+    _m("redis_policy_safe", "queue_redis_eviction_policy_safe", "gauge", "1 when the node's maxmemory-policy is noeviction, 0 when Redis may evict queue keys.", "short", (NODE, POLICY)),
 )  # fmt: skip
 
 _BY_KEY = {metric.key: metric for metric in CATALOGUE}

@@ -20,6 +20,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from platform_common.jobs.redis.memory_policy import MemoryInfo
+
 from . import catalogue
 from .snapshot import Snapshot, TypeSnapshot
 
@@ -47,6 +49,14 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
     "oldest_age": lambda t: t.oldest_age_seconds,
     "active_workers": lambda t: t.active_workers,
     "last_heartbeat": lambda t: t.last_heartbeat_seconds,
+}
+
+
+# Per-node gauges from INFO memory: catalogue key -> (label values, value).
+_MEMORY_GAUGES: dict[str, Callable[[str, MemoryInfo], tuple[list[str], float]]] = {
+    "redis_memory_used": lambda node, info: ([node], info.used_bytes),
+    "redis_memory_max": lambda node, info: ([node], info.max_bytes),
+    "redis_policy_safe": lambda node, info: ([node, info.policy], 0 if info.can_evict else 1),
 }
 
 
@@ -104,6 +114,11 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
         return None
     elif metric.key == "types_dropped":
         gauge.add_metric([], snapshot.types_dropped)
+    elif metric.key in _MEMORY_GAUGES:
+        if not snapshot.memory:
+            return None  # INFO memory refused or unreadable: no sample rather than a guess
+        for node, info in snapshot.memory.items():
+            gauge.add_metric(*_MEMORY_GAUGES[metric.key](node, info))
     else:
         value_of = _TYPE_GAUGES[metric.key]
         for type_snapshot in snapshot.types:

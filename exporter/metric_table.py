@@ -26,4 +26,6 @@ def _unit(metric: Metric) -> str:
         return "seconds (Unix time)"
     if metric.name.endswith("_seconds"):
         return "seconds"
+    if metric.name.endswith("_bytes"):
+        return "bytes"
     return "count"

@@ -1,16 +1,18 @@
 """Reads one Snapshot from Redis: one pipeline of plain read commands, one round trip.
 
 The pipeline carries Redis TIME, the type discovery (SCARD + one SSCAN page of
-`jobs:types`) and, per agent type exported by the previous scrape, LLEN of the queue,
+`jobs:types`), INFO memory (on a cluster, one addressed to each primary) and, per
+agent type exported by the previous scrape, LLEN of the queue,
 processing and dead-letter lists, ZCARD of the delayed set, HGETALL of the stats hash
 and ZRANGE of the heartbeats: so in the steady state a scrape costs one round trip
 (per node on a cluster) whatever the number of types or jobs. A scrape that discovers a
 new type reads it in a second round trip at once (never a stale or missing number).
 
 No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly these
-commands on exactly these keys, so it can neither read a job (payloads are personal
-data) nor run Lua that could hold Redis busy. The oldest waiting job's age comes from
-the queue's `waiting` set (job id -> arrival time), never from a job hash.
+commands on exactly these keys (and the keyless INFO), so it can neither read a job
+(payloads are personal data) nor run Lua that could hold Redis busy. The oldest
+waiting job's age comes from the queue's `waiting` set (job id -> arrival time), never
+from a job hash.
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.redis.script import Command, run_pipelined
+from platform_common.jobs.redis.memory_policy import (
+    MemoryInfo,
+    describe_error,
+    parse_memory_info,
+    server_name,
+)
+from platform_common.jobs.redis.script import Command, Replies, Send, run_batch, run_pipelined
 from platform_common.jobs.redis.url import RedisClient
 
 from .discovery import scan_count, select_types
@@ -91,7 +100,9 @@ class SnapshotReader:
             ("SSCAN", types_key, 0, "COUNT", scan_count(self._settings.max_agent_types)),
         ]
         commands += self._commands(self._previous)
-        replies = await run_pipelined(self._client, commands)
+        end = len(commands)
+        replies, nodes = await self._with_memory(commands)
+        memory, memory_problem = _memory(nodes, replies[end:])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
         set_size, (cursor, members) = _ok(replies[1]), _ok(replies[2])
@@ -103,7 +114,7 @@ class SnapshotReader:
             max_agent_types=self._settings.max_agent_types,
         )
         results: dict[str, TypeSnapshot] = {}
-        first = self._take(self._previous, replies[3:], now_ms, results)
+        first = self._take(self._previous, replies[3:end], now_ms, results)
         malformed = selection.invalid + first.malformed
         todo = [t for t in selection.types if t not in results and t not in first.broken]
         if todo:
@@ -117,7 +128,21 @@ class SnapshotReader:
             types_dropped=selection.dropped,
             malformed=malformed,
             round_trips=round_trips,
+            memory=memory,
+            memory_problem=memory_problem,
         )
+
+    async def _with_memory(self, commands: list[Command]) -> tuple[Replies, list[str]]:
+        """Run `commands` with INFO memory of every primary appended, in the same
+        pipeline: the replies (the INFO ones last) and the nodes they come from."""
+        client = self._client
+        if not isinstance(client, RedisCluster):
+            nodes = [server_name(self._settings.redis)]
+            return await run_pipelined(client, [*commands, ("INFO", "memory")]), nodes
+        await client.initialize()  # a no-op once it is: the primaries come from its slot map
+        primaries = client.get_primaries()
+        replies = await run_batch(_with_info_of(client, primaries), commands)
+        return replies, [node.name for node in primaries]
 
     def _commands(self, agent_types: Sequence[str]) -> list[Command]:
         prefix = self._settings.queue_prefix
@@ -158,6 +183,39 @@ class _Step:
     malformed: int = 0
     broken: set[str] = field(default_factory=set)
     """Types whose replies included an error: skipped."""
+
+
+def _with_info_of(client: RedisCluster, primaries: Sequence[ClusterNode]) -> Send:
+    """pipeline_transport, plus INFO memory addressed to each primary in the same
+    pipeline (a keyless command would go to one node): still one round trip per node."""
+
+    async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        for node in primaries:
+            pipe.execute_command("INFO", "memory", target_nodes=node)
+        return list(await pipe.execute(raise_on_error=False))
+
+    return send
+
+
+def _memory(
+    nodes: Sequence[str], replies: Sequence[Any]
+) -> tuple[dict[str, MemoryInfo], str | None]:
+    """(memory by node, None), or ({}, why not) when INFO was refused or a reply does
+    not parse: the memory metrics are then left out, the rest of the scrape stands."""
+    memory: dict[str, MemoryInfo] = {}
+    for node, reply in zip(nodes, replies, strict=True):
+        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+            raise reply  # connection trouble: the whole scrape is "Redis down"
+        try:
+            if isinstance(reply, ResponseError):
+                raise reply  # e.g. NOPERM: an exporter user without +info
+            memory[node] = parse_memory_info(reply)
+        except (ResponseError, ValueError) as exc:
+            return {}, describe_error(exc)
+    return memory, None
 
 
 def _heartbeats(raw: Any, since_ms: int) -> tuple[int, object | None]:

@@ -1,9 +1,9 @@
 """The exporter's core, without HTTP: scrape Redis into metric families, and readiness.
 
 Holds only what must outlive a request: the Redis client, the reader's memory of the
-last exported types, the running total of malformed values, and whether Redis was up
-last time (so that an outage is logged once when it starts and once when it ends, not
-on every scrape).
+last exported types, the running total of malformed values, whether Redis was up last
+time (so that an outage is logged once when it starts and once when it ends, not on
+every scrape), and what was last said about Redis' eviction policy (likewise).
 """
 
 from __future__ import annotations
@@ -11,10 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 from prometheus_client.exposition import choose_encoder
 from redis.exceptions import RedisError
 
+from platform_common.jobs.redis.memory_policy import (
+    UNREADABLE,
+    MemoryInfo,
+    describe_error,
+    read_memory_info,
+    server_name,
+    warn_unchecked,
+    warn_unsafe,
+)
 from platform_common.jobs.redis.url import RedisClient
 
 from .collector import ScrapeResult, metric_families, registry_for
@@ -40,6 +50,21 @@ class Exporter:
         self._malformed_total = 0
         self._malformed_last = 0
         self._redis_was_up: bool | None = None
+        # (nodes whose policy can evict, with it; why INFO could not be read): logged
+        # when it changes, so a scrape every 15 s does not repeat it.
+        self._memory_note: tuple[frozenset[tuple[str, str]], str | None] | None = None
+
+    async def check_memory_policy(self) -> None:
+        """At start: read every primary's maxmemory-policy and log a WARNING for each
+        that can evict (or one line saying why it could not be read). Scrapes read it
+        again and log only what changed."""
+        try:
+            async with asyncio.timeout(self.settings.redis_timeout):
+                nodes = await read_memory_info(self._client, server_name(self.settings.redis))
+        except UNREADABLE as exc:  # TimeoutError included: it is an OSError
+            self._note_memory({}, describe_error(exc))
+            return
+        self._note_memory(nodes, None)
 
     async def scrape(self) -> ScrapeResult:
         """Read one snapshot within the timeout; a failure gives a result without one."""
@@ -51,6 +76,7 @@ class Exporter:
             self._note_redis(up=False, problem=exc)
             return ScrapeResult(None, time.perf_counter() - started, self._malformed_total)
         self._note_redis(up=True)
+        self._note_memory(snapshot.memory, snapshot.memory_problem)
         if snapshot.malformed != self._malformed_last:
             # Logged when the number changes; the counter metric carries every scrape's.
             log.warning("skipped %d malformed value(s) in Redis", snapshot.malformed)
@@ -79,6 +105,22 @@ class Exporter:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    def _note_memory(
+        self,
+        nodes: Mapping[str, MemoryInfo],
+        problem: str | None,
+    ) -> None:
+        unsafe = frozenset((node, info.policy) for node, info in nodes.items() if info.can_evict)
+        note = (unsafe, problem)
+        if note == self._memory_note:
+            return
+        said = self._memory_note[0] if self._memory_note is not None else frozenset()
+        self._memory_note = note
+        if problem is not None:
+            warn_unchecked(self.settings.redis, problem, log)
+            return
+        warn_unsafe({node: nodes[node] for node, _ in unsafe - said}, log)
 
     def _note_redis(self, *, up: bool, problem: BaseException | None = None) -> None:
         if up == self._redis_was_up:

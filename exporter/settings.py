@@ -37,6 +37,8 @@ __all__ = [
     "DEPRECATED_VARIABLES",
     "ENVIRONMENT_VARIABLES",
     "ENV_PREFIX",
+    "MAX_HEARTBEAT_WINDOW_SECONDS",
+    "MAX_REDIS_TIMEOUT_SECONDS",
     "ExporterSettings",
     "build_parser",
 ]
@@ -53,6 +55,21 @@ def _redis(value: str, name: str) -> RedisSettings:
 
 def _port(value: str, name: str) -> int:
     return parse_int(value, name, minimum=1, maximum=65535)
+
+
+MAX_HEARTBEAT_WINDOW_SECONDS = 86_400.0
+"""A day: far past any heartbeat interval, and small enough that the window in
+milliseconds stays an exact integer (1e308 s was accepted, then every scrape failed)."""
+MAX_REDIS_TIMEOUT_SECONDS = 300.0
+"""Five minutes: above any Prometheus scrape timeout, and a socket timeout the OS takes."""
+
+
+def _heartbeat_window(value: str, name: str) -> float:
+    return parse_duration(value, name, maximum=MAX_HEARTBEAT_WINDOW_SECONDS)
+
+
+def _redis_timeout(value: str, name: str) -> float:
+    return parse_duration(value, name, maximum=MAX_REDIS_TIMEOUT_SECONDS)
 
 
 def _max_agent_types(value: str, name: str) -> int:
@@ -108,11 +125,13 @@ _OPTIONS = (
             f"Redis key prefix of the queues (default {QUEUE_PREFIX!r})",
             parse_name, deprecated_env="EXPORTER_QUEUE_PREFIX"),
     _Option("heartbeat_window", "--heartbeat-window", "EXPORTER_HEARTBEAT_WINDOW_SECONDS",
-            "a worker counts as active if its heartbeat is newer than this (default 30)",
-            parse_duration),
+            "a worker counts as active if its heartbeat is newer than this (default 30, "
+            "at most 1 day)",
+            _heartbeat_window),
     _Option("redis_timeout", "--redis-timeout", "EXPORTER_REDIS_TIMEOUT_SECONDS",
-            "upper bound of one scrape's Redis read; then redis_up is 0 (default 2)",
-            parse_duration),
+            "upper bound of one scrape's Redis read; then redis_up is 0 (default 2, at most "
+            "300)",
+            _redis_timeout),
     _Option("latency_buckets", "--latency-buckets", LATENCY_BUCKETS_VARIABLE,
             "the queue's latency bucket bounds, comma-separated seconds (default: the queue's)",
             parse_latency_buckets, deprecated_env="EXPORTER_LATENCY_BUCKETS"),

@@ -17,6 +17,7 @@ from platform_common.jobs.keys import (
     STATS_COUNTERS,
     latency_bucket_field,
 )
+from platform_common.jobs.redis.memory_policy import MemoryInfo
 
 __all__ = ["LatencyHistogram", "Snapshot", "TypeSnapshot", "parse_type_reply"]
 
@@ -79,6 +80,10 @@ class Snapshot:
     """Values skipped in this read because they did not parse."""
     round_trips: int = 1
     """Pipelines sent for this snapshot; each is one round trip per node (1 when steady)."""
+    memory: Mapping[str, MemoryInfo] = field(default_factory=dict)
+    """INFO memory of every primary, by node (host:port); empty when it was not read."""
+    memory_problem: str | None = None
+    """Why INFO memory could not be read (refused by the ACL, unparsable), else None."""
 
 
 def parse_type_reply(

@@ -36,6 +36,8 @@ DURATION_FIELDS = (
     "no_active_workers_for",
     "failure_ratio_high_for",
     "oldest_job_over_ttl_for",
+    "redis_eviction_policy_unsafe_for",
+    "redis_memory_high_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -83,6 +85,10 @@ class MonitoringConfig:
     exporter_absent_for: str
     redis_unreachable_for: str
     no_active_workers_for: str
+    redis_eviction_policy_unsafe_for: str
+    redis_memory_high: float
+    """Used / maxmemory of a Redis primary (1 = full) above which RedisMemoryHigh fires."""
+    redis_memory_high_for: str
 
     for_override: str | None = None
     """Test settings only, never a site setting: replaces every alert's `for`."""
@@ -119,6 +125,7 @@ class MonitoringConfig:
         for name, ratio in (
             ("failure_ratio_high", self.failure_ratio_high),
             ("latency_slo_fraction_of_ttl", self.latency_slo_fraction_of_ttl),
+            ("redis_memory_high", self.redis_memory_high),
         ):
             if not 0 < ratio <= 1:
                 raise ConfigurationError(name, f"must be in (0, 1], got {ratio!r}")

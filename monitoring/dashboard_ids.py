@@ -37,6 +37,9 @@ class QueueOverviewPanel(IntEnum):
     EXPORTER_UP = 51
     SCRAPE_DURATION = 52
     EXPORTER_ERRORS = 53
+    ROW_REDIS = 60
+    REDIS_MEMORY = 61
+    REDIS_EVICTION_POLICY = 62
 
 
 _P = QueueOverviewPanel
@@ -62,6 +65,9 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.EXPORTER_UP: "Exporter and Redis up",
         _P.SCRAPE_DURATION: "Scrape duration",
         _P.EXPORTER_ERRORS: "Exporter data problems",
+        _P.ROW_REDIS: "Redis",
+        _P.REDIS_MEMORY: "Redis memory per primary",
+        _P.REDIS_EVICTION_POLICY: "Redis eviction policy",
     }
 )
 """Title of every panel but the alert stats (each titled by its alert's name). The

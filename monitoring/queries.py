@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from platform_common.jobs_exporter.catalogue import AGENT_TYPE, by_key
+from platform_common.jobs_exporter.catalogue import AGENT_TYPE, NODE, POLICY, by_key
 
 __all__ = [
     "PROMETHEUS_UP",
@@ -27,6 +27,8 @@ __all__ = [
     "per_type_limit",
     "rate_by_type",
     "ratio_to_limit",
+    "redis_memory_ratio",
+    "redis_policy_safe",
     "target_series",
 ]
 
@@ -110,6 +112,18 @@ def active_workers_idle(sel: Selector) -> str:
     waiting = gauge_by_type(sel, "queue_depth")
     idle = f"{gauge_by_type(sel, 'active_workers')} == 0"
     return f"({waiting} and on ({BY_TYPE}) ({idle}))"
+
+
+def redis_policy_safe(sel: Selector) -> str:
+    """1 per Redis primary whose maxmemory-policy is noeviction, 0 per one that can evict."""
+    return f"max by (job, {NODE}, {POLICY}) ({sel.series('redis_policy_safe')})"
+
+
+def redis_memory_ratio(sel: Selector) -> str:
+    """Used / maxmemory per Redis primary; no series for a node without a limit (0)."""
+    used = f"max by (job, {NODE}) ({sel.series('redis_memory_used')})"
+    limit = f"max by (job, {NODE}) ({sel.series('redis_memory_max')}) > 0"
+    return f"{used} / ({limit})"
 
 
 def target_series(sel: Selector, key: str | None = None) -> str:

@@ -3,9 +3,9 @@
 An alert is `query <op> threshold` held for `for_`. `query` is Grafana's query A (then
 B = reduce last, C = threshold), and `expr` the Prometheus rule's expression, so both
 systems compare the same number with the same threshold. `summary` and `description`
-are `string.Template`s over `$agent_type`, `$instance`, `$job`, `$value`, `$threshold`
-and `$for_`, rendered into each system's own templating by `render_text`, so a text can
-never state another threshold or duration than the rule's.
+are `string.Template`s over `$agent_type`, `$instance`, `$job`, `$node`, `$policy`,
+`$value`, `$threshold` and `$for_`, rendered into each system's own templating by
+`render_text`, so a text can never state another threshold or duration than the rule's.
 """
 
 from __future__ import annotations
@@ -79,6 +79,9 @@ class AlertSpec:
         return {"action": self.action, "severity": self.severity}
 
 
+_LABELS = ("agent_type", "instance", "job", "node", "policy")
+"""The labels an alert text may name."""
+
 _LABEL_TEMPLATE = {
     "prometheus": "{{ $labels.%s }}",
     "grafana": "{{ $labels.%s }}",
@@ -92,15 +95,14 @@ _VALUE_TEMPLATE = {
 
 
 def render_text(template: str, spec: AlertSpec, flavour: TemplateFlavour) -> str:
-    """Fill `$agent_type`, `$instance`, `$job`, `$value` for Prometheus, Grafana or a page."""
+    """Fill `$agent_type`, `$instance`, `$job`, `$node`, `$policy`, `$value` for
+    Prometheus, Grafana or a page."""
     label = _LABEL_TEMPLATE[flavour]
     value = _VALUE_TEMPLATE[flavour]
     return Template(template).substitute(
         threshold=q.number(spec.threshold),
         for_=spec.for_,
-        agent_type=label % "agent_type",
-        instance=label % "instance",
-        job=label % "job",
+        **{name: label % name for name in _LABELS},
         value=value % spec.value_format if flavour != "runbook" else value,
     )
 
@@ -110,9 +112,7 @@ def render_concrete(template: str, spec: AlertSpec, labels: dict[str, str], valu
     return Template(template).substitute(
         threshold=q.number(spec.threshold),
         for_=spec.for_,
-        agent_type=labels.get("agent_type", ""),
-        instance=labels.get("instance", ""),
-        job=labels.get("job", ""),
+        **{name: labels.get(name, "") for name in _LABELS},
         value=value_text,
     )
 
@@ -294,6 +294,41 @@ def alert_specs(
             ),
             panel=panel.OLDEST_JOB_AGE,
             value_format="humanizePercentage",
+            unit="percentunit",
+        ),
+        AlertSpec(
+            name="QueueRedisEvictionPolicyUnsafe",
+            query=q.redis_policy_safe(sel),
+            op="eq",
+            threshold=0,
+            for_=config.redis_eviction_policy_unsafe_for,
+            severity="warning",
+            action="fix-redis-config",
+            summary="Redis $node has maxmemory-policy $policy: it can evict queue data.",
+            description=(
+                "Redis $node runs with maxmemory-policy $policy, not noeviction: when its "
+                "memory fills it deletes keys, silently losing queued jobs, results and the "
+                "counters. Set maxmemory-policy noeviction."
+            ),
+            panel=panel.REDIS_EVICTION_POLICY,
+        ),
+        AlertSpec(
+            name="QueueRedisMemoryHigh",
+            query=q.redis_memory_ratio(sel),
+            op="gt",
+            threshold=config.redis_memory_high,
+            for_=config.redis_memory_high_for,
+            severity="warning",
+            action="free-redis-memory",
+            summary="Redis $node uses $value of its maxmemory.",
+            description=(
+                "Redis $node has used more than $threshold of its maxmemory (1 = 100%) for "
+                "$for_. At the limit, under noeviction, every enqueue and every worker write "
+                "is refused (OOM) until memory is freed."
+            ),
+            panel=panel.REDIS_MEMORY,
+            value_format="humanizePercentage",
+            expect_data=False,
             unit="percentunit",
         ),
     )

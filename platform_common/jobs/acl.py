@@ -211,6 +211,7 @@ _WORKER_SCRIPTS = (
     "queue_expire",
     "queue_dead_requeue",
     "queue_dead_purge",
+    "queue_kept_prune",
     "queue_enqueue",  # operators requeue and re-enqueue with the worker user
 )
 
@@ -239,6 +240,7 @@ ROLES: dict[str, AclRole] = {
             keyless=(
                 "time",  # every script reads Redis' clock
                 "scan",  # JobStore.list_ids without the time index
+                "info",  # the maxmemory-policy check at connect (INFO memory)
                 "psubscribe",
                 "punsubscribe",
                 "subscribe",
@@ -254,6 +256,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiry", write=True),
                         _queue("waiting", write=True),
                         _queue("job:*", write=True),
+                        _queue("result:*", write=True),  # read only, by EXISTS below
                     ),
                 ),
                 # What the enqueue script writes, each command on its one kind of key.
@@ -263,11 +266,20 @@ ROLES: dict[str, AclRole] = {
                 Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
                 Grant(("hset",), (_queue("job:*", write=True),)),
                 # Reads: duplicate check and job state, results, depths and counters.
-                Grant(("exists", "hget", "hmget", "hgetall"), (_queue("job:*"),)),
+                Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
+                # One EXISTS spans job hashes and results (a held result takes its id too),
+                # and Redis checks all keys of a command against one selector.
+                Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
                 Grant(("get",), (_queue("result:*"),)),
+                # The enqueue script's type checks, before it writes.
+                Grant(
+                    ("type",),
+                    (_queue("queue"), _queue("expiry"), _queue("waiting"), _queue("job:*")),
+                ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
-                Grant(("zcard",), (_queue("delayed"),)),
-                Grant(("hgetall",), (_queue("stats"),)),
+                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
+                # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
+                Grant(("hgetall", "hmget", "type"), (_queue("stats"),)),
                 Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
                 _store_grant(*_STORE_SCRIPTS),
             ),
@@ -283,7 +295,7 @@ ROLES: dict[str, AclRole] = {
                 "for its own agent types and agents only"
             ),
             scripts=(*_WORKER_SCRIPTS, *_STORE_SCRIPTS),
-            keyless=("time", "scan", "publish"),
+            keyless=("time", "scan", "publish", "info"),  # info: the eviction policy check
             grants=(
                 Grant(_worker_queue_commands(), (_queue("*", write=True),)),
                 # Only records and results are ever deleted (expiry, purge), only results SET.
@@ -303,7 +315,7 @@ ROLES: dict[str, AclRole] = {
                 "reads no job, payload or result, runs no script"
             ),
             scripts=(),
-            keyless=("time",),
+            keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),

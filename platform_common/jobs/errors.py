@@ -13,18 +13,25 @@ JobsError
 ├── VersionConflict             update(expected_version=N) lost the race
 ├── IllegalTransition           e.g. succeeded -> running
 ├── LeaseLost                   a worker's lease token no longer owns the job
+├── CorruptQueueState           a queue key holds the wrong type or a value that does not
+│                               parse (names the key); the operation wrote nothing
 └── BackendUnavailable          the backend could not be reached (after retries)
-    └── BackendBusy             reachable, but every pooled connection stayed in use
+    ├── BackendBusy             reachable, but every pooled connection stayed in use
+    └── BackendOutOfMemory      reachable, but at maxmemory: writes are refused
 """
 
 from __future__ import annotations
 
-from redis.exceptions import RedisError
+from collections.abc import Sequence
+
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 __all__ = [
     "BackendBusy",
+    "BackendOutOfMemory",
     "BackendUnavailable",
     "ConfigurationError",
+    "CorruptQueueState",
     "IllegalTransition",
     "InvalidCursor",
     "InvalidJobId",
@@ -138,3 +145,40 @@ class BackendBusy(BackendUnavailable, RedisError):
 
     Redis itself may be healthy: this is back-pressure, not an outage. A RedisError
     too, so loops that back off and retry on Redis errors treat it the same way."""
+
+
+class BackendOutOfMemory(BackendUnavailable, OutOfMemoryError):
+    """Redis reached `maxmemory` and, under `noeviction`, refuses every write; reads
+    still work. A queue script refused this way wrote nothing. `written` and
+    `not_written` are the job ids of an `enqueue_many` that stopped partway (its chunks
+    already written stay; retry only `not_written`); both are empty elsewhere.
+
+    Redis' OutOfMemoryError too (what Redis said), so loops that retry Redis errors
+    retry this."""
+
+    def __init__(
+        self, problem: str, *, written: Sequence[str] = (), not_written: Sequence[str] = ()
+    ) -> None:
+        self.written = list(written)
+        self.not_written = list(not_written)
+        if self.not_written:
+            problem += (
+                f"; {len(self.written)} job(s) written, {len(self.not_written)} not written"
+                f" (first not written: {self.not_written[0]!r})"
+            )
+        super().__init__(problem)
+
+
+class CorruptQueueState(JobsError, ResponseError):
+    """A queue key holds another type than the queue writes there, or a stored value
+    (a stats counter, a job field) does not parse. Every queue script checks this before
+    its first write, so the operation that raises it changed nothing. `key` is the Redis
+    key ("" when Redis did not say which), `problem` what is wrong with it.
+
+    A ResponseError too, so a worker treats it as the script error it is (running the
+    same script on the same data fails again)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"corrupt queue state at {key or 'a key of the call'}: {problem}")

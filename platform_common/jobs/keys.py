@@ -25,7 +25,9 @@ Queue (one set per agent type), prefix default "jobs":
                                      the periodic cleanup reads it (bounded per run)
     jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps
     jobs:{type}:result:<id>   STRING result JSON, with the job's TTL
-    jobs:{type}:dead          LIST   job ids that used their last attempt
+    jobs:{type}:dead          LIST   job ids that used their last attempt (newest first)
+    jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
+                                     (newest first); both lists are capped, see retention.py
     jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:types                SET    every agent type ever enqueued (exporter discovery;
@@ -66,6 +68,7 @@ __all__ = [
     "StoreKeys",
     "completion_channel",
     "latency_bucket_field",
+    "queue_key_type",
 ]
 
 STORE_PREFIX = "agentjobs"
@@ -88,6 +91,20 @@ LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
 
 COMPLETION_PATTERN = "agent:*:completed"
+
+# The type of each fixed key of a queue (the layout in the module docstring).
+_QUEUE_KEY_TYPES = {
+    "queue": "list",
+    "waiting": "zset",
+    "processing": "list",
+    "leases": "zset",
+    "delayed": "zset",
+    "expiry": "zset",
+    "dead": "list",
+    "failed": "list",
+    "stats": "hash",
+    "workers": "zset",
+}
 
 
 # Default latency buckets (seconds): agent jobs take from well under a second to
@@ -112,6 +129,21 @@ def _format_bound(value: float) -> str:
         return "+Inf"
     text = repr(float(value))
     return text[:-2] if text.endswith(".0") else text
+
+
+def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
+    """The type (as Redis TYPE names it) the queue keeps at `key`, or None for a key
+    that is not a queue key: what a corrupt-state report compares against."""
+    head = prefix + ":{"
+    close = key.find("}:", len(head)) if key.startswith(head) else -1
+    if close < 0:
+        return None
+    rest = key[close + 2 :]
+    if rest.startswith("job:"):
+        return "hash"
+    if rest.startswith("result:"):
+        return "string"
+    return _QUEUE_KEY_TYPES.get(rest)
 
 
 def completion_channel(agent_type: str) -> str:
@@ -195,6 +227,10 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return f"{self.base}:dead"
+
+    @property
+    def failed(self) -> str:
+        return f"{self.base}:failed"
 
     @property
     def stats(self) -> str:

@@ -11,10 +11,10 @@ from typing import TypeGuard
 from .errors import InvalidJobId, InvalidTTL, ValidationError
 
 __all__ = [
+    "MAX_CLOCK_SKEW_SECONDS",
     "MAX_JOB_ID_LENGTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
-    "MAX_CLOCK_SKEW_SECONDS",
     "MAX_TEXT_BYTES",
     "MAX_TTL_SECONDS",
     "check_json_bounds",
@@ -36,9 +36,10 @@ MAX_TTL_SECONDS = 10 * 365 * 86_400
 """10 years. Far above any job's life, far below what makes Redis' EXPIRE overflow
 (2**63-1 is refused by Redis itself, after a script may already have written)."""
 MAX_CLOCK_SKEW_SECONDS = 300
-"""How far a caller's `created_at` may lie ahead of the backend's clock (Redis TIME for
-Redis, the process clock for memory). Clocks of hosts drift by seconds, not minutes; a
-`created_at` in year 2999 is a bug or an attack, and would make a job that never
+"""How far a caller's `created_at` may lie ahead of Redis TIME. Only a queue payload
+carries one: the JobStore stamps created_at itself (Redis TIME, or the process clock for
+memory://) and takes none from callers. Clocks of hosts drift by seconds, not minutes;
+a `created_at` in year 2999 is a bug or an attack, and would make a job that never
 expires and a record with no TTL."""
 MAX_JSON_DEPTH = 64
 """Containers nested in one JSON value (the top-level object counts as 1). Decoders

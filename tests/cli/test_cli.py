@@ -4,12 +4,10 @@ old module names as aliases) in child processes, against a real redis-server."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,32 +17,15 @@ import redis.asyncio as aioredis
 from platform_common.jobs import RedisJobStore, acl
 from platform_common.jobs.keys import StoreKeys
 from platform_common.jobs.queue import JobQueue, JobResult
-from tests.support.paths import REPO_ROOT as ROOT
+from tests.cli.conftest import DINING_WORKER_PASSWORD, WRONG_PASSWORD
+from tests.cli.runner import DEAD_REDIS, ROOT, child_env, one_error_line, one_line_failure, run
 from tests.support.queue_handlers import make_job
-from tests.support.redis_server import find_free_port
+from tests.support.redis_server import RedisServer
 from tests.support.workers import wait_until
 
 COMMANDS = ("worker", "backfill", "acl")
 ECHO = "platform_common.jobs.queue.builtin:echo"
 NO_SUCH_HANDLER = "tests.support.queue_handlers:no_such_function"
-# Nothing listens there: "Redis unreachable" without waiting for a timeout.
-DEAD_REDIS = f"redis://127.0.0.1:{find_free_port()}/0"
-
-
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment without the settings the commands read, plus `extra`."""
-    own = ("QUEUE_", "JOB_STORE_", "JOBSTATE_", "REDIS_URL", "OTEL_", "AGENTJOBS_")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(own)}
-    return {**base, "PYTHONPATH": str(ROOT), **(extra or {})}
-
-
-def run(
-    *args: str, env: Mapping[str, str] | None = None, module: str = "platform_common.jobs"
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT, env=child_env(env), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
 
 
 def without(modules: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
@@ -59,14 +40,6 @@ def without(modules: tuple[str, ...], *args: str) -> subprocess.CompletedProcess
         [sys.executable, "-c", code],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-
-
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The failure report: stderr ends with exactly one `error:` line, no traceback."""
-    assert "Traceback" not in done.stderr, done.stderr
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and done.stderr.rstrip().endswith(errors[0]), done.stderr
-    return errors[0]
 
 
 # -- the app ----------------------------------------------------------------------------
@@ -133,6 +106,47 @@ def test_unreachable_redis_is_one_line_and_exit_1_unless_debugging() -> None:
         assert debugging.returncode == 1
         assert "Traceback" in debugging.stderr
         assert debugging.stderr.rstrip().splitlines()[-1].startswith("error: Redis:")
+
+
+REFUSALS = ("dead-port", "wrong-password", "tls-unverified")
+
+
+def refusal_url(refusal: str, refusing: RedisServer, tls: RedisServer) -> tuple[str, str]:
+    """(URL, the secret the report must not show) of a Redis a client cannot use."""
+    return {
+        # Nothing listens; a password in the URL must not show up in the report either.
+        "dead-port": (DEAD_REDIS.replace("//", f"//:{WRONG_PASSWORD}@"), WRONG_PASSWORD),
+        "wrong-password": (refusing.url_for("admin", WRONG_PASSWORD), WRONG_PASSWORD),
+        # A TLS-only server whose certificate the client cannot verify (no CA given).
+        "tls-unverified": (tls.url.partition("?")[0], "ssl_ca_certs"),
+    }[refusal]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_worker_reports_a_refusing_redis_in_one_line(
+    refusing_redis: RedisServer, tls_redis: RedisServer, refusal: str
+) -> None:
+    url, secret = refusal_url(refusal, refusing_redis, tls_redis)
+    done = run("worker", "--agent-type", "dining", "--handler", ECHO, "--redis-url", url)
+    assert done.returncode == 1
+    line = one_line_failure(done, host=_host(url), password=secret)
+    assert line.startswith("error: Redis: ")
+
+
+def test_worker_without_rights_on_its_type_names_the_refusal(refusing_redis: RedisServer) -> None:
+    # The CLI-scoped dining worker started on flights: Redis answers NOPERM at once.
+    url = refusing_redis.url_for("dining-worker", DINING_WORKER_PASSWORD)
+    done = run("worker", "--agent-type", "flights", "--handler", ECHO, "--redis-url", url)
+    assert done.returncode == 1
+    line = one_error_line(done)
+    assert line.startswith("error: Redis: NoPermissionError: redis://dining-worker:***@")
+    assert _host(url) in line and "refused the worker" in line
+    assert DINING_WORKER_PASSWORD not in done.stderr
+
+
+def _host(url: str) -> str:
+    """`127.0.0.1:<port>` of a redis:// or rediss:// URL."""
+    return url.split("//", 1)[1].rpartition("@")[2].partition("/")[0]
 
 
 async def enqueue_and_wait(redis_url: str, job: dict[str, Any]) -> JobResult | None:
@@ -228,6 +242,20 @@ def test_backfill_refuses_an_in_memory_store() -> None:
         refused = run("backfill", "--quiet", env=env)
         assert refused.returncode == 2
         assert one_error_line(refused).startswith("error: JOB_STORE_URL: backfill needs a Redis")
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_backfill_reports_a_refusing_redis_in_one_line(
+    refusing_redis: RedisServer, tls_redis: RedisServer, refusal: str
+) -> None:
+    url, secret = refusal_url(refusal, refusing_redis, tls_redis)
+    env = {"JOB_STORE_URL": url, "OTEL_SERVICE_NAME": "cli-agent"}
+    done = run("backfill", "--quiet", env=env)
+    assert done.returncode == 1
+    # Its target first (redacted), then the one line of the failure.
+    assert done.stderr.startswith("backfill target: redis"), done.stderr
+    line = one_line_failure(done, host=_host(url), password=secret, after="backfill target: ")
+    assert line.startswith("error: backend unavailable: ")
 
 
 def test_backfill_failures_are_one_line() -> None:

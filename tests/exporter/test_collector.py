@@ -13,6 +13,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs_exporter import catalogue
 from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
 from platform_common.jobs_exporter.exposition import render_text
@@ -48,7 +49,13 @@ FLIGHTS = TypeSnapshot(
     counters={"enqueued": 0},
     latency=LatencyHistogram(((math.inf, 0),), 0.0),
 )
-RESULT = ScrapeResult(Snapshot((DINING, FLIGHTS), types_dropped=3), 0.004, malformed_total=5)
+MEMORY = {
+    "10.0.0.1:6379": MemoryInfo(used_bytes=1_500_000, max_bytes=2_000_000, policy="noeviction"),
+    "10.0.0.2:6379": MemoryInfo(used_bytes=900_000, max_bytes=0, policy="allkeys-lru"),
+}
+RESULT = ScrapeResult(
+    Snapshot((DINING, FLIGHTS), types_dropped=3, memory=MEMORY), 0.004, malformed_total=5
+)
 
 
 def samples(
@@ -107,6 +114,22 @@ def test_exporter_own_metrics() -> None:
     assert value("queue_exporter_scrape_duration_seconds") == 0.004
     assert value("queue_exporter_malformed_values_total") == 5
     assert value("queue_exporter_agent_types_dropped") == 3
+
+
+def test_redis_memory_per_node_and_whether_its_policy_is_safe() -> None:
+    assert value("queue_redis_memory_used_bytes", node="10.0.0.1:6379") == 1_500_000
+    assert value("queue_redis_memory_max_bytes", node="10.0.0.1:6379") == 2_000_000
+    assert value("queue_redis_memory_max_bytes", node="10.0.0.2:6379") == 0  # no limit
+    safe = "queue_redis_eviction_policy_safe"
+    assert value(safe, node="10.0.0.1:6379", policy="noeviction") == 1
+    assert value(safe, node="10.0.0.2:6379", policy="allkeys-lru") == 0
+
+
+def test_memory_unread_means_no_memory_samples() -> None:
+    unread = Snapshot((DINING,), memory_problem="NoPermissionError: no INFO for you")
+    names = {name for name, _ in samples(ScrapeResult(unread, 0.004))}
+    assert "queue_depth" in names
+    assert not {n for n in names if n.startswith("queue_redis_")}
 
 
 def test_redis_down_shows_no_queue_numbers() -> None:

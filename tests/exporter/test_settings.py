@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 from platform_common.jobs.errors import ConfigurationError
-from platform_common.jobs_exporter.settings import ExporterSettings
+from platform_common.jobs_exporter.settings import (
+    MAX_HEARTBEAT_WINDOW_SECONDS,
+    MAX_REDIS_TIMEOUT_SECONDS,
+    ExporterSettings,
+)
 
 
 def test_defaults_need_no_configuration() -> None:
@@ -108,3 +112,40 @@ def test_blank_variables_are_unset_and_durations_take_units() -> None:
     env = {"EXPORTER_PORT": "", "EXPORTER_REDIS_TIMEOUT_SECONDS": "750ms"}
     settings = ExporterSettings.from_env(env)
     assert settings.port == 9808 and settings.redis_timeout == 0.75
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--heartbeat-window", "1e308"], {}, "--heartbeat-window"),
+        ([], {"EXPORTER_HEARTBEAT_WINDOW_SECONDS": "1e308"}, "EXPORTER_HEARTBEAT_WINDOW_SECONDS"),
+        (["--heartbeat-window", "25h"], {}, "--heartbeat-window"),
+        (["--redis-timeout", "1e308"], {}, "--redis-timeout"),
+        ([], {"EXPORTER_REDIS_TIMEOUT_SECONDS": "301"}, "EXPORTER_REDIS_TIMEOUT_SECONDS"),
+    ],
+)
+def test_durations_are_bounded_at_startup(argv: list[str], env: dict[str, str], named: str) -> None:
+    # 1e308 s was accepted, then every scrape failed converting the window to ms (HTTP 500).
+    with pytest.raises(ConfigurationError) as caught:
+        ExporterSettings.from_args(argv, env)
+    assert caught.value.setting == named
+    assert "at most" in str(caught.value)
+
+
+def test_durations_up_to_their_maximum_are_accepted() -> None:
+    settings = ExporterSettings.from_args(
+        ["--heartbeat-window", str(MAX_HEARTBEAT_WINDOW_SECONDS)],
+        {"EXPORTER_REDIS_TIMEOUT_SECONDS": str(MAX_REDIS_TIMEOUT_SECONDS)},
+    )
+    assert settings.heartbeat_window_ms == 86_400_000
+    assert settings.redis_timeout == 300
+
+
+def test_cli_refuses_a_huge_heartbeat_window_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from platform_common.jobs_exporter.__main__ import main
+
+    assert main(["--heartbeat-window", "1e308"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--heartbeat-window" in err and "Traceback" not in err

@@ -9,7 +9,7 @@ import pytest
 
 from platform_common.jobs.errors import InvalidPayload, ValidationError
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -117,3 +117,47 @@ async def test_a_misspelt_agent_type_is_an_error_everywhere(queue: JobQueue) -> 
     with pytest.raises(InvalidPayload) as refused:
         await queue.enqueue(make_job(agent_type="dinning"))
     assert refused.value.errors["agent_type"] == caught.value.problem  # the same words
+
+
+async def test_stats_and_records_of_a_misspelt_agent_type_are_an_error(queue: JobQueue) -> None:
+    for operation in (
+        queue.stats("dinning"),
+        queue.get_record("dinning", "job-1"),
+        queue.failed_jobs.count("dinning"),
+        queue.failed_jobs.list("dinning"),
+        queue.failed_jobs.purge("dinning"),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            await operation
+        assert "unknown agent type 'dinning'; known: dining, dmc" in str(caught.value)
+
+
+async def test_failed_jobs_verbs_return_what_they_did(queue: JobQueue) -> None:
+    ids = await queue.enqueue_many([make_job(task=f"fatal {i}") for i in range(2)])
+
+    async def refuses(job: JobPayload) -> str:
+        raise NonRetryableError(job.task)
+
+    async with running_worker(queue.settings, refuses):
+        await eventually(lambda: _failed_count(queue, 2))
+    failed = queue.failed_jobs
+    assert await failed.purge("dining", ["never-existed", "nor-this"]) == 0
+    assert await failed.requeue("dining", ["never-existed"]) == []
+    assert await queue.dead_letters.purge("dining", ids) == 0  # not in the dead list
+    assert await failed.purge("dining", [ids[0], ids[0]]) == 1
+    assert await failed.requeue("dining", [ids[1], ids[0]]) == [ids[1]]
+    assert await failed.count("dining") == 0
+
+
+async def _failed_count(queue: JobQueue, count: int) -> bool:
+    return await queue.failed_jobs.count("dining") == count
+
+
+async def test_a_dead_letter_whose_stored_payload_does_not_parse_is_still_listed(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    (job_id,) = await dead_letter(queue, 1)
+    await redis_client.hset(DINING.job(job_id), "payload", "{not json")
+    (letter,) = await queue.dead_letters.list("dining")
+    assert (letter.job_id, letter.payload) == (job_id, {})
+    assert letter.last_error == "RuntimeError: broken 0 failed on attempt 1"

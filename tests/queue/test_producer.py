@@ -174,8 +174,11 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
                 assert caller is not None
                 caller.cancel()  # the caller goes away after the first call went out
             yield (
-                [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(job_id)],
-                [f"nonce-{chunk}", 1, job_id, "{}", 60, int(time.time() * 1000), 3],
+                [
+                    *(keys.queue, keys.stats, keys.expiry, keys.waiting),
+                    *(keys.job(job_id), keys.result(job_id)),
+                ],
+                [f"nonce-{chunk}", 1, 0, 300_000, job_id, "{}", 60, int(time.time() * 1000), 3],
             )
 
     try:
@@ -209,10 +212,12 @@ async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
     created = int(time.time() * 1000)
 
     def call(nonce: str, *job_ids: str) -> tuple[list[str], list[object]]:
-        args: list[object] = [nonce, len(job_ids)]
+        args: list[object] = [nonce, len(job_ids), created, 300_000]
+        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
         for job_id in job_ids:
             args += [job_id, "{}", 60, created, 3]
-        return [keys.queue, keys.stats, keys.expiry, keys.waiting, *map(keys.job, job_ids)], args
+            script_keys += [keys.job(job_id), keys.result(job_id)]
+        return script_keys, args
 
     try:
         script = connection.scripts.enqueue

@@ -162,7 +162,9 @@ async def test_cleanup_expires_a_waiting_job_without_starting_it(
     completion = await asyncio.wait_for(anext(events), 10)
     await events.aclose()
     assert completion.result is not None and completion.result.status == "expired"
-    assert not await redis_client.exists(DINING.job(job["job_id"]), DINING.queue, DINING.expiry)
+    assert not await redis_client.exists(DINING.job(job["job_id"]), DINING.expiry, DINING.waiting)
+    # Its queue entry stays (lazy removal): a worker drops it when it pops it.
+    assert await redis_client.lrange(DINING.queue, 0, -1) == [job["job_id"]]
     counts = await counters(queue)
     assert (counts["expired"], counts["started"], counts["failed"]) == (1, 0, 0)
 

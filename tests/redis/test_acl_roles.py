@@ -66,10 +66,11 @@ def script(name: str, keys: list[str], args: list[Any]) -> Step:
 
 
 def enqueue(keys: QueueKeys, job_id: str) -> Step:
+    # created_at NOW_MS may lie ahead of Redis TIME: the allowance (ARGV[4]) covers it.
     return script(
         "queue_enqueue",
-        [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(job_id)],
-        ["nonce-1", 1, job_id, PAYLOAD, 60, NOW_MS, 3],
+        [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(job_id), keys.result(job_id)],
+        ["nonce-1", 1, NOW_MS, NOW_MS, job_id, PAYLOAD, 60, NOW_MS, 3],
     )
 
 
@@ -158,6 +159,12 @@ OPERATIONS = (
     Operation("Delete a queue or the counters (DEL)",
               (command("DEL", OWN.queue), command("DEL", OWN.stats)),
               "refused", "refused", "refused"),
+    Operation("Overwrite a queue structure with SET (the queue, the stats hash)",
+              (command("SET", OWN.queue, "x"), command("SET", OWN.stats, "x")),
+              "refused", "refused", "refused"),
+    Operation("Delete a job hash or a result of its type (DEL)",
+              (command("DEL", OWN.job("d1")), command("DEL", OWN.result("done1"))),
+              "refused", "allowed", "refused"),
     Operation("Trim or pop a queue (LTRIM, LPOP, RPOP)",
               (command("LTRIM", OWN.queue, 1, 0), command("LPOP", OWN.queue),
                command("RPOP", OWN.queue)),
@@ -203,13 +210,19 @@ OPERATIONS = (
                command("HSET", OTHER_STORE.record("s1"), "status", "succeeded"),
                store_create(OTHER_STORE, "s9")),
               "refused", "refused", "refused"),
+    Operation("Register another agent type's name (SADD jobs:types flights)",
+              (command("SADD", QueueKeys.types_key(), "flights", "made-up"),),
+              "gap", "gap", "refused", note=4),
     Operation("List every key name (SCAN without MATCH)", (command("SCAN", 0),),
               "gap", "gap", "refused", note=3),
     Operation("List keys (KEYS)", (command("KEYS", "*"),),
               "refused", "refused", "refused"),
-    Operation("Administer Redis (FLUSHALL, CONFIG, ACL, SCRIPT FLUSH, CLIENT LIST, INFO)",
+    Operation("Read Redis' memory and eviction policy (INFO memory)",
+              (command("INFO", "memory"),),
+              "allowed", "allowed", "allowed"),
+    Operation("Administer Redis (FLUSHALL, CONFIG, ACL, SCRIPT FLUSH, CLIENT LIST)",
               (command("FLUSHALL"), command("CONFIG", "GET", "*"), command("ACL", "LIST"),
-               command("SCRIPT", "FLUSH"), command("CLIENT", "LIST"), command("INFO")),
+               command("SCRIPT", "FLUSH"), command("CLIENT", "LIST")),
               "refused", "refused", "refused"),
     Operation("Write outside the package's keys (SET unrelated:key)",
               (command("SET", "unrelated:key", "2"),),

@@ -4,6 +4,8 @@ memory, Redis and Redis Cluster, and comes before anything is written."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from platform_common.jobs import InvalidTTL, JobStatus, ValidationError
 from platform_common.jobs.store.contract import BaseJobStore
 from platform_common.jobs.validation import (
+    MAX_CLOCK_SKEW_SECONDS,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     MAX_TEXT_BYTES,
@@ -75,6 +78,38 @@ async def test_the_maximum_ttl_itself_is_accepted(harness: Harness, store: BaseJ
     await store.update("j", status=JobStatus.RUNNING, ttl_seconds=MAX_TTL_SECONDS)
     remaining = await harness.remaining_ttl(store, "j")
     assert remaining is not None and MAX_TTL_SECONDS - 5 < remaining <= MAX_TTL_SECONDS
+
+
+# -- created_at -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        datetime(2999, 1, 1, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+    ],
+    ids=["year-2999", "year-1-plus-one-hour"],
+)
+async def test_created_at_is_the_backends_clock_never_the_callers(
+    harness: Harness, store: BaseJobStore, created_at: datetime
+) -> None:
+    """Issue 12 named a far-future created_at (a job that never expires, a record with no
+    TTL) and year 1 at +01:00 with a huge TTL (OverflowError). The store takes neither:
+    it stamps created_at itself (Redis TIME inside store_create.lua; the process clock
+    for memory), so no caller value can reach its TTL arithmetic. A queue payload's
+    created_at is the queue's to bound."""
+    create: Any = store.create
+    with pytest.raises(TypeError, match="created_at"):
+        await create("j", ttl_seconds=MAX_TTL_SECONDS, created_at=created_at)
+    assert not await store.exists("j")
+    record = await store.create("j", ttl_seconds=MAX_TTL_SECONDS)
+    clock = harness.clock() if harness.kind == "memory" else time.time()
+    assert abs(record.created_at - clock) <= MAX_CLOCK_SKEW_SECONDS
+    update: Any = store.update
+    with pytest.raises(TypeError, match="created_at"):
+        await update("j", created_at=created_at)
+    assert await store.get("j") == record
+    remaining = await harness.remaining_ttl(store, "j")
+    assert remaining is not None and 0 < remaining <= MAX_TTL_SECONDS
 
 
 # -- JSON depth and size -----------------------------------------------------------------

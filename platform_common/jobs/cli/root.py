@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from . import acl_command, store_commands, worker_command
+from . import (
+    acl_command,
+    dead_command,
+    info_command,
+    job_command,
+    store_commands,
+    worker_command,
+    workers_command,
+)
 from .exits import EXIT_OK, enable_debug
 
 __all__ = ["app", "run_app"]
@@ -54,6 +62,10 @@ def _worker(ctx: typer.Context) -> None:
 
 app.command("backfill")(store_commands.backfill)
 app.command("acl")(acl_command.acl)
+app.command("info", help=info_command.HELP)(info_command.info)
+app.command("workers", help=workers_command.HELP)(workers_command.workers)
+app.add_typer(job_command.app, name="job")
+app.add_typer(dead_command.app, name="dead")
 
 
 def run_app(args: list[str], prog: str) -> int:

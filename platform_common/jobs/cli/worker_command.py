@@ -25,6 +25,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
+
 from ..errors import BackendUnavailable, ConfigurationError
 from ..queue import QueueSettings, Worker
 from ..queue.attempt_log import JsonFormatter, bounded
@@ -38,6 +40,9 @@ SUMMARY = "Run a queue worker for one agent type (needs only the core install)."
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _FORMATS = ("text", "json")
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# Redis answered, and said no: a wrong password (AuthenticationError), NOPERM (a
+# ResponseError subclass), or another error reply. Anything else never reached it.
+_REFUSALS = (AuthenticationError, ResponseError)
 
 
 def load_handler(spec: str) -> Handler:
@@ -102,16 +107,18 @@ def _log_handler(log_format: str) -> logging.Handler:
     return handler
 
 
-def _unreachable(exc: BackendUnavailable, settings: QueueSettings) -> CliError:
-    """The one line for a Redis the worker cannot reach at the start: the cause's class,
-    the redacted URL (naming the host, never the password) and the cause, cut short
-    (a Sentinel error repeats whole client reprs)."""
-    cause = exc.__cause__
+def _redis_failure(exc: Exception, settings: QueueSettings) -> CliError:
+    """The one line for a Redis the worker cannot work with: the cause's class, the
+    redacted URL (naming the host, never the password), whether Redis was unreachable or
+    refused (a wrong password, a user without rights on this agent type's keys), and the
+    cause, cut short (a Sentinel error repeats whole client reprs)."""
+    cause = exc.__cause__ if isinstance(exc, BackendUnavailable) else exc
     if cause is None:
-        return CliError(str(exc), EXIT_FAILURE)
+        cause = exc
+    verb = "refused the worker" if isinstance(cause, _REFUSALS) else "unreachable"
     detail = bounded(str(cause), 300)
     return CliError(
-        f"Redis: {type(cause).__name__}: {settings.redis.redacted_url()} unreachable: {detail}",
+        f"Redis: {type(cause).__name__}: {settings.redis.redacted_url()} {verb}: {detail}",
         EXIT_FAILURE,
     )
 
@@ -140,6 +147,6 @@ def run(argv: Sequence[str], prog: str) -> int:
     )
     try:
         asyncio.run(_work(worker))
-    except BackendUnavailable as exc:
-        raise _unreachable(exc, settings) from exc
+    except (BackendUnavailable, RedisError, OSError) as exc:
+        raise _redis_failure(exc, settings) from exc
     return EXIT_OK

@@ -137,7 +137,8 @@ for i = 1, n do
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):
-        -- drop this processing entry only.
+        -- drop this processing entry only, count nothing. The usual stray is the entry
+        -- of a job expired while it waited: expiry leaves it on the queue list.
         redis.call('LREM', KEYS[1], 1, job_id)
         if not f[3] then
             arrived[#arrived + 1] = job_id  -- its record is gone: it waits for nothing

@@ -6,6 +6,9 @@
 -- ARGV[4] completion channel  ARGV[5] the histogram's +Inf bucket field
 -- ARGV[6..] pairs (upper bound in seconds, bucket field), bounds ascending
 -- Returns {"ok"}, {"replay"} (this completion already happened) or {"lost", state}
+-- A key of another type, a job field (enqueued_at, ttl) or a stats counter that does not
+-- parse is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
+-- the first write: the worker then fails the job with that problem.
 local job_id = ARGV[1]
 local f = redis.call('HMGET', KEYS[5], 'state', 'token', 'enqueued_at', 'ttl')
 local state = f[1]
@@ -19,18 +22,54 @@ if state ~= 'running' then
     return {'lost', state or 'missing'}
 end
 
+-- An integer as Redis stores one (what HINCRBY and EXPIRE accept), at most `digits`
+-- long, or nil.
+local function int(value, digits)
+    if type(value) == 'string' and #value <= digits and string.find(value, '^%-?%d+$') then
+        return tonumber(value)
+    end
+    return nil
+end
+-- A float as HINCRBYFLOAT accepts one (no spaces, finite), or nil.
+local function float(value)
+    if type(value) ~= 'string' or not string.find(value, '^[%-%+]?[%d%.]+[eE]?[%-%+]?%d*$') then
+        return nil
+    end
+    local number = tonumber(value)
+    if number and number == number and number > -math.huge and number < math.huge then
+        return number
+    end
+    return nil
+end
+local function shown(raw)
+    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
+        return "'" .. raw .. "'"
+    end
+    return raw and 'unprintable' or 'missing'
+end
+local function corrupt(index, problem)
+    return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
+end
+
+local enqueued_at = int(f[3], 15)
+if not enqueued_at then
+    return corrupt(5, 'field enqueued_at of the job does not parse: ' .. shown(f[3]))
+end
+-- 15 digits: SET EX and EXPIRE take the text as it is, and its ms fit in 64 bits.
+local ttl = int(f[4], 15)
+if not ttl or ttl <= 0 then
+    return corrupt(5, 'field ttl of the job does not parse: ' .. shown(f[4]))
+end
+for index, kind in ipairs({'list', 'zset', 'zset', 'hash'}) do
+    local found = redis.call('TYPE', KEYS[index]).ok
+    if found ~= kind and found ~= 'none' then
+        return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a ' .. kind)
+    end
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(f[4])
-redis.call('SET', KEYS[6], '{"status":"succeeded","result":' .. ARGV[3] .. ',"error":null}',
-    'EX', ttl)
-redis.call('HSET', KEYS[5], 'state', 'succeeded', 'finished_at', now)
-redis.call('PEXPIRE', KEYS[5], ttl * 1000)
-redis.call('LREM', KEYS[1], 1, job_id)
-redis.call('ZREM', KEYS[2], job_id)
-redis.call('ZREM', KEYS[3], job_id)
-
-local latency = (now - tonumber(f[3])) / 1000
+local latency = (now - enqueued_at) / 1000
 if latency < 0 then
     latency = 0
 end
@@ -41,6 +80,25 @@ for i = 6, #ARGV - 1, 2 do
         break
     end
 end
+-- The counters this call bumps, checked so that no HINCRBY fails halfway.
+local counters = {'completed', 'latency_count', bucket}
+local stats = redis.call('HMGET', KEYS[4], 'completed', 'latency_count', bucket, 'latency_sum')
+for i, field in ipairs(counters) do
+    if stats[i] and not int(stats[i], 18) then
+        return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[i]))
+    end
+end
+if stats[4] and not float(stats[4]) then
+    return corrupt(4, 'field latency_sum is not a number: ' .. shown(stats[4]))
+end
+
+redis.call('SET', KEYS[6], '{"status":"succeeded","result":' .. ARGV[3] .. ',"error":null}',
+    'EX', f[4])
+redis.call('HSET', KEYS[5], 'state', 'succeeded', 'finished_at', now)
+redis.call('EXPIRE', KEYS[5], f[4])
+redis.call('LREM', KEYS[1], 1, job_id)
+redis.call('ZREM', KEYS[2], job_id)
+redis.call('ZREM', KEYS[3], job_id)
 redis.call('HINCRBY', KEYS[4], 'completed', 1)
 redis.call('HINCRBY', KEYS[4], 'latency_count', 1)
 redis.call('HINCRBYFLOAT', KEYS[4], 'latency_sum', latency)

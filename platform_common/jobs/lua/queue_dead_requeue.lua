@@ -1,21 +1,68 @@
--- Put dead-lettered jobs back on the queue with fresh attempts and a fresh TTL window
--- (their original window has usually passed). Counted as enqueued again.
--- KEYS[1] dead list  KEYS[2] queue list  KEYS[3] expiry zset  KEYS[4] stats hash
--- KEYS[5] waiting zset
+-- Put kept jobs (dead letters, or failed jobs) back on the queue with fresh attempts and
+-- a fresh TTL window (their original window has usually passed). Counted as enqueued
+-- again.
+-- KEYS[1] dead (or failed) list  KEYS[2] queue list  KEYS[3] expiry zset
+-- KEYS[4] stats hash  KEYS[5] waiting zset
 -- KEYS[4+2i] job hash of job i, KEYS[5+2i] result key of job i
 -- ARGV[i] job id of job i
--- Returns the job ids requeued (ids not in the dead-letter list are ignored).
+-- Returns the job ids requeued (ids not in the list, or whose record is gone, are not;
+-- the entry of a record that is gone is dropped).
+-- A key of another type, a record's ttl or the enqueued counter that does not parse is
+-- refused with the error reply "CORRUPT <position in KEYS> <problem>" before the first
+-- write: every record is read and checked first, then everything is written.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function corrupt(index, problem)
+    return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
+end
+local function shown(raw)
+    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
+        return "'" .. raw .. "'"
+    end
+    return raw and 'unprintable' or 'missing'
+end
+
+for _, expected in ipairs({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}}) do
+    local index, kind = expected[1], expected[2]
+    local found = redis.call('TYPE', KEYS[index]).ok
+    if found ~= kind and found ~= 'none' then
+        return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a ' .. kind)
+    end
+end
+local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
+if enqueued and not (#enqueued <= 18 and string.find(enqueued, '^%-?%d+$')) then
+    return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
+end
+-- Each record's ttl, or false when there is no record. At most 12 digits: the new
+-- expires_at (ms) must stay an integer Lua writes in plain digits.
+local ttls = {}
+for i = 1, #ARGV do
+    local index = 4 + 2 * i
+    local found = redis.call('TYPE', KEYS[index]).ok
+    if found == 'hash' then
+        local ttl = redis.call('HGET', KEYS[index], 'ttl')
+        if not (ttl and #ttl <= 12 and string.find(ttl, '^%d+$') and tonumber(ttl) > 0) then
+            return corrupt(index, 'field ttl of the job does not parse: ' .. shown(ttl))
+        end
+        ttls[i] = tonumber(ttl)
+    elseif found == 'none' then
+        ttls[i] = false
+    else
+        return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a hash')
+    end
+end
+
 local requeued = {}
 for i = 1, #ARGV do
     local job_id = ARGV[i]
     local job_key = KEYS[4 + 2 * i]
-    if redis.call('LREM', KEYS[1], 1, job_id) == 1 and redis.call('EXISTS', job_key) == 1 then
-        local expires_at = now + tonumber(redis.call('HGET', job_key, 'ttl')) * 1000
+    if redis.call('LREM', KEYS[1], 1, job_id) == 1 and ttls[i] then
+        local expires_at = now + ttls[i] * 1000
         redis.call('HSET', job_key, 'state', 'queued', 'attempts', 0, 'enqueued_at', now,
             'expires_at', expires_at, 'requeued_at', now)
         redis.call('HDEL', job_key, 'token', 'due_at', 'finished_at')
+        redis.call('PERSIST', job_key)  -- live again: drop the dead letter's retention TTL
         redis.call('DEL', KEYS[5 + 2 * i])
         redis.call('ZADD', KEYS[3], expires_at, job_id)
         redis.call('LPUSH', KEYS[2], job_id)

@@ -1,53 +1,147 @@
--- Expire jobs past their TTL that have not finished: take them out of wherever they
--- wait or run, delete the record, leave a small "expired" result, count, publish.
+-- Expire jobs past their TTL that have not finished: delete the record, leave a small
+-- "expired" result, count, publish, and take the job out of every index it is in.
 -- Safe to run from many workers at once: each job is re-checked here.
--- KEYS[1] expiry zset  KEYS[2] queue list  KEYS[3] delayed zset  KEYS[4] processing list
--- KEYS[5] leases zset  KEYS[6] stats hash  KEYS[7] waiting zset
--- KEYS[6+2i] job hash of job i, KEYS[7+2i] result key of job i
--- ARGV[1] completion channel; ARGV[1+i] job id of job i
--- Returns the job ids expired by this call.
+-- Costs O(jobs expired x log N), never O(backlog): a queued job's entry stays in the
+-- queue list (finding it there is an LREM over the whole list); the claim script drops
+-- an entry whose record is gone when a worker pops it, writing nothing else.
+-- KEYS[1] expiry zset  KEYS[2] delayed zset  KEYS[3] processing list  KEYS[4] leases zset
+-- KEYS[5] stats hash   KEYS[6] waiting zset
+-- KEYS[5+2i] job hash of job i, KEYS[6+2i] result key of job i
+-- ARGV[1] completion channel  ARGV[2] seconds to keep the result of a job whose stored
+-- ttl does not parse  ARGV[2+i] job id of job i
+-- Returns {"ok", {expired job id...}, {job id, problem}...}: the jobs expired by this
+-- call, then those of them whose record did not parse (expired all the same, the
+-- problem in their result), or {"invalid", key, problem} with nothing written.
+-- Every check runs before the first write, and nothing after it can fail.
+local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
+local FINISHED = {succeeded = true, failed = true, dead = true}
+local LIVE = {queued = true, retrying = true, running = true}
+
+-- An integer as Redis stores one (what HINCRBY accepts, no exponent), or nil.
+local function int(value)
+    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
+        return tonumber(value)
+    end
+    return nil
+end
+
+local function failed(reply)
+    return type(reply) == 'table' and reply.err ~= nil
+end
+
+-- A stored value as the problem text shows it (bounded, printable, JSON-safe).
+local function shown(raw)
+    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
+        return "'" .. raw .. "'"
+    end
+    return raw and 'unprintable' or 'missing'
+end
+
+-- Shared keys first: a wrong type would make a write below fail halfway.
+local kinds = {{1, 'ZCARD', 'a sorted set'}, {2, 'ZCARD', 'a sorted set'},
+    {3, 'LLEN', 'a list'}, {4, 'ZCARD', 'a sorted set'}, {6, 'ZCARD', 'a sorted set'}}
+for _, kind in ipairs(kinds) do
+    if failed(redis.pcall(kind[2], KEYS[kind[1]])) then
+        return {'invalid', KEYS[kind[1]], 'holds another type than ' .. kind[3]}
+    end
+end
+local counted = redis.pcall('HGET', KEYS[5], 'expired')
+if failed(counted) then
+    return {'invalid', KEYS[5], 'holds another type than a hash'}
+end
+-- 15 digits at most: far from 2^63, so adding a batch cannot overflow HINCRBY.
+if counted and not int(counted) then
+    return {'invalid', KEYS[5], 'field expired does not parse: ' .. shown(counted)}
+end
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = {}
-for i = 1, #ARGV - 1 do
-    local job_id = ARGV[1 + i]
-    local job_key = KEYS[6 + 2 * i]
-    local f = redis.call('HMGET', job_key, 'state', 'expires_at', 'ttl')
-    local state = f[1] or 'queued'  -- enqueue writes no 'state' field
-    if not f[2] then
-        redis.call('ZREM', KEYS[1], job_id)  -- the record is gone: nothing to expire
-        redis.call('ZREM', KEYS[7], job_id)
-    elseif now >= tonumber(f[2]) then
-        local live = true
-        if state == 'queued' then
-            -- Oldest jobs sit at the consuming end: search from there. If a worker
-            -- already moved it, its claim finds the record gone and drops it.
-            redis.call('LREM', KEYS[2], -1, job_id)
-        elseif state == 'retrying' then
-            if redis.call('ZREM', KEYS[3], job_id) == 0 then
-                redis.call('LREM', KEYS[2], -1, job_id)
-            end
-        elseif state == 'running' then
-            -- Its worker's completion will now find the record gone: LeaseLost.
-            redis.call('LREM', KEYS[4], 1, job_id)
-            redis.call('ZREM', KEYS[5], job_id)
+local fallback_ttl = int(ARGV[2])
+if not fallback_ttl or fallback_ttl <= 0 or fallback_ttl > MAX_TTL then
+    return {'invalid', 'ARGV[2]', 'fallback ttl is not an integer from 1 to ' .. MAX_TTL}
+end
+
+-- The plan: what happens to each job, decided before anything is written.
+local seen = {}
+local drop = {}    -- job ids to take out of the expiry and waiting sets
+local expire = {}  -- {index, job id, ttl, problem or nil, state}
+for i = 1, #ARGV - 2 do
+    local job_id = ARGV[2 + i]
+    if not seen[job_id] then
+        seen[job_id] = true
+        local job_key = KEYS[5 + 2 * i]
+        local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'ttl')
+        -- unknown: the record is there but its state cannot be told (state stays nil)
+        local state, expires_at, ttl, problem, gone, unknown
+        if failed(f) then
+            unknown, problem = true, 'stored job is not a hash'
+        elseif not f[1] and not f[2] and not f[3] and redis.call('EXISTS', job_key) == 0 then
+            gone = true
         else
-            live = false  -- finished already
+            state = f[1] or 'queued'  -- enqueue writes no 'state' field
+            expires_at, ttl = int(f[2]), int(f[3])
+            if ttl and (ttl <= 0 or ttl > MAX_TTL) then
+                ttl = nil
+            end
+            if not LIVE[state] and not FINISHED[state] then
+                state, unknown = nil, true
+                problem = 'stored state of the job is unknown: ' .. shown(f[1])
+            elseif not expires_at then
+                problem = 'stored field expires_at of the job does not parse: ' .. shown(f[2])
+            elseif not ttl and LIVE[state] then
+                problem = 'stored field ttl of the job does not parse: ' .. shown(f[3])
+            end
         end
-        redis.call('ZREM', KEYS[1], job_id)
-        redis.call('ZREM', KEYS[7], job_id)  -- no longer waits, whatever it was doing
-        if live then
-            local ttl = tonumber(f[3])
-            redis.call('DEL', job_key)
-            redis.call('SET', KEYS[7 + 2 * i],
-                '{"status":"expired","result":null,"error":"not finished within its ttl of '
-                .. ttl .. ' s"}', 'EX', ttl)
-            redis.call('PUBLISH', ARGV[1], job_id)
-            expired[#expired + 1] = job_id
+        -- A record that does not parse is due when the expiry set says so (enqueue
+        -- wrote both alike). It is expired, not skipped: skipped, it would stay first in
+        -- line for every cleanup run, and keep its record forever.
+        local deadline = expires_at
+        if not deadline and not gone then
+            deadline = tonumber(redis.call('ZSCORE', KEYS[1], job_id))
+        end
+        if gone then
+            drop[#drop + 1] = job_id -- nothing left to expire
+        elseif deadline and now >= deadline then
+            drop[#drop + 1] = job_id -- no longer waits, whatever it was doing
+            if not FINISHED[state] then
+                expire[#expire + 1] = {i, job_id, ttl or fallback_ttl, problem, state, unknown}
+            end
         end
     end
 end
-if #expired > 0 then
-    redis.call('HINCRBY', KEYS[6], 'expired', #expired)
+
+for _, job_id in ipairs(drop) do
+    redis.call('ZREM', KEYS[1], job_id)
+    redis.call('ZREM', KEYS[6], job_id)
 end
-return expired
+local expired = {}
+local reply = {'ok', expired}
+for _, job in ipairs(expire) do
+    local i, job_id, ttl, problem, state, unknown = job[1], job[2], job[3], job[4], job[5], job[6]
+    -- queued: its queue list entry stays (see above). retrying: in the delayed set, or
+    -- promoted already and then on the queue list, where it stays too.
+    if state == 'retrying' or unknown then
+        redis.call('ZREM', KEYS[2], job_id)
+    end
+    if state == 'running' or unknown then
+        -- Its worker's completion will now find the record gone: LeaseLost. The
+        -- processing list is short (bounded by the workers' concurrency).
+        redis.call('LREM', KEYS[3], 1, job_id)
+        redis.call('ZREM', KEYS[4], job_id)
+    end
+    local error_text = 'not finished within its ttl of ' .. ttl .. ' s'
+    if problem then
+        error_text = 'not finished within its ttl; ' .. problem
+        reply[#reply + 1] = {job_id, problem}
+    end
+    redis.call('DEL', KEYS[5 + 2 * i])
+    redis.call('SET', KEYS[6 + 2 * i],
+        '{"status":"expired","result":null,"error":' .. cjson.encode(error_text) .. '}',
+        'EX', ttl)
+    redis.call('PUBLISH', ARGV[1], job_id)
+    expired[#expired + 1] = job_id
+end
+if #expired > 0 then
+    redis.call('HINCRBY', KEYS[5], 'expired', #expired)
+end
+return reply

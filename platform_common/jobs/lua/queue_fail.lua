@@ -5,6 +5,8 @@
 -- KEYS[9] result key       KEYS[10] waiting zset (a job given back to the queue list
 --                          waits again; ZADD NX keeps the arrival of one that never
 --                          left it, i.e. taken but never claimed)
+-- KEYS[11] failed list     (optional: where a job failed for good by mode "fatal" is
+--                          kept for an operator; absent: it is kept in no list)
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -17,20 +19,18 @@
 -- ARGV[5] completion channel
 -- ARGV[6] backoff base ms  ARGV[7] backoff factor  ARGV[8] backoff max ms
 -- ARGV[9] traceback text, kept with the error in the history entry ("" or absent: none)
+-- ARGV[10] retention, whole seconds >= 1 (optional): a job that ends dead or failed keeps
+--          its record and result for the longer of its own TTL and this, then Redis
+--          drops both (the dead/failed list entry is pruned by retention.py). Absent:
+--          a dead letter is kept without a TTL, a failed job for its own TTL.
+-- All-or-nothing: every key's type, the counters this call may bump and ARGV[10] are
+-- checked before the first write; a bad one is an error reply and nothing is written.
 -- A numeric field of the record that does not parse never makes this script fail: the
--- attempt then ends dead-lettered, its result kept without a TTL (until purged).
+-- attempt then ends dead-lettered.
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
 --         {"replay", state} {"skip"} or {"lost", state}
 local job_id = ARGV[1]
 local mode = ARGV[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at')
-local state = f[1]
-if f[9] and not state then
-    state = 'queued'  -- enqueue writes no 'state' field
-end
 
 -- An integer field as Redis stores it (what HINCRBY accepts), or nil.
 local function int(value)
@@ -38,6 +38,45 @@ local function int(value)
         return tonumber(value)
     end
     return nil
+end
+
+local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
+    'list'}
+for i = 1, 11 do
+    if kinds[i] and KEYS[i] then
+        local kind = redis.call('TYPE', KEYS[i])['ok']
+        if kind ~= 'none' and kind ~= kinds[i] then
+            return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kind
+                .. ', expected a ' .. kinds[i] .. '; nothing was changed')
+        end
+    end
+end
+local counters = redis.call('HMGET', KEYS[7], 'retried', 'failed', 'dead_lettered')
+for i, name in ipairs({'retried', 'failed', 'dead_lettered'}) do
+    -- What HINCRBY accepts (a 64-bit integer; int() above stops at 15 digits).
+    local value = counters[i]
+    if value and not (#value <= 20 and string.find(value, '^%-?%d+$')
+            and math.abs(tonumber(value)) < 9e18) then
+        return redis.error_reply('ERR counter ' .. name .. ' of ' .. KEYS[7]
+            .. ' is not an integer; nothing was changed')
+    end
+end
+local retention = nil
+if ARGV[10] and ARGV[10] ~= '' then
+    retention = int(ARGV[10])
+    if not retention or retention < 1 then
+        return redis.error_reply('ERR retention must be whole seconds >= 1, got '
+            .. ARGV[10] .. '; nothing was changed')
+    end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
+    'worker', 'started_at', 'history', 'expires_at')
+local state = f[1]
+if f[9] and not state then
+    state = 'queued'  -- enqueue writes no 'state' field
 end
 
 local function drop_lease()
@@ -125,19 +164,27 @@ end
 
 redis.call('HSET', KEYS[8], 'finished_at', now)
 redis.call('ZREM', KEYS[6], job_id)
+-- Kept for an operator: for the retention (never shorter than a success's result would
+-- live); without a retention, a dead letter until requeued or purged.
+local keep = ttl
+if retention then
+    keep = math.max(ttl or 0, retention)
+elseif outcome == 'dead' then
+    keep = nil
+end
 local result = '{"status":"failed","result":null,"error":' .. cjson.encode(error_text) .. '}'
-if ttl then
-    redis.call('SET', KEYS[9], result, 'EX', ttl)
+if keep then
+    redis.call('SET', KEYS[9], result, 'EX', keep)
+    redis.call('PEXPIRE', KEYS[8], string.format('%d', keep * 1000))
 else
     redis.call('SET', KEYS[9], result)
 end
 redis.call('HINCRBY', KEYS[7], 'failed', 1)
 if outcome == 'dead' then
-    -- Kept (no TTL) until requeued or purged from the dead-letter list.
     redis.call('LPUSH', KEYS[4], job_id)
     redis.call('HINCRBY', KEYS[7], 'dead_lettered', 1)
-elseif ttl then
-    redis.call('PEXPIRE', KEYS[8], ttl * 1000)
+elseif KEYS[11] then
+    redis.call('LPUSH', KEYS[11], job_id)
 end
 redis.call('PUBLISH', ARGV[5], job_id)
 return {outcome}

@@ -1,14 +1,30 @@
 -- Move retries whose backoff has elapsed from the delayed set to the front of the queue.
 -- KEYS[1] delayed zset  KEYS[2] queue list  KEYS[3] waiting zset
 -- ARGV[1] the most jobs to move in one call
--- Returns the number of jobs moved.
+-- Returns the number of jobs moved. A key of another type is refused with the error
+-- reply "CORRUPT <position in KEYS> <problem>" before the first write.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, job_id in ipairs(due) do
-    redis.call('ZREM', KEYS[1], job_id)
-    -- RPUSH: the consuming end; a retry has waited its turn already.
-    redis.call('RPUSH', KEYS[2], job_id)
-    redis.call('ZADD', KEYS[3], now, job_id)  -- waiting again from now on
+if #due == 0 then
+    return 0
 end
+for _, expected in ipairs({{2, 'list'}, {3, 'zset'}}) do
+    local index, kind = expected[1], expected[2]
+    local found = redis.call('TYPE', KEYS[index]).ok
+    if found ~= kind and found ~= 'none' then
+        return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
+            .. ', where the queue keeps a ' .. kind)
+    end
+end
+-- One command per key for the whole batch (unpack() takes the 2 x 1,000 of a full one).
+local arrivals = {}
+for _, job_id in ipairs(due) do
+    arrivals[#arrivals + 1] = now  -- waiting again from now on
+    arrivals[#arrivals + 1] = job_id
+end
+redis.call('ZREM', KEYS[1], unpack(due))
+-- RPUSH: the consuming end; a retry has waited its turn already.
+redis.call('RPUSH', KEYS[2], unpack(due))
+redis.call('ZADD', KEYS[3], unpack(arrivals))
 return #due

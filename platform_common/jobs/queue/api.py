@@ -28,6 +28,8 @@ class QueueStats:
     """One agent type's queue at one moment (what the exporter also reads)."""
 
     queued: int
+    """Jobs waiting on the queue list: the waiting set's size. Not the list's length,
+    which also counts entries of jobs expired while waiting until a worker drops them."""
     in_progress: int
     delayed: int
     dead: int
@@ -49,6 +51,9 @@ class JobQueue:
         self.settings = connection.settings
         self._producer = Producer(connection)
         self.dead_letters: DeadLetters = _DeadLetters(connection)
+        """Jobs that used their last attempt (or whose stored job did not parse)."""
+        self.failed_jobs: DeadLetters = _DeadLetters(connection, failed=True)
+        """Jobs failed for good by NonRetryableError; the same verbs as dead_letters."""
 
     @classmethod
     async def connect(cls, settings: QueueSettings | str | None = None) -> JobQueue:
@@ -90,10 +95,11 @@ class JobQueue:
             return await Maintenance(self.connection, agent_type).cleanup(limit)
 
     async def stats(self, agent_type: str) -> QueueStats:
-        """Depths and counters of one agent type, read in one pipelined round trip."""
-        keys = self.connection.keys(agent_type)
+        """Depths and counters of one agent type, read in one pipelined round trip.
+        An agent type that is not configured is a ValidationError (as at enqueue)."""
+        keys = self.connection.known_keys(agent_type)
         pipe = self.connection.client.pipeline(transaction=False)
-        pipe.llen(keys.queue)
+        pipe.zcard(keys.waiting)
         pipe.llen(keys.processing)
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
@@ -111,8 +117,9 @@ class JobQueue:
 
         A read-only view: queue state lives in the queue's keys (one hash slot per
         agent type), never copied into a JobStore namespace. An expired job's record
-        is gone; it reads as FAILED with the expiry as its error while its result lasts."""
-        keys = self.connection.keys(agent_type)
+        is gone; it reads as FAILED with the expiry as its error while its result lasts.
+        An agent type that is not configured is a ValidationError (as at enqueue)."""
+        keys = self.connection.known_keys(agent_type)
         pipe = self.connection.client.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
         pipe.get(keys.result(job_id))

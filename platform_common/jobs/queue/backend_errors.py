@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from redis.exceptions import (
     ClusterError,
+    OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
@@ -18,18 +19,26 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import BackendBusy, BackendUnavailable
+from ..errors import BackendBusy, BackendOutOfMemory, BackendUnavailable, CorruptQueueState
 from ..redis.url import RedisSettings
 from .attempt_log import RateLimit, describe
 
 __all__ = [
+    "CORRUPT_REPLY",
     "TRANSIENT",
     "RedisHealth",
     "backend_errors",
+    "corrupt_reply",
+    "is_out_of_memory",
     "is_outage",
     "is_script_error",
+    "out_of_memory",
     "unreachable",
 ]
+
+CORRUPT_REPLY = "CORRUPT "
+"""How a queue script refuses corrupt state before its first write: the error reply
+`CORRUPT <n> <problem>`, n the 1-based position in KEYS of the key at fault."""
 
 TRANSIENT: tuple[type[BaseException], ...] = (
     RedisError, OSError, RedisClusterException, UnicodeDecodeError,
@@ -47,15 +56,42 @@ _OUTAGE: tuple[type[BaseException], ...] = (
 
 def is_outage(exc: BaseException) -> bool:
     """Redis is unreachable or unable to serve (not a refusal of one command)."""
-    if isinstance(exc, BackendBusy):
-        return False  # the pool is full: Redis itself answers
+    if isinstance(exc, (BackendBusy, BackendOutOfMemory)):
+        return False  # the pool is full, or memory: Redis itself answers
     return isinstance(exc, (*_OUTAGE, BackendUnavailable))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Redis refused a write at maxmemory (noeviction): it passes once memory is freed,
+    so a worker waits it out like an outage. Also raised inside a script, where the
+    reply names `user_script` too: that is no script error."""
+    return isinstance(exc, (OutOfMemoryError, BackendOutOfMemory))
 
 
 def is_script_error(exc: BaseException) -> bool:
     """A Lua script failed while running (e.g. on a stored value it cannot read):
     running it again on the same data fails again, so it is no outage to wait out."""
-    return isinstance(exc, ResponseError) and "user_script" in str(exc)
+    if isinstance(exc, CorruptQueueState):
+        return True  # refused by a script's own check, before it wrote anything
+    return (
+        isinstance(exc, ResponseError) and not is_out_of_memory(exc) and "user_script" in str(exc)
+    )
+
+
+def corrupt_reply(text: str, keys: Sequence[str]) -> CorruptQueueState:
+    """The error a script's `CORRUPT <n> <problem>` reply stands for."""
+    position, _, problem = text[len(CORRUPT_REPLY) :].partition(" ")
+    index = int(position) - 1 if position.isdigit() else -1
+    key = keys[index] if 0 <= index < len(keys) else ""
+    return CorruptQueueState(key, problem)
+
+
+def out_of_memory(settings: RedisSettings, exc: BaseException) -> BackendOutOfMemory:
+    """Redis refused a write at maxmemory (an `OOM` error reply)."""
+    return BackendOutOfMemory(
+        f"Redis at {settings.redacted_url()} is at maxmemory and refuses writes "
+        f"(maxmemory-policy noeviction): {exc}"
+    )
 
 
 def unreachable(settings: RedisSettings, exc: BaseException) -> BackendUnavailable:
@@ -89,11 +125,25 @@ class backend_errors:  # lower case: used like a function, `with backend_errors(
             raise unreachable(self._settings, exc) from exc
 
 
+_UNREACHABLE = "unreachable"
+_OUT_OF_MEMORY = "out of memory"
+
+
+def _condition(exc: BaseException) -> str | None:
+    """The lasting condition `exc` shows (None: a one-off failure)."""
+    if is_outage(exc):
+        return _UNREACHABLE
+    if is_out_of_memory(exc):
+        return _OUT_OF_MEMORY
+    return None
+
+
 class RedisHealth:
-    """How a worker reports Redis failures: an outage (Redis unreachable) is one WARNING
-    when it starts, naming the redacted URL and the first cause, and one when it ends,
-    with its duration; the failures in between go to DEBUG. Any other failure (a
-    refused command, a full pool) is a WARNING rate-limited per activity.
+    """How a worker reports Redis failures: an outage (Redis unreachable, or refusing
+    writes at maxmemory) is one WARNING when it starts, naming the redacted URL and the
+    first cause, and one when it ends, with its duration; the failures in between go to
+    DEBUG. Any other failure (a refused command, a full pool) is a WARNING rate-limited
+    per activity.
 
     Thread-safe: the lease keeper reports from its own thread."""
 
@@ -111,6 +161,7 @@ class RedisHealth:
         self._clock = clock
         self._lock = threading.Lock()
         self._since: float | None = None
+        self._condition = _UNREACHABLE
         self.failures = 0
         """Failed calls during the current outage (0 when Redis is reachable)."""
         self.outages = 0
@@ -123,7 +174,8 @@ class RedisHealth:
 
     def failed(self, activity: str, exc: BaseException) -> None:
         """`activity` (e.g. "renewing leases") failed with `exc`."""
-        if not is_outage(exc):
+        condition = _condition(exc)
+        if condition is None:
             allowed, earlier = self._problems.allow(activity)
             if allowed:
                 note = f" ({earlier} more since the last report)" if earlier else ""
@@ -137,19 +189,30 @@ class RedisHealth:
             starting = self._since is None
             if starting:
                 self._since = self._clock()
+                self._condition = condition
                 self.outages += 1
-        if starting:
+        if starting and condition == _OUT_OF_MEMORY:
+            self.logger.warning(
+                "Redis at %s is out of memory (%s: %s); retrying quietly until memory "
+                "is freed",
+                self.where, activity, describe(exc),
+                extra={"redis": self.where, "activity": activity, "error": describe(exc)},
+            )  # fmt: skip
+        elif starting:
             self.logger.warning(
                 "Redis at %s unreachable (%s: %s); retrying quietly until it answers",
                 self.where, activity, describe(exc),
                 extra={"redis": self.where, "activity": activity, "error": describe(exc)},
             )  # fmt: skip
         else:
-            self.logger.debug("still unreachable (%s: %s)", activity, describe(exc))
+            self.logger.debug("still %s (%s: %s)", condition, activity, describe(exc))
 
-    def ok(self) -> None:
-        """A call succeeded: ends an outage if there was one (cheap when there was not)."""
-        if self._since is None:
+    def ok(self, *, wrote: bool = True) -> None:
+        """A call succeeded: ends an outage if there was one (cheap when there was not).
+
+        `wrote=False` for a call that may have only read (a chore that found nothing to
+        do): at maxmemory reads still succeed, so it ends no out-of-memory condition."""
+        if self._since is None or (not wrote and self._condition == _OUT_OF_MEMORY):
             return
         with self._lock:
             since, failures = self._since, self.failures
@@ -158,9 +221,10 @@ class RedisHealth:
             self._since = None
             self.failures = 0
         seconds = self._clock() - since
+        again = "accepts writes" if self._condition == _OUT_OF_MEMORY else "reachable"
         self.logger.warning(
-            "Redis at %s reachable again after %.1fs (%d failed calls)",
-            self.where, seconds, failures,
+            "Redis at %s %s again after %.1fs (%d failed calls)",
+            self.where, again, seconds, failures,
             extra={"redis": self.where, "outage_seconds": round(seconds, 3), "failures": failures},
         )  # fmt: skip
 
@@ -168,6 +232,6 @@ class RedisHealth:
         """At shutdown: an outage still going on is said to last until now."""
         if self._since is not None:
             self.logger.warning(
-                "Redis at %s still unreachable at shutdown, for %.1fs (%d failed calls)",
-                self.where, self._clock() - self._since, self.failures,
+                "Redis at %s still %s at shutdown, for %.1fs (%d failed calls)",
+                self.where, self._condition, self._clock() - self._since, self.failures,
             )  # fmt: skip

@@ -4,20 +4,31 @@ Pub/sub is at-most-once: a message published while the subscriber is disconnecte
 gone. So the subscriber subscribes to `agent:*:completed` FIRST, then re-reads the
 results of the jobs it waits for, and does that again every time the subscription is
 confirmed after a reconnect. A result is always stored before its event is published,
-so a job that finished in a gap is found by the re-read."""
+so a job that finished in a gap is found by the re-read.
+
+Redis failures come out in the package's terms: a dropped connection or a failover is
+waited out (reconnect, re-subscribe, re-read), and only a Redis that stays unreachable
+or refusing for `outage_timeout` seconds ends `anext()` with BackendUnavailable. The
+iterator survives it: the next `anext()` reconnects and re-reads."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
+from ..errors import BackendUnavailable
 from ..keys import COMPLETION_PATTERN
 from ..redis.url import RedisClient
+from ..status import QUEUE_TERMINAL
+from .attempt_log import describe
+from .backend_errors import is_outage, unreachable
 from .connection import QueueConnection
 from .results import JobResult, parse_result
 
@@ -25,6 +36,11 @@ __all__ = ["Completion", "Completions"]
 
 RECENT = 10_000
 """How many delivered job ids are remembered, so a re-read never yields one twice."""
+OUTAGE_TIMEOUT = 60.0
+"""Seconds Redis may stay unreachable (or keep refusing) before `anext()` raises
+BackendUnavailable: longer than a Sentinel or Cluster failover, short enough that a
+caller waiting on completions learns of a real outage."""
+_FAILURES = (RedisError, OSError, RedisClusterException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +61,11 @@ class Completions:
     `watch(agent_type, job_id)` the jobs you wait for: each is yielded exactly once,
     even if it finished before you iterated or while the connection was down.
     With `every_job=True` every event is yielded as well (jobs not watched can be
-    missed during a disconnect, pub/sub being at-most-once)."""
+    missed during a disconnect, pub/sub being at-most-once).
+
+    A job id may be reused once its previous job's result is gone: `watch()` it again
+    after enqueueing the new job and the new job's outcome is yielded (once), even if
+    the previous one was yielded before."""
 
     def __init__(
         self,
@@ -54,13 +74,19 @@ class Completions:
         watch: Iterable[tuple[str, str]] = (),
         every_job: bool = False,
         poll_timeout: float = 1.0,
+        outage_timeout: float = OUTAGE_TIMEOUT,
     ) -> None:
         self._connection = connection
         self._every_job = every_job
         self._poll_timeout = poll_timeout
+        self._outage_timeout = outage_timeout
         self._watched: set[tuple[str, str]] = set(watch)
         self._ready: deque[Completion] = deque()
         self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Watched again after a delivery: an event that finds no result is the earlier
+        # job's (its result removed to free the id), never the new job's, which stores
+        # its result before it publishes.
+        self._rewatched: set[tuple[str, str]] = set()
         self._client: RedisClient | None = None
         self._pubsub: Any = None
         self._closed = False
@@ -70,9 +96,13 @@ class Completions:
 
     def watch(self, agent_type: str, job_id: str) -> None:
         """Wait for this job too. Watching after it finished is fine: it is found on
-        the next re-read (call `resync()` to force one)."""
-        if (agent_type, job_id) not in self._recent:
-            self._watched.add((agent_type, job_id))
+        the next re-read (call `resync()` to force one). Watching an id yielded before
+        waits for its next job (see the class docstring)."""
+        identity = (agent_type, job_id)
+        if identity in self._recent:
+            del self._recent[identity]
+            self._rewatched.add(identity)
+        self._watched.add(identity)
 
     @property
     def pending(self) -> frozenset[tuple[str, str]]:
@@ -84,6 +114,7 @@ class Completions:
 
     async def __anext__(self) -> Completion:
         delay = 0.05
+        failing_since: float | None = None
         while True:
             if self._ready:
                 return self._ready.popleft()
@@ -92,10 +123,10 @@ class Completions:
             try:
                 await self._subscribe()
                 if self._resync_due:
-                    await self.resync()
+                    await self._resync()
                     self._resync_due = False
                 message = await self._pubsub.get_message(timeout=self._poll_timeout)
-                delay = 0.05
+                delay, failing_since = 0.05, None
                 if message is None:
                     continue
                 if message["type"] == "psubscribe":
@@ -103,16 +134,29 @@ class Completions:
                 elif message["type"] == "pmessage":
                     agent_type = str(message["channel"]).split(":")[1]
                     await self._deliver(agent_type, str(message["data"]))
-            except (RedisError, OSError):
-                # The next get_message reconnects and re-subscribes, and the re-read runs
-                # again: a failed re-read or delivery (a failover in progress) must not
-                # end the stream, and the re-read also finds an undelivered job.
+            except _FAILURES as exc:
+                # Subscribe afresh and re-read: a failed re-read or delivery (a failover
+                # in progress) must not end the stream, and the re-read also finds an
+                # undelivered job. Afresh, because a refused PSUBSCRIBE (its error comes
+                # back as a message) would leave a subscription that never delivers.
                 self._resync_due = True
+                await self._unsubscribe()
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= self._outage_timeout:
+                    raise self._backend_error(exc) from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
     async def resync(self) -> None:
-        """Re-read the result of every watched job; queue those that finished."""
+        """Re-read the result of every watched job; queue those that finished.
+        BackendUnavailable if Redis cannot be reached or refuses."""
+        try:
+            await self._resync()
+        except _FAILURES as exc:
+            raise self._backend_error(exc) from exc
+
+    async def _resync(self) -> None:
         self.resyncs += 1
         waiting = sorted(self._watched)
         if not waiting:
@@ -129,15 +173,42 @@ class Completions:
         identity = (agent_type, job_id)
         if identity in self._recent or (not self._every_job and identity not in self._watched):
             return
-        text = await self._connection.client.get(self._connection.keys(agent_type).result(job_id))
+        keys = self._connection.keys(agent_type)
+        text = await self._connection.client.get(keys.result(job_id))
+        if text is None and await self._stale_event(identity, keys.job(job_id)):
+            return
         result = parse_result(agent_type, job_id, text) if text is not None else None
         self._queue(agent_type, job_id, result)
+
+    async def _stale_event(self, identity: tuple[str, str], job_key: str) -> bool:
+        """An event whose job has no result: an earlier job of a reused id (its result
+        removed), or the job's result outlived by a slow reader. Only the second is
+        delivered (as result None): a re-watched id or a job that is live again (queued
+        or running: state absent or not terminal) waits for its own event."""
+        if identity in self._rewatched:
+            return True
+        client = self._connection.client
+        enqueued_at, state = await client.hmget(job_key, ["enqueued_at", "state"])  # type: ignore[misc]
+        return enqueued_at is not None and state not in QUEUE_TERMINAL
+
+    def _backend_error(self, exc: BaseException) -> BackendUnavailable:
+        """The package's error for a failed Redis call: the producer's for an outage;
+        a refusal (NOPERM, WRONGTYPE, BUSY...) says so, with Redis' words."""
+        if isinstance(exc, BackendUnavailable):  # BackendBusy: a full pool, said so already
+            return exc
+        settings = self._connection.settings.redis
+        if is_outage(exc):
+            return unreachable(settings, exc)
+        return BackendUnavailable(
+            f"Redis at {settings.redacted_url()} refused to serve completions: {describe(exc)}"
+        )
 
     def _queue(self, agent_type: str, job_id: str, result: JobResult | None) -> None:
         identity = (agent_type, job_id)
         if identity in self._recent:
             return
         self._watched.discard(identity)
+        self._rewatched.discard(identity)
         self._recent[identity] = None
         if len(self._recent) > RECENT:
             self._recent.popitem(last=False)
@@ -152,12 +223,18 @@ class Completions:
         self._pubsub = client.pubsub()
         await self._pubsub.psubscribe(COMPLETION_PATTERN)
 
+    async def _unsubscribe(self) -> None:
+        pubsub, client = self._pubsub, self._client
+        self._pubsub = self._client = None
+        with contextlib.suppress(*_FAILURES):  # closing a broken connection may fail too
+            if pubsub is not None:
+                await pubsub.aclose()
+            if client is not None:
+                await client.aclose()
+
     async def aclose(self) -> None:
         self._closed = True
-        if self._pubsub is not None:
-            await self._pubsub.aclose()
-        if self._client is not None:
-            await self._client.aclose()
+        await self._unsubscribe()
 
     async def __aenter__(self) -> Completions:
         return self

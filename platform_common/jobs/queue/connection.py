@@ -4,18 +4,21 @@ the hot path), dedicated connections for blocking commands and pub/sub, the heal
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
-from ..errors import ValidationError
-from ..keys import QueueKeys, latency_bucket_field
+from ..errors import CorruptQueueState, JobsError, ValidationError
+from ..keys import QueueKeys, latency_bucket_field, queue_key_type
 from ..redis.auto_pipeline import AutoPipeline
+from ..redis.memory_policy import check_memory_policy
 from ..redis.script import Script
 from ..redis.url import RedisClient
+from .backend_errors import CORRUPT_REPLY, corrupt_reply, out_of_memory
 from .queue_settings import QueueSettings
 from .scripts import QueueScripts
 
@@ -45,10 +48,13 @@ class QueueConnection:
 
     @classmethod
     async def open(cls, settings: QueueSettings) -> QueueConnection:
-        """Connect and pre-warm `pool_min` connections (Redis must be reachable)."""
+        """Connect, pre-warm `pool_min` connections (Redis must be reachable) and check
+        the eviction policy: producers and workers both open here, so each logs a
+        WARNING at start when Redis could evict the queue's keys."""
         connection = cls(settings)
         try:
             await connection.prewarm()
+            await check_memory_policy(connection.client, settings.redis)
         except BaseException:
             await connection.aclose()
             raise
@@ -76,8 +82,12 @@ class QueueConnection:
         await asyncio.gather(*(self._ping() for _ in range(self.settings.pool_min)))
 
     async def run_script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """Run a queue script (auto-pipelined with concurrent calls); errors raised."""
-        return await self._pipeline.execute(script.call(keys, args))
+        """Run a queue script (auto-pipelined with concurrent calls); errors raised, a
+        refusal as the package's error (CorruptQueueState, BackendOutOfMemory)."""
+        try:
+            return await self._pipeline.execute(script.call(keys, args))
+        except ResponseError as exc:
+            raise await self._refusal(exc, keys) from exc
 
     async def run_script_many(
         self, script: Script, calls: Iterable[tuple[list[str], list[Any]]]
@@ -88,6 +98,7 @@ class QueueConnection:
         Once sent, the batch runs to the end even if the caller is cancelled: a batch is
         never left cut at a point the caller did not choose (its replies are then
         discarded)."""
+        calls = list(calls)
         task = asyncio.ensure_future(
             self._pipeline.execute_many([script.call(keys, args) for keys, args in calls])
         )
@@ -95,7 +106,31 @@ class QueueConnection:
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._detached.add(task)
         task.add_done_callback(self._detached.discard)
-        return await asyncio.shield(task)
+        replies = list(await asyncio.shield(task))
+        for index, reply in enumerate(replies):
+            if isinstance(reply, ResponseError):
+                replies[index] = await self._refusal(reply, calls[index][0])
+        return replies
+
+    async def _refusal(self, exc: ResponseError, keys: list[str]) -> BaseException:
+        """The package's error for a script's error reply (else the reply itself). Redis
+        names no key in WRONGTYPE: the keys of the call are looked at (TYPE, one round
+        trip, on this rare path only) to name the one the queue keeps another type at."""
+        if isinstance(exc, JobsError):
+            return exc
+        text = str(exc)
+        if text.startswith(CORRUPT_REPLY):
+            return corrupt_reply(text, keys)
+        if isinstance(exc, OutOfMemoryError):  # redis-py strips the "OOM " of the reply
+            return out_of_memory(self.settings.redis, exc)
+        if not text.startswith("WRONGTYPE "):
+            return exc
+        found = await self.execute_many([("TYPE", key) for key in keys])
+        for key, kind in zip(keys, found, strict=True):
+            expected = queue_key_type(key, self.settings.prefix)
+            if expected and isinstance(kind, str) and kind not in (expected, "none"):
+                return CorruptQueueState(key, f"holds a {kind}, where the queue keeps a {expected}")
+        return CorruptQueueState("", "a key holds another type than the queue keeps there")
 
     async def execute_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Run plain commands back to back in one batch; errors are returned in place."""
@@ -107,9 +142,10 @@ class QueueConnection:
         the stored histogram always holds the full bucket set this queue uses (the
         complete script only creates a bucket when an observation lands in it)."""
         if agent_type not in self.registered_types:
-            await self.client.sadd(QueueKeys.types_key(self.settings.prefix), agent_type)  # type: ignore[misc]
             stats = self.keys(agent_type).stats
             bounds = (*self.settings.latency_buckets, float("inf"))
+            await self._check_buckets(stats, [latency_bucket_field(bound) for bound in bounds])
+            await self.client.sadd(QueueKeys.types_key(self.settings.prefix), agent_type)  # type: ignore[misc]
             # HINCRBY by 0 creates a missing field with 0 and leaves a count untouched.
             replies = await self.execute_many(
                 [("HINCRBY", stats, latency_bucket_field(bound), 0) for bound in bounds]
@@ -118,6 +154,20 @@ class QueueConnection:
                 if isinstance(reply, Exception):
                     raise reply
             self.registered_types.add(agent_type)
+
+    async def _check_buckets(self, stats: str, fields: list[str]) -> None:
+        """CorruptQueueState, before anything is written, for a stats key of another type
+        or a bucket field that is not an integer (HINCRBY by 0 would fail on it)."""
+        kind, values = await self.execute_many([("TYPE", stats), ("HMGET", stats, *fields)])
+        if isinstance(kind, Exception):
+            raise kind
+        if kind not in ("hash", "none"):
+            raise CorruptQueueState(stats, f"holds a {kind}, where the queue keeps a hash")
+        if isinstance(values, Exception):
+            raise values
+        for field, value in zip(fields, values, strict=True):
+            if value is not None and not _INTEGER.fullmatch(value):
+                raise CorruptQueueState(stats, f"field {field} is not an integer: {value!r:.40}")
 
     def blocking_client(self) -> RedisClient:
         """A client with its own single connection, for BLMOVE and the like."""
@@ -144,6 +194,10 @@ class QueueConnection:
             await asyncio.wait(self._detached, timeout=5)
         await self._pipeline.aclose()
         await self.client.aclose()
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+"""A counter as HINCRBY keeps one (18 digits: far from overflowing 64 bits)."""
 
 
 @lru_cache(maxsize=256)

@@ -21,11 +21,17 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import ConfigurationError, LeaseLost
+from ..errors import ConfigurationError, InvalidRecord, LeaseLost
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
 from .attempt_log import AttemptLog, bounded, describe, format_traceback
-from .backend_errors import TRANSIENT, RedisHealth, backend_errors, is_script_error
+from .backend_errors import (
+    TRANSIENT,
+    RedisHealth,
+    backend_errors,
+    is_out_of_memory,
+    is_script_error,
+)
 from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
 from .handler_calls import (
@@ -138,7 +144,8 @@ class Worker:
         """Connect, work until `stop()`, then shut down gracefully and disconnect.
 
         BackendUnavailable (naming the redacted URL) if Redis cannot be reached at the
-        start; later outages are waited out."""
+        start; later outages are waited out, and so is a Redis at maxmemory refusing
+        writes (noeviction), at the start too."""
         settings = self.settings
         with backend_errors(settings.redis):
             connection = await QueueConnection.open(settings)
@@ -157,9 +164,8 @@ class Worker:
             self._threads = HandlerThreads(self.concurrency, f"handler-{self.agent_type}")
         chores: list[asyncio.Task[None]] = []
         try:
-            with backend_errors(settings.redis):
-                await connection.register_type(self.agent_type)
-                await self._heartbeat()
+            if not await self._register():
+                return  # stopped while Redis refused writes
             keeper.start()
             self.ready.set()
             log.info(
@@ -172,7 +178,12 @@ class Worker:
                 self._chore(settings.reaper_interval, self._reap, "reaping expired leases"),
                 self._chore(settings.promote_interval, self._chores.promote, "promoting retries"),
                 self._chore(settings.cleanup_interval, self._cleanup, "expiring jobs"),
-                self._chore(settings.heartbeat_interval, self._heartbeat, "heartbeat"),
+                self._chore(
+                    settings.cleanup_interval, self._chores.prune_kept, "pruning kept jobs"
+                ),
+                self._chore(
+                    settings.heartbeat_interval, self._heartbeat, "heartbeat", always_writes=True
+                ),
             ]
             await self._fetch_loop()
         finally:
@@ -193,6 +204,29 @@ class Worker:
             self.attempt_log.flush(final=True)
             self.health.report_ongoing()
             log.info("worker stopped id=%s counts=%s", self.worker_id, self.counts)
+
+    async def _register(self) -> bool:
+        """Register the agent type and write the first heartbeat. While Redis is at
+        maxmemory (noeviction refuses the writes) this is retried, logged once as a
+        condition, until memory is freed: True then, False if stop() came first. An
+        unreachable Redis raises BackendUnavailable, as at connect."""
+        delay = 0.05
+        while True:
+            try:
+                with backend_errors(self.settings.redis):
+                    await self._connection.register_type(self.agent_type)
+                    await self._heartbeat()
+            except TRANSIENT as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                self.health.failed("registering the worker", exc)
+                await self._wait_any(asyncio.sleep(delay))
+                if self._stopping.is_set():
+                    return False
+                delay = min(delay * 2, 2.0)
+                continue
+            self.health.ok()
+            return True
 
     # -- fetching ------------------------------------------------------------------
     async def _fetch_loop(self) -> None:
@@ -546,18 +580,32 @@ class Worker:
             await asyncio.sleep(keeper.tick)
 
     def _chore(
-        self, interval: float, step: Callable[[], Awaitable[Any]], activity: str
+        self,
+        interval: float,
+        step: Callable[[], Awaitable[Any]],
+        activity: str,
+        always_writes: bool = False,
     ) -> asyncio.Task[None]:
-        return asyncio.create_task(self._every(interval, step, activity))
+        return asyncio.create_task(self._every(interval, step, activity, always_writes))
 
     async def _every(
-        self, interval: float, step: Callable[[], Awaitable[Any]], activity: str
+        self,
+        interval: float,
+        step: Callable[[], Awaitable[Any]],
+        activity: str,
+        always_writes: bool,
     ) -> None:
+        # A chore with nothing to do only reads, which Redis allows at maxmemory: only one
+        # that always writes (the heartbeat) may say Redis accepts writes again.
         while not self._stopping.is_set():
             try:
                 await step()
-                self.health.ok()
+                self.health.ok(wrote=always_writes)
             except TRANSIENT as exc:
+                self.health.failed(activity, exc)
+            except InvalidRecord as exc:
+                # A queue key holds another type (the script wrote nothing). Reported, and
+                # retried: an operator may repair the key meanwhile.
                 self.health.failed(activity, exc)
             await self._wait_any(asyncio.sleep(interval))
 

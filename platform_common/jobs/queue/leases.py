@@ -11,6 +11,7 @@ from ..keys import QueueKeys, latency_bucket_field
 from ..status import AttemptOutcome, QueueState
 from .attempt_log import MAX_TRACEBACK_LENGTH, bounded, safe_text
 from .connection import QueueConnection
+from .expiry import expire_jobs
 
 __all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases"]
 
@@ -52,6 +53,7 @@ class Leases:
         self.keys: QueueKeys = connection.keys(agent_type)
         self._lease_ms = int(settings.lease_seconds * 1000)
         self._backoff = list(settings.backoff_ms())
+        self._retention = settings.retention_seconds()
         keys = self.keys
         self._complete_keys = [keys.processing, keys.leases, keys.expiry, keys.stats]
         self._fail_keys = [
@@ -127,8 +129,8 @@ class Leases:
         error = bounded(safe_text(error), MAX_ERROR_LENGTH)
         traceback = bounded(safe_text(traceback), MAX_TRACEBACK_LENGTH, keep_end=True)
         return (
-            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting],
-            [job_id, mode, token, error, keys.channel, *self._backoff, traceback],
+            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed],
+            [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention],
         )
 
     async def renew(self, held: Sequence[tuple[str, str]]) -> list[str]:
@@ -146,17 +148,8 @@ class Leases:
 
     async def expire(self, job_ids: Sequence[str]) -> list[str]:
         """Expire the given jobs if their TTL has passed; returns those expired."""
-        if not job_ids:
-            return []
-        keys = self.keys
-        script_keys = [
-            keys.expiry, keys.queue, keys.delayed, keys.processing, keys.leases, keys.stats,
-            keys.waiting,
-        ]  # fmt: skip
-        for job_id in job_ids:
-            script_keys += [keys.job(job_id), keys.result(job_id)]
-        expired = await self._run(self._scripts.expire, script_keys, [keys.channel, *job_ids])
-        return [str(job_id) for job_id in expired]
+        report = await expire_jobs(self._run, self._scripts.expire, self.keys, job_ids)
+        return list(report.expired)
 
 
 def _claim_of(entry: list[Any]) -> Claim:

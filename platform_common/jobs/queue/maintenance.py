@@ -5,13 +5,21 @@ change is re-checked inside its script), so no leader election is needed."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from redis.exceptions import ResponseError
+
+from ..errors import InvalidRecord
 from ..status import AttemptOutcome
 from .connection import QueueConnection
+from .expiry import expire_jobs
 from .leases import Leases
+from .retention import PruneReport, Retention
 
 __all__ = ["Maintenance", "ReapReport"]
+
+log = logging.getLogger("platform_common.jobs.queue.maintenance")
 
 PROCESSING_SCAN = 1000
 """Oldest processing entries the reaper inspects for a missing lease, per run."""
@@ -40,6 +48,7 @@ class Maintenance:
         self._connection = connection
         self._settings = connection.settings
         self._leases = Leases(connection, agent_type)
+        self._retention = Retention(connection, agent_type)
         self.keys = self._leases.keys
 
     async def reap(self, limit: int = 100) -> ReapReport:
@@ -91,14 +100,30 @@ class Maintenance:
         estimates it from Redis TIME it saw), else one TIME call; this machine's clock
         is never used (the script decides with Redis TIME anyway). Stale results need no
         sweep: every result and finished record is written with its TTL, so Redis drops
-        it; dead letters stay until purged."""
+        it; dead and failed jobs get theirs too (dead_letter_retention), see prune_kept."""
         batch = limit or self._settings.cleanup_batch
         if now_ms is None:
             now_ms = await self.redis_time_ms()
-        due = await self._connection.client.zrangebyscore(
-            self.keys.expiry, "-inf", now_ms, start=0, num=batch
-        )
-        return await self._leases.expire(due)
+        try:
+            due = await self._connection.client.zrangebyscore(
+                self.keys.expiry, "-inf", now_ms, start=0, num=batch
+            )
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise InvalidRecord(self.keys.expiry, "holds another type than a sorted set") from exc
+        connection = self._connection
+        report = await expire_jobs(connection.run_script, connection.scripts.expire, self.keys, due)
+        for job_id, problem in report.corrupt:
+            log.warning(
+                "expired job=%s whose stored record does not parse: %s", job_id, problem,
+                extra={"job_id": job_id, "agent_type": self.keys.agent_type, "problem": problem},
+            )  # fmt: skip
+        return list(report.expired)
+
+    async def prune_kept(self) -> PruneReport:
+        """Bound the dead-letter and failed lists (see retention.py); one bounded step."""
+        return await self._retention.prune()
 
     async def redis_time_ms(self) -> int:
         """Redis TIME in ms (one round trip)."""

@@ -7,8 +7,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import InvalidPayload
-from .backend_errors import backend_errors
+from redis.exceptions import OutOfMemoryError
+
+from ..errors import BackendOutOfMemory, InvalidPayload
+from ..validation import MAX_CLOCK_SKEW_SECONDS
+from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
 
@@ -19,6 +22,8 @@ ENQUEUE_CHUNK = 500
 small enough that one call never holds Redis for long."""
 
 Job = Mapping[str, Any] | JobPayload
+
+_SKEW_MS = MAX_CLOCK_SKEW_SECONDS * 1000
 
 
 class Producer:
@@ -44,8 +49,12 @@ class Producer:
         """Validate and enqueue one job; returns its job_id.
 
         Raises InvalidPayload naming every bad field (including a job_id that is
-        already queued or running); nothing is written then. BackendUnavailable if
-        Redis cannot be reached (BackendBusy if the pool stayed full)."""
+        taken: queued, running, or ended with its result still held, and a created_at
+        more than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock); nothing is written
+        then. BackendUnavailable if Redis cannot be reached (BackendBusy if the pool
+        stayed full, BackendOutOfMemory if Redis is at maxmemory), CorruptQueueState if
+        a queue key holds something the queue did not write; nothing is written then
+        either."""
         prepared = self._prepare(job)
         with backend_errors(self._settings.redis):
             return await self._enqueue(prepared)
@@ -54,23 +63,30 @@ class Producer:
         connection = self._connection
         keys = connection.keys(prepared.agent_type)
         if prepared.agent_type not in connection.registered_types:
-            await connection.register_type(prepared.agent_type)
-        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting, keys.job(prepared.job_id)]
-        args = [self._nonce(), 1, *self._job_args(prepared)]
+            await self._register(prepared.agent_type)
+        job_id = prepared.job_id
+        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
+        script_keys += [keys.job(job_id), keys.result(job_id)]
+        args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *self._job_args(prepared)]
         reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
-            raise InvalidPayload({"job_id": f"job {prepared.job_id!r} already exists"})
-        return prepared.job_id
+            raise InvalidPayload({"job_id": f"job {job_id!r} already exists"})
+        if reply[0] == "ahead":
+            raise InvalidPayload({"created_at": _ahead(prepared, int(reply[1]))})
+        return job_id
 
     async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
         """Validate every job, then enqueue them all, pipelined; returns their job_ids.
 
         All or nothing: an invalid job anywhere (errors keyed `jobs[i].field`), a
-        job_id twice in the batch, or a job_id that already exists refuses the whole
-        batch before anything is written. Only a concurrent producer enqueuing the
-        same job_id at the same instant can slip between the check and the write;
-        then the chunk holding it (ENQUEUE_CHUNK jobs of one type) is refused
-        atomically and InvalidPayload says which ids were not written."""
+        job_id twice in the batch, a job_id that is taken, or a created_at too far
+        ahead of Redis' clock refuses the whole batch before anything is written. Only a
+        concurrent producer enqueuing the same job_id at the same instant can slip
+        between the check and the write; then the chunk holding it (ENQUEUE_CHUNK jobs of
+        one type) is refused atomically and InvalidPayload says which ids were not
+        written. Each chunk is one script, all or nothing: if Redis reaches maxmemory
+        partway, BackendOutOfMemory lists the job ids `written` (earlier chunks) and
+        `not_written`, so a retry sends only the latter."""
         prepared, errors = self._prepare_batch(list(jobs))
         if errors:
             raise InvalidPayload(errors)
@@ -82,36 +98,75 @@ class Producer:
         await self._refuse_existing(chunks)
         connection = self._connection
         for agent_type in {job.agent_type for _, job in prepared}:
-            await connection.register_type(agent_type)
+            await self._register(agent_type)
+        latest = max((job.created_at_ms for _, job in prepared), default=0)
         replies = await connection.run_script_many(
-            connection.scripts.enqueue, self._enqueue_calls(chunks)
+            connection.scripts.enqueue, self._enqueue_calls(chunks, latest)
         )
+        written: list[str] = []
         refused: dict[str, str] = {}
+        failures: list[BaseException] = []
         for (_, chunk), reply in zip(chunks, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            if reply[0] == "duplicate":
+            if isinstance(reply, BaseException):
+                failures.append(reply)
+            elif reply[0] == "ok":
+                written += [job.job_id for _, job in chunk]
+            elif reply[0] == "duplicate":
                 for index, job in chunk:
                     refused[f"jobs[{index}].job_id"] = (
                         f"job {job.job_id!r} already exists"
                         if job.job_id in reply[1:]
                         else "not written: its chunk held a duplicate"
                     )
+            else:  # "ahead"
+                now_ms = int(reply[1])
+                for index, job in chunk:
+                    ahead = job.created_at_ms - now_ms > _SKEW_MS
+                    refused[f"jobs[{index}].created_at"] = (
+                        _ahead(job, now_ms) if ahead
+                        else "not written: the batch held a created_at ahead of Redis' clock"
+                    )  # fmt: skip
+        if failures:
+            self._raise_partial(failures, written, prepared)
         if refused:
             raise InvalidPayload(refused)
         return [job.job_id for _, job in prepared]
 
+    @staticmethod
+    def _raise_partial(
+        failures: list[BaseException], written: list[str], prepared: list[tuple[int, PreparedJob]]
+    ) -> None:
+        """Raise a chunk's error; at maxmemory, with the ids written and not written."""
+        for failure in failures:
+            if isinstance(failure, BackendOutOfMemory):
+                done = set(written)
+                raise BackendOutOfMemory(
+                    str(failure),
+                    written=written,
+                    not_written=[job.job_id for _, job in prepared if job.job_id not in done],
+                ) from failure
+        raise failures[0]
+
+    async def _register(self, agent_type: str) -> None:
+        try:
+            await self._connection.register_type(agent_type)
+        except OutOfMemoryError as exc:
+            if isinstance(exc, BackendOutOfMemory):
+                raise
+            raise out_of_memory(self._settings.redis, exc) from exc
+
     def _enqueue_calls(
-        self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]]
+        self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]], latest_created_ms: int
     ) -> Iterator[tuple[list[str], list[Any]]]:
         """The enqueue script's (keys, args) per chunk, built only when it is sent."""
         for agent_type, chunk in chunks:
             keys = self._connection.keys(agent_type)
-            job_keys = [keys.job(job.job_id) for _, job in chunk]
-            args: list[Any] = [self._nonce(), len(chunk)]
+            script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
+            args: list[Any] = [self._nonce(), len(chunk), latest_created_ms, _SKEW_MS]
             for _, job in chunk:
+                script_keys += [keys.job(job.job_id), keys.result(job.job_id)]
                 args += self._job_args(job)
-            yield [keys.queue, keys.stats, keys.expiry, keys.waiting, *job_keys], args
+            yield script_keys, args
 
     def _job_args(self, job: PreparedJob) -> list[Any]:
         return [
@@ -159,15 +214,13 @@ class Producer:
     async def _refuse_existing(
         self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]]
     ) -> None:
-        """One round trip: EXISTS over each chunk's job keys (one slot per chunk)."""
+        """One round trip: EXISTS over each chunk's job and result keys (one slot per
+        chunk). An id is taken while its record or its result exists."""
         if not chunks:
             return
         connection = self._connection
         counts = await connection.execute_many(
-            [
-                ("EXISTS", *(connection.keys(agent_type).job(job.job_id) for _, job in chunk))
-                for agent_type, chunk in chunks
-            ]
+            [("EXISTS", *_job_keys(connection, agent_type, chunk)) for agent_type, chunk in chunks]
         )
         for count in counts:
             if isinstance(count, Exception):
@@ -178,9 +231,27 @@ class Producer:
         errors: dict[str, str] = {}
         for chunk in suspects:
             found = await connection.execute_many(
-                [("EXISTS", connection.keys(job.agent_type).job(job.job_id)) for _, job in chunk]
+                [("EXISTS", *_job_keys(connection, item[1].agent_type, [item])) for item in chunk]
             )
             for (index, job), exists in zip(chunk, found, strict=True):
                 if exists:
                     errors[f"jobs[{index}].job_id"] = f"job {job.job_id!r} already exists"
         raise InvalidPayload(errors)
+
+
+def _job_keys(
+    connection: QueueConnection, agent_type: str, chunk: list[tuple[int, PreparedJob]]
+) -> Iterator[str]:
+    """The record and result key of every job of `chunk`."""
+    keys = connection.keys(agent_type)
+    for _, job in chunk:
+        yield keys.job(job.job_id)
+        yield keys.result(job.job_id)
+
+
+def _ahead(job: PreparedJob, redis_now_ms: int) -> str:
+    seconds = (job.created_at_ms - redis_now_ms) / 1000
+    return (
+        f"job {job.job_id!r}: created_at lies {seconds:.0f} s ahead of Redis' clock; at most "
+        f"{MAX_CLOCK_SKEW_SECONDS} s (MAX_CLOCK_SKEW_SECONDS) is allowed"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -23,7 +24,7 @@ from ..env import (
 from ..errors import ConfigurationError, ValidationError
 from ..keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
 from ..redis.url import RedisSettings
-from ..validation import validate_name
+from ..validation import MAX_TTL_SECONDS, validate_name
 
 __all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "ENV_VARIABLES", "QueueSettings"]
 
@@ -35,6 +36,8 @@ DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 # The pool belongs to the Redis settings (RedisSettings.make_client builds it); these
 # queue names set it. queue name -> RedisSettings field, which is also its URL option.
 _POOL_SETTINGS = {"pool_max": "max_connections", "pool_timeout": "pool_timeout"}
+MAX_DEAD_LETTERS = 10_000_000
+"""Bound of dead_letter_max: beyond it one list alone would hold gigabytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,13 @@ class QueueSettings:
     """Upper bounds (seconds) of the enqueue->completion histogram."""
     shutdown_timeout: float = 30.0
     """On SIGTERM, how long running jobs may finish before they are given back."""
+    dead_letter_retention: float = 14 * 86_400.0
+    """How long a job that ended for good unsuccessfully (dead-lettered, or failed by a
+    non-retryable error) keeps its record and result, seconds (whole, rounded up; never
+    less than the job's own TTL). Redis then drops both; the cleanup prunes its entry."""
+    dead_letter_max: int = 10_000
+    """Most jobs the dead-letter list and the failed list each keep per agent type; the
+    cleanup prunes the oldest beyond it, record and result included."""
 
     def __post_init__(self) -> None:
         try:
@@ -96,6 +106,13 @@ class QueueSettings:
             raise ConfigurationError("agent_types", "names an agent type twice")
         for name in ("max_attempts", "cleanup_batch", "fetch_batch", "max_payload_bytes"):
             check_int(name, getattr(self, name), minimum=1)
+        check_int("dead_letter_max", self.dead_letter_max, minimum=1, maximum=MAX_DEAD_LETTERS)
+        check_positive("dead_letter_retention", self.dead_letter_retention)
+        if not 1 <= self.dead_letter_retention <= MAX_TTL_SECONDS:
+            raise ConfigurationError(
+                "dead_letter_retention",
+                f"must be between 1 and {MAX_TTL_SECONDS} s, got {self.dead_letter_retention!r}",
+            )
         check_int("pool_min", self.pool_min, minimum=0)
         check_int("pool_max", self.pool_max, minimum=1)
         check_positive("pool_timeout", self.pool_timeout)
@@ -192,6 +209,10 @@ class QueueSettings:
             overrides["redis"] = replace(overrides.get("redis", self.redis), **pool)
         return replace(self, **overrides)
 
+    def retention_seconds(self) -> int:
+        """dead_letter_retention as the scripts take it: whole seconds, rounded up."""
+        return math.ceil(self.dead_letter_retention)
+
     def backoff_ms(self) -> tuple[int, float, int]:
         """(base ms, factor, max ms) as the scripts take them."""
         return int(self.backoff_base * 1000), self.backoff_factor, int(self.backoff_max * 1000)
@@ -229,6 +250,8 @@ _ENV_PARSERS: dict[str, Callable[[str, str], Any]] = {
     "pool_timeout": parse_duration,
     "latency_buckets": _parse_latency_buckets,
     "shutdown_timeout": parse_duration,
+    "dead_letter_retention": parse_duration,
+    "dead_letter_max": parse_int,
 }
 ENV_VARIABLES: frozenset[str] = frozenset(
     {URL_VARIABLE} | {ENV_PREFIX + name.upper() for name in _ENV_PARSERS}

@@ -21,3 +21,4 @@ class QueueScripts:
     heartbeat = Script.named("queue_heartbeat")
     dead_requeue = Script.named("queue_dead_requeue")
     dead_purge = Script.named("queue_dead_purge")
+    kept_prune = Script.named("queue_kept_prune")

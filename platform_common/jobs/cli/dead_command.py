@@ -1,0 +1,247 @@
+"""`dead list | show | requeue | purge`: the dead letters of one agent type."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..operations import (
+    DeadLetterAction,
+    DeadLetterListing,
+    JobDetail,
+    list_dead_letters,
+    operator_queue,
+    purge_dead_letters,
+    requeue_dead_letters,
+    select_dead_letters,
+    show_dead_letter,
+)
+from ..operations import Progress as ProgressCallback
+from .exits import EXIT_USAGE, CliError
+from .job_command import AgentTypeArgument, JobIdArgument, emit, found
+from .operator_output import (
+    NONE,
+    Output,
+    OutputOption,
+    RedisUrlOption,
+    command,
+    print_json,
+    stdout,
+    text,
+    timestamp,
+)
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="The dead letters of an agent type: jobs that used their last attempt.",
+    no_args_is_help=True,
+)
+
+IdsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--id", metavar="ID", help="A dead letter's job id (repeat for more).", show_default=False
+    ),
+]
+AllOption = Annotated[bool, typer.Option("--all", help="Every dead letter of the type.")]
+ErrorMatchesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--error-matches",
+        metavar="RE",
+        help="Those whose last error matches this regular expression (searched anywhere in it).",
+        show_default=False,
+    ),
+]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Count and name what would be done; change nothing.")
+]
+
+
+@command(app, "list")
+def list_(
+    agent_type: AgentTypeArgument,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, help="Show at most this many.")
+    ] = 20,
+    error_matches: ErrorMatchesOption = None,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Dead letters, newest first: id, when, attempts, last error (`dead show` for the
+    rest). With --error-matches, the list is read 500 at a time until --limit match."""
+
+    async def read() -> DeadLetterListing:
+        async with operator_queue(redis_url) as queue:
+            return await list_dead_letters(
+                queue, agent_type, limit=limit, error_matches=error_matches
+            )
+
+    listing = asyncio.run(read())
+    if output == Output.JSON:
+        print_json(listing)
+        return
+    table = Table(caption=_caption(listing, error_matches), caption_justify="left")
+    table.add_column("JOB ID", no_wrap=True)
+    table.add_column("DEAD AT", no_wrap=True)
+    table.add_column("ATTEMPTS", justify="right")
+    table.add_column("LAST ERROR", no_wrap=True, overflow="ellipsis")
+    for letter in listing.letters:
+        table.add_row(
+            text(letter.job_id),
+            timestamp(letter.dead_at),
+            str(letter.attempts),
+            text(" ".join(letter.last_error.split()) or NONE),
+        )
+    stdout().print(table)
+
+
+def _caption(listing: DeadLetterListing, error_matches: str | None) -> str:
+    shown = len(listing.letters)
+    if error_matches is None:
+        return f"{shown:,} of {listing.total:,} dead letters, newest first."
+    scope = "all" if listing.complete else f"the newest {listing.scanned:,}"
+    return (
+        f"{shown:,} matching {error_matches!r} among {scope} of {listing.total:,} dead "
+        "letters, newest first."
+    )
+
+
+@command(app, "show")
+def show(
+    agent_type: AgentTypeArgument,
+    job_id: JobIdArgument,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """A dead letter's attempts (errors with tracebacks), payload and result, as
+    `job show`; exit 1 if the job is not a dead letter."""
+
+    async def read() -> JobDetail:
+        async with operator_queue(redis_url) as queue:
+            return await show_dead_letter(queue, agent_type, job_id)
+
+    emit(found(read), output)
+
+
+@command(app, "requeue")
+def requeue(
+    agent_type: AgentTypeArgument,
+    job_ids: IdsOption = None,
+    every: AllOption = False,
+    error_matches: ErrorMatchesOption = None,
+    dry_run: DryRunOption = False,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Put dead letters back on the queue with fresh attempts and a fresh TTL, oldest
+    first, 500 per call. Select with --id (repeatable), --all or --error-matches. The
+    counts printed are what Redis reports was done."""
+    report = _act("requeue", agent_type, job_ids, every, error_matches, dry_run, True, redis_url)
+    _print_report(report, output)
+
+
+@command(app, "purge")
+def purge(
+    agent_type: AgentTypeArgument,
+    job_ids: IdsOption = None,
+    every: AllOption = False,
+    error_matches: ErrorMatchesOption = None,
+    dry_run: DryRunOption = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Delete dead letters for good (record and result), 500 per call. Select with --id
+    (repeatable), --all or --error-matches. Asks for confirmation first; without a
+    terminal to ask on, refuses unless --yes."""
+    if not dry_run and not yes and not sys.stdin.isatty():
+        raise CliError("purge: no terminal to confirm on; pass --yes (or --dry-run)", EXIT_USAGE)
+    report = _act("purge", agent_type, job_ids, every, error_matches, dry_run, yes, redis_url)
+    _print_report(report, output)
+
+
+def _act(
+    action: str,
+    agent_type: str,
+    job_ids: list[str] | None,
+    every: bool,
+    error_matches: str | None,
+    dry_run: bool,
+    confirmed: bool,
+    redis_url: str | None,
+) -> DeadLetterAction:
+    async def act() -> DeadLetterAction:
+        async with operator_queue(redis_url) as queue:
+            with _progress("scanning") as scanned:
+                selection = await select_dead_letters(
+                    queue, agent_type, job_ids=job_ids or (), every=every,
+                    error_matches=error_matches, on_scan=scanned,
+                )  # fmt: skip
+            if not dry_run and not confirmed and selection.count:
+                typer.confirm(
+                    f"{action.capitalize()} {selection.count:,} dead letter(s) of "
+                    f"{agent_type!r} for good (record and result)?",
+                    abort=True,
+                    err=True,
+                )
+            run = requeue_dead_letters if action == "requeue" else purge_dead_letters
+            with _progress(action) as progress:
+                return await run(queue, selection, dry_run=dry_run, progress=progress)
+
+    return asyncio.run(act())
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[ProgressCallback]:
+    """A bar on stderr while a terminal watches (thousands of letters take a while);
+    nothing otherwise (scripts read the summary)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda done, total: None
+        return
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _print_report(report: DeadLetterAction, output: Output) -> None:
+    if output == Output.JSON:
+        print_json(report)
+        return
+    selected = {
+        "ids": "--id",
+        "all": "--all",
+        "error-matches": f"--error-matches {report.pattern!r}",
+    }
+    how = selected[report.kind]
+    if report.dry_run:
+        line = (
+            f"dry run (nothing changed): would {report.action} {report.selected:,} dead "
+            f"letter(s) of {report.agent_type!r} ({how})"
+        )
+        if report.sample:
+            more = ", ..." if report.selected > len(report.sample) else ""
+            line += f": {', '.join(report.sample)}{more}"
+    else:
+        past = "requeued" if report.action == "requeue" else "purged"
+        line = (
+            f"{past} {report.done:,} of {report.selected:,} selected dead letter(s) of "
+            f"{report.agent_type!r} ({how})"
+        )
+        if report.done < report.selected:
+            line += f"; {report.selected - report.done:,} were no longer dead letters"
+    # Plain print: the summary is read by scripts as much as by people.
+    print(line)
+    if report.not_dead:
+        print(f"not dead letters, left alone: {', '.join(report.not_dead)}")

@@ -1,0 +1,116 @@
+"""`job show`: one job's state, attempts (errors with tracebacks), payload and result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import JobNotFound
+from ..operations import JobDetail, operator_queue, show_job
+from .exits import CliError
+from .operator_output import (
+    NONE,
+    Output,
+    OutputOption,
+    RedisUrlOption,
+    command,
+    print_json,
+    stdout,
+    text,
+    timestamp,
+)
+
+__all__ = ["AgentTypeArgument", "JobIdArgument", "app", "emit", "found", "render_job"]
+
+app = typer.Typer(help="Look at one job.", no_args_is_help=True)
+
+AgentTypeArgument = Annotated[str, typer.Argument(metavar="TYPE", help="The job's agent type.")]
+JobIdArgument = Annotated[str, typer.Argument(metavar="ID", help="The job id.")]
+
+
+@command(app, "show")
+def show(
+    agent_type: AgentTypeArgument,
+    job_id: JobIdArgument,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """A job's state, attempts, each failed attempt's error and traceback, its payload and
+    its result. Exit 1 if there is no such job (never enqueued, or gone with its TTL)."""
+
+    async def read() -> JobDetail:
+        async with operator_queue(redis_url) as queue:
+            return await show_job(queue, agent_type, job_id)
+
+    emit(found(read), output)
+
+
+def found(read: Callable[[], Coroutine[Any, Any, JobDetail]]) -> JobDetail:
+    """Run `read`; a job that is not there is a failure of the command (exit 1), in one
+    line, rather than an unexpected error."""
+    try:
+        return asyncio.run(read())
+    except JobNotFound as exc:
+        raise CliError(str(exc)) from exc
+
+
+def emit(detail: JobDetail, output: Output) -> None:
+    """Print `detail` as JSON or as rich panels (also `dead show`)."""
+    if output == Output.JSON:
+        print_json(detail)
+    else:
+        render_job(stdout(), detail)
+
+
+def render_job(console: Console, detail: JobDetail) -> None:
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    attempts = f"{detail.attempts}" + (f" of {detail.max_attempts}" if detail.max_attempts else "")
+    rows: list[tuple[str, RenderableType]] = [
+        ("job", text(f"{detail.agent_type} / {detail.job_id}")),
+        ("state", text(detail.state)),
+        ("attempts", attempts),
+        ("worker", text(detail.worker or NONE)),
+        ("enqueued", timestamp(detail.enqueued_at)),
+        ("started", timestamp(detail.started_at)),
+        ("finished", timestamp(detail.finished_at)),
+        ("expires", timestamp(detail.expires_at)),
+    ]
+    rows += [("retry due", timestamp(detail.due_at))] if detail.due_at else []
+    rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
+    rows += [("last error", text(detail.last_error))] if detail.last_error else []
+    for name, value in rows:
+        facts.add_row(name, value)
+    parts: list[RenderableType] = [facts]
+    for attempt in detail.history:
+        body: list[RenderableType] = [
+            text(f"{attempt.outcome}: {attempt.error}"),
+            Text(f"worker {attempt.worker or NONE}, {timestamp(attempt.started_at)} → "
+                 f"{timestamp(attempt.ended_at)}", style="dim"),
+        ]  # fmt: skip
+        if attempt.retry_at:
+            body.append(Text(f"retry due {timestamp(attempt.retry_at)}", style="dim"))
+        if attempt.traceback:
+            body.append(text(attempt.traceback.rstrip()))
+        parts.append(Panel(Group(*body), title=f"attempt {attempt.attempt}", title_align="left"))
+    parts.append(Panel(_json(detail.payload), title="payload", title_align="left"))
+    result = detail.result
+    if result is not None:
+        shown = {"status": result.status, "result": result.result, "error": result.error}
+        parts.append(Panel(_json(shown), title="result", title_align="left"))
+    console.print(Group(*parts))
+
+
+def _json(value: Any) -> RenderableType:
+    if value is None:
+        return Text(NONE)
+    return text(json.dumps(value, indent=2, ensure_ascii=False))

@@ -1,0 +1,115 @@
+"""What the operator commands share: the --redis-url and --output options, JSON output,
+and how ages, times and untrusted text are drawn in rich tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+__all__ = [
+    "NONE",
+    "Output",
+    "OutputOption",
+    "RedisUrlOption",
+    "age",
+    "command",
+    "help_text",
+    "jsonable",
+    "print_json",
+    "stdout",
+    "text",
+    "timestamp",
+]
+
+NONE = "—"
+"""A table cell with no value."""
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+RedisUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        help="Overrides QUEUE_REDIS_URL / REDIS_URL. The other settings come from the "
+        "worker's QUEUE_* variables (e.g. QUEUE_AGENT_TYPES, QUEUE_PREFIX).",
+        show_default=False,
+    ),
+]
+OutputOption = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="table (for people) or json (for scripts)."),
+]
+
+
+def help_text(doc: str | None) -> str:
+    """A docstring as typer's rich help shows it well: each paragraph one line (rich
+    wraps it to the terminal), paragraphs apart."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+def command(app: typer.Typer, name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`@app.command(name)` with the function's docstring as help_text."""
+
+    def register(function: Callable[..., None]) -> Callable[..., None]:
+        return app.command(name, help=help_text(function.__doc__))(function)
+
+    return register
+
+
+def stdout() -> Console:
+    # No highlighting: numbers and ids keep one colour; markup is never read from data.
+    return Console(highlight=False)
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses as dicts (nested ones too); tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def print_json(value: Any, *, one_line: bool = False) -> None:
+    """`value` as JSON on stdout: indented, or one line (a JSON-lines stream)."""
+    # Plain print, not rich: scripts read it, and rich would wrap long lines.
+    print(json.dumps(jsonable(value), indent=None if one_line else 2, ensure_ascii=False))
+
+
+def text(value: object) -> Text:
+    """Untrusted text (errors, payloads, ids) as a cell: `[red]` stays literal."""
+    return Text(str(value))
+
+
+def age(seconds: float | None) -> str:
+    """3.2s, 4m05s, 2h03m, 3d04h; NONE when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return NONE
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def timestamp(seconds: float | None) -> str:
+    """Seconds since the epoch as UTC ISO 8601 (to the millisecond); NONE when absent."""
+    if seconds is None:
+        return NONE
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")

@@ -1,0 +1,60 @@
+"""What an operator does to the queue, as plain reads and actions returning typed
+dataclasses: the one layer under the `agentjobs` commands (and any console to come).
+No rendering here: the CLI modules parse options and draw the results.
+
+    info        overview.read_overview, RecentCounts (the last minute, while watching)
+    workers     workers.read_workers
+    job show    jobs.show_job (dead show: show_dead_letter)
+    dead ...    dead_letter_ops: list, select (ids | all | error matches), requeue, purge
+
+Each works on a JobQueue (operator_queue opens one as the worker would) through its
+public API, and reads Redis directly only for what no API offers, in bounded pages.
+"""
+
+from __future__ import annotations
+
+from .dead_letter_ops import (
+    DeadLetterAction,
+    DeadLetterLine,
+    DeadLetterListing,
+    DeadSelection,
+    Progress,
+    SelectionKind,
+    list_dead_letters,
+    purge_dead_letters,
+    requeue_dead_letters,
+    select_dead_letters,
+)
+from .jobs import Attempt, JobDetail, NotADeadLetter, show_dead_letter, show_job
+from .overview import Counts, Overview, Recent, RecentCounts, TypeOverview, read_overview
+from .session import agent_types, operator_queue
+from .workers import WorkersReport, WorkerStatus, read_workers
+
+__all__ = [
+    "Attempt",
+    "Counts",
+    "DeadLetterAction",
+    "DeadLetterLine",
+    "DeadLetterListing",
+    "DeadSelection",
+    "JobDetail",
+    "NotADeadLetter",
+    "Overview",
+    "Progress",
+    "Recent",
+    "RecentCounts",
+    "SelectionKind",
+    "TypeOverview",
+    "WorkerStatus",
+    "WorkersReport",
+    "agent_types",
+    "list_dead_letters",
+    "operator_queue",
+    "purge_dead_letters",
+    "read_overview",
+    "read_workers",
+    "requeue_dead_letters",
+    "select_dead_letters",
+    "show_dead_letter",
+    "show_job",
+]

@@ -1,0 +1,169 @@
+"""`info`: each agent type's depths, workers, oldest waiting job and counters, and the
+counts of the last minute from two readings of the counters (RecentCounts)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..queue import JobQueue, QueueSettings
+from .session import read, redis_now
+
+__all__ = [
+    "HEARTBEAT_WINDOW_BEATS",
+    "Counts",
+    "Overview",
+    "Recent",
+    "RecentCounts",
+    "TypeOverview",
+    "heartbeat_window",
+    "read_overview",
+]
+
+HEARTBEAT_WINDOW_BEATS = 6
+"""A worker is active while its last heartbeat is newer than this many heartbeat
+intervals (30 s with the default 5 s: the exporter's default window too)."""
+
+
+def heartbeat_window(settings: QueueSettings) -> float:
+    """Seconds since its last heartbeat within which a worker counts as active."""
+    return HEARTBEAT_WINDOW_BEATS * settings.heartbeat_interval
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Jobs counted by the queue's counters (keys.STATS_COUNTERS)."""
+
+    enqueued: int
+    """Entered the queue (enqueued, or requeued from the dead letters)."""
+    completed: int
+    """Succeeded."""
+    failed: int
+    """Ended failed: dead-lettered, or a non-retryable error."""
+
+
+@dataclass(frozen=True, slots=True)
+class TypeOverview:
+    """One agent type's queue at one moment."""
+
+    agent_type: str
+    queued: int
+    """Jobs waiting on the queue list."""
+    running: int
+    """Jobs a worker has taken (the processing list)."""
+    delayed: int
+    """Jobs waiting for a retry's backoff."""
+    dead: int
+    """Dead letters."""
+    active_workers: int
+    """Workers whose last heartbeat is within heartbeat_window()."""
+    oldest_waiting_seconds: float | None
+    """How long the oldest waiting job has waited; None when nothing waits."""
+    totals: Counts
+    """Counters since the queue's stats began (they never reset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Every requested agent type, read at `read_at` (Redis time, seconds since the epoch)."""
+
+    read_at: float
+    types: tuple[TypeOverview, ...]
+
+
+async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview:
+    """Depths and counters through JobQueue.stats; workers and the oldest waiting job
+    from the heartbeat and waiting sets (ZCOUNT and one ZRANGE entry: bounded reads)."""
+    now = await redis_now(queue)
+    active_since_ms = int((now - heartbeat_window(queue.settings)) * 1000)
+    extras = []
+    for agent_type in agent_types:
+        keys = queue.connection.keys(agent_type)
+        extras += [
+            ("ZCOUNT", keys.workers, f"({active_since_ms}", "+inf"),
+            ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
+        ]
+    stats = await asyncio.gather(*(queue.stats(t) for t in agent_types))
+    replies = await read(queue, extras)
+    types = []
+    for index, (agent_type, stat) in enumerate(zip(agent_types, stats, strict=True)):
+        workers, waiting = replies[2 * index], replies[2 * index + 1]
+        oldest = _first_score(waiting)
+        types.append(
+            TypeOverview(
+                agent_type=agent_type,
+                queued=stat.queued,
+                running=stat.in_progress,
+                delayed=stat.delayed,
+                dead=stat.dead,
+                active_workers=int(workers),
+                # A producer's clock may run ahead of Redis': never a negative age.
+                oldest_waiting_seconds=None if oldest is None else max(0.0, now - oldest / 1000),
+                totals=Counts(
+                    stat.counters["enqueued"], stat.counters["completed"], stat.counters["failed"]
+                ),
+            )
+        )
+    return Overview(now, tuple(types))
+
+
+def _first_score(reply: object) -> float | None:
+    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 pairs or flat)."""
+    items = list(reply)  # type: ignore[call-overload]
+    if not items:
+        return None
+    first = items[0]
+    return float(first[1] if isinstance(first, list | tuple) else items[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """What the counters counted over the last `seconds` (at most about a minute)."""
+
+    counts: Counts
+    seconds: float
+    """The span the counts cover: 0 on the first reading, then up to WINDOW plus one
+    refresh interval (the two readings are whole refreshes apart)."""
+
+
+class RecentCounts:
+    """The last minute's counts, from readings kept while a watch refreshes.
+
+    The queue keeps only running totals, so "in the last minute" needs a reading from a
+    minute ago: this keeps the readings of the last WINDOW seconds (plus the newest one
+    older than that, the baseline) and reports the difference. Until a minute has passed
+    it reports the span it has, and says so in `Recent.seconds`."""
+
+    WINDOW = 60.0
+
+    def __init__(self) -> None:
+        self._readings: deque[Overview] = deque()
+
+    def add(self, overview: Overview) -> dict[str, Recent]:
+        """Record `overview`; the counts of each of its types since the baseline."""
+        self._readings.append(overview)
+        horizon = overview.read_at - self.WINDOW
+        while len(self._readings) > 1 and self._readings[1].read_at <= horizon:
+            self._readings.popleft()
+        baseline = self._readings[0]
+        before = {t.agent_type: t.totals for t in baseline.types}
+        recent = {}
+        for now in overview.types:
+            then = before.get(now.agent_type, now.totals)
+            recent[now.agent_type] = Recent(
+                Counts(
+                    _increase(then.enqueued, now.totals.enqueued),
+                    _increase(then.completed, now.totals.completed),
+                    _increase(then.failed, now.totals.failed),
+                ),
+                overview.read_at - baseline.read_at,
+            )
+        return recent
+
+
+def _increase(before: int, after: int) -> int:
+    # A counter below its earlier reading was reset (its stats hash deleted): as
+    # Prometheus' increase(), count from zero.
+    return after - before if after >= before else after

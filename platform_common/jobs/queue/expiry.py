@@ -1,0 +1,60 @@
+"""Expire jobs past their TTL (lua/queue_expire.lua): the cost grows with the jobs
+expired, never with the backlog queued behind them."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRecord
+from ..keys import QueueKeys
+from ..redis.script import Script
+
+__all__ = ["CORRUPT_RESULT_TTL_SECONDS", "ExpireReport", "expire_jobs"]
+
+CORRUPT_RESULT_TTL_SECONDS = 86_400
+"""How long the "expired" result of a job whose stored ttl does not parse is kept."""
+
+RunScript = Callable[[Script, list[str], list[Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireReport:
+    """What one expiry call did."""
+
+    expired: tuple[str, ...] = ()
+    """The jobs this call expired (each one counted, its result stored, published)."""
+    corrupt: tuple[tuple[str, str], ...] = ()
+    """(job_id, problem) of the expired jobs whose stored record did not parse: expired
+    all the same (the problem is in their result), so one such record cannot stall
+    every later cleanup run."""
+
+
+async def expire_jobs(
+    run_script: RunScript, script: Script, keys: QueueKeys, job_ids: Sequence[str]
+) -> ExpireReport:
+    """Expire those of `job_ids` whose TTL has passed (by Redis TIME).
+
+    InvalidRecord (its field names the key) if a queue key holds another type or the
+    `expired` counter does not parse; nothing is written then."""
+    if not job_ids:
+        return ExpireReport()
+    script_keys = [
+        keys.expiry,
+        keys.delayed,
+        keys.processing,
+        keys.leases,
+        keys.stats,
+        keys.waiting,
+    ]
+    for job_id in job_ids:
+        script_keys += [keys.job(job_id), keys.result(job_id)]
+    args: list[Any] = [keys.channel, CORRUPT_RESULT_TTL_SECONDS, *job_ids]
+    reply = await run_script(script, script_keys, args)
+    if reply[0] == "invalid":
+        raise InvalidRecord(str(reply[1]), str(reply[2]))
+    return ExpireReport(
+        expired=tuple(str(job_id) for job_id in reply[1]),
+        corrupt=tuple((str(job_id), str(problem)) for job_id, problem in reply[2:]),
+    )

@@ -1,0 +1,493 @@
+"""The operator commands (`info`, `workers`, `job show`, `dead ...`) against real Redis:
+in-process through `cli.main` for speed, as child processes where the terminal, the
+exit path or a running watch matter. Destructive commands run with --dry-run first, and
+Redis is read afterwards to see what really changed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from platform_common.jobs.cli import main
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobPayload, JobQueue
+from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
+from tests.support.backends import CLUSTER, parametrize_backends
+from tests.support.paths import REPO_ROOT
+from tests.support.queue_handlers import behaviour, make_job
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.sync_redis import sync_reply
+from tests.support.worker_records import SyncClient, sync_client
+from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
+
+DINING = QueueKeys("dining")
+SINGLE = "single"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_backends(metafunc, "redis_backend", (SINGLE, CLUSTER))
+
+
+@pytest.fixture
+def redis_backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(
+        "cluster_url" if redis_backend == CLUSTER else "single_node_url"
+    )
+    return url
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[SyncClient]:
+    yield from sync_client(redis_url)
+
+
+@pytest.fixture(autouse=True)
+def operator_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands read the worker's QUEUE_* settings: none but the ones a test sets."""
+    for name in list(os.environ):
+        if name.startswith(("QUEUE_", "REDIS_URL", "AGENTJOBS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("COLUMNS", "200")  # rich tables: no truncated cells
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def agentjobs(capsys: pytest.CaptureFixture[str], redis_url: str) -> Any:
+    """Run `agentjobs <args> --redis-url <the test's Redis>` in this process."""
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        code = main([*args, "--redis-url", redis_url])
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+
+    return run
+
+
+def run_child(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "platform_common.jobs", *args],
+        cwd=REPO_ROOT, env=child_env({"COLUMNS": "200"}), capture_output=True, text=True,
+        timeout=60, **kwargs,
+    )  # fmt: skip
+
+
+async def cannot_book(job: JobPayload) -> None:
+    raise RuntimeError(f"cannot book {job.task}")
+
+
+async def _dead_count(queue: JobQueue, count: int) -> bool:
+    return await queue.dead_letters.count("dining") >= count
+
+
+def dead_letters(redis_url: str, tasks: list[str]) -> list[str]:
+    """Enqueue a job per task and let a worker fail each on its one attempt."""
+
+    async def make() -> list[str]:
+        async with await JobQueue.connect(fast_settings(redis_url, max_attempts=1)) as queue:
+            before = await queue.dead_letters.count("dining")
+            ids = await queue.enqueue_many([make_job(task=task) for task in tasks])
+            async with running_worker(queue.settings, cannot_book, concurrency=20):
+                await eventually(lambda: _dead_count(queue, before + len(ids)))
+        return ids
+
+    return asyncio.run(make())
+
+
+def enqueue(redis_url: str, count: int, **fields: Any) -> list[str]:
+    async def make() -> list[str]:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await queue.enqueue_many([make_job(**fields) for _ in range(count)])
+
+    return asyncio.run(make())
+
+
+def table_row(table: str, first_cell: str) -> list[str]:
+    """The cells of the row of a rich table whose first cell is `first_cell`."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.replace("┃", "│").strip("│ ").split("│")]
+        if cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in:\n{table}")
+
+
+# -- the app ----------------------------------------------------------------------------
+def test_help_lists_the_operator_commands() -> None:
+    done = run_child("--help")
+    assert done.returncode == 0, done.stderr
+    for command in ("info", "workers", "job", "dead"):
+        assert f"│ {command} " in done.stdout
+    dead = run_child("dead", "--help")
+    for command in ("list", "show", "requeue", "purge"):
+        assert f"│ {command} " in dead.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["info", "dining", "lodging"],
+        ["workers", "lodging"],
+        ["job", "show", "lodging", "some-id"],
+        ["dead", "list", "lodging"],
+        ["dead", "show", "lodging", "some-id"],
+        ["dead", "requeue", "lodging", "--all", "--dry-run"],
+        ["dead", "purge", "lodging", "--all", "--yes"],
+    ],
+)
+def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list[str]) -> None:
+    done = agentjobs(*args)
+    assert done.code == 2
+    assert done.err == (
+        "error: agent_type: unknown agent type 'lodging'; "
+        "known: dining, dmc, experiences, flights, transportation\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args", [["info"], ["workers"], ["job", "show", "dining", "x"], ["dead", "list", "dining"]]
+)
+def test_an_unreachable_redis_is_one_line_and_exit_1(args: list[str]) -> None:
+    done = run_child(*args, "--redis-url", DEAD_REDIS)
+    assert done.returncode == 1
+    assert one_error_line(done).startswith("error: backend unavailable: ")
+
+
+def test_the_environment_names_the_redis_and_the_agent_types(redis_url: str) -> None:
+    env = child_env({"QUEUE_REDIS_URL": redis_url, "QUEUE_AGENT_TYPES": "lodging"})
+    done = subprocess.run(
+        [sys.executable, "-m", "platform_common.jobs", "info", "-o", "json"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [t["agent_type"] for t in json.loads(done.stdout)["types"]] == ["lodging"]
+
+
+# -- info -------------------------------------------------------------------------------
+def test_info_counts_each_type_in_json_and_as_a_table(agentjobs: Any, redis_url: str) -> None:
+    dead_letters(redis_url, ["a", "b"])
+    enqueue(redis_url, 3)
+    document = agentjobs("info", "dining", "experiences", "-o", "json").json()
+    dining, experiences = document["types"]
+    assert dining["agent_type"] == "dining"
+    assert (dining["queued"], dining["running"], dining["delayed"], dining["dead"]) == (3, 0, 0, 2)
+    assert dining["totals"] == {"enqueued": 5, "completed": 0, "failed": 2}
+    assert dining["oldest_waiting_seconds"] is not None and dining["oldest_waiting_seconds"] >= 0
+    assert dining["last_minute"] is None  # one reading: totals only
+    assert experiences["queued"] == 0 and experiences["oldest_waiting_seconds"] is None
+
+    table = agentjobs("info")
+    assert table.code == 0, table.err
+    assert table_row(table.out, "TYPE")[7:] == [
+        "ENQUEUED (total)",
+        "COMPLETED (total)",
+        "FAILED (total)",
+    ]
+    cells = table_row(table.out, "dining")
+    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:] == ["5", "0", "2"]
+    assert table_row(table.out, "dmc")[6] == "—"  # nothing waits: no age
+
+
+@pytest.mark.single_node("one child process watching; the counting is the same on a cluster")
+def test_info_watch_reports_what_happened_since_its_first_reading(redis_url: str) -> None:
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "platform_common.jobs", "info", "dining", "--watch",
+         "--interval", "0.1", "-o", "json", "--redis-url", redis_url],
+        cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert watch.stdout is not None
+        first = json.loads(watch.stdout.readline())["types"][0]
+        assert first["last_minute"] == {"enqueued": 0, "completed": 0, "failed": 0, "seconds": 0.0}
+        enqueue(redis_url, 4)
+        while True:  # one line per refresh; the test's timeout bounds the wait
+            latest = json.loads(watch.stdout.readline())["types"][0]
+            if latest["last_minute"]["enqueued"]:
+                break
+    finally:
+        watch.send_signal(signal.SIGINT)
+        _, err = watch.communicate(timeout=30)
+    assert latest["last_minute"]["enqueued"] == 4 and latest["last_minute"]["seconds"] > 0
+    assert latest["totals"]["enqueued"] == 4 and latest["queued"] == 4
+    assert watch.returncode == 0, err  # Ctrl-C ends a watch: not an error
+
+
+def test_info_watch_draws_a_table_per_refresh_and_stops_after_count(agentjobs: Any) -> None:
+    done = agentjobs("info", "dining", "--watch", "--count", "2", "--interval", "0.1")
+    assert done.code == 0, done.err
+    assert "ENQUEUED (1m)" in done.out
+    assert table_row(done.out, "dining")[1] == "0"
+
+
+# -- workers ----------------------------------------------------------------------------
+@pytest.mark.single_node("a worker process; where workers register is the same on a cluster")
+def test_workers_shows_heartbeats_and_the_jobs_each_runs(agentjobs: Any, redis_url: str) -> None:
+    env = {**FAST_SETTINGS, "QUEUE_MAX_ATTEMPTS": "1"}
+    with WorkerGroup(redis_url, "dining", "tests.support.queue_handlers:behave", env=env) as group:
+        worker = group.start(concurrency=3)
+        ids = enqueue(redis_url, 2, constraints=behaviour("sleep", seconds=120))
+
+        def both_running() -> dict[str, Any] | None:
+            report = agentjobs("workers", "dining", "-o", "json").json()
+            held = [w for w in report["workers"] if len(w["jobs_in_progress"]) == 2]
+            return report if held else None
+
+        report = wait_until(both_running)
+        table = agentjobs("workers")
+        worker.kill()
+    (status,) = report["workers"]
+    assert status["worker_id"] == worker.worker_id and status["agent_type"] == "dining"
+    assert status["active"] is True and status["heartbeat_age_seconds"] >= 0
+    assert sorted(status["jobs_in_progress"]) == sorted(ids)
+    assert status["host"] == ""  # an id given with --worker-id names no host
+    assert report["unclaimed"] == {"dining": 0}
+    cells = table_row(table.out, "dining")
+    assert cells[1] == worker.worker_id and cells[4:6] == ["yes", "2"]
+
+
+def test_workers_reads_the_host_from_a_default_worker_id(agentjobs: Any, redis_url: str) -> None:
+    async def beat_and_read() -> None:
+        settings = fast_settings(redis_url)
+        async with running_worker(settings, cannot_book) as worker:
+            done = await asyncio.to_thread(agentjobs, "workers", "dining", "-o", "json")
+            (status,) = done.json()["workers"]
+            assert status["worker_id"] == worker.worker_id
+            assert status["host"] == worker.worker_id.split(":")[0] != ""
+            assert status["jobs_in_progress"] == []
+
+    asyncio.run(beat_and_read())
+
+
+# -- job show ---------------------------------------------------------------------------
+def test_job_show_gives_state_attempts_tracebacks_payload_and_result(
+    agentjobs: Any, redis_url: str
+) -> None:
+    (job_id,) = dead_letters(redis_url, ["omakase for 2"])
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert (detail["state"], detail["attempts"], detail["max_attempts"]) == ("dead", 1, 1)
+    assert detail["last_error"] == "RuntimeError: cannot book omakase for 2"
+    (attempt,) = detail["history"]
+    assert attempt["outcome"] == "error" and attempt["error"] == detail["last_error"]
+    assert "Traceback (most recent call last)" in attempt["traceback"]
+    assert "in cannot_book" in attempt["traceback"]
+    assert detail["payload"]["task"] == "omakase for 2"
+    assert detail["result"]["status"] == "failed"
+
+    table = agentjobs("job", "show", "dining", job_id)
+    assert table.code == 0, table.err
+    for shown in ("state       dead", "attempt 1", "in cannot_book", "omakase for 2", "payload"):
+        assert shown in table.out
+
+
+def test_job_show_of_a_waiting_job_and_of_no_job(agentjobs: Any, redis_url: str) -> None:
+    (job_id,) = enqueue(redis_url, 1)
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert (detail["state"], detail["attempts"], detail["history"]) == ("queued", 0, [])
+    assert detail["result"] is None and detail["payload"]["job_id"] == job_id
+    missing = agentjobs("job", "show", "dining", "no-such-job")
+    assert (missing.code, missing.err) == (1, "error: job 'no-such-job' does not exist\n")
+
+
+# -- dead list / show -------------------------------------------------------------------
+def test_dead_list_newest_first_with_limit_and_error_match(agentjobs: Any, redis_url: str) -> None:
+    ids = dead_letters(redis_url, ["timeout 1", "refused 2", "timeout 3"])
+    listed = agentjobs("dead", "list", "dining", "-o", "json").json()
+    assert listed["total"] == 3 and listed["complete"] is True
+    assert {x["job_id"] for x in listed["letters"]} == set(ids)
+    dead_at = [x["dead_at"] for x in listed["letters"]]
+    assert dead_at == sorted(dead_at, reverse=True)
+
+    matching = agentjobs(
+        "dead", "list", "dining", "--error-matches", "cannot book time", "-o", "json"
+    ).json()
+    assert sorted(x["last_error"] for x in matching["letters"]) == [
+        "RuntimeError: cannot book timeout 1",
+        "RuntimeError: cannot book timeout 3",
+    ]
+    one = agentjobs("dead", "list", "dining", "--limit", "1", "-o", "json").json()
+    assert len(one["letters"]) == 1 and one["total"] == 3
+
+    table = agentjobs("dead", "list", "dining", "--error-matches", "refused")
+    assert table.code == 0, table.err
+    (refused,) = [i for i, x in zip(ids, ["t", "r", "t"], strict=True) if x == "r"]
+    cells = table_row(table.out, refused)
+    assert cells[2:] == ["1", "RuntimeError: cannot book refused 2"]
+    assert "1 matching 'refused' among all of 3 dead letters" in table.out
+
+
+def test_dead_list_refuses_a_bad_expression(agentjobs: Any) -> None:
+    done = agentjobs("dead", "list", "dining", "--error-matches", "(unclosed")
+    assert done.code == 2
+    assert done.err.startswith("error: --error-matches: not a regular expression: ")
+
+
+def test_dead_show_shows_a_dead_letter_and_refuses_other_jobs(
+    agentjobs: Any, redis_url: str
+) -> None:
+    (dead,) = dead_letters(redis_url, ["broken"])
+    (waiting,) = enqueue(redis_url, 1)
+    detail = agentjobs("dead", "show", "dining", dead, "-o", "json").json()
+    assert detail["job_id"] == dead and detail["state"] == "dead"
+    refused = agentjobs("dead", "show", "dining", waiting)
+    assert refused.code == 1
+    assert refused.err == (
+        f"error: job '{waiting}' is not a dead letter of 'dining' (its state: queued); "
+        "`job show` shows it\n"
+    )
+
+
+# -- dead requeue -----------------------------------------------------------------------
+def test_requeue_by_error_dry_run_then_real(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    ids = dead_letters(redis_url, ["timeout a", "refused b", "timeout c"])
+    timeouts = {ids[0], ids[2]}
+    args = ("dead", "requeue", "dining", "--error-matches", "timeout")
+
+    dry = agentjobs(*args, "--dry-run", "-o", "json").json()
+    assert (dry["dry_run"], dry["selected"], dry["done"]) == (True, 2, 0)
+    assert set(dry["sample"]) == timeouts
+    assert client.llen(DINING.dead) == 3 and client.llen(DINING.queue) == 0  # unchanged
+
+    text = agentjobs(*args, "--dry-run")
+    assert text.out.startswith(
+        "dry run (nothing changed): would requeue 2 dead letter(s) of 'dining' "
+        "(--error-matches 'timeout'): "
+    )
+
+    done = agentjobs(*args, "-o", "json").json()
+    assert (done["dry_run"], done["selected"], done["done"]) == (False, 2, 2)
+    assert client.lrange(DINING.dead, 0, -1) == [ids[1]]
+    assert set(sync_reply(client.lrange(DINING.queue, 0, -1))) == timeouts
+    for job_id in timeouts:
+        assert client.hget(DINING.job(job_id), "state") == "queued"
+    again = agentjobs(*args)  # nothing matches any more
+    assert (
+        again.out
+        == "requeued 0 of 0 selected dead letter(s) of 'dining' (--error-matches 'timeout')\n"
+    )
+
+
+def test_requeue_by_id_counts_only_what_it_did(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    dead, _ = dead_letters(redis_url, ["one", "two"])
+    (waiting,) = enqueue(redis_url, 1)
+    done = agentjobs("dead", "requeue", "dining", "--id", dead, "--id", waiting, "--id", "ghost")
+    assert done.code == 0, done.err
+    assert done.out == (
+        f"requeued 1 of 1 selected dead letter(s) of 'dining' (--id)\n"
+        f"not dead letters, left alone: {waiting}, ghost\n"
+    )
+    assert client.llen(DINING.dead) == 1
+    assert client.hget(DINING.job(waiting), "state") is None  # untouched: still plain queued
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [[], ["--all", "--id", "x"], ["--all", "--error-matches", "x"]],
+    ids=["none", "all-and-id", "all-and-match"],
+)
+def test_requeue_needs_exactly_one_selection(agentjobs: Any, selection: list[str]) -> None:
+    done = agentjobs("dead", "requeue", "dining", *selection)
+    assert done.code == 2
+    assert done.err == "error: selection: give exactly one of --id, --all, --error-matches\n"
+
+
+# -- dead purge -------------------------------------------------------------------------
+def test_purge_all_in_batches_dry_run_then_real(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    ids = dead_letters(redis_url, [f"broken {n}" for n in range(1_200)])  # 3 batches of 500
+    args = ("dead", "purge", "dining", "--all", "-o", "json")
+    dry = agentjobs(*args, "--dry-run").json()
+    assert (dry["selected"], dry["done"], dry["kind"]) == (1_200, 0, "all")
+    assert dry["sample"] == [ids[0], *ids[1:10]]  # the oldest first, as they would go
+    assert client.llen(DINING.dead) == 1_200
+
+    done = agentjobs(*args, "--yes").json()
+    assert (done["selected"], done["done"]) == (1_200, 1_200)
+    assert client.llen(DINING.dead) == 0
+    assert not client.exists(DINING.job(ids[0]), DINING.job(ids[-1]), DINING.result(ids[600]))
+
+
+def test_purge_by_error_leaves_the_others(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    ids = dead_letters(redis_url, ["poison x", "fine y"])
+    done = agentjobs("dead", "purge", "dining", "--error-matches", "poison", "--yes")
+    assert (
+        done.out == "purged 1 of 1 selected dead letter(s) of 'dining' (--error-matches 'poison')\n"
+    )
+    assert client.lrange(DINING.dead, 0, -1) == [ids[1]]
+    assert not client.exists(DINING.job(ids[0])) and client.exists(DINING.job(ids[1]))
+
+
+@pytest.mark.single_node("the refusal happens before Redis is read")
+def test_purge_without_a_terminal_refuses_unless_yes(redis_url: str, client: SyncClient) -> None:
+    dead_letters(redis_url, ["kept"])
+    done = run_child(
+        "dead", "purge", "dining", "--all", "--redis-url", redis_url, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        "error: purge: no terminal to confirm on; pass --yes (or --dry-run)"
+    )
+    assert client.llen(DINING.dead) == 1
+
+
+def purge_on_a_terminal(redis_url: str, answer: str) -> tuple[int, str]:
+    """Run `dead purge --all` with a pseudo-terminal as stdin and stderr; answer its
+    question with `answer`. Returns the exit status and what the terminal showed."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "platform_common.jobs", "dead", "purge", "dining", "--all",
+         "--redis-url", redis_url],
+        cwd=REPO_ROOT, env=child_env(), stdin=follower, stdout=subprocess.PIPE,
+        stderr=follower, text=True,
+    )  # fmt: skip
+    os.close(follower)
+    shown = b""
+    while b"(record and result)?" not in shown:  # the question waits for the answer
+        shown += os.read(leader, 1024)
+    os.write(leader, answer.encode() + b"\n")
+    out, _ = process.communicate(timeout=60)
+    os.close(leader)
+    return process.returncode, shown.decode() + out
+
+
+@pytest.mark.single_node("a pseudo-terminal; the purge itself is tested on both")
+def test_purge_asks_on_a_terminal_and_stops_on_no(redis_url: str, client: SyncClient) -> None:
+    dead_letters(redis_url, ["a", "b"])
+    code, shown = purge_on_a_terminal(redis_url, "n")
+    assert "Purge 2 dead letter(s) of 'dining' for good (record and result)?" in shown
+    assert code == 1 and client.llen(DINING.dead) == 2
+    code, shown = purge_on_a_terminal(redis_url, "y")
+    assert code == 0 and "purged 2 of 2 selected" in shown
+    assert client.llen(DINING.dead) == 0

@@ -1,0 +1,123 @@
+"""The bounds of a queued job, checked before anything is written: ttl_seconds at most
+MAX_TTL_SECONDS (checked in Python), and created_at at most MAX_CLOCK_SKEW_SECONDS ahead
+of Redis' clock (checked by the enqueue script against Redis TIME)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis.asyncio as aioredis
+
+from platform_common.jobs.errors import InvalidPayload
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.validation import MAX_CLOCK_SKEW_SECONDS, MAX_TTL_SECONDS
+from tests.support.keyspace import Snapshot, snapshot
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import fast_settings
+
+DINING = QueueKeys("dining")
+
+
+@pytest.fixture
+async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
+    job_queue = await JobQueue.connect(fast_settings(redis_url))
+    try:
+        await job_queue.connection.register_type("dining")
+        yield job_queue
+    finally:
+        await job_queue.aclose()
+
+
+@pytest.fixture
+async def keyspace(redis_url: str) -> AsyncIterator[RedisClient]:
+    """Bytes in, bytes out (DUMP)."""
+    client: RedisClient
+    if RedisSettings.from_url(redis_url).cluster:
+        client = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
+    else:
+        client = aioredis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def redis_now(redis_client: RedisClient) -> datetime:
+    seconds, micros = await redis_client.time()
+    return datetime.fromtimestamp(seconds + micros / 1e6, UTC)
+
+
+async def test_a_ttl_over_the_maximum_is_refused_before_anything_is_written(
+    queue: JobQueue, keyspace: RedisClient, redis_client: RedisClient
+) -> None:
+    before: Snapshot = await snapshot(keyspace)
+    for ttl in (MAX_TTL_SECONDS + 1, 2**63 - 1):
+        job = make_job(ttl_seconds=ttl)
+        with pytest.raises(InvalidPayload) as info:
+            await queue.enqueue(job)
+        assert list(info.value.errors) == ["ttl_seconds"]
+        assert str(MAX_TTL_SECONDS) in info.value.errors["ttl_seconds"]
+        with pytest.raises(InvalidPayload) as many:
+            await queue.enqueue_many([make_job(), job])
+        assert list(many.value.errors) == ["jobs[1].ttl_seconds"]
+    assert await snapshot(keyspace) == before
+
+
+async def test_the_longest_ttl_is_stored_in_integer_digits(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    job_id = await queue.enqueue(make_job(ttl_seconds=MAX_TTL_SECONDS))
+    ttl, expires_at = await redis_client.hmget(DINING.job(job_id), ["ttl", "expires_at"])
+    assert ttl == str(MAX_TTL_SECONDS)
+    assert expires_at.isdigit()
+    assert int(expires_at) > int((await redis_now(redis_client)).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    "ahead",
+    [timedelta(seconds=MAX_CLOCK_SKEW_SECONDS + 60), timedelta(days=365 * 970)],
+    ids=["skew-plus-a-minute", "year-2996"],
+)
+async def test_a_created_at_too_far_ahead_of_redis_is_refused_by_the_script(
+    queue: JobQueue, keyspace: RedisClient, redis_client: RedisClient, ahead: timedelta
+) -> None:
+    created = await redis_now(redis_client) + ahead
+    job = make_job(created_at=created.isoformat(), ttl_seconds=60)
+    before = await snapshot(keyspace)
+    with pytest.raises(InvalidPayload) as info:
+        await queue.enqueue(job)
+    problem = info.value.errors["created_at"]
+    assert list(info.value.errors) == ["created_at"]
+    assert job["job_id"] in problem and f"at most {MAX_CLOCK_SKEW_SECONDS} s" in problem
+    skew = re.search(r"lies (\d+) s ahead of Redis' clock", problem)
+    assert skew is not None and abs(int(skew[1]) - ahead.total_seconds()) < 5
+    assert await snapshot(keyspace) == before
+
+
+async def test_enqueue_many_refuses_the_whole_batch_for_one_created_at_too_far_ahead(
+    queue: JobQueue, keyspace: RedisClient, redis_client: RedisClient
+) -> None:
+    created = await redis_now(redis_client) + timedelta(hours=1)
+    batch = [make_job() for _ in range(3)]
+    batch[1]["created_at"] = created.isoformat()
+    before = await snapshot(keyspace)
+    with pytest.raises(InvalidPayload) as info:
+        await queue.enqueue_many(batch)
+    errors = info.value.errors
+    assert sorted(errors) == [f"jobs[{i}].created_at" for i in range(3)]
+    assert batch[1]["job_id"] in errors["jobs[1].created_at"]
+    assert errors["jobs[0].created_at"].startswith("not written")
+    assert await snapshot(keyspace) == before
+
+
+async def test_a_created_at_within_the_skew_is_accepted(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    created = await redis_now(redis_client) + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS // 2)
+    job_id = await queue.enqueue(make_job(created_at=created.isoformat(), ttl_seconds=60))
+    assert await redis_client.lrange(DINING.queue, 0, -1) == [job_id]

@@ -1,0 +1,255 @@
+"""Fault injection for `queue_expire.lua`: each key the cleanup touches is planted with the
+wrong type or a malformed value, the cleanup runs, and the outcome is either success
+with a consistent state or the package's InvalidRecord (naming the key) with the whole
+keyspace unchanged (DUMP and absolute expiry of every key compared). Redis does not undo
+a script that fails midway, so "unchanged" is the proof that every check ran first.
+
+A job whose own record does not parse is no fault of the cleanup: it is expired like any
+other (its deadline is the expiry set's), the problem in its result, so one poison
+record never stalls the cleanup of every other job. Runs on a single node and the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from platform_common.jobs import InvalidRecord
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
+from platform_common.jobs.queue.expiry import CORRUPT_RESULT_TTL_SECONDS, expire_jobs
+from platform_common.jobs.redis.script import Script
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import fast_settings
+
+DINING = QueueKeys("dining")
+
+
+@dataclass
+class Env:
+    queue: JobQueue
+    raw: RedisClient
+    """Decodes replies (for setting up and reading back)."""
+    raw_bytes: RedisClient
+    """Bytes in, bytes out: DUMP."""
+    due: list[str]
+    """Two queued jobs past their TTL: what the cleanup would expire."""
+
+    async def snapshot(self) -> Snapshot:
+        return await snapshot(self.raw_bytes)
+
+    async def expire(self, job_ids: list[str]) -> list[str]:
+        """The script itself, given the ids (the cleanup reads them from the expiry set)."""
+        connection = self.queue.connection
+        report = await expire_jobs(
+            connection.run_script, connection.scripts.expire, DINING, job_ids
+        )
+        return list(report.expired)
+
+
+@pytest.fixture
+async def env(redis_url: str) -> AsyncIterator[Env]:
+    queue = await JobQueue.connect(fast_settings(redis_url))
+    settings = RedisSettings.from_url(redis_url)
+    raw = settings.make_client(decode_responses=True)
+    raw_bytes = settings.make_client(decode_responses=False)
+    try:
+        due = await queue.enqueue_many([make_job(ttl_seconds=600) for _ in range(2)])
+        await queue.enqueue(make_job(ttl_seconds=600))  # not due: stays as it is
+        await make_due(raw, due)
+        yield Env(queue, raw, raw_bytes, due)
+    finally:
+        await queue.aclose()
+        await raw.aclose()
+        await raw_bytes.aclose()
+
+
+async def make_due(client: RedisClient, job_ids: list[str]) -> None:
+    seconds, micros = await client.time()
+    past = int(seconds) * 1000 + int(micros) // 1000 - 1000
+    for job_id in job_ids:
+        await client.hset(DINING.job(job_id), "expires_at", str(past))
+        await client.zadd(DINING.expiry, {job_id: past})
+
+
+# -- the faults --------------------------------------------------------------------------
+# A command that makes a key of each type (KEY is replaced by the key).
+WRONG_TYPES: dict[str, tuple[str, ...]] = {
+    "string": ("SET", "KEY", "not what the queue wrote"),
+    "list": ("RPUSH", "KEY", "a"),
+    "set": ("SADD", "KEY", "a"),
+    "zset": ("ZADD", "KEY", "0", "a"),
+    "hash": ("HSET", "KEY", "a", "1"),
+    "stream": ("XADD", "KEY", "*", "a", "1"),
+}
+# Every shared key the cleanup touches, and the type it must hold.
+SHARED_KEYS = {
+    DINING.expiry: "zset",
+    DINING.delayed: "zset",
+    DINING.processing: "list",
+    DINING.leases: "zset",
+    DINING.stats: "hash",
+    DINING.waiting: "zset",
+}
+TYPE_NAMES = {"zset": "a sorted set", "list": "a list", "hash": "a hash"}
+SHARED_FAULTS = [
+    (key, kind) for key, right in SHARED_KEYS.items() for kind in WRONG_TYPES if kind != right
+]
+
+
+async def plant(client: RedisClient, key: str, kind: str) -> None:
+    await client.delete(key)
+    await client.execute_command(*(key if arg == "KEY" else arg for arg in WRONG_TYPES[kind]))
+
+
+@pytest.mark.parametrize(("key", "kind"), SHARED_FAULTS, ids=[f"{k}={t}" for k, t in SHARED_FAULTS])
+async def test_a_shared_key_of_another_type_is_named_and_nothing_is_written(
+    env: Env, key: str, kind: str
+) -> None:
+    await plant(env.raw, key, kind)
+    named = (key, f"holds another type than {TYPE_NAMES[SHARED_KEYS[key]]}")
+    before = await env.snapshot()
+    with pytest.raises(InvalidRecord) as info:
+        await env.queue.cleanup("dining")
+    assert (info.value.field, info.value.problem) == named
+    assert await env.snapshot() == before
+    # The script's own check, past the cleanup's read of the expiry set.
+    with pytest.raises(InvalidRecord) as info:
+        await env.expire(env.due)
+    assert (info.value.field, info.value.problem) == named
+    assert await env.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "counter", ["many", "1.5", "1e3", "", "9223372036854775807", "1234567890123456"]
+)
+async def test_a_malformed_expired_counter_is_named_and_nothing_is_written(
+    env: Env, counter: str
+) -> None:
+    """16 digits and more are refused too: adding a batch could overflow HINCRBY."""
+    await env.raw.hset(DINING.stats, "expired", counter)
+    before = await env.snapshot()
+    with pytest.raises(InvalidRecord) as info:
+        await env.queue.cleanup("dining")
+    assert info.value.field == DINING.stats and "expired" in info.value.problem
+    assert await env.snapshot() == before
+
+
+async def test_a_large_valid_expired_counter_is_added_to(env: Env) -> None:
+    await env.raw.hset(DINING.stats, "expired", "999999999999990")
+    assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
+    assert await env.raw.hget(DINING.stats, "expired") == "999999999999992"
+
+
+@pytest.mark.parametrize("kind", ["list", "set", "zset", "hash", "stream"])
+async def test_the_queue_list_and_a_result_key_of_another_type_are_not_in_the_way(
+    env: Env, kind: str
+) -> None:
+    """Expiry no longer touches the queue list; a result key is overwritten by SET."""
+    await plant(env.raw, DINING.queue, kind)
+    await plant(env.raw, DINING.result(env.due[0]), kind)
+    before = await env.snapshot()
+    assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
+    expected = {DINING.expiry, DINING.waiting, DINING.stats}
+    for job_id in env.due:
+        expected |= {DINING.job(job_id), DINING.result(job_id)}
+    assert changed_keys(before, await env.snapshot()) == {key.encode() for key in expected}
+    for job_id in env.due:
+        result = await env.queue.get_result(job_id, "dining")
+        assert result is not None and result.status == "expired"
+
+
+async def test_the_script_refuses_a_bad_fallback_ttl_before_writing(env: Env) -> None:
+    before = await env.snapshot()
+    keys = [DINING.expiry, DINING.delayed, DINING.processing, DINING.leases, DINING.stats]
+    keys += [DINING.waiting, DINING.job(env.due[0]), DINING.result(env.due[0])]
+    for fallback in ("0", "1e9", "x", "315360001"):
+        call = [DINING.channel, fallback, env.due[0]]
+        reply = await env.queue.connection.run_script(Script.named("queue_expire"), keys, call)
+        assert reply == ["invalid", "ARGV[2]", "fallback ttl is not an integer from 1 to 315360000"]
+    assert await env.snapshot() == before
+
+
+# -- a poison record: expired all the same, the problem in its result -----------------------
+# field -> value planted (None: removed), and what the result's error then says.
+EXPIRES_AT, TTL, STATE = "stored field expires_at", "stored field ttl", "stored state"
+POISON: dict[str, tuple[dict[str, str | None], str]] = {
+    "expires_at garbage": ({"expires_at": "soon"}, EXPIRES_AT),
+    "expires_at in exponent notation": ({"expires_at": "9.2233720386508995e+21"}, EXPIRES_AT),
+    "expires_at missing": ({"expires_at": None}, EXPIRES_AT),
+    "ttl garbage": ({"ttl": "a minute"}, TTL),
+    "ttl zero": ({"ttl": "0"}, TTL),
+    "ttl negative": ({"ttl": "-5"}, TTL),
+    "ttl past the maximum": ({"ttl": "9223372036854775807"}, TTL),
+    "ttl missing": ({"ttl": None}, TTL),
+    "state of a newer version": ({"state": "paused"}, STATE),
+}
+
+
+async def test_a_poison_record_is_expired_with_its_problem_and_the_others_with_it(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    poison_jobs = [make_job(ttl_seconds=600) for _ in POISON]
+    await env.queue.enqueue_many(poison_jobs)
+    poisoned = {job["job_id"]: fault for job, fault in zip(poison_jobs, POISON, strict=True)}
+    await make_due(env.raw, list(poisoned))
+    for job_id, fault in poisoned.items():
+        for name, value in POISON[fault][0].items():
+            if value is None:
+                await env.raw.hdel(DINING.job(job_id), name)
+            else:
+                await env.raw.hset(DINING.job(job_id), name, value)
+    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.maintenance")
+
+    expired = await env.queue.cleanup("dining")
+    assert sorted(expired) == sorted([*env.due, *poisoned])
+    assert await env.queue.cleanup("dining") == []  # nothing left behind to retry
+    for job_id, fault in poisoned.items():
+        result = await env.queue.get_result(job_id, "dining")
+        assert result is not None and result.status == "expired", fault
+        assert POISON[fault][1] in (result.error or ""), (fault, result.error)
+        assert not await env.raw.exists(DINING.job(job_id))
+        ttl = await env.raw.ttl(DINING.result(job_id))
+        kept = CORRUPT_RESULT_TTL_SECONDS if POISON[fault][1] == TTL else 600
+        assert kept - 60 < ttl <= kept, fault
+    warned = {getattr(r, "job_id", None) for r in caplog.records}
+    assert warned >= set(poisoned)
+    stats = await env.queue.stats("dining")
+    assert stats.counters["expired"] == len(expired)
+    assert stats.queued == 1  # the one job not due
+    assert stats.counters["enqueued"] == stats.counters["expired"] + 1
+
+
+@pytest.mark.parametrize("kind", ["string", "list", "set", "zset", "stream"])
+async def test_a_job_key_of_another_type_is_expired_and_does_not_stop_the_others(
+    env: Env, kind: str
+) -> None:
+    await plant(env.raw, DINING.job(env.due[0]), kind)
+    assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
+    result = await env.queue.get_result(env.due[0], "dining")
+    assert result is not None and result.status == "expired"
+    assert "stored job is not a hash" in (result.error or "")
+    assert not await env.raw.exists(DINING.job(env.due[0]))
+    assert await env.queue.cleanup("dining") == []
+
+
+async def test_a_finished_record_left_in_the_expiry_set_is_only_taken_out(env: Env) -> None:
+    """Its outcome stands: no second result, event or count."""
+    job_id = env.due[0]
+    await env.raw.hset(DINING.job(job_id), mapping={"state": "succeeded", "ttl": "x"})
+    await env.raw.set(DINING.result(job_id), '{"status":"succeeded","result":1,"error":null}')
+    assert await env.queue.cleanup("dining") == [env.due[1]]
+    result = await env.queue.get_result(job_id, "dining")
+    assert result is not None and (result.status, result.result) == ("succeeded", 1)
+    assert await env.raw.zscore(DINING.expiry, job_id) is None
+    assert (await env.queue.stats("dining")).counters["expired"] == 1
+
+
+async def test_an_id_given_twice_is_expired_once(env: Env) -> None:
+    assert await env.expire([env.due[0], env.due[0]]) == [env.due[0]]
+    assert (await env.queue.stats("dining")).counters["expired"] == 1

@@ -1,0 +1,608 @@
+"""Fault injection for the queue's scripts (every `queue_*.lua` but queue_expire.lua, which
+has its own): each key a script touches is planted with the wrong type or a malformed
+value, the public operation runs, and the outcome is either success with a consistent
+state or the package's own error with the whole keyspace unchanged (DUMP and absolute
+expiry of every key compared). Redis does not undo a script that fails midway, so
+"unchanged" is the proof that every check ran before the first write.
+
+Runs on a single Redis server and on the Redis Cluster (tests/queue/conftest.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload, JobsError
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import Claim, JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
+
+DINING = QueueKeys("dining")
+TOKEN = "token-1"
+
+
+@dataclass
+class Env:
+    queue: JobQueue
+    leases: Leases
+    chores: Maintenance
+    raw: RedisClient
+    """Decodes replies (for setting up and reading back)."""
+    raw_bytes: RedisClient
+    """Bytes in, bytes out: DUMP."""
+
+    async def snapshot(self) -> Snapshot:
+        return await snapshot(self.raw_bytes)
+
+    async def queued(self, **overrides: Any) -> str:
+        job_id: str = await self.queue.enqueue(make_job(**overrides))
+        return job_id
+
+    async def running(self) -> Claim:
+        """A job taken and claimed (lease token TOKEN), as a worker holds it."""
+        job_id = await self.queued()
+        assert await self.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
+        _, claims = await self.leases.claim("worker-1", [(job_id, TOKEN)])
+        assert [claim.job_id for claim in claims] == [job_id]
+        return claims[0]
+
+    async def dead(self) -> str:
+        """A dead letter (its stored job did not parse: dead-lettered at once)."""
+        claim = await self.running()
+        await self.leases.fail(claim.job_id, TOKEN, "boom", mode="corrupt")
+        assert await self.raw.lindex(DINING.dead, 0) == claim.job_id
+        return claim.job_id
+
+    async def due_retry(self) -> str:
+        """A failed attempt waiting in the delayed set, due now."""
+        claim = await self.running()
+        assert await self.leases.fail(claim.job_id, TOKEN, "boom") == QueueState.RETRYING
+        await self.raw.zadd(DINING.delayed, {claim.job_id: 0}, xx=True)
+        return claim.job_id
+
+    async def plant(self, key: str, kind: str) -> None:
+        await self.raw.delete(key)
+        await self.raw.execute_command(*(key if arg == "KEY" else arg for arg in WRONG_TYPES[kind]))
+
+    async def counter(self, field: str) -> str | None:
+        value: str | None = await self.raw.hget(DINING.stats, field)
+        return value
+
+
+@pytest.fixture
+async def env(redis_url: str) -> AsyncIterator[Env]:
+    settings = fast_settings(redis_url, max_attempts=2)
+    raw: RedisClient
+    raw_bytes: RedisClient
+    if settings.redis.cluster:
+        raw = RedisSettings.from_url(redis_url).make_client()
+        raw_bytes = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
+    else:
+        raw = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        raw_bytes = aioredis.Redis.from_url(redis_url)
+    queue = await JobQueue.connect(settings)
+    try:
+        await queue.connection.register_type("dining")
+        yield Env(
+            queue,
+            Leases(queue.connection, "dining"),
+            Maintenance(queue.connection, "dining"),
+            raw,
+            raw_bytes,
+        )
+    finally:
+        await queue.aclose()
+        await raw.aclose()
+        await raw_bytes.aclose()
+
+
+# -- the faults --------------------------------------------------------------------------
+# A command that makes a key of each type (KEY is replaced by the key).
+WRONG_TYPES: dict[str, tuple[str, ...]] = {
+    "string": ("SET", "KEY", "not what the queue wrote"),
+    "list": ("RPUSH", "KEY", "a"),
+    "set": ("SADD", "KEY", "a"),
+    "zset": ("ZADD", "KEY", "0", "a"),
+    "hash": ("HSET", "KEY", "a", "1"),
+    "stream": ("XADD", "KEY", "*", "a", "1"),
+}
+
+
+def wrong_types(*roles: tuple[str, str]) -> list[Any]:
+    """pytest params (role, kind): every type but the one the queue keeps at `role`."""
+    return [
+        pytest.param(role, kind, id=f"{role}-{kind}")
+        for role, native in roles
+        for kind in sorted(WRONG_TYPES)
+        if kind != native
+    ]
+
+
+NOT_INTEGERS = ["many", "1.5", "1e3", " 7", "9223372036854775807"]
+"""Stored counters HINCRBY refuses (the last would overflow)."""
+
+
+def key_of(role: str, job_id: str = "") -> str:
+    if role == "job":
+        return DINING.job(job_id)
+    if role == "result":
+        return DINING.result(job_id)
+    key: str = getattr(DINING, role)
+    return key
+
+
+async def refused(env: Env, operation: Callable[[], Awaitable[Any]], key: str) -> None:
+    """The operation raises CorruptQueueState naming `key` and changes nothing."""
+    before = await env.snapshot()
+    with pytest.raises(CorruptQueueState) as info:
+        await operation()
+    assert info.value.key == key, info.value
+    assert changed_keys(before, await env.snapshot()) == set()
+
+
+async def typed_or_consistent(
+    env: Env, operation: Callable[[], Awaitable[Any]], consistent: Callable[[], Awaitable[None]]
+) -> None:
+    """A typed package error with nothing changed, or success and `consistent()` holds.
+    A raw redis-py error fails the test."""
+    before = await env.snapshot()
+    try:
+        await operation()
+    except JobsError as exc:
+        changed = changed_keys(before, await env.snapshot())
+        assert changed == set(), f"{exc!r} after writing {sorted(changed)}"
+        return
+    await consistent()
+
+
+# -- queue_enqueue: JobQueue.enqueue and enqueue_many ------------------------------------
+ENQUEUE_KEYS = wrong_types(
+    ("queue", "list"), ("stats", "hash"), ("expiry", "zset"), ("waiting", "zset")
+)
+
+
+@pytest.mark.parametrize(("role", "kind"), ENQUEUE_KEYS)
+async def test_enqueue_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.queue.enqueue(make_job()), key_of(role))
+
+
+@pytest.mark.parametrize(("role", "kind"), ENQUEUE_KEYS)
+async def test_enqueue_many_refuses_a_queue_key_of_another_type(
+    env: Env, role: str, kind: str
+) -> None:
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.queue.enqueue_many([make_job() for _ in range(3)]), key_of(role))
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_enqueue_refuses_a_malformed_enqueued_counter(env: Env, value: str) -> None:
+    await env.raw.hset(DINING.stats, "enqueued", value)
+    await refused(env, lambda: env.queue.enqueue(make_job()), DINING.stats)
+    await refused(env, lambda: env.queue.enqueue_many([make_job(), make_job()]), DINING.stats)
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_enqueue_refuses_a_job_key_of_another_type(env: Env, kind: str) -> None:
+    job = make_job()
+    await env.plant(DINING.job(job["job_id"]), kind)
+    await refused(env, lambda: env.queue.enqueue(job), DINING.job(job["job_id"]))
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_enqueue_many_refuses_an_id_whose_key_holds_anything(env: Env, kind: str) -> None:
+    jobs = [make_job() for _ in range(3)]
+    await env.plant(DINING.job(jobs[1]["job_id"]), kind)
+    before = await env.snapshot()
+    with pytest.raises(InvalidPayload) as info:
+        await env.queue.enqueue_many(jobs)
+    assert info.value.errors == {"jobs[1].job_id": f"job {jobs[1]['job_id']!r} already exists"}
+    assert await env.snapshot() == before
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_enqueue_of_an_id_whose_result_key_holds_anything_is_a_duplicate(
+    env: Env, kind: str
+) -> None:
+    job = make_job()
+    await env.plant(DINING.result(job["job_id"]), kind)
+    before = await env.snapshot()
+    with pytest.raises(InvalidPayload) as info:
+        await env.queue.enqueue(job)
+    assert info.value.errors == {"job_id": f"job {job['job_id']!r} already exists"}
+    with pytest.raises(InvalidPayload):
+        await env.queue.enqueue_many([make_job(), job])
+    assert await env.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [("TYPE", "string"), ("FIELD", "many"), ("FIELD", "2.5")],
+    ids=["stats-string", "bucket-many", "bucket-2.5"],
+)
+async def test_a_new_producer_refuses_corrupt_stats_before_registering(
+    env: Env, fault: tuple[str, str]
+) -> None:
+    """register_type (the first enqueue of a process) writes the type set and the
+    bucket fields: a corrupt stats hash stops it before either."""
+    how, value = fault
+    if how == "TYPE":
+        await env.plant(DINING.stats, value)
+    else:
+        await env.raw.hset(DINING.stats, "latency_le:0.5", value)
+    async with await JobQueue.connect(env.queue.settings) as fresh:
+        await refused(env, lambda: fresh.enqueue(make_job()), DINING.stats)
+
+
+async def test_enqueue_after_a_refusal_writes_whole_jobs(env: Env) -> None:
+    await env.plant(DINING.expiry, "string")
+    with pytest.raises(CorruptQueueState):
+        await env.queue.enqueue_many([make_job() for _ in range(3)])
+    await env.raw.delete(DINING.expiry)
+    ids = await env.queue.enqueue_many([make_job() for _ in range(3)])
+    assert await env.raw.lrange(DINING.queue, 0, -1) == ids[::-1]
+    assert await env.raw.zcard(DINING.expiry) == 3 == await env.raw.zcard(DINING.waiting)
+    assert await env.counter("enqueued") == "3"
+
+
+# -- queue_complete: Leases.complete -----------------------------------------------------
+COMPLETE_KEYS = wrong_types(
+    ("processing", "list"), ("leases", "zset"), ("expiry", "zset"), ("stats", "hash")
+)
+
+
+@pytest.mark.parametrize(("role", "kind"), COMPLETE_KEYS)
+async def test_complete_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    claim = await env.running()
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), key_of(role))
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_complete_refuses_a_job_key_of_another_type(env: Env, kind: str) -> None:
+    claim = await env.running()
+    await env.plant(DINING.job(claim.job_id), kind)
+    await refused(
+        env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), DINING.job(claim.job_id)
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_complete_replaces_a_result_key_of_any_type(env: Env, kind: str) -> None:
+    claim = await env.running()
+    await env.plant(DINING.result(claim.job_id), kind)
+    await env.leases.complete(claim.job_id, TOKEN, '{"ok":true}')
+    outcome = await env.queue.get_result(claim.job_id, "dining")
+    assert outcome is not None and (outcome.status, outcome.result) == ("succeeded", {"ok": True})
+    assert 0 < await env.raw.ttl(DINING.result(claim.job_id)) <= 60
+    assert await env.raw.hget(DINING.job(claim.job_id), "state") == "succeeded"
+    assert await env.counter("completed") == "1"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("enqueued_at", "soon"),
+        ("enqueued_at", "1.7e12"),
+        ("enqueued_at", None),
+        ("ttl", "0"),
+        ("ttl", "sixty"),
+        ("ttl", "1e3"),
+        ("ttl", "9" * 16),
+        ("ttl", None),
+    ],
+    ids=repr,
+)
+async def test_complete_refuses_a_job_field_that_does_not_parse(
+    env: Env, field: str, value: str | None
+) -> None:
+    claim = await env.running()
+    job_key = DINING.job(claim.job_id)
+    if value is None:
+        await env.raw.hdel(job_key, field)
+    else:
+        await env.raw.hset(job_key, field, value)
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), job_key)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        *(("completed", value) for value in NOT_INTEGERS),
+        ("latency_count", "many"),
+        ("latency_le:+Inf", "1.5"),
+        ("latency_sum", "fast"),
+        ("latency_sum", "inf"),
+        ("latency_sum", "nan"),
+        ("latency_sum", " 1.5"),
+    ],
+    ids=repr,
+)
+async def test_complete_refuses_a_stats_field_that_does_not_parse(
+    env: Env, field: str, value: str
+) -> None:
+    claim = await env.running()
+    for bucket in await env.raw.hkeys(DINING.stats):
+        if bucket.startswith("latency_le:") and field.startswith("latency_le:"):
+            await env.raw.hset(DINING.stats, bucket, value)  # whichever bucket it lands in
+    await env.raw.hset(DINING.stats, field, value)
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), DINING.stats)
+
+
+async def test_a_worker_fails_a_job_its_completion_cannot_count(redis_url: str, env: Env) -> None:
+    """The handler ran, but the completed counter does not parse: the completion is
+    refused whole, and the worker dead-letters the job with the problem (counted as
+    failed, so enqueued == completed + failed + expired + live still holds)."""
+    job_id = await env.queued()
+    await env.raw.hset(DINING.stats, "completed", "many")
+
+    async def handler(job: object) -> str:
+        return "done"
+
+    settings = fast_settings(redis_url, max_attempts=2)
+    async with running_worker(settings, handler):
+        letters = await eventually(lambda: env.queue.dead_letters.list("dining"))
+    assert [letter.job_id for letter in letters] == [job_id]
+    assert "field completed is not an integer" in letters[0].last_error
+    assert await env.counter("completed") == "many"
+    assert (await env.counter("failed"), await env.counter("enqueued")) == ("1", "1")
+    outcome = await env.queue.get_result(job_id, "dining")
+    assert outcome is not None and outcome.status == "failed"
+
+
+# -- queue_renew: Leases.renew -----------------------------------------------------------
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
+async def test_renew_refuses_a_leases_key_of_another_type(env: Env, kind: str) -> None:
+    claim = await env.running()
+    await env.plant(DINING.leases, kind)
+    await refused(env, lambda: env.leases.renew([(claim.job_id, TOKEN)]), DINING.leases)
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_renew_reports_a_job_key_of_another_type_lost_and_renews_the_rest(
+    env: Env, kind: str
+) -> None:
+    healthy = await env.running()
+    await env.raw.zadd(DINING.leases, {healthy.job_id: 1})  # renewal moves this deadline
+    broken = "broken-job"
+    await env.plant(DINING.job(broken), kind)
+    before = await env.snapshot()
+    lost = await env.leases.renew([(broken, TOKEN), (healthy.job_id, TOKEN)])
+    assert lost == [broken]
+    assert changed_keys(before, await env.snapshot()) == {DINING.leases.encode()}
+    assert (await env.raw.zscore(DINING.leases, healthy.job_id) or 0) > 1
+
+
+# -- queue_heartbeat: Maintenance.heartbeat ----------------------------------------------
+@pytest.mark.parametrize("leaving", [False, True], ids=["beat", "leave"])
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
+async def test_heartbeat_refuses_a_workers_key_of_another_type(
+    env: Env, kind: str, leaving: bool
+) -> None:
+    await env.plant(DINING.workers, kind)
+    await refused(env, lambda: env.chores.heartbeat("worker-1", leaving=leaving), DINING.workers)
+
+
+# -- queue_promote: Maintenance.promote --------------------------------------------------
+@pytest.mark.parametrize(
+    ("role", "kind"), wrong_types(("delayed", "zset"), ("queue", "list"), ("waiting", "zset"))
+)
+async def test_promote_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.due_retry()
+    await env.plant(key_of(role), kind)
+    await refused(env, env.chores.promote, key_of(role))
+
+
+async def test_promote_moves_every_due_retry_in_one_step(env: Env) -> None:
+    ids = [await env.due_retry() for _ in range(3)]
+    assert await env.chores.promote() == 3
+    assert sorted(await env.raw.lrange(DINING.queue, 0, -1)) == sorted(ids)
+    assert await env.raw.zcard(DINING.delayed) == 0
+    assert sorted(await env.raw.zrange(DINING.waiting, 0, -1)) == sorted(ids)
+
+
+# -- queue_reap_scan: Maintenance.reap ---------------------------------------------------
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("processing", "list"), ("leases", "zset")))
+async def test_reap_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.queued()
+    await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")  # taken, unclaimed
+    await env.plant(key_of(role), kind)
+    await refused(env, env.chores.reap, key_of(role))
+
+
+# -- queue_dead_requeue: dead_letters.requeue --------------------------------------------
+DEAD_KEYS = wrong_types(
+    ("dead", "list"), ("queue", "list"), ("expiry", "zset"), ("stats", "hash"), ("waiting", "zset")
+)
+
+
+@pytest.mark.parametrize(("role", "kind"), DEAD_KEYS)
+async def test_requeue_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    job_id = await env.dead()
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.queue.dead_letters.requeue("dining", [job_id]), key_of(role))
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_requeue_refuses_a_job_key_of_another_type(env: Env, kind: str) -> None:
+    healthy = await env.dead()
+    broken = await env.dead()
+    await env.plant(DINING.job(broken), kind)
+    await refused(
+        env,
+        lambda: env.queue.dead_letters.requeue("dining", [healthy, broken]),
+        DINING.job(broken),
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "sixty", "1e3", "9" * 13, None], ids=repr)
+async def test_requeue_refuses_a_ttl_that_does_not_parse(env: Env, value: str | None) -> None:
+    healthy = await env.dead()
+    broken = await env.dead()
+    if value is None:
+        await env.raw.hdel(DINING.job(broken), "ttl")
+    else:
+        await env.raw.hset(DINING.job(broken), "ttl", value)
+    await refused(
+        env,
+        lambda: env.queue.dead_letters.requeue("dining", [healthy, broken]),
+        DINING.job(broken),
+    )
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_requeue_refuses_a_malformed_enqueued_counter(env: Env, value: str) -> None:
+    job_id = await env.dead()
+    await env.raw.hset(DINING.stats, "enqueued", value)
+    await refused(env, lambda: env.queue.dead_letters.requeue("dining", [job_id]), DINING.stats)
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_requeue_clears_a_result_key_of_any_type(env: Env, kind: str) -> None:
+    job_id = await env.dead()
+    await env.plant(DINING.result(job_id), kind)
+    assert await env.queue.dead_letters.requeue("dining", [job_id]) == [job_id]
+    assert not await env.raw.exists(DINING.result(job_id))
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [job_id]
+    state, expires_at = await env.raw.hmget(DINING.job(job_id), ["state", "expires_at"])
+    assert state == "queued" and expires_at.isdigit()  # integer digits, never 1.8e+12
+    assert await env.raw.lrange(DINING.dead, 0, -1) == []
+    assert await env.counter("enqueued") == "2"
+
+
+async def test_requeue_drops_the_entry_of_a_record_that_is_gone(env: Env) -> None:
+    gone = await env.dead()
+    kept = await env.dead()
+    await env.raw.delete(DINING.job(gone))
+    assert await env.queue.dead_letters.requeue("dining", [gone, kept]) == [kept]
+    assert await env.raw.lrange(DINING.dead, 0, -1) == []
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [kept]
+    assert await env.counter("enqueued") == "3"  # two enqueues, one requeue
+
+
+# -- queue_dead_purge: dead_letters.purge ------------------------------------------------
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"list"}))
+async def test_purge_refuses_a_dead_list_of_another_type(env: Env, kind: str) -> None:
+    job_id = await env.dead()
+    await env.plant(DINING.dead, kind)
+    await refused(env, lambda: env.queue.dead_letters.purge("dining", [job_id]), DINING.dead)
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("job", "hash"), ("result", "string")))
+async def test_purge_deletes_a_record_or_result_of_any_type(env: Env, role: str, kind: str) -> None:
+    job_id = await env.dead()
+    await env.plant(key_of(role, job_id), kind)
+    before = await env.snapshot()
+    assert await env.queue.dead_letters.purge("dining", [job_id]) == 1
+    changed = changed_keys(before, await env.snapshot())
+    assert changed == {k.encode() for k in (DINING.dead, DINING.job(job_id), DINING.result(job_id))}
+    assert not await env.raw.exists(DINING.dead, DINING.job(job_id), DINING.result(job_id))
+
+
+# -- queue_claim and queue_fail (owned elsewhere): typed error + unchanged, or consistent --
+CLAIM_WRITES_FIRST = pytest.mark.xfail(
+    strict=True,
+    reason="queue_claim.lua starts the attempt (HINCRBY attempts, HSET) before it touches "
+    "this key or counter: a refusal there leaves the claim half done",
+)
+CLAIM_KEYS = [
+    pytest.param(*param.values, marks=CLAIM_WRITES_FIRST, id=param.id)
+    if param.values[0] in ("leases", "stats", "queue", "waiting")
+    else param
+    for param in wrong_types(
+        ("processing", "list"),
+        ("leases", "zset"),
+        ("stats", "hash"),
+        ("expiry", "zset"),
+        ("queue", "list"),
+        ("waiting", "zset"),
+        ("result", "string"),
+    )
+]
+
+
+@pytest.mark.parametrize(("role", "kind"), CLAIM_KEYS)
+async def test_claim_with_a_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    job_id = await env.queued()
+    await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
+    await env.plant(key_of(role, job_id), kind)
+
+    async def claimed() -> None:
+        assert await env.raw.hmget(DINING.job(job_id), ["state", "token"]) == ["running", TOKEN]
+        assert await env.raw.zscore(DINING.leases, job_id) is not None
+        assert await env.counter("started") == "1"
+
+    await typed_or_consistent(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), claimed)
+
+
+@CLAIM_WRITES_FIRST
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_claim_with_a_malformed_started_counter(env: Env, value: str) -> None:
+    job_id = await env.queued()
+    await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
+    await env.raw.hset(DINING.stats, "started", value)
+
+    async def never() -> None:
+        raise AssertionError("a started counter that does not parse was bumped")
+
+    await typed_or_consistent(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), never)
+
+
+FAIL_KEYS = wrong_types(
+    ("processing", "list"),
+    ("leases", "zset"),
+    ("delayed", "zset"),
+    ("dead", "list"),
+    ("failed", "list"),
+    ("expiry", "zset"),
+    ("stats", "hash"),
+    ("waiting", "zset"),
+    ("job", "hash"),
+    ("result", "string"),
+)
+
+
+@pytest.mark.parametrize("mode", ["error", "corrupt", "fatal"])
+@pytest.mark.parametrize(("role", "kind"), FAIL_KEYS)
+async def test_fail_with_a_key_of_another_type(env: Env, role: str, kind: str, mode: str) -> None:
+    claim = await env.running()
+    await env.plant(key_of(role, claim.job_id), kind)
+    ended = {"error": "retrying", "corrupt": "dead", "fatal": "failed"}[mode]
+
+    async def ended_once() -> None:
+        assert await env.raw.hget(DINING.job(claim.job_id), "state") == ended
+        assert await env.raw.zscore(DINING.leases, claim.job_id) is None
+
+    await typed_or_consistent(
+        env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), ended_once
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ResponseError,
+    reason="queue_fail.lua refuses before writing, but with its own error text, not the "
+    "CORRUPT reply that QueueConnection turns into CorruptQueueState",
+)
+@pytest.mark.parametrize(
+    ("mode", "field"), [("error", "retried"), ("corrupt", "dead_lettered"), ("fatal", "failed")]
+)
+async def test_fail_with_a_malformed_counter(env: Env, mode: str, field: str) -> None:
+    claim = await env.running()
+    await env.raw.hset(DINING.stats, field, "many")
+
+    async def never() -> None:
+        raise AssertionError(f"the {field} counter that does not parse was bumped")
+
+    await typed_or_consistent(
+        env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), never
+    )
