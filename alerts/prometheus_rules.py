@@ -90,7 +90,22 @@ def _tests_for(spec: AlertSpec, case: BoundaryCase, config: MonitoringConfig) ->
         }
         for scenario in case.quiet
     ]
-    return [firing, *quiet]
+    timelines = [
+        {
+            "input_series": _input(timeline.scenario),
+            "interval": "1m",
+            "alert_rule_test": [
+                {
+                    "alertname": spec.name,
+                    "eval_time": _duration(at),
+                    "exp_alerts": [_expected(spec, config, timeline.scenario)] if fires else [],
+                }
+                for at, fires in timeline.checks
+            ],
+        }
+        for timeline in case.timelines
+    ]
+    return [firing, *quiet, *timelines]
 
 
 def promtool_tests(config: MonitoringConfig, rule_file_name: str) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Per alert: input series that breach the threshold (the alert must not fire one s
 before `onset + for`, and must fire at exactly `onset + for`), and quiet variants at or
 just under the threshold (never fire). Exact value boundaries (depth == threshold,
 age == TTL) are used where PromQL arithmetic is exact; ratios of rates use values
-clearly on each side. Series names come from the catalogue.
+clearly on each side. Some alerts add timelines: a story told sample by sample (traffic,
+then none) with the times the alert must and must not fire. Series names come from the
+catalogue.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from platform_common.jobs_exporter.catalogue import by_key
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
 
-__all__ = ["AGENT_TYPE", "INSTANCE", "BoundaryCase", "Scenario", "boundary_cases", "seconds"]
+__all__ = [
+    "AGENT_TYPE",
+    "INSTANCE",
+    "BoundaryCase",
+    "Scenario",
+    "Timeline",
+    "boundary_cases",
+    "seconds",
+]
 
 AGENT_TYPE = "dining"
 INSTANCE = "queue-exporter:9808"
@@ -39,11 +49,21 @@ class Scenario:
 
 
 @dataclass(frozen=True, slots=True)
+class Timeline:
+    """Series that change over time, and whether the alert fires at each evaluation."""
+
+    scenario: Scenario
+    checks: tuple[tuple[int, bool], ...]
+    """(seconds from the start, firing?) pairs."""
+
+
+@dataclass(frozen=True, slots=True)
 class BoundaryCase:
     onset: int
     """Seconds until the expression first holds (rates need two samples: 60)."""
     firing: Scenario
     quiet: tuple[Scenario, ...]
+    timelines: tuple[Timeline, ...] = ()
 
 
 def seconds(duration: str) -> int:
@@ -110,6 +130,15 @@ def _gauge_case(
             (b.series(key, f"{q.number(over)}x{SAMPLES}"), *extra), b.by_type, fmt(over)
         )
         quiet = Scenario((b.series(key, f"{q.number(at)}x{SAMPLES}"), *extra), b.by_type)
+        return BoundaryCase(0, firing, (quiet,))
+
+    return build
+
+
+def _target_gauge_case(key: str, over: int, at: int) -> Callable[[_Builder], BoundaryCase]:
+    def build(b: _Builder) -> BoundaryCase:
+        firing = Scenario((b.series(key, f"{over}x{SAMPLES}"),), b.by_target, humanize(over))
+        quiet = Scenario((b.series(key, f"{at}x{SAMPLES}"),), b.by_target)
         return BoundaryCase(0, firing, (quiet,))
 
     return build
@@ -186,6 +215,89 @@ def _oldest_case(b: _Builder) -> BoundaryCase:
     return BoundaryCase(0, firing, (Scenario(scenario(ttl), b.by_type),))
 
 
+BUSY_PER_MINUTE = 660
+"""11 jobs/s, the traffic QueueIdle once fired on because the queue list stayed empty."""
+BUSY_IN_PROGRESS = (5, 7, 6)
+"""Jobs in progress at successive scrapes of that traffic."""
+IDLE_STOPS_AT = 10
+"""Minute of the idle timeline's first sample with no traffic."""
+
+
+def _idle_series(
+    b: _Builder, enqueued: str, in_progress: str, depth: str = f"0x{SAMPLES}"
+) -> tuple[Series, ...]:
+    return (
+        b.series("enqueued", enqueued),
+        b.series("started", enqueued),  # taken as fast as they come
+        b.series("queue_depth", depth),
+        b.series("delayed_depth", f"0x{SAMPLES}"),
+        b.series("in_progress", in_progress),
+    )
+
+
+def _busy(samples: int) -> str:
+    return " ".join(str(BUSY_IN_PROGRESS[i % len(BUSY_IN_PROGRESS)]) for i in range(samples))
+
+
+def _idle_case(b: _Builder) -> BoundaryCase:
+    idle_for = seconds(b.config.queue_idle_for)
+    window = seconds(q.Selector.alerts(b.config.namespace, b.config.job).window)
+    quiet_series = f"0x{SAMPLES}"
+    # Nothing at all: fires once increase() has its two samples (onset 60).
+    firing = Scenario(_idle_series(b, quiet_series, quiet_series), b.by_type, humanize(0))
+    busy = Scenario(
+        _idle_series(b, f"0+{BUSY_PER_MINUTE}x{SAMPLES}", _busy(SAMPLES + 1)), b.by_type
+    )
+    # Just over the threshold: one long job running, nothing else happening.
+    one_running = Scenario(_idle_series(b, quiet_series, f"1x{SAMPLES}"), b.by_type)
+    # Traffic, then none: silent while busy and while the window still holds the
+    # traffic; firing once the window has been empty for `for` (one sample of slack:
+    # Prometheus 2 and 3 differ on whether a range includes its left edge).
+    stop = IDLE_STOPS_AT
+    fires_by = stop * 60 + window + idle_for + 60
+    after = fires_by // 60 - stop + 1
+    last = BUSY_PER_MINUTE * (stop - 1)
+    stopped = Scenario(
+        _idle_series(
+            b,
+            f"0+{BUSY_PER_MINUTE}x{stop - 1} {last}x{after}",
+            f"{_busy(stop)} 0x{after - 1}",
+        ),
+        b.by_type,
+        humanize(0),
+    )
+    checks = ((stop * 60 - 60, False), (stop * 60 + idle_for, False), (fires_by, True))
+    return BoundaryCase(60, firing, (busy, one_running), (Timeline(stopped, checks),))
+
+
+def _rate_case(
+    key: str, threshold: float, for_field: str, labels: Callable[[_Builder], dict[str, str]]
+) -> Callable[[_Builder], BoundaryCase]:
+    """A counter whose rate must exceed `threshold`/s: increments per minute just above
+    and just under (or at, when the threshold is 0) `threshold * 60`."""
+
+    def build(b: _Builder) -> BoundaryCase:
+        window = seconds(q.Selector.alerts(b.config.namespace, b.config.job).window) // 60
+        per_minute = threshold * 60
+        over = math.floor(per_minute) + 1
+        under = max(0, math.ceil(per_minute) - 1)
+
+        def rate_at(minute: int) -> float:
+            # A counter starting at 0 is never extrapolated before its first sample, so
+            # until the window is full the rate is the increase over the whole window.
+            return over * min(minute, window) / (window * 60)
+
+        onset = next(m for m in range(1, window + 1) if rate_at(m) > threshold)
+        fires_at = onset + seconds(getattr(b.config, for_field)) // 60
+        firing = Scenario(
+            (b.series(key, f"0+{over}x{SAMPLES}"),), labels(b), humanize(rate_at(fires_at))
+        )
+        quiet = Scenario((b.series(key, f"0+{under}x{SAMPLES}"),), labels(b))
+        return BoundaryCase(onset * 60, firing, (quiet,))
+
+    return build
+
+
 NODE = "queue-redis:6379"
 
 
@@ -222,7 +334,7 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
     depth_high = config.queue_depth_high
     builders: dict[str, Callable[[_Builder], BoundaryCase]] = {
         "QueueDepthHigh": _gauge_case("queue_depth", depth_high + 1, depth_high, humanize),
-        "QueueIdle": _gauge_case("queue_depth", 0, 1, humanize),
+        "QueueIdle": _idle_case,
         "JobLatencyP95AboveSLO": _latency_case,
         "DeadLetterDepthHigh": _gauge_case(
             "dead_letter_depth", config.dead_letter_high + 1, config.dead_letter_high, humanize
@@ -235,5 +347,12 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "OldestJobOlderThanTTL": _oldest_case,
         "QueueRedisEvictionPolicyUnsafe": _eviction_policy_case,
         "QueueRedisMemoryHigh": _redis_memory_case,
+        "JobsExpiring": _rate_case(
+            "expired", config.expired_rate_high, "expired_rate_high_for", lambda b: b.by_type
+        ),
+        "QueueExporterDroppingAgentTypes": _target_gauge_case("types_dropped", 1, 0),
+        "QueueExporterMalformedValues": _rate_case(
+            "malformed", 0, "malformed_values_for", lambda b: b.by_target
+        ),
     }
     return {name: build(b) for name, build in builders.items()}

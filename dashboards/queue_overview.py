@@ -13,7 +13,8 @@ from typing import Any
 import attr
 from grafanalib.core import Annotations, Dashboard, GridPos, Template, Templating, Time
 
-from platform_common.jobs_exporter.catalogue import by_key
+from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
+from platform_common.jobs_exporter.catalogue import MAX_WORKERS_PER_TYPE, by_key
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.dashboard_ids import (
@@ -101,7 +102,7 @@ def _alert_row(config: MonitoringConfig) -> list[Placed]:
             no_value="No data" if spec.expect_data else "OK",
             links=[
                 link(f"Runbook: {spec.name}", config.runbook_url(spec.runbook_slug)),
-                link("Panel", config.dashboard_url(spec.dashboard_uid, spec.panel)),
+                link("Panel", config.dashboard_path(spec.dashboard_uid, spec.panel)),
             ],
         )
         placed.append((panel, 4, 4))
@@ -209,8 +210,23 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
                 "percentunit",
                 [_by_type(q.failure_ratio(sel))],
             ),
-            24,
-            6,
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAILURES_BY_CLASS,
+                PANEL_TITLES[P.FAILURES_BY_CLASS],
+                "Attempts per second that ended in an error (retried, dead-lettered or "
+                "failed for good), by the exception's class. LeaseExpired: the worker "
+                "stopped renewing (crashed or killed); CorruptJob: the stored job does not "
+                f"parse. The first {MAX_ERROR_CLASSES} classes of an agent type have a "
+                f"series of their own, later ones count as `{OTHER_ERROR_CLASS}`.",
+                "ops",
+                [(q.failed_attempts_by_class(sel), "{{agent_type}} {{error_class}}")],
+            ),
+            12,
+            8,
         ),
     ]
 
@@ -248,6 +264,25 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
             12,
             9,
         ),
+        (
+            timeseries(
+                P.WAIT_AND_RUN,
+                PANEL_TITLES[P.WAIT_AND_RUN],
+                "Where a job's time goes, per agent type, for jobs that succeeded. Wait: "
+                "from its becoming due (enqueued, or its retry's due time) to the start "
+                "of the attempt that succeeded; high means too few workers. Run: that "
+                "attempt in the handler; high means slow work or a slow dependency. "
+                "Latency also includes earlier failed attempts and their backoff.",
+                unit,
+                [
+                    _by_type(q.latency_quantile(sel, quantile, key=key), f" {key} p{percent}")
+                    for key in ("wait", "run")
+                    for quantile, percent in ((0.5, 50), (0.95, 95))
+                ],
+            ),
+            24,
+            8,
+        ),
     ]
 
 
@@ -273,6 +308,20 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
                 [_by_type(q.heartbeat_age(sel))],
             ),
             12,
+            8,
+        ),
+        (
+            timeseries(
+                P.WORKER_HEARTBEATS,
+                PANEL_TITLES[P.WORKER_HEARTBEATS],
+                "Seconds since each worker's last heartbeat (at most "
+                f"{MAX_WORKERS_PER_TYPE} per agent type, the stalest). A worker whose line "
+                "keeps climbing has stopped: its jobs in progress return to the queue when "
+                "their leases lapse (In progress panel above).",
+                by_key("worker_heartbeat_age").unit,
+                [(q.worker_heartbeat_ages(sel), "{{agent_type}} {{worker}}")],
+            ),
+            24,
             8,
         ),
     ]
@@ -362,6 +411,34 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
             8,
             7,
         ),
+        (
+            timeseries(
+                P.REDIS_CLIENTS,
+                PANEL_TITLES[P.REDIS_CLIENTS],
+                "Client connections to each Redis primary, and those blocked in a waiting "
+                "command (idle workers in BLMOVE). Connections near maxclients are refused.",
+                by_key("redis_clients").unit,
+                [
+                    (q.redis_by_node(sel, "redis_clients"), "{{node}} connected"),
+                    (q.redis_by_node(sel, "redis_blocked_clients"), "{{node}} blocked"),
+                ],
+            ),
+            12,
+            7,
+        ),
+        (
+            timeseries(
+                P.REDIS_EVICTIONS,
+                PANEL_TITLES[P.REDIS_EVICTIONS],
+                "Keys each Redis primary's maxmemory policy deleted, per second. Must be 0: "
+                "an eviction loses queued jobs, results or counters without an error.",
+                "ops",
+                [(q.redis_rate_by_node(sel, "redis_evicted_keys"), "{{node}} evicted keys/s")],
+                threshold_steps=steps((None, "green"), (0.001, "red")),
+            ),
+            12,
+            7,
+        ),
     ]
 
 
@@ -416,7 +493,7 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
         templating=_variables(config),
         links=[
             link("Alert rules", alert_list),
-            link("Runbooks", config.runbook_base),
+            link("Runbooks", config.runbook_index_url),
         ],
         panels=panels,
     )

@@ -1,1 +1,1 @@
-"""The README's first command: a local Redis, the exporter, workers and a producer."""
+"""The README's first command: the whole alert loop, from Redis to the runbook link."""

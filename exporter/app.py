@@ -54,9 +54,12 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        if await exporter.ready():
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "redis unreachable"}, status_code=503)
+        # Ready whenever it serves, Redis or not: a Redis outage is a metric
+        # (queue_exporter_redis_up 0) and its own alert. Dropping the exporter from its
+        # Service would hide that and page as "exporter down" instead. The body still
+        # says what Redis did, for a person with curl.
+        redis = "reachable" if await exporter.ready() else "unreachable"
+        return JSONResponse({"status": "ready", "redis": redis})
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> str:

@@ -11,10 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["AGENT_TYPE", "CATALOGUE", "NODE", "POLICY", "Metric", "by_key"]
+from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
+
+__all__ = [
+    "AGENT_TYPE",
+    "CATALOGUE",
+    "ERROR_CLASS",
+    "MAX_WORKERS_PER_TYPE",
+    "NODE",
+    "POLICY",
+    "WORKER",
+    "Metric",
+    "by_key",
+]
 
 MetricType = Literal["gauge", "counter", "histogram"]
 AGENT_TYPE = "agent_type"
+ERROR_CLASS = "error_class"
+"""The exception class of a failed attempt: bounded by the queue (keys.MAX_ERROR_CLASSES
+per agent type, the first seen; later ones count as `other`)."""
+WORKER = "worker"
+"""A worker's id, for at most MAX_WORKERS_PER_TYPE workers per agent type."""
+MAX_WORKERS_PER_TYPE = 50
+"""Workers per agent type with a series of their own: the stalest heartbeats, the ones
+on-call looks for (a bounded label whatever the fleet's size)."""
 NODE = "node"
 """A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
 POLICY = "policy"
@@ -48,11 +68,13 @@ def _m(key: str, name: str, type_: MetricType, help_: str, unit: str,
 
 CATALOGUE: tuple[Metric, ...] = (
     # The spec's six, under exactly these names.
-    _m("queue_depth", "queue_depth", "gauge", "Jobs waiting in the queue (LLEN of the queue list).", "short"),
+    _m("queue_depth", "queue_depth", "gauge", "Jobs waiting in the queue to be taken (ZCARD of its waiting set).", "short"),
     _m("enqueued", "jobs_enqueued_total", "counter", "Jobs accepted by enqueue.", "short"),
     _m("completed", "jobs_completed_total", "counter", "Jobs whose handler succeeded.", "short"),
     _m("failed", "jobs_failed_total", "counter", "Jobs that failed for good (last attempt used or not retryable).", "short"),
     _m("latency", "job_latency_seconds", "histogram", "Time from enqueue to successful completion.", "s"),
+    _m("wait", "job_wait_seconds", "histogram", "Time a job's succeeding attempt waited for a worker: from its becoming due (enqueue, or its retry's due time) to its start.", "s"),
+    _m("run", "job_run_seconds", "histogram", "Time a job's succeeding attempt spent in the handler: from its start to completion.", "s"),
     _m("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
     # What on-call needs beside them.
     _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
@@ -61,9 +83,11 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
     _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),
     _m("expired", "jobs_expired_total", "counter", "Jobs dropped because their TTL passed before completion.", "short"),
+    _m("attempts_failed", "jobs_attempts_failed_total", "counter", "Attempts that ended in an error (retried, dead-lettered or failed for good), by exception class; at most " f"{MAX_ERROR_CLASSES} classes per agent type, the rest as `{OTHER_ERROR_CLASS}`.", "short", (AGENT_TYPE, ERROR_CLASS)),
     _m("oldest_age", "oldest_job_age_seconds", "gauge", "Age of the oldest waiting job (0 when the queue is empty).", "s"),
     _m("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),
     _m("last_heartbeat", "worker_last_heartbeat_timestamp_seconds", "gauge", "Unix time of the newest worker heartbeat.", "dateTimeAsIso"),
+    _m("worker_heartbeat_age", "worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat; at most " f"{MAX_WORKERS_PER_TYPE} workers per agent type, the stalest.", "s", (AGENT_TYPE, WORKER)),
     # The exporter's own health (gauges, as Prometheus' exporter guide recommends).
     _m("redis_up", "queue_exporter_redis_up", "gauge", "1 when the last scrape read Redis, else 0.", "short", ()),
     _m("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),
@@ -73,6 +97,9 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("redis_memory_used", "queue_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO memory used_memory), per primary node.", "bytes", (NODE,)),
     _m("redis_memory_max", "queue_redis_memory_max_bytes", "gauge", "Redis' memory limit (maxmemory) per primary node; 0 means no limit.", "bytes", (NODE,)),
     _m("redis_policy_safe", "queue_redis_eviction_policy_safe", "gauge", "1 when the node's maxmemory-policy is noeviction, 0 when Redis may evict queue keys.", "short", (NODE, POLICY)),
+    _m("redis_clients", "queue_redis_connected_clients", "gauge", "Client connections to the node (INFO clients connected_clients).", "short", (NODE,)),
+    _m("redis_blocked_clients", "queue_redis_blocked_clients", "gauge", "Clients in a blocking command on the node, e.g. idle workers waiting in BLMOVE.", "short", (NODE,)),
+    _m("redis_evicted_keys", "queue_redis_evicted_keys_total", "counter", "Keys the node's maxmemory policy evicted since it started (INFO stats evicted_keys); must stay 0.", "short", (NODE,)),
 )  # fmt: skip
 
 _BY_KEY = {metric.key: metric for metric in CATALOGUE}

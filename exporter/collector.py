@@ -23,7 +23,8 @@ from prometheus_client.registry import Collector
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 
 from . import catalogue
-from .snapshot import Snapshot, TypeSnapshot
+from .server_stats import ServerStats
+from .snapshot import LatencyHistogram, Snapshot, TypeSnapshot
 
 __all__ = ["ScrapeResult", "metric_families", "registry_for"]
 
@@ -52,11 +53,25 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
 }
 
 
+_TYPE_HISTOGRAMS: dict[str, Callable[[TypeSnapshot], LatencyHistogram | None]] = {
+    "latency": lambda t: t.latency,
+    "wait": lambda t: t.wait,
+    "run": lambda t: t.run,
+}
+
+
 # Per-node gauges from INFO memory: catalogue key -> (label values, value).
 _MEMORY_GAUGES: dict[str, Callable[[str, MemoryInfo], tuple[list[str], float]]] = {
     "redis_memory_used": lambda node, info: ([node], info.used_bytes),
     "redis_memory_max": lambda node, info: ([node], info.max_bytes),
     "redis_policy_safe": lambda node, info: ([node, info.policy], 0 if info.can_evict else 1),
+}
+
+# Per-node values from INFO clients and stats: catalogue key -> value.
+_SERVER_VALUES: dict[str, Callable[[ServerStats], int]] = {
+    "redis_clients": lambda stats: stats.connected_clients,
+    "redis_blocked_clients": lambda stats: stats.blocked_clients,
+    "redis_evicted_keys": lambda stats: stats.evicted_keys,
 }
 
 
@@ -89,6 +104,15 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
             counter.add_metric([], result.malformed_total)
         elif snapshot is None:
             return None
+        elif metric.key in _SERVER_VALUES:
+            if not snapshot.server:
+                return None  # INFO refused or unreadable, as for the memory gauges
+            for node, stats in snapshot.server.items():
+                counter.add_metric([node], _SERVER_VALUES[metric.key](stats))
+        elif metric.key == "attempts_failed":
+            for type_snapshot in snapshot.types:
+                for error_class, count in sorted(type_snapshot.error_classes.items()):
+                    counter.add_metric([type_snapshot.agent_type, error_class], count)
         else:
             for type_snapshot in snapshot.types:
                 value = type_snapshot.counters.get(metric.key)
@@ -100,10 +124,10 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
             return None
         histogram = HistogramMetricFamily(name, metric.help, labels=labels, unit=unit)
         for type_snapshot in snapshot.types:
-            latency = type_snapshot.latency
-            if latency is not None:
-                buckets = [(_le(bound), count) for bound, count in latency.buckets]
-                histogram.add_metric([type_snapshot.agent_type], buckets, latency.sum)
+            observed = _TYPE_HISTOGRAMS[metric.key](type_snapshot)
+            if observed is not None:
+                buckets = [(_le(bound), count) for bound, count in observed.buckets]
+                histogram.add_metric([type_snapshot.agent_type], buckets, observed.sum)
         return histogram
     gauge = GaugeMetricFamily(name, metric.help, labels=labels, unit=unit)
     if metric.key == "redis_up":
@@ -119,6 +143,15 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
             return None  # INFO memory refused or unreadable: no sample rather than a guess
         for node, info in snapshot.memory.items():
             gauge.add_metric(*_MEMORY_GAUGES[metric.key](node, info))
+    elif metric.key in _SERVER_VALUES:
+        if not snapshot.server:
+            return None
+        for node, stats in snapshot.server.items():
+            gauge.add_metric([node], _SERVER_VALUES[metric.key](stats))
+    elif metric.key == "worker_heartbeat_age":
+        for type_snapshot in snapshot.types:
+            for beat in type_snapshot.workers:
+                gauge.add_metric([type_snapshot.agent_type, beat.worker], beat.age_seconds)
     else:
         value_of = _TYPE_GAUGES[metric.key]
         for type_snapshot in snapshot.types:

@@ -1,10 +1,11 @@
 """Reads one Snapshot from Redis: one pipeline of plain read commands, one round trip.
 
 The pipeline carries Redis TIME, the type discovery (SCARD + one SSCAN page of
-`jobs:types`), INFO memory (on a cluster, one addressed to each primary) and, per
-agent type exported by the previous scrape, LLEN of the queue,
-processing and dead-letter lists, ZCARD of the delayed set, HGETALL of the stats hash
-and ZRANGE of the heartbeats: so in the steady state a scrape costs one round trip
+`jobs:types`), INFO memory, clients and stats (one command; on a cluster, one addressed
+to each primary) and, per
+agent type exported by the previous scrape, ZCARD of the `waiting` set (the depth),
+LLEN of the processing and dead-letter lists, ZCARD of the delayed set, HGETALL of the
+stats hash and ZRANGE of the heartbeats: so in the steady state a scrape costs one round trip
 (per node on a cluster) whatever the number of types or jobs. A scrape that discovers a
 new type reads it in a second round trip at once (never a stale or missing number).
 
@@ -37,6 +38,7 @@ from platform_common.jobs.redis.script import Command, Replies, Send, run_batch,
 from platform_common.jobs.redis.url import RedisClient
 
 from .discovery import scan_count, select_types
+from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, parse_type_reply
 
@@ -68,7 +70,10 @@ def make_exporter_client(settings: ExporterSettings) -> RedisClient:
 def type_commands(keys: QueueKeys) -> list[Command]:
     """The read-only commands for one agent type: exactly the keys the exporter exports."""
     return [
-        ("LLEN", keys.queue),
+        # The depth is the `waiting` set, not LLEN of the queue list: expiry is lazy, so
+        # an expired job's id stays in the list until a worker pops and drops it, while
+        # the set holds exactly the jobs that wait.
+        ("ZCARD", keys.waiting),
         ("LLEN", keys.processing),
         ("ZCARD", keys.delayed),
         ("LLEN", keys.dead),
@@ -102,7 +107,7 @@ class SnapshotReader:
         commands += self._commands(self._previous)
         end = len(commands)
         replies, nodes = await self._with_memory(commands)
-        memory, memory_problem = _memory(nodes, replies[end:])
+        memory, server, memory_problem = _server_info(nodes, replies[end:])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
         set_size, (cursor, members) = _ok(replies[1]), _ok(replies[2])
@@ -130,15 +135,16 @@ class SnapshotReader:
             round_trips=round_trips,
             memory=memory,
             memory_problem=memory_problem,
+            server=server,
         )
 
     async def _with_memory(self, commands: list[Command]) -> tuple[Replies, list[str]]:
-        """Run `commands` with INFO memory of every primary appended, in the same
-        pipeline: the replies (the INFO ones last) and the nodes they come from."""
+        """Run `commands` with INFO (memory, clients, stats) of every primary appended, in
+        the same pipeline: the replies (the INFO ones last) and the nodes they come from."""
         client = self._client
         if not isinstance(client, RedisCluster):
             nodes = [server_name(self._settings.redis)]
-            return await run_pipelined(client, [*commands, ("INFO", "memory")]), nodes
+            return await run_pipelined(client, [*commands, ("INFO", *INFO_SECTIONS)]), nodes
         await client.initialize()  # a no-op once it is: the primaries come from its slot map
         primaries = client.get_primaries()
         replies = await run_batch(_with_info_of(client, primaries), commands)
@@ -168,9 +174,10 @@ class SnapshotReader:
                 step.broken.add(agent_type)
                 continue
             queue, processing, delayed, dead, stats, heartbeats, waiting = own
-            active, newest = _heartbeats(heartbeats, now_ms - self._settings.heartbeat_window_ms)
+            beats = _pairs_of(heartbeats)
+            active, newest = _heartbeats(beats, now_ms - self._settings.heartbeat_window_ms)
             oldest = _first_score(waiting)
-            reply = [now_ms, queue, processing, delayed, dead, stats, active, newest, oldest]
+            reply = [now_ms, queue, processing, delayed, dead, stats, active, newest, oldest, beats]
             results[agent_type], bad = parse_type_reply(
                 agent_type, reply, self._settings.latency_buckets
             )
@@ -186,26 +193,28 @@ class _Step:
 
 
 def _with_info_of(client: RedisCluster, primaries: Sequence[ClusterNode]) -> Send:
-    """pipeline_transport, plus INFO memory addressed to each primary in the same
-    pipeline (a keyless command would go to one node): still one round trip per node."""
+    """pipeline_transport, plus INFO addressed to each primary in the same pipeline (a
+    keyless command would go to one node): still one round trip per node."""
 
     async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
         for node in primaries:
-            pipe.execute_command("INFO", "memory", target_nodes=node)
+            pipe.execute_command("INFO", *INFO_SECTIONS, target_nodes=node)
         return list(await pipe.execute(raise_on_error=False))
 
     return send
 
 
-def _memory(
+def _server_info(
     nodes: Sequence[str], replies: Sequence[Any]
-) -> tuple[dict[str, MemoryInfo], str | None]:
-    """(memory by node, None), or ({}, why not) when INFO was refused or a reply does
-    not parse: the memory metrics are then left out, the rest of the scrape stands."""
+) -> tuple[dict[str, MemoryInfo], dict[str, ServerStats], str | None]:
+    """(memory by node, clients and evictions by node, None), or ({}, {}, why not) when
+    INFO was refused or a reply does not parse: Redis' own metrics are then left out,
+    the rest of the scrape stands."""
     memory: dict[str, MemoryInfo] = {}
+    server: dict[str, ServerStats] = {}
     for node, reply in zip(nodes, replies, strict=True):
         if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
             raise reply  # connection trouble: the whole scrape is "Redis down"
@@ -213,20 +222,23 @@ def _memory(
             if isinstance(reply, ResponseError):
                 raise reply  # e.g. NOPERM: an exporter user without +info
             memory[node] = parse_memory_info(reply)
+            server[node] = parse_server_stats(reply)
         except (ResponseError, ValueError) as exc:
-            return {}, describe_error(exc)
-    return memory, None
+            return {}, {}, describe_error(exc)
+    return memory, server, None
 
 
-def _heartbeats(raw: Any, since_ms: int) -> tuple[int, object | None]:
-    """(workers whose beat is newer than `since_ms`, the newest beat's score as Redis sent
-    it) from a ZRANGE ... WITHSCORES reply: flat in RESP2, pairs in RESP3."""
+def _pairs_of(raw: Any) -> list[tuple[Any, Any]]:
+    """(member, score) pairs of a ZRANGE ... WITHSCORES reply: flat in RESP2, pairs in RESP3."""
     items = list(raw)
-    pairs = (
-        items
-        if items and isinstance(items[0], list | tuple)
-        else zip(items[::2], items[1::2], strict=True)
-    )
+    if items and isinstance(items[0], list | tuple):
+        return [(member, score) for member, score in items]
+    return list(zip(items[::2], items[1::2], strict=True))
+
+
+def _heartbeats(pairs: Sequence[tuple[Any, Any]], since_ms: int) -> tuple[int, object | None]:
+    """(workers whose beat is newer than `since_ms`, the newest beat's score as Redis sent
+    it)."""
     scores = [score for _, score in pairs]
     active = sum(1 for score in scores if float(score) > since_ms)
     newest = max(scores, key=float) if scores else None

@@ -1,50 +1,30 @@
 """Serves the generated runbooks: `GET /runbooks/` (index) and `GET /runbooks/{AlertName}`.
 
-Every alert's `runbook_url` points here by default, so a runbook resolves inside the
-cluster without any other hosting. The pages are the committed markdown, package data of
-`platform_common.jobs_monitoring.runbooks`, rendered to HTML on request. They are found
-by path, never by importing that package: the exporter does not depend on the monitoring
-code (or its extra's dependencies), only on the files the same wheel installs.
+The pages are the committed markdown, package data of
+`platform_common.jobs_monitoring.runbooks`, rendered to HTML on request by the same
+renderer (`runbook_html`) that writes the static folder `runbooks/html/`, so each page
+also answers as `{AlertName}.html` and the index as `index.html`: the links of one
+rendering work on both. They are found by path, never by importing that package: the
+exporter does not depend on the monitoring code (or its extra's dependencies), only on
+the files the same wheel installs. Alerts about the exporter itself link to the hosted
+static folder instead (the site's `runbook_base_url`): this copy is down with it.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
-import markdown
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import HTMLResponse
 
-__all__ = ["INDEX_PAGE", "default_directory", "runbook_router"]
+from .runbook_html import INDEX_HTML, INDEX_PAGE, render_page
 
-INDEX_PAGE = "README.md"
-"""The index page's file name: README.md so the folder also reads well in a git browser."""
+__all__ = ["INDEX_PAGE", "default_directory", "render_page", "runbook_router"]
 
 # Alert names are identifiers; anything else (dots, slashes, encoded separators) is
 # refused before the file system is touched, so no path can leave the directory.
 _ALERT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,99}")
-# Pages link each other as `Name.md` (works in a git browser); served pages drop the
-# suffix so `/runbooks/` + `Name` resolves to this router.
-_MD_LINK = re.compile(r'href="([A-Za-z][A-Za-z0-9_]*)\.md(#[^"]*)?"')
-_INDEX_LINK = re.compile(r'href="README\.md"')
-
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto;
-       padding: 0 1rem; line-height: 1.5; }}
-pre {{ background: #f4f4f4; padding: .75rem; overflow-x: auto; }}
-code {{ font-family: ui-monospace, monospace; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: .3rem .6rem; }}
-</style></head>
-<body>
-{body}
-</body></html>
-"""
 
 
 # The wheel installs the monitoring packages beside this one under `platform_common/`.
@@ -61,20 +41,13 @@ def default_directory() -> Path:
     return index.resolve().parent if index.is_file() else _PACKAGED_PAGES.resolve()
 
 
-def render_page(source: str, title: str) -> str:
-    """Markdown -> a standalone HTML page with links rewritten for this router."""
-    body = markdown.markdown(source, extensions=["fenced_code", "tables"])
-    body = _INDEX_LINK.sub('href="./"', body)  # before the page links: README is one too
-    body = _MD_LINK.sub(lambda match: f'href="{match[1]}{match[2] or ""}"', body)
-    return _PAGE.format(title=html.escape(title), body=body)
-
-
 def runbook_router(directory: Path | None = None) -> APIRouter:
     """A router serving the runbooks in `directory` (default: the committed ones)."""
     root = (directory or default_directory()).resolve()
     router = APIRouter(tags=["runbooks"])
 
     @router.get("/runbooks/", response_class=HTMLResponse)
+    @router.get(f"/runbooks/{INDEX_HTML}", response_class=HTMLResponse)
     def runbook_index() -> HTMLResponse:
         index = root / INDEX_PAGE
         if index.is_file():
@@ -86,6 +59,7 @@ def runbook_router(directory: Path | None = None) -> APIRouter:
 
     @router.get("/runbooks/{alert_name}", response_class=HTMLResponse)
     def runbook_page(alert_name: str) -> HTMLResponse:
+        alert_name = alert_name.removesuffix(".html")  # the static folder's names
         if not _ALERT_NAME.fullmatch(alert_name) or f"{alert_name}.md" == INDEX_PAGE:
             raise HTTPException(status_code=404, detail="no such runbook")
         page = root / f"{alert_name}.md"

@@ -12,21 +12,26 @@ from dataclasses import dataclass, field
 
 from platform_common.jobs.keys import (
     DEFAULT_LATENCY_BUCKETS,
-    LATENCY_COUNT_FIELD,
-    LATENCY_SUM_FIELD,
+    ERROR_CLASS_PREFIX,
+    MAX_ERROR_CLASSES,
+    OTHER_ERROR_CLASS,
     STATS_COUNTERS,
-    latency_bucket_field,
+    histogram_bucket_field,
+    histogram_count_field,
+    histogram_sum_field,
 )
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 
-__all__ = ["LatencyHistogram", "Snapshot", "TypeSnapshot", "parse_type_reply"]
+from .catalogue import MAX_WORKERS_PER_TYPE
+from .server_stats import ServerStats
 
-_BUCKET_PREFIX = latency_bucket_field(0.0).split(":", 1)[0] + ":"  # "latency_le:"
+__all__ = ["LatencyHistogram", "Snapshot", "TypeSnapshot", "WorkerBeat", "parse_type_reply"]
 
 
 @dataclass(frozen=True, slots=True)
 class LatencyHistogram:
-    """Enqueue -> completion latency of one agent type, in Prometheus' shape."""
+    """One duration histogram of one agent type (keys.STATS_HISTOGRAMS), in Prometheus'
+    shape."""
 
     buckets: tuple[tuple[float, int], ...]
     """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
@@ -47,7 +52,7 @@ class TypeSnapshot:
 
     agent_type: str
     queue_depth: int
-    """LLEN of the queue list: jobs waiting."""
+    """ZCARD of the waiting set: jobs waiting to be taken."""
     in_progress: int
     """LLEN of the processing list: jobs a worker has taken."""
     delayed_depth: int
@@ -58,7 +63,13 @@ class TypeSnapshot:
     """Stats counter (keys.STATS_COUNTERS name) -> value; missing means never incremented,
     exported as 0; a malformed one is absent from `counters` and from the output."""
     latency: LatencyHistogram | None = None
-    """None when the stats hash's latency fields are unusable."""
+    """Enqueue -> completion; None when the stats hash's latency fields are unusable."""
+    wait: LatencyHistogram | None = None
+    """The succeeding attempt's becoming due -> its start; None when unusable."""
+    run: LatencyHistogram | None = None
+    """The succeeding attempt's start -> completion; None when unusable."""
+    error_classes: Mapping[str, int] = field(default_factory=dict)
+    """Failed attempts by exception class (the queue caps the classes, see keys.py)."""
     oldest_age_seconds: float | None = 0.0
     """Age of the job at the right end of the queue; 0 when empty, None when unknown:
     always unknown for a non-empty queue today, because the enqueue time lives only in
@@ -67,6 +78,16 @@ class TypeSnapshot:
     """Workers whose heartbeat is newer than the configured window (Redis TIME)."""
     last_heartbeat_seconds: float | None = None
     """Unix time of the newest heartbeat; None when no worker ever beat."""
+    workers: tuple[WorkerBeat, ...] = ()
+    """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    worker: str
+    """The worker's id (host:pid:... as the worker names itself)."""
+    age_seconds: float
+    """Seconds since its last heartbeat, by Redis TIME (never negative)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +105,8 @@ class Snapshot:
     """INFO memory of every primary, by node (host:port); empty when it was not read."""
     memory_problem: str | None = None
     """Why INFO memory could not be read (refused by the ACL, unparsable), else None."""
+    server: Mapping[str, ServerStats] = field(default_factory=dict)
+    """INFO clients and stats of every primary, by node; empty when not read."""
 
 
 def parse_type_reply(
@@ -95,10 +118,11 @@ def parse_type_reply(
 
     Layout: now_ms (Redis TIME), queue, processing, delayed, dead, stats (HGETALL, flat or
     a dict), active workers, newest heartbeat score or None, oldest job's enqueued_at or
-    None (unknown).
-    `bucket_bounds` are the queue's configured latency buckets (see `_latency`).
+    None (unknown), and optionally the heartbeats as (worker, score) pairs.
+    `bucket_bounds` are the queue's configured latency buckets (see `_histogram`).
     """
-    now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply
+    now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply[:9]
+    beats: Sequence[tuple[object, object]] = reply[9] if len(reply) > 9 else ()  # type: ignore[assignment]
     malformed = 0
     fields = _pairs(stats)
     counters: dict[str, int] = {}
@@ -111,8 +135,14 @@ def parse_type_reply(
             malformed += 1
         else:
             counters[name] = value
-    latency, latency_errors = _latency(fields, bucket_bounds)
-    malformed += latency_errors
+    histograms: dict[str, LatencyHistogram | None] = {}
+    for name in ("latency", "wait", "run"):
+        histograms[name], errors = _histogram(fields, name, bucket_bounds)
+        malformed += errors
+    error_classes, errors = _error_classes(fields)
+    malformed += errors
+    workers, errors = _workers(beats, _int(now_ms))
+    malformed += errors
 
     oldest_age: float | None = 0.0
     if oldest is not None:
@@ -133,18 +163,58 @@ def parse_type_reply(
         delayed_depth=_int(delayed),
         dead_letter_depth=_int(dead),
         counters=counters,
-        latency=latency,
+        latency=histograms["latency"],
+        wait=histograms["wait"],
+        run=histograms["run"],
+        error_classes=error_classes,
         oldest_age_seconds=oldest_age,
         active_workers=_int(active),
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
+        workers=workers,
     )
     return snapshot, malformed
 
 
-def _latency(
-    fields: Mapping[str, str], bucket_bounds: Sequence[float]
+def _error_classes(fields: Mapping[str, str]) -> tuple[dict[str, int], int]:
+    """Failed attempts by class. The queue caps the classes; a hash holding more (written
+    by hand) has the excess folded into `other`, so the label stays bounded here too."""
+    malformed = 0
+    counts: dict[str, int] = {}
+    for name in sorted(fields):
+        if not name.startswith(ERROR_CLASS_PREFIX):
+            continue
+        value = _count(fields[name])
+        if value is None:
+            malformed += 1
+            continue
+        error_class = name[len(ERROR_CLASS_PREFIX) :]
+        named = len(counts) - (OTHER_ERROR_CLASS in counts)
+        if error_class != OTHER_ERROR_CLASS and named >= MAX_ERROR_CLASSES:
+            error_class = OTHER_ERROR_CLASS
+        counts[error_class] = counts.get(error_class, 0) + value
+    return counts, malformed
+
+
+def _workers(
+    beats: Sequence[tuple[object, object]], now_ms: int
+) -> tuple[tuple[WorkerBeat, ...], int]:
+    """Each heartbeat's age, stalest first (the ones on-call looks for), capped."""
+    malformed = 0
+    ages: list[WorkerBeat] = []
+    for worker, score in beats:
+        beat_ms = _number(score)
+        if beat_ms is None:
+            malformed += 1
+            continue
+        ages.append(WorkerBeat(str(worker), max(0.0, (now_ms - beat_ms) / 1000.0)))
+    ages.sort(key=lambda beat: (-beat.age_seconds, beat.worker))
+    return tuple(ages[:MAX_WORKERS_PER_TYPE]), malformed
+
+
+def _histogram(
+    fields: Mapping[str, str], name: str, bucket_bounds: Sequence[float]
 ) -> tuple[LatencyHistogram | None, int]:
-    """Sum the NON-cumulative bucket fields into cumulative `le` buckets.
+    """Sum histogram `name`'s NON-cumulative bucket fields into cumulative `le` buckets.
 
     The queue only creates a bucket's field when an observation lands in it. Bounds
     without a field are filled with 0 when every field found is one of the configured
@@ -154,11 +224,12 @@ def _latency(
     correct (a missing bound's count is unknown, not 0).
     """
     malformed = 0
+    prefix = histogram_bucket_field(name, 0.0).split(":", 1)[0] + ":"  # "latency_le:"
     per_bound: dict[float, int] = {}
-    for name, raw in fields.items():
-        if not name.startswith(_BUCKET_PREFIX):
+    for field_name, raw in fields.items():
+        if not field_name.startswith(prefix):
             continue
-        bound = _bound(name[len(_BUCKET_PREFIX) :])
+        bound = _bound(field_name[len(prefix) :])
         value = _count(raw)
         if bound is None or value is None:
             malformed += 1
@@ -174,11 +245,11 @@ def _latency(
     for bound in sorted(per_bound):
         running += per_bound[bound]
         buckets.append((bound, running))
-    total = _number(fields.get(LATENCY_SUM_FIELD, "0"))
+    total = _number(fields.get(histogram_sum_field(name), "0"))
     if total is None or total < 0:
         # Without a sum the histogram would lie about the mean: leave it out.
         return None, malformed + 1
-    count = fields.get(LATENCY_COUNT_FIELD)
+    count = fields.get(histogram_count_field(name))
     if count is not None and _count(count) != running:
         # The buckets are authoritative (the histogram must be self-consistent); a
         # count that disagrees with them is reported, not exported.

@@ -38,6 +38,9 @@ DURATION_FIELDS = (
     "oldest_job_over_ttl_for",
     "redis_eviction_policy_unsafe_for",
     "redis_memory_high_for",
+    "expired_rate_high_for",
+    "agent_types_dropped_for",
+    "malformed_values_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -53,9 +56,13 @@ class MonitoringConfig:
     exporter_url: str
     """Where on-call reaches the exporter (curl commands in runbooks)."""
     runbook_base_url: str
-    """Base of every `runbook_url`; empty means the exporter's own `/runbooks/`."""
+    """Where the static runbook folder (`runbooks/html/`) is hosted: every `runbook_url`
+    is `<runbook_base_url><AlertName>.html`. Never the exporter: it is down when its own
+    alerts fire."""
     grafana_url: str
-    """Base of every dashboard link (`<grafana_url>/d/<uid>?viewPanel=<id>`)."""
+    """Base of the dashboard links that leave Grafana (alert annotations, runbook pages);
+    empty: relative `/d/<uid>?viewPanel=<id>`, which opens on the reader's own Grafana.
+    Links inside dashboards are always relative."""
     prometheus_url: str
     datasource_uid: str
     """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
@@ -89,6 +96,11 @@ class MonitoringConfig:
     redis_memory_high: float
     """Used / maxmemory of a Redis primary (1 = full) above which RedisMemoryHigh fires."""
     redis_memory_high_for: str
+    expired_rate_high: float
+    """Jobs per second of one agent type dropped because their TTL passed (0: any)."""
+    expired_rate_high_for: str
+    agent_types_dropped_for: str
+    malformed_values_for: str
 
     for_override: str | None = None
     """Test settings only, never a site setting: replaces every alert's `for`."""
@@ -100,7 +112,7 @@ class MonitoringConfig:
             raise ConfigurationError("job", f"not a plain label value: {self.job!r}")
         for name in ("exporter_url", "grafana_url", "prometheus_url", "runbook_base_url"):
             value = getattr(self, name)
-            if name == "runbook_base_url" and value == "":
+            if name == "grafana_url" and value == "":
                 continue
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -122,6 +134,10 @@ class MonitoringConfig:
         for name, value in positive.items():
             if not is_finite_number(value) or value <= 0:
                 raise ConfigurationError(name, f"must be a positive number, got {value!r}")
+        if not is_finite_number(self.expired_rate_high) or self.expired_rate_high < 0:
+            raise ConfigurationError(
+                "expired_rate_high", f"must be a number >= 0, got {self.expired_rate_high!r}"
+            )
         for name, ratio in (
             ("failure_ratio_high", self.failure_ratio_high),
             ("latency_slo_fraction_of_ttl", self.latency_slo_fraction_of_ttl),
@@ -140,16 +156,28 @@ class MonitoringConfig:
     # -- derived -------------------------------------------------------------
     @property
     def runbook_base(self) -> str:
-        """Base URL ending in '/', default the exporter's own `/runbooks/`."""
-        base = self.runbook_base_url or f"{self.exporter_url.rstrip('/')}/runbooks/"
+        """`runbook_base_url` ending in '/': the hosted runbook folder's index."""
+        base = self.runbook_base_url
         return base if base.endswith("/") else base + "/"
 
+    @property
+    def runbook_index_url(self) -> str:
+        """The hosted folder's index page (object storage serves no folder index)."""
+        return f"{self.runbook_base}index.html"
+
     def runbook_url(self, alert_name: str) -> str:
-        return self.runbook_base + alert_name
+        """The alert's page in the hosted folder (the file name a static host serves)."""
+        return f"{self.runbook_base}{alert_name}.html"
+
+    @staticmethod
+    def dashboard_path(dashboard_uid: str, panel_id: int | None = None) -> str:
+        """`/d/<uid>?viewPanel=<id>`: relative to whichever Grafana shows the link."""
+        path = f"/d/{dashboard_uid}"
+        return path if panel_id is None else f"{path}?viewPanel={panel_id}"
 
     def dashboard_url(self, dashboard_uid: str, panel_id: int | None = None) -> str:
-        url = f"{self.grafana_url.rstrip('/')}/d/{dashboard_uid}"
-        return url if panel_id is None else f"{url}?viewPanel={panel_id}"
+        """The dashboard link outside Grafana: `grafana_url` + path, or the path alone."""
+        return self.grafana_url.rstrip("/") + self.dashboard_path(dashboard_uid, panel_id)
 
     @property
     def default_latency_slo(self) -> float:

@@ -27,12 +27,15 @@ class QueueOverviewPanel(IntEnum):
     THROUGHPUT = 21
     RETRIES = 22
     FAILURE_RATIO = 23
+    FAILURES_BY_CLASS = 24
     ROW_LATENCY = 30
     LATENCY_HEATMAP = 31
     LATENCY_QUANTILES = 32
+    WAIT_AND_RUN = 33
     ROW_WORKERS = 40
     ACTIVE_WORKERS = 41
     HEARTBEAT_AGE = 42
+    WORKER_HEARTBEATS = 43
     ROW_EXPORTER = 50
     EXPORTER_UP = 51
     SCRAPE_DURATION = 52
@@ -40,6 +43,8 @@ class QueueOverviewPanel(IntEnum):
     ROW_REDIS = 60
     REDIS_MEMORY = 61
     REDIS_EVICTION_POLICY = 62
+    REDIS_CLIENTS = 63
+    REDIS_EVICTIONS = 64
 
 
 _P = QueueOverviewPanel
@@ -55,12 +60,15 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.THROUGHPUT: "Throughput: enqueued, started, completed, failed",
         _P.RETRIES: "Retries, dead letters, expiries",
         _P.FAILURE_RATIO: "Failure ratio",
+        _P.FAILURES_BY_CLASS: "Failed attempts by exception class",
         _P.ROW_LATENCY: "Latency",
         _P.LATENCY_HEATMAP: "Job latency distribution",
         _P.LATENCY_QUANTILES: "Job latency p50 / p95 / p99",
+        _P.WAIT_AND_RUN: "Waiting for a worker vs in the handler (p50 / p95)",
         _P.ROW_WORKERS: "Workers",
         _P.ACTIVE_WORKERS: "Active workers",
         _P.HEARTBEAT_AGE: "Time since the newest worker heartbeat",
+        _P.WORKER_HEARTBEATS: "Heartbeat age per worker",
         _P.ROW_EXPORTER: "Exporter",
         _P.EXPORTER_UP: "Exporter and Redis up",
         _P.SCRAPE_DURATION: "Scrape duration",
@@ -68,6 +76,8 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.ROW_REDIS: "Redis",
         _P.REDIS_MEMORY: "Redis memory per primary",
         _P.REDIS_EVICTION_POLICY: "Redis eviction policy",
+        _P.REDIS_CLIENTS: "Redis clients per primary",
+        _P.REDIS_EVICTIONS: "Redis evicted keys",
     }
 )
 """Title of every panel but the alert stats (each titled by its alert's name). The

@@ -19,6 +19,7 @@ from .alerts.prometheus_rules import promtool_tests, rule_file
 from .config import MonitoringConfig
 from .dashboards.encode import render as render_dashboard
 from .dashboards.queue_overview import queue_overview
+from .runbooks.html_site import render_site
 from .runbooks.render import render_runbooks
 from .site import load_config
 
@@ -46,8 +47,11 @@ def bundle(config: MonitoringConfig) -> dict[str, str]:
             promtool_tests(config, Path(outputs.PROMETHEUS_RULES).name)
         ),
     }
-    for name, text in render_runbooks(config).items():
+    pages = render_runbooks(config)
+    for name, text in pages.items():
         files[f"{outputs.RUNBOOKS_DIR}/{name}"] = text
+    for name, text in render_site(pages).items():
+        files[f"{outputs.RUNBOOK_SITE_DIR}/{name}"] = text
     return files
 
 
@@ -68,7 +72,11 @@ def sync(out: Path, files: Mapping[str, str], check: bool) -> list[str]:
 
 def _orphan_pages(out: Path, files: Mapping[str, str]) -> list[str]:
     """Runbook pages no alert generates any more (a removed or renamed alert)."""
-    pages = [p.relative_to(out).as_posix() for p in (out / outputs.RUNBOOKS_DIR).glob("*.md")]
+    found = [
+        *(out / outputs.RUNBOOKS_DIR).glob("*.md"),
+        *(out / outputs.RUNBOOK_SITE_DIR).glob("*"),
+    ]
+    pages = [path.relative_to(out).as_posix() for path in found if path.is_file()]
     return sorted(page for page in pages if page not in files)
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "PROMETHEUS_RULES",
     "PROMETHEUS_RULE_TESTS",
     "RUNBOOKS_DIR",
+    "RUNBOOK_SITE_DIR",
 ]
 
 DASHBOARD_FILE = "dashboards/queue-overview.json"
@@ -26,3 +27,5 @@ PROMETHEUS_RULES = "alerts/prometheus/queue-alerts.rules.yml"
 PROMETHEUS_RULE_TESTS = "alerts/prometheus/queue-alerts.test.yml"
 RUNBOOKS_DIR = "runbooks"
 """One `<AlertName>.md` per alert and the `README.md` index (the exporter serves them)."""
+RUNBOOK_SITE_DIR = f"{RUNBOOKS_DIR}/html"
+"""The same pages as a static site: `<AlertName>.html` and `index.html`, to host anywhere."""

@@ -12,24 +12,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from platform_common.jobs_exporter.catalogue import AGENT_TYPE, NODE, POLICY, by_key
+from platform_common.jobs_exporter.catalogue import (
+    AGENT_TYPE,
+    ERROR_CLASS,
+    NODE,
+    POLICY,
+    WORKER,
+    by_key,
+)
 
 __all__ = [
     "PROMETHEUS_UP",
     "Selector",
     "active_workers_idle",
+    "failed_attempts_by_class",
     "failure_ratio",
     "gauge_by_type",
     "heartbeat_age",
+    "idle_activity",
     "latency_heatmap",
     "latency_quantile",
     "number",
     "per_type_limit",
     "rate_by_type",
     "ratio_to_limit",
+    "redis_by_node",
     "redis_memory_ratio",
     "redis_policy_safe",
+    "redis_rate_by_node",
+    "target_rate",
     "target_series",
+    "worker_heartbeat_ages",
 ]
 
 PROMETHEUS_UP = "up"
@@ -85,9 +98,22 @@ def rate_by_type(sel: Selector, key: str, window: str | None = None) -> str:
     return f"max by ({BY_TYPE}) ({sel.rate(key, window=window)})"
 
 
-def latency_quantile(sel: Selector, quantile: float, window: str | None = None) -> str:
-    buckets = sel.rate("latency", "_bucket", window)
+def latency_quantile(
+    sel: Selector, quantile: float, window: str | None = None, key: str = "latency"
+) -> str:
+    """Quantile of duration histogram `key` (latency, wait or run) per agent type."""
+    buckets = sel.rate(key, "_bucket", window)
     return f"histogram_quantile({quantile}, max by ({BY_TYPE}, le) ({buckets}))"
+
+
+def failed_attempts_by_class(sel: Selector) -> str:
+    """Failed attempts per second per agent type and exception class."""
+    return f"max by ({BY_TYPE}, {ERROR_CLASS}) ({sel.rate('attempts_failed')})"
+
+
+def worker_heartbeat_ages(sel: Selector) -> str:
+    """Seconds since each worker's last heartbeat (the exporter caps the workers)."""
+    return f"max by ({BY_TYPE}, {WORKER}) ({sel.series('worker_heartbeat_age')})"
 
 
 def latency_heatmap(sel: Selector) -> str:
@@ -114,9 +140,38 @@ def active_workers_idle(sel: Selector) -> str:
     return f"({waiting} and on ({BY_TYPE}) ({idle}))"
 
 
+def idle_activity(sel: Selector) -> str:
+    """Per agent type, what happened in the window: jobs enqueued and started, plus the
+    most that waited, waited for a retry or ran at any scrape. 0 means truly idle.
+
+    Every term is a whole number of jobs when anything happened (`increase` only
+    extrapolates outwards), so `< 1` is exactly "nothing at all" without an `==`.
+    The counters catch jobs that came and went between two scrapes; the gauges catch
+    a job running or waiting for the whole window.
+    """
+    terms = [
+        f"max by ({BY_TYPE}) (increase({sel.series(key)}[{sel.window}]))"
+        for key in ("enqueued", "started")
+    ] + [
+        f"max by ({BY_TYPE}) (max_over_time({sel.series(key)}[{sel.window}]))"
+        for key in ("queue_depth", "delayed_depth", "in_progress")
+    ]
+    return "(" + " + ".join(terms) + ")"
+
+
 def redis_policy_safe(sel: Selector) -> str:
     """1 per Redis primary whose maxmemory-policy is noeviction, 0 per one that can evict."""
     return f"max by (job, {NODE}, {POLICY}) ({sel.series('redis_policy_safe')})"
+
+
+def redis_by_node(sel: Selector, key: str) -> str:
+    """A per-node gauge of Redis' own (memory, clients), one series per primary."""
+    return f"max by (job, {NODE}) ({sel.series(key)})"
+
+
+def redis_rate_by_node(sel: Selector, key: str) -> str:
+    """A per-node counter of Redis' own (evicted keys) as a per-second rate."""
+    return f"max by (job, {NODE}) ({sel.rate(key)})"
 
 
 def redis_memory_ratio(sel: Selector) -> str:
@@ -124,6 +179,11 @@ def redis_memory_ratio(sel: Selector) -> str:
     used = f"max by (job, {NODE}) ({sel.series('redis_memory_used')})"
     limit = f"max by (job, {NODE}) ({sel.series('redis_memory_max')}) > 0"
     return f"{used} / ({limit})"
+
+
+def target_rate(sel: Selector, key: str) -> str:
+    """Per-second rate of the exporter's own counter `key`, per scrape target."""
+    return sel.rate(key)
 
 
 def target_series(sel: Selector, key: str | None = None) -> str:

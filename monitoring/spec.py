@@ -2,10 +2,13 @@
 
 An alert is `query <op> threshold` held for `for_`. `query` is Grafana's query A (then
 B = reduce last, C = threshold), and `expr` the Prometheus rule's expression, so both
-systems compare the same number with the same threshold. `summary` and `description`
-are `string.Template`s over `$agent_type`, `$instance`, `$job`, `$node`, `$policy`,
-`$value`, `$threshold` and `$for_`, rendered into each system's own templating by
-`render_text`, so a text can never state another threshold or duration than the rule's.
+systems compare the same number with the same threshold. `op` is `gt` or `lt` only:
+Grafana's `eq`/`ne`/`gte`/`lte` threshold types exist only since 2025, and every "is 0"
+condition here is on a whole number, so `< 1` (or `> 0`) says it exactly.
+`summary` and `description` are `string.Template`s over `$agent_type`, `$instance`,
+`$job`, `$node`, `$policy`, `$value`, `$threshold` and `$for_`, rendered into each
+system's own templating by `render_text`, so a text can never state another threshold
+or duration than the rule's.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ __all__ = [
     "render_text",
 ]
 
-Op = Literal["gt", "lt", "eq"]
-PROMQL_OP: dict[Op, str] = {"gt": ">", "lt": "<", "eq": "=="}
+Op = Literal["gt", "lt"]
+PROMQL_OP: dict[Op, str] = {"gt": ">", "lt": "<"}
 Severity = Literal["critical", "warning", "info"]
 ValueFormat = Literal["humanize", "humanizePercentage", "humanizeDuration"]
 TemplateFlavour = Literal["prometheus", "grafana", "runbook"]
@@ -151,18 +154,19 @@ def alert_specs(
         ),
         AlertSpec(
             name="QueueIdle",
-            query=q.gauge_by_type(sel, "queue_depth"),
-            op="eq",
-            threshold=0,
+            query=q.idle_activity(sel),
+            op="lt",
+            threshold=1,
             for_=config.queue_idle_for,
             severity="info",
             action="scale-down",
-            summary="Queue $agent_type has been empty for $for_.",
+            summary="Queue $agent_type has been idle for $for_: nothing enqueued or running.",
             description=(
-                "No $agent_type job has waited for $for_: the worker pool can be scaled "
-                "down (keep at least one worker if jobs still arrive)."
+                f"No $agent_type job was enqueued or started, and none waited, waited for "
+                f"a retry or ran, in any {sel.window} window for $for_: traffic has stopped. "
+                "The worker pool can be scaled down."
             ),
-            panel=panel.QUEUE_DEPTH,
+            panel=panel.THROUGHPUT,
         ),
         AlertSpec(
             name="JobLatencyP95AboveSLO",
@@ -203,8 +207,8 @@ def alert_specs(
         AlertSpec(
             name="QueueExporterDown",
             query=q.target_series(sel),
-            op="eq",
-            threshold=0,
+            op="lt",
+            threshold=1,
             for_=config.exporter_down_for,
             severity="critical",
             action="restore-exporter",
@@ -218,8 +222,8 @@ def alert_specs(
         AlertSpec(
             name="QueueExporterAbsent",
             query=f"absent({q.target_series(sel)})",
-            op="eq",
-            threshold=1,
+            op="gt",
+            threshold=0,
             for_=config.exporter_absent_for,
             severity="critical",
             action="restore-exporter",
@@ -234,8 +238,8 @@ def alert_specs(
         AlertSpec(
             name="QueueRedisUnreachable",
             query=q.target_series(sel, "redis_up"),
-            op="eq",
-            threshold=0,
+            op="lt",
+            threshold=1,
             for_=config.redis_unreachable_for,
             severity="critical",
             action="restore-redis",
@@ -299,8 +303,8 @@ def alert_specs(
         AlertSpec(
             name="QueueRedisEvictionPolicyUnsafe",
             query=q.redis_policy_safe(sel),
-            op="eq",
-            threshold=0,
+            op="lt",
+            threshold=1,
             for_=config.redis_eviction_policy_unsafe_for,
             severity="warning",
             action="fix-redis-config",
@@ -330,6 +334,56 @@ def alert_specs(
             value_format="humanizePercentage",
             expect_data=False,
             unit="percentunit",
+        ),
+        AlertSpec(
+            name="JobsExpiring",
+            query=q.rate_by_type(sel, "expired"),
+            op="gt",
+            threshold=config.expired_rate_high,
+            for_=config.expired_rate_high_for,
+            severity="warning",
+            action="investigate-workers",
+            summary="$value $agent_type jobs/s expire before they complete.",
+            description=(
+                f"$agent_type jobs have been dropped because their TTL passed ({sel.window} "
+                "rate above $threshold jobs/s) for $for_: each one is a request whose user "
+                "gets an expired result. Workers do not take or finish them in time."
+            ),
+            panel=panel.RETRIES,
+            unit="ops",
+        ),
+        AlertSpec(
+            name="QueueExporterDroppingAgentTypes",
+            query=q.target_series(sel, "types_dropped"),
+            op="gt",
+            threshold=0,
+            for_=config.agent_types_dropped_for,
+            severity="warning",
+            action="raise-type-cap",
+            summary="Queue exporter $instance leaves $value agent types out (type cap reached).",
+            description=(
+                "The exporter at $instance has found more agent types than its cap "
+                "(EXPORTER_MAX_AGENT_TYPES) for $for_: the types over it have no metrics, "
+                "so none of their alerts can fire. Raise the cap or remove stale types."
+            ),
+            panel=panel.EXPORTER_ERRORS,
+        ),
+        AlertSpec(
+            name="QueueExporterMalformedValues",
+            query=q.target_rate(sel, "malformed"),
+            op="gt",
+            threshold=0,
+            for_=config.malformed_values_for,
+            severity="warning",
+            action="repair-redis-data",
+            summary="Queue exporter $instance skips $value unparseable Redis values per second.",
+            description=(
+                "The exporter at $instance has kept finding values in Redis it cannot "
+                "parse (a key of the wrong type, a counter that is not a number) for $for_: "
+                "the metrics they feed are missing, not zero, and their alerts are blind."
+            ),
+            panel=panel.EXPORTER_ERRORS,
+            unit="ops",
         ),
     )
     if config.for_override is None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system servers the demo and the tests run for real (redis-server,
-# redis-sentinel, prometheus + promtool, alertmanager), from Debian packages, when
+# redis-sentinel, prometheus + promtool, alertmanager) and the headless browser the
+# console's browser test drives (chromium + chromedriver), from Debian packages, when
 # they are missing. Needs root; otherwise says exactly what to install.
 set -euo pipefail
 need=()
@@ -10,6 +11,8 @@ command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "Missing system packages: ${need[*]}" >&2

@@ -1,5 +1,5 @@
-"""Writes every generated file (dashboards, alert rules, runbooks, README metric table) for a
-site's settings; with --check, writes nothing and fails when any file differs."""
+"""Writes every generated file (dashboards, alert rules, runbooks, README metric and settings
+tables) for a site's settings; with --check, writes nothing and fails when any file differs."""
 
 from __future__ import annotations
 
@@ -10,19 +10,24 @@ from pathlib import Path
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs_exporter.metric_table import render_metric_table
 from platform_common.jobs_monitoring.generate import generate, sync
+from platform_common.jobs_monitoring.settings_table import render_settings_table
 from platform_common.jobs_monitoring.site import DEFAULTS_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 README = "README.md"
-TABLE_START, TABLE_END = "<!-- metrics-table:start -->", "<!-- metrics-table:end -->"
+# Each generated block of the README: its marker name and renderer (<!-- name:start -->).
+README_BLOCKS = (("metrics-table", render_metric_table), ("settings-table", render_settings_table))
 
 
-def _readme_with_table(current: str) -> str:
-    before, found, rest = current.partition(TABLE_START)
-    _, found_end, after = rest.partition(TABLE_END)
-    if not found or not found_end:
-        raise SystemExit(f"{README}: markers {TABLE_START} / {TABLE_END} not found")
-    return f"{before}{TABLE_START}\n{render_metric_table()}{TABLE_END}{after}"
+def _readme_with_tables(current: str) -> str:
+    for name, render in README_BLOCKS:
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        before, found, rest = current.partition(start)
+        _, found_end, after = rest.partition(end)
+        if not found or not found_end:
+            raise SystemExit(f"{README}: markers {start} / {end} not found")
+        current = f"{before}{start}\n{render()}{end}{after}"
+    return current
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=ROOT,
-        help="root of the generated tree (default: this repository; the README's metric "
-        "table is generated only there)",
+        help="root of the generated tree (default: this repository; the README's tables "
+        "are generated only there)",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     return parser
@@ -53,7 +58,7 @@ def main(argv: list[str]) -> int:
         return 2
     if out == ROOT:
         readme = (ROOT / README).read_text(encoding="utf-8")
-        differing += sync(ROOT, {README: _readme_with_table(readme)}, args.check)
+        differing += sync(ROOT, {README: _readme_with_tables(readme)}, args.check)
     if args.check:
         for relative in differing:
             print(f"stale: {relative}", file=sys.stderr)

@@ -18,13 +18,14 @@ import redis
 import redis.asyncio as aioredis
 
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from tests.support.backends import check_single_node_markers
+from tests.support.backends import check_single_node_markers, sample_cluster_cases
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     check_single_node_markers(items)
+    sample_cluster_cases(config, items)
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +86,6 @@ def cluster_url(redis_cluster: RedisClusterNodes) -> str:
     redis_cluster.wait_healthy()
     for port in redis_cluster.master_ports():
         node = redis_cluster.node_by_port(port)
-        node.cli("FLUSHALL")
-        node.cli("SCRIPT", "FLUSH")
+        node.command("FLUSHALL")
+        node.command("SCRIPT", "FLUSH")
     return redis_cluster.url

@@ -10,8 +10,10 @@ The queue (`platform_common.jobs.queue`) and the FastAPI router
 
 from .errors import (
     BackendBusy,
+    BackendOutOfMemory,
     BackendUnavailable,
     ConfigurationError,
+    CorruptQueueState,
     IllegalTransition,
     InvalidCursor,
     InvalidJobId,
@@ -33,9 +35,11 @@ from .store.redis_store import RedisJobStore
 
 __all__ = [
     "BackendBusy",
+    "BackendOutOfMemory",
     "BackendUnavailable",
     "BackfillReport",
     "ConfigurationError",
+    "CorruptQueueState",
     "IllegalTransition",
     "InMemoryJobStore",
     "InvalidCursor",

@@ -1,4 +1,5 @@
-"""Least-privilege Redis ACL rules for the package's three roles: producer, worker, exporter.
+"""Least-privilege Redis ACL rules for the package's roles: producer, worker, exporter,
+and for the operator tools (CLI and console) reader and operator.
 
 Each role is a Redis 7 ACL user whose root permissions hold only keyless commands (the
 connection handshake, TIME, SCAN, pub/sub) and whose every keyed command sits in a
@@ -7,10 +8,11 @@ producer may LPUSH the queue list but not DEL it, the exporter may HGETALL the s
 hash but not a job hash. The commands a role's Lua scripts call are checked against
 these grants (Redis checks a script's `redis.call` against the caller's ACL too):
 `ungranted_script_commands()` must stay empty, so a script that starts using a new
-command fails a test instead of a deployment. Producers and workers can be scoped to
-their agent types and JobStore agents (`agent_types=`, `store_agents=`); unscoped, every
-type and agent matches. docs/operations.md shows the rendered rules, what Redis ACLs
-cannot express, and the role matrix that tests/redis/test_acl_roles.py proves.
+command fails a test instead of a deployment. Every role but the exporter can be scoped
+to its agent types (`agent_types=`), producers and workers to their JobStore agents too
+(`store_agents=`); unscoped, every type and agent matches. docs/operations.md shows the
+rendered rules, what Redis ACLs cannot express, and the role matrix that
+tests/redis/test_acl_roles.py proves.
 
     ACL SETUSER producer reset on >secret <rules("producer")...>
 """
@@ -124,7 +126,12 @@ class AclRole:
     channels: Literal["none", "every type", "own types"]
     """Completion channels: none, the PSUBSCRIBE pattern of every type, or its types'."""
     scoped: bool
-    """Whether agent_types / store_agents narrow its keys (producer, worker)."""
+    """Whether agent_types narrows its keys (every role but the exporter)."""
+
+    @property
+    def uses_store(self) -> bool:
+        """Whether it has JobStore keys, which store_agents narrows (producer, worker)."""
+        return any(key.space == "store" for grant in self.grants for key in grant.keys)
 
     def all_commands(self) -> tuple[str, ...]:
         names = set(CONNECT_COMMANDS) | set(self.keyless)
@@ -144,6 +151,8 @@ class AclRole:
         is one token, `(...)`, as ACL SETUSER takes it."""
         if not self.scoped and (agent_types is not None or store_agents is not None):
             raise ValueError(f"the {self.name} role reads every agent type: it takes no scope")
+        if not self.uses_store and store_agents is not None:
+            raise ValueError(f"the {self.name} role uses no JobStore: it takes no store_agents")
         scope = {
             "types": _names(agent_types, "agent_types"),
             "agents": _names(store_agents, "store_agents"),
@@ -225,6 +234,24 @@ def _worker_queue_commands() -> tuple[str, ...]:
     # DEL and SET get their own, narrower grants; TIME and PUBLISH are keyless.
     return tuple(sorted((called | direct | set(_SCRIPTING)) - {"del", "set", "time", "publish"}))
 
+
+# What the operator tools read (operations/: info, workers, job show, dead list/show, the
+# dry runs, the console's pages), read only, each command on the keys it reads there:
+# depths and counters as JobQueue.stats reads them, pages of the processing and dead
+# lists and of the waiting and delayed sets (the oldest waiting job is ZRANGE 0 0),
+# active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
+# their payloads (operators look at them) and results.
+_OPERATOR_READS = (
+    Grant(("llen", "lrange"), (_queue("processing"), _queue("dead"))),
+    Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
+    Grant(("zcount", "zscan"), (_queue("workers"),)),
+    Grant(("zscore",), (_queue("leases"),)),
+    Grant(("hgetall",), (_queue("stats"),)),
+    Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
+    Grant(("get",), (_queue("result:*"),)),
+)
+
+_DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -319,12 +346,77 @@ ROLES: dict[str, AclRole] = {
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
-                Grant(("zcard",), (_queue("delayed"),)),
+                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
                 Grant(("hgetall",), (_queue("stats"),)),
                 Grant(("zrange",), (_queue("workers"), _queue("waiting"))),
             ),
             channels="none",
             scoped=False,
+        ),
+        AclRole(
+            name="reader",
+            summary=(
+                "what a read-only console and the read-only operator commands read (info, "
+                "workers, job show, dead list and show, dry runs): depths, counters, "
+                "heartbeats, pages of each list, job records with payloads, results; "
+                "writes nothing, runs no script"
+            ),
+            scripts=(),
+            keyless=("time", "info"),  # info: the eviction policy check at connect
+            grants=_OPERATOR_READS,
+            channels="none",
+            scoped=True,
+        ),
+        AclRole(
+            name="operator",
+            summary=(
+                "reads what the reader reads, and requeues and purges dead letters (the "
+                "read-write console, dead requeue and purge); cannot enqueue, take, "
+                "claim, complete or fail jobs"
+            ),
+            scripts=_DEAD_LETTER_SCRIPTS,
+            keyless=("time", "info"),
+            grants=(
+                *_OPERATOR_READS,
+                # The two dead-letter scripts, with exactly the keys they declare.
+                Grant(
+                    _SCRIPTING,
+                    (
+                        _queue("dead", write=True),
+                        _queue("queue", write=True),
+                        _queue("expiry", write=True),
+                        _queue("stats", write=True),
+                        _queue("waiting", write=True),
+                        _queue("job:*", write=True),
+                        _queue("result:*", write=True),
+                    ),
+                ),
+                # Their checks before the first write (key types, the enqueued counter,
+                # each record's ttl: HGET of the job hash is a read above).
+                Grant(
+                    ("type",),
+                    (
+                        _queue("dead"),
+                        _queue("queue"),
+                        _queue("expiry"),
+                        _queue("stats"),
+                        _queue("waiting"),
+                        _queue("job:*"),
+                    ),
+                ),
+                Grant(("hget",), (_queue("stats"),)),
+                # Their writes, each command on its one kind of key. No EXISTS: the
+                # enqueue script, which calls it, is refused.
+                Grant(("lrem",), (_queue("dead", write=True),)),
+                Grant(("lpush",), (_queue("queue", write=True),)),
+                Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
+                Grant(("hincrby",), (_queue("stats", write=True),)),
+                Grant(("hdel", "hset", "persist"), (_queue("job:*", write=True),)),
+                # One DEL takes a record and its result: one selector for both.
+                Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
+            ),
+            channels="none",
+            scoped=True,
         ),
     )
 }
@@ -348,11 +440,11 @@ def rules(
     agent_types: Iterable[str] | None = None,
     store_agents: Iterable[str] | None = None,
 ) -> list[str]:
-    """The ACL rule tokens of `role` ('producer', 'worker' or 'exporter').
+    """The ACL rule tokens of `role` (a name in ROLES).
 
-    `agent_types` and `store_agents` scope a producer or worker to those agent types'
-    queue keys and completion channels and to those JobStore agents' records (None:
-    all of them)."""
+    `agent_types` scopes every role but the exporter to those agent types' queue keys
+    (and completion channels), `store_agents` a producer or worker to those JobStore
+    agents' records (None: all of them)."""
     return ROLES[role].rules(
         queue_prefix=queue_prefix,
         store_prefix=store_prefix,

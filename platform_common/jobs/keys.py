@@ -48,6 +48,15 @@ the transition; so they are exact across any number of processes):
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
     So enqueued == completed + failed + expired + jobs still live (queued, delayed,
     in progress), and failed >= dead_lettered.
+Histograms in the same hash, each observed once per successful completion (see
+STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
+Failed attempts by exception class, in the same hash (written by queue_fail):
+    error:<class>  attempts that ended in an error (retried, dead-lettered or failed for
+                   good; not a release) whose exception was of that class; at most
+                   MAX_ERROR_CLASSES classes get a field, the first ones seen, then
+                   error:other counts the rest (a class's field never moves, so each
+                   series only ever rises). Summed, they equal retried + failed.
+    error_classes  how many error:<class> fields exist (other excluded): the cap's count
 """
 
 from __future__ import annotations
@@ -57,16 +66,25 @@ from dataclasses import dataclass
 __all__ = [
     "COMPLETION_PATTERN",
     "DEFAULT_LATENCY_BUCKETS",
+    "ERROR_CLASSES_FIELD",
+    "ERROR_CLASS_PREFIX",
     "INDEX_SEGMENT",
     "LATENCY_COUNT_FIELD",
     "LATENCY_SUM_FIELD",
+    "MAX_ERROR_CLASSES",
+    "OTHER_ERROR_CLASS",
     "QUEUE_PREFIX",
     "SHARED_OWNER_BUCKET",
     "STATS_COUNTERS",
+    "STATS_HISTOGRAMS",
     "STORE_PREFIX",
     "QueueKeys",
     "StoreKeys",
     "completion_channel",
+    "error_class_field",
+    "histogram_bucket_field",
+    "histogram_count_field",
+    "histogram_sum_field",
     "latency_bucket_field",
     "queue_key_type",
 ]
@@ -89,6 +107,20 @@ STATS_COUNTERS = (
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
+
+# The histograms of the stats hash, by name: `latency` enqueue -> completion (the whole
+# life, retries and backoffs included); `wait` the succeeding attempt's becoming due
+# (enqueued, or the due time of its retry) -> its start: time spent waiting for a
+# worker; `run` that attempt's start -> completion: time in the handler. All three use
+# the queue's latency buckets and are observed together (queue_complete.lua).
+STATS_HISTOGRAMS = ("latency", "wait", "run")
+
+ERROR_CLASS_PREFIX = "error:"
+ERROR_CLASSES_FIELD = "error_classes"
+OTHER_ERROR_CLASS = "other"
+"""The class every failed attempt is counted under once MAX_ERROR_CLASSES are taken."""
+MAX_ERROR_CLASSES = 20
+"""Exception classes with a counter of their own per agent type (a bounded label)."""
 
 COMPLETION_PATTERN = "agent:*:completed"
 
@@ -121,7 +153,26 @@ def latency_bucket_field(upper_bound: float) -> str:
     Buckets are stored NON-cumulative: an observation increments only the smallest
     bound >= its value (one HINCRBY per completion); the exporter sums them into
     Prometheus' cumulative `le` buckets."""
-    return f"latency_le:{_format_bound(upper_bound)}"
+    return histogram_bucket_field("latency", upper_bound)
+
+
+def histogram_bucket_field(histogram: str, upper_bound: float) -> str:
+    """Stats-hash field of bucket `upper_bound` of STATS_HISTOGRAMS `histogram`
+    (`wait_le:0.5`), stored NON-cumulative like the latency ones."""
+    return f"{histogram}_le:{_format_bound(upper_bound)}"
+
+
+def histogram_sum_field(histogram: str) -> str:
+    return f"{histogram}_sum"
+
+
+def histogram_count_field(histogram: str) -> str:
+    return f"{histogram}_count"
+
+
+def error_class_field(error_class: str) -> str:
+    """Stats-hash field counting failed attempts of exception class `error_class`."""
+    return f"{ERROR_CLASS_PREFIX}{error_class}"
 
 
 def _format_bound(value: float) -> str:

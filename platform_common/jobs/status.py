@@ -62,6 +62,11 @@ class QueueState(StrEnum):
     EXPIRED is the one exception: expiry deletes the record, so only the job's result
     (`JobResult.status`) says so. A hash without a `state` field is QUEUED: enqueue's hot
     path does not write one.
+
+    FAILED and DEAD jobs are kept for an operator, each on its own list
+    (`queue.failed_jobs`, `queue.dead_letters`): record and result for
+    QUEUE_DEAD_LETTER_RETENTION (or the job's TTL if longer), at most
+    QUEUE_DEAD_LETTER_MAX per list, unless requeued or purged first.
     """
 
     QUEUED = "queued"
@@ -73,9 +78,9 @@ class QueueState(StrEnum):
     SUCCEEDED = "succeeded"
     """Finished: the handler's result is stored."""
     FAILED = "failed"
-    """Finished for good by a non-retryable error (no dead letter)."""
+    """Failed for good (NonRetryableError): kept on the failed list for the retention."""
     DEAD = "dead"
-    """Used its last attempt: kept on the dead-letter list until requeued or purged."""
+    """Used its last attempt: kept on the dead-letter list for the retention."""
     EXPIRED = "expired"
     """Its TTL passed before it finished: the record is gone, only its result remains."""
 

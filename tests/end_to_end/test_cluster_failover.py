@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from redis.exceptions import RedisError
 
 from platform_common.jobs.keys import QueueKeys
@@ -23,6 +27,21 @@ PER_TYPE = 4
 RECOVERY_DEADLINE = 60.0
 """Seconds allowed for the jobs to finish after the failover: a hang detector, not a
 speed target (the run prints the measured recovery time)."""
+
+
+@pytest.fixture(autouse=True)
+def collect_redis_py_failover_garbage() -> Iterator[None]:
+    """Collect this test's garbage before the next test starts, ignoring ResourceWarnings.
+
+    During a failover redis-py's cluster client re-initialises and builds a replica
+    ClusterNode whose connection it drops without closing (inside
+    NodesManager.initialize, out of this package's reach: ClusterClient.aclose closes
+    every node it can still see, and waits for redis-py's own background disconnects).
+    Left to the GC, that socket's ResourceWarning lands in whichever test runs next."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 async def enqueue_retrying(queue: JobQueue, job: dict[str, Any]) -> None:
@@ -41,6 +60,8 @@ async def enqueue_retrying(queue: JobQueue, job: dict[str, Any]) -> None:
     raise AssertionError(f"could not enqueue {job['job_id']} after the failover")
 
 
+# The same redis-py replica node (see the fixture above) may be collected mid-test.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
 async def test_workers_consume_again_after_a_master_is_killed(
     cluster_url: str, redis_cluster: RedisClusterNodes
 ) -> None:

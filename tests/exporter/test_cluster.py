@@ -59,7 +59,9 @@ async def exporter(cluster_url: str) -> AsyncIterator[Exporter]:
 def seed(admin: redis.RedisCluster, agent_type: str, number: int) -> None:
     keys = QueueKeys(agent_type)
     admin.sadd(QueueKeys.types_key(), agent_type)
-    admin.lpush(keys.queue, *[f"{agent_type}-w{i}" for i in range(number + 1)])
+    waiting = [f"{agent_type}-w{i}" for i in range(number + 1)]
+    admin.lpush(keys.queue, *waiting)
+    admin.zadd(keys.waiting, {job_id: 1_000 + i for i, job_id in enumerate(waiting)})
     admin.lpush(keys.dead, *[f"{agent_type}-x{i}" for i in range(number)] or ["x"])
     admin.hset(keys.stats, mapping={"enqueued": 10 * number, "completed": number})
 

@@ -17,7 +17,13 @@ from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs_exporter import catalogue
 from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
 from platform_common.jobs_exporter.exposition import render_text
-from platform_common.jobs_exporter.snapshot import LatencyHistogram, Snapshot, TypeSnapshot
+from platform_common.jobs_exporter.server_stats import ServerStats
+from platform_common.jobs_exporter.snapshot import (
+    LatencyHistogram,
+    Snapshot,
+    TypeSnapshot,
+    WorkerBeat,
+)
 from tests.support.prometheus import promtool
 
 DINING = TypeSnapshot(
@@ -36,9 +42,13 @@ DINING = TypeSnapshot(
         "expired": 1,
     },
     latency=LatencyHistogram(((0.5, 5), (2.5, 8), (math.inf, 9)), 12.25),
+    wait=LatencyHistogram(((0.5, 7), (2.5, 9), (math.inf, 9)), 3.5),
+    run=LatencyHistogram(((0.5, 6), (2.5, 9), (math.inf, 9)), 4.75),
+    error_classes={"TimeoutError": 5, "ValueError": 1, "other": 1},
     oldest_age_seconds=42.5,
     active_workers=2,
     last_heartbeat_seconds=1_700_000_000.25,
+    workers=(WorkerBeat("host-b:7", 61.5), WorkerBeat("host-a:3", 0.25)),
 )
 FLIGHTS = TypeSnapshot(
     agent_type="flights",
@@ -53,8 +63,14 @@ MEMORY = {
     "10.0.0.1:6379": MemoryInfo(used_bytes=1_500_000, max_bytes=2_000_000, policy="noeviction"),
     "10.0.0.2:6379": MemoryInfo(used_bytes=900_000, max_bytes=0, policy="allkeys-lru"),
 }
+SERVER = {
+    "10.0.0.1:6379": ServerStats(connected_clients=12, blocked_clients=4, evicted_keys=0),
+    "10.0.0.2:6379": ServerStats(connected_clients=3, blocked_clients=0, evicted_keys=17),
+}
 RESULT = ScrapeResult(
-    Snapshot((DINING, FLIGHTS), types_dropped=3, memory=MEMORY), 0.004, malformed_total=5
+    Snapshot((DINING, FLIGHTS), types_dropped=3, memory=MEMORY, server=SERVER),
+    0.004,
+    malformed_total=5,
 )
 
 
@@ -107,6 +123,47 @@ def test_latency_histogram_is_cumulative_with_sum_and_count() -> None:
     assert value("job_latency_seconds_count", "dining") == 9
     assert value("job_latency_seconds_sum", "dining") == 12.25
     assert value("job_latency_seconds_bucket", "flights", le="+Inf") == 0
+
+
+@pytest.mark.parametrize("name", ["job_wait_seconds", "job_run_seconds"])
+def test_wait_and_run_histograms_beside_the_latency_one(name: str) -> None:
+    histogram = DINING.wait if name == "job_wait_seconds" else DINING.run
+    assert histogram is not None
+    for bound, count in histogram.buckets:
+        le = "+Inf" if math.isinf(bound) else repr(bound)
+        assert value(f"{name}_bucket", "dining", le=le) == count
+    assert value(f"{name}_sum", "dining") == histogram.sum
+    assert value(f"{name}_count", "dining") == 9
+    # A type whose stats hash has no usable histogram has no series, never a made-up one.
+    assert value(f"{name}_count", "flights") is None
+
+
+def test_failed_attempts_by_error_class() -> None:
+    by_class = {
+        labels: v
+        for (name, labels), v in samples(RESULT).items()
+        if name == "jobs_attempts_failed_total"
+    }
+    assert by_class == {
+        (("agent_type", "dining"), ("error_class", "TimeoutError")): 5,
+        (("agent_type", "dining"), ("error_class", "ValueError")): 1,
+        (("agent_type", "dining"), ("error_class", "other")): 1,
+    }
+
+
+def test_heartbeat_age_per_worker() -> None:
+    age = "worker_heartbeat_age_seconds"
+    assert value(age, "dining", worker="host-b:7") == 61.5
+    assert value(age, "dining", worker="host-a:3") == 0.25
+    assert not [labels for (name, labels) in samples(RESULT) if name == age and
+                ("agent_type", "flights") in labels]  # fmt: skip
+
+
+def test_redis_clients_and_evictions_per_node() -> None:
+    assert value("queue_redis_connected_clients", node="10.0.0.1:6379") == 12
+    assert value("queue_redis_blocked_clients", node="10.0.0.1:6379") == 4
+    assert value("queue_redis_evicted_keys_total", node="10.0.0.1:6379") == 0
+    assert value("queue_redis_evicted_keys_total", node="10.0.0.2:6379") == 17
 
 
 def test_exporter_own_metrics() -> None:

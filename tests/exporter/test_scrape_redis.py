@@ -1,8 +1,9 @@
 """The exporter against a real redis-server holding hand-written data in the queue layout.
 
-Covers the snapshot read (depths equal LLEN, Redis TIME for ages and heartbeats), one
-round trip per scrape, discovery and its cap, malformed data, SCRIPT FLUSH, and the HTTP
-endpoints with content negotiation. TLS and ACL are in test_tls_acl.py, outages in test_outage.py.
+Covers the snapshot read (depths equal what Redis holds, Redis TIME for ages and
+heartbeats), one round trip per scrape, discovery and its cap, malformed data, SCRIPT
+FLUSH, and the HTTP endpoints with content negotiation. TLS and ACL are in
+test_tls_acl.py, outages in test_outage.py.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ async def test_depths_counters_and_histogram_match_redis(
     assert result.snapshot is not None
     [dining] = result.snapshot.types
     keys = QueueKeys("dining")
-    assert dining.queue_depth == admin.llen(keys.queue) == 7
+    assert dining.queue_depth == admin.zcard(keys.waiting) == 7
     assert dining.in_progress == admin.llen(keys.processing) == 2
     assert dining.delayed_depth == admin.zcard(keys.delayed) == 4
     assert dining.dead_letter_depth == admin.llen(keys.dead) == 3
@@ -149,8 +150,8 @@ async def test_malformed_values_and_wrong_key_types_never_break_a_scrape(
 ) -> None:
     seed_type(admin, "dining", waiting=2, stats={"enqueued": "lots", "completed": 5})
     seed_type(admin, "flights", waiting=1)
-    admin.delete(QueueKeys("flights").queue)
-    admin.set(QueueKeys("flights").queue, "not a list")  # WRONGTYPE for LLEN
+    admin.delete(QueueKeys("flights").waiting)
+    admin.set(QueueKeys("flights").waiting, "not a set")  # WRONGTYPE for ZCARD
     admin.sadd(QueueKeys.types_key(), "Not A Label")
     result = await exporter.scrape()
     assert result.snapshot is not None
@@ -162,6 +163,21 @@ async def test_malformed_values_and_wrong_key_types_never_break_a_scrape(
     assert of(samples, "jobs_completed_total", agent_type="dining") == 5
     assert of(samples, "jobs_enqueued_total", agent_type="dining") is None
     assert of(samples, "queue_exporter_malformed_values_total") == 6
+
+
+async def test_the_depth_leaves_out_stale_ids_of_expired_jobs(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    # Expiry is lazy: an expired job leaves the waiting set at once, but its id stays in
+    # the queue list until a worker pops and drops it. The depth counts only real waiters.
+    seed_type(admin, "dining", waiting=5)
+    keys = QueueKeys("dining")
+    admin.zrem(keys.waiting, "dining-w0", "dining-w1")
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    assert admin.llen(keys.queue) == 5
+    assert result.snapshot.types[0].queue_depth == admin.zcard(keys.waiting) == 3
+    assert result.snapshot.round_trips == 1
 
 
 async def test_a_script_flush_changes_nothing(admin: redis.Redis, exporter: Exporter) -> None:
@@ -220,10 +236,45 @@ async def test_http_negotiates_openmetrics(admin: redis.Redis, http: httpx.Async
 async def test_health_and_readiness(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).status_code == 200
     ready = await http.get("/readyz")
-    assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready", "redis": "reachable"})
 
 
 async def test_runbooks_are_served_beside_the_metrics(http: httpx.AsyncClient) -> None:
     index = await http.get("/runbooks/")
     assert index.status_code == 200
     assert "text/html" in index.headers["content-type"]
+
+
+async def test_redis_clients_and_evictions_come_in_the_same_round_trip(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    seed_type(admin, "dining", waiting=1, stats={"enqueued": 1})
+    await exporter.scrape()
+    before = CountingConnection.sends
+    result = await exporter.scrape()
+    assert CountingConnection.sends - before == 1
+    snapshot = result.snapshot
+    assert snapshot is not None and snapshot.round_trips == 1
+    [(node, server)] = snapshot.server.items()
+    assert node in snapshot.memory
+    info = sync_reply(admin.info("clients")) | sync_reply(admin.info("stats"))
+    assert server.evicted_keys == info["evicted_keys"] == 0
+    # The admin client and the exporter's connection, at least.
+    assert server.connected_clients >= 2
+    assert server.blocked_clients == info["blocked_clients"]
+
+
+async def test_per_worker_heartbeat_ages_against_redis_time(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    keys = QueueKeys("dining")
+    seed_type(admin, "dining", waiting=0, stats={})
+    seconds, micros = sync_reply(admin.time())
+    now_ms = seconds * 1000 + micros // 1000
+    admin.zadd(keys.workers, {"host-a:1": now_ms + 60_000, "host-b:2": now_ms - 90_000})
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    [dining] = result.snapshot.types
+    ages = {beat.worker: beat.age_seconds for beat in dining.workers}
+    assert list(ages) == ["host-b:2", "host-a:1"]  # stalest first
+    assert ages["host-b:2"] >= 90 and ages["host-a:1"] == 0  # a clock ahead is never negative

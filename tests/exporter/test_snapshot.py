@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
+from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, MAX_ERROR_CLASSES
+from platform_common.jobs_exporter.catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs_exporter.discovery import scan_count, select_types
 from platform_common.jobs_exporter.snapshot import parse_type_reply
 
@@ -143,3 +144,45 @@ def test_members_the_scan_did_not_reach_count_as_dropped() -> None:
     assert selection.types == ("a", "b")
     assert selection.dropped == 48
     assert scan_count(1000) == 2000
+
+
+def test_wait_and_run_histograms_parse_like_the_latency_one() -> None:
+    stats = {"wait_le:0.5": "3", "wait_le:+Inf": "1", "wait_sum": "9.5", "wait_count": "4",
+             "run_le:2.5": "4", "run_sum": "6", "run_count": "4"}  # fmt: skip
+    snapshot, malformed = parse_type_reply("dining", reply(stats), (0.5, 2.5))
+    assert malformed == 0
+    assert snapshot.wait is not None and snapshot.run is not None
+    assert snapshot.wait.buckets == ((0.5, 3), (2.5, 3), (math.inf, 4))
+    assert (snapshot.wait.count, snapshot.wait.sum) == (4, 9.5)
+    assert snapshot.run.buckets == ((0.5, 0), (2.5, 4), (math.inf, 4))
+    # A queue that never observed them (an older version) exports zeros, as for latency.
+    fresh, _ = parse_type_reply("dining", reply(), (0.5,))
+    assert fresh.wait is not None and fresh.wait.buckets == ((0.5, 0), (math.inf, 0))
+
+
+def test_a_malformed_wait_sum_drops_only_that_histogram() -> None:
+    snapshot, malformed = parse_type_reply("dining", reply({"wait_sum": "x", "run_sum": "1"}))
+    assert (snapshot.wait, malformed) == (None, 1)
+    assert snapshot.run is not None and snapshot.latency is not None
+
+
+def test_error_classes_are_read_and_stay_bounded() -> None:
+    stats = {f"error:Class{i:02d}": "1" for i in range(MAX_ERROR_CLASSES + 3)}
+    stats |= {"error:other": "5", "error:Broken": "x", "error_classes": "23"}
+    snapshot, malformed = parse_type_reply("dining", reply(stats))
+    assert malformed == 1  # error:Broken
+    assert len(snapshot.error_classes) == MAX_ERROR_CLASSES + 1
+    assert snapshot.error_classes["other"] == 5 + 3  # the excess folded in
+    assert sum(snapshot.error_classes.values()) == MAX_ERROR_CLASSES + 3 + 5
+
+
+def test_worker_heartbeats_stalest_first_and_capped() -> None:
+    beats = [(f"w{i}", str(NOW_MS - i * 1000)) for i in range(MAX_WORKERS_PER_TYPE + 5)]
+    snapshot, malformed = parse_type_reply("dining", [*reply(), [*beats, ("bad", "soon")]])
+    assert malformed == 1
+    assert len(snapshot.workers) == MAX_WORKERS_PER_TYPE
+    assert snapshot.workers[0].worker == f"w{MAX_WORKERS_PER_TYPE + 4}"
+    assert snapshot.workers[0].age_seconds == MAX_WORKERS_PER_TYPE + 4
+    assert [w.age_seconds for w in snapshot.workers] == sorted(
+        (w.age_seconds for w in snapshot.workers), reverse=True
+    )

@@ -5,7 +5,7 @@ a producer process run a mixed workload: quick and slow jobs, flaky jobs that fa
 and succeed on the retry, poison pills that use all three attempts and reach the
 dead-letter list, and jobs refused as non-retryable. While it runs the exporter is
 scraped again and again (no counter or bucket may go down); afterwards every counter
-and histogram count equals what happened, and the depths equal LLEN.
+and histogram count equals what happened, and the depths equal what Redis holds.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ async def test_counters_and_depths_are_exact_after_a_real_workload(
                 keys = QueueKeys(t.agent_type)
                 kinds = PLAN[t.agent_type]
                 assert dict(t.counters) == expected(kinds)
-                assert t.queue_depth == admin.llen(keys.queue) == 0
+                assert t.queue_depth == admin.zcard(keys.waiting) == 0
                 assert t.dead_letter_depth == admin.llen(keys.dead) == kinds["poison"]
                 assert t.in_progress == admin.llen(keys.processing) == 0
                 assert t.delayed_depth == admin.zcard(keys.delayed) == 0

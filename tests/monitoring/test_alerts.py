@@ -269,7 +269,8 @@ def test_the_issue_alerts_exist_with_their_thresholds() -> None:
     depth = specs["QueueDepthHigh"]
     assert (depth.op, depth.threshold, depth.for_, depth.action) == ("gt", 100, "5m", "scale-up")
     idle = specs["QueueIdle"]
-    assert (idle.op, idle.threshold, idle.for_, idle.action) == ("eq", 0, "10m", "scale-down")
+    assert (idle.op, idle.threshold, idle.for_, idle.action) == ("lt", 1, "10m", "scale-down")
+    assert "jobs_enqueued_total" in idle.expr and "jobs_in_progress" in idle.expr
     assert (specs["DeadLetterDepthHigh"].op, specs["DeadLetterDepthHigh"].threshold) == ("gt", 10)
     assert "histogram_quantile(0.95," in specs["JobLatencyP95AboveSLO"].query
     assert load_config().default_latency_slo == load_config().job_ttl_seconds * 0.5

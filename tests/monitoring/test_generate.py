@@ -152,6 +152,8 @@ def test_a_site_threshold_changes_every_output_together(tmp_path: Path) -> None:
         outputs.PROMETHEUS_RULE_TESTS,
         "runbooks/QueueDepthHigh.md",
         "runbooks/README.md",
+        f"{outputs.RUNBOOK_SITE_DIR}/QueueDepthHigh.html",
+        f"{outputs.RUNBOOK_SITE_DIR}/index.html",
     }
     assert differing <= set(changed)
 

@@ -259,6 +259,22 @@ def test_queries_show_what_the_workload_did(live: Live) -> None:
     buckets = f'job_latency_seconds_bucket{{{sel}, agent_type="dining"}}'
     [p95] = live.prometheus.query(f"histogram_quantile(0.95, max by (le) ({buckets}))")
     assert 0 < p95.value < 30  # quick jobs, one retry: far below the 30 s default SLO
+    # Failed attempts by class: dining's 2 poison jobs (3 attempts each) and 1 retry, plus
+    # the non-retryable one, whose class is the exception's.
+    failures = live.prometheus.query(
+        f'max by (error_class) (jobs_attempts_failed_total{{{sel}, agent_type="dining"}})'
+    )
+    assert {s.labels["error_class"]: s.value for s in failures} == {
+        "RuntimeError": 7, "NonRetryableError": 1,
+    }  # fmt: skip
+    # Wait and run each count every success, as the latency histogram does.
+    counts = {
+        name: live.prometheus.query(f'max({name}_count{{{sel}, agent_type="dining"}})')[0].value
+        for name in ("job_latency_seconds", "job_wait_seconds", "job_run_seconds")
+    }
+    assert counts["job_wait_seconds"] == counts["job_run_seconds"] == counts["job_latency_seconds"]
+    [clients] = live.prometheus.query(f"max(queue_redis_connected_clients{{{sel}}})")
+    assert clients.value >= 3  # the exporter and two worker groups at least
 
 
 def test_alert_reaches_alertmanager_with_a_runbook_url_the_exporter_serves(live: Live) -> None:
@@ -278,7 +294,7 @@ def test_alert_reaches_alertmanager_with_a_runbook_url_the_exporter_serves(live:
         f"Queue {BACKLOG} has {depth} jobs waiting (threshold {live.config.queue_depth_high})."
     )
     url = alert["annotations"]["runbook_url"]
-    assert url == f"{live.exporter.url}/runbooks/QueueDepthHigh"
+    assert url == f"{live.exporter.url}/runbooks/QueueDepthHigh.html"
     page = httpx.get(url, timeout=5)
     assert page.status_code == 200
     assert "<h1>QueueDepthHigh</h1>" in page.text and "<h2>Mitigation</h2>" in page.text

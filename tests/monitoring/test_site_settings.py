@@ -43,7 +43,9 @@ def test_defaults_are_the_documented_ones() -> None:
         "",
         "queue-prometheus",
     )
-    assert config.runbook_base == "http://queue-exporter:9808/runbooks/"
+    assert config.runbook_base == "http://localhost:8000/"
+    assert config.runbook_url("QueueIdle") == "http://localhost:8000/QueueIdle.html"
+    assert config.dashboard_url("queue-overview", 11) == "/d/queue-overview?viewPanel=11"
     assert (config.queue_depth_high, config.queue_depth_high_for) == (100, "5m")
     assert config.for_override is None
     # Numbers keep the config's types: an int in YAML widens to a float field.
@@ -67,7 +69,7 @@ def test_site_keys_replace_their_defaults_and_only_those(tmp_path: Path) -> None
         "latency_slo_overrides: {dining: 45}\n",
     )
     config = load_config(site)
-    assert config.runbook_url("QueueIdle") == "https://wiki.example/runbooks/QueueIdle"
+    assert config.runbook_url("QueueIdle") == "https://wiki.example/runbooks/QueueIdle.html"
     assert config.dashboard_url("queue-overview", 11).startswith("https://grafana.example/d/")
     assert config.queue_depth_high == 250
     assert config.latency_slos() == {"dining": 45.0}

@@ -263,12 +263,14 @@ async def subscribed(server: RedisServer) -> bool:
 
 
 async def test_a_refusing_server_ends_iteration_with_backend_unavailable() -> None:
-    """A refusal (here NOPERM on PSUBSCRIBE) was retried without end, silently."""
+    """A refusal (here NOPERM on PSUBSCRIBE) was retried without end, silently.
+    JobQueue.completions() passes its outage_timeout on (the default, 60 s, would
+    outlast the wait below)."""
     user = "watcher on >pw ~* &* +@all -psubscribe"
     with RedisServer(acl_users=[user]) as server:
         settings = fast_settings(server.url_for("watcher", "pw"))
         async with await JobQueue.connect(settings) as queue:
-            events = Completions(queue.connection, watch=[("dining", "j")], outage_timeout=0.2)
+            events = queue.completions(watch=[("dining", "j")], outage_timeout=0.2)
             async with events:
                 with pytest.raises(
                     BackendUnavailable, match="refused to serve completions: NoPermissionError"

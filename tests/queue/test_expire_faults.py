@@ -1,12 +1,17 @@
 """Fault injection for `queue_expire.lua`: each key the cleanup touches is planted with the
 wrong type or a malformed value, the cleanup runs, and the outcome is either success
-with a consistent state or the package's InvalidRecord (naming the key) with the whole
+with a consistent state or the package's CorruptQueueState (naming the key) with the whole
 keyspace unchanged (DUMP and absolute expiry of every key compared). Redis does not undo
 a script that fails midway, so "unchanged" is the proof that every check ran first.
 
 A job whose own record does not parse is no fault of the cleanup: it is expired like any
 other (its deadline is the expiry set's), the problem in its result, so one poison
-record never stalls the cleanup of every other job. Runs on a single node and the cluster.
+record never stalls the cleanup of every other job.
+
+Every case runs on a single node; on the cluster one case per key, the planted type
+rotating (`cluster_sample`, tests/support/backends.py): what is planted is a key's
+content, alike on either; the cluster adds one slot for the keys and its client's
+errors, which one case per key proves.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from redis.exceptions import ResponseError
 
-from platform_common.jobs import InvalidRecord
+from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.queue.expiry import CORRUPT_RESULT_TTL_SECONDS, expire_jobs
@@ -26,6 +32,8 @@ from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
+
+pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
 
 DINING = QueueKeys("dining")
 
@@ -96,7 +104,6 @@ SHARED_KEYS = {
     DINING.stats: "hash",
     DINING.waiting: "zset",
 }
-TYPE_NAMES = {"zset": "a sorted set", "list": "a list", "hash": "a hash"}
 SHARED_FAULTS = [
     (key, kind) for key, right in SHARED_KEYS.items() for kind in WRONG_TYPES if kind != right
 ]
@@ -112,38 +119,40 @@ async def test_a_shared_key_of_another_type_is_named_and_nothing_is_written(
     env: Env, key: str, kind: str
 ) -> None:
     await plant(env.raw, key, kind)
-    named = (key, f"holds another type than {TYPE_NAMES[SHARED_KEYS[key]]}")
+    # The wording of every queue script's refusal (and of QueueConnection.refusal).
+    named = (key, f"holds a {kind}, where the queue keeps a {SHARED_KEYS[key]}")
     before = await env.snapshot()
-    with pytest.raises(InvalidRecord) as info:
+    with pytest.raises(CorruptQueueState) as info:
         await env.queue.cleanup("dining")
-    assert (info.value.field, info.value.problem) == named
+    assert (info.value.key, info.value.problem) == named
     assert await env.snapshot() == before
     # The script's own check, past the cleanup's read of the expiry set.
-    with pytest.raises(InvalidRecord) as info:
+    with pytest.raises(CorruptQueueState) as info:
         await env.expire(env.due)
-    assert (info.value.field, info.value.problem) == named
+    assert (info.value.key, info.value.problem) == named
     assert await env.snapshot() == before
 
 
 @pytest.mark.parametrize(
-    "counter", ["many", "1.5", "1e3", "", "9223372036854775807", "1234567890123456"]
+    "value", ["many", "1.5", "1e3", "", " 7", "9223372036854775807", "1234567890123456789"]
 )
 async def test_a_malformed_expired_counter_is_named_and_nothing_is_written(
-    env: Env, counter: str
+    env: Env, value: str
 ) -> None:
-    """16 digits and more are refused too: adding a batch could overflow HINCRBY."""
-    await env.raw.hset(DINING.stats, "expired", counter)
+    """19 digits and more are refused too: adding a batch could overflow HINCRBY."""
+    await env.raw.hset(DINING.stats, "expired", value)
     before = await env.snapshot()
-    with pytest.raises(InvalidRecord) as info:
+    with pytest.raises(CorruptQueueState) as info:
         await env.queue.cleanup("dining")
-    assert info.value.field == DINING.stats and "expired" in info.value.problem
+    assert info.value.key == DINING.stats
+    assert info.value.problem == f"field expired is not an integer: '{value}'"
     assert await env.snapshot() == before
 
 
 async def test_a_large_valid_expired_counter_is_added_to(env: Env) -> None:
-    await env.raw.hset(DINING.stats, "expired", "999999999999990")
+    await env.raw.hset(DINING.stats, "expired", "999999999999999990")  # 18 digits
     assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
-    assert await env.raw.hget(DINING.stats, "expired") == "999999999999992"
+    assert await env.raw.hget(DINING.stats, "expired") == "999999999999999992"
 
 
 @pytest.mark.parametrize("kind", ["list", "set", "zset", "hash", "stream"])
@@ -165,13 +174,18 @@ async def test_the_queue_list_and_a_result_key_of_another_type_are_not_in_the_wa
 
 
 async def test_the_script_refuses_a_bad_fallback_ttl_before_writing(env: Env) -> None:
+    """A constant of expiry.py, not stored state: a bug, refused as Redis refuses one."""
     before = await env.snapshot()
     keys = [DINING.expiry, DINING.delayed, DINING.processing, DINING.leases, DINING.stats]
     keys += [DINING.waiting, DINING.job(env.due[0]), DINING.result(env.due[0])]
     for fallback in ("0", "1e9", "x", "315360001"):
         call = [DINING.channel, fallback, env.due[0]]
-        reply = await env.queue.connection.run_script(Script.named("queue_expire"), keys, call)
-        assert reply == ["invalid", "ARGV[2]", "fallback ttl is not an integer from 1 to 315360000"]
+        with pytest.raises(ResponseError) as info:
+            await env.queue.connection.run_script(Script.named("queue_expire"), keys, call)
+        assert str(info.value) == (
+            f"fallback ttl must be an integer from 1 to 315360000, got '{fallback}'; "
+            "nothing was changed"
+        )
     assert await env.snapshot() == before
 
 

@@ -1,11 +1,16 @@
 """Fault injection for the queue's scripts (every `queue_*.lua` but queue_expire.lua, which
 has its own): each key a script touches is planted with the wrong type or a malformed
 value, the public operation runs, and the outcome is either success with a consistent
-state or the package's own error with the whole keyspace unchanged (DUMP and absolute
-expiry of every key compared). Redis does not undo a script that fails midway, so
-"unchanged" is the proof that every check ran before the first write.
+state or the package's CorruptQueueState naming the key with the whole keyspace
+unchanged (DUMP and absolute expiry of every key compared). Redis does not undo a
+script that fails midway, so "unchanged" is the proof that every check ran before the
+first write.
 
-Runs on a single Redis server and on the Redis Cluster (tests/queue/conftest.py).
+Every case runs on a single Redis server; on the Redis Cluster (tests/queue/conftest.py)
+one case per key role and mode, the planted type or value rotating (`cluster_sample`,
+tests/support/backends.py). What is planted is a key's content, which a script sees alike
+on either; the cluster adds that a script's keys share one slot and that its refusals
+come back through the cluster client, which one case per key proves.
 """
 
 from __future__ import annotations
@@ -16,15 +21,16 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
-from platform_common.jobs.errors import CorruptQueueState, InvalidPayload, JobsError
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import Claim, JobQueue, Leases, Maintenance, QueueState
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+
+pytestmark = pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault"))
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"
@@ -147,21 +153,6 @@ async def refused(env: Env, operation: Callable[[], Awaitable[Any]], key: str) -
         await operation()
     assert info.value.key == key, info.value
     assert changed_keys(before, await env.snapshot()) == set()
-
-
-async def typed_or_consistent(
-    env: Env, operation: Callable[[], Awaitable[Any]], consistent: Callable[[], Awaitable[None]]
-) -> None:
-    """A typed package error with nothing changed, or success and `consistent()` holds.
-    A raw redis-py error fails the test."""
-    before = await env.snapshot()
-    try:
-        await operation()
-    except JobsError as exc:
-        changed = changed_keys(before, await env.snapshot())
-        assert changed == set(), f"{exc!r} after writing {sorted(changed)}"
-        return
-    await consistent()
 
 
 # -- queue_enqueue: JobQueue.enqueue and enqueue_many ------------------------------------
@@ -508,55 +499,108 @@ async def test_purge_deletes_a_record_or_result_of_any_type(env: Env, role: str,
     assert not await env.raw.exists(DINING.dead, DINING.job(job_id), DINING.result(job_id))
 
 
-# -- queue_claim and queue_fail (owned elsewhere): typed error + unchanged, or consistent --
-CLAIM_WRITES_FIRST = pytest.mark.xfail(
-    strict=True,
-    reason="queue_claim.lua starts the attempt (HINCRBY attempts, HSET) before it touches "
-    "this key or counter: a refusal there leaves the claim half done",
-)
-CLAIM_KEYS = [
-    pytest.param(*param.values, marks=CLAIM_WRITES_FIRST, id=param.id)
-    if param.values[0] in ("leases", "stats", "queue", "waiting")
-    else param
-    for param in wrong_types(
-        ("processing", "list"),
-        ("leases", "zset"),
-        ("stats", "hash"),
-        ("expiry", "zset"),
-        ("queue", "list"),
-        ("waiting", "zset"),
-        ("result", "string"),
-    )
+# -- queue_claim: Leases.claim -----------------------------------------------------------
+CLAIM_SHARED = [
+    ("processing", "list"),
+    ("leases", "zset"),
+    ("stats", "hash"),
+    ("expiry", "zset"),
+    ("queue", "list"),
+    ("waiting", "zset"),
 ]
 
 
-@pytest.mark.parametrize(("role", "kind"), CLAIM_KEYS)
-async def test_claim_with_a_key_of_another_type(env: Env, role: str, kind: str) -> None:
-    job_id = await env.queued()
-    await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
-    await env.plant(key_of(role, job_id), kind)
-
-    async def claimed() -> None:
-        assert await env.raw.hmget(DINING.job(job_id), ["state", "token"]) == ["running", TOKEN]
-        assert await env.raw.zscore(DINING.leases, job_id) is not None
-        assert await env.counter("started") == "1"
-
-    await typed_or_consistent(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), claimed)
+async def taken(env: Env, count: int = 1, *, past_ttl: bool = False) -> list[str]:
+    """Jobs moved into processing as a worker's BLMOVE leaves them, not yet claimed;
+    `past_ttl`: their TTL has passed (the claim expires them instead of starting them)."""
+    ids = [await env.queued() for _ in range(count)]
+    for job_id in ids:
+        assert await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
+        if past_ttl:
+            await env.raw.hset(DINING.job(job_id), "expires_at", "1")
+    return ids
 
 
-@CLAIM_WRITES_FIRST
+@pytest.mark.parametrize("past_ttl", [False, True], ids=["start", "expire"])
+@pytest.mark.parametrize(("role", "kind"), wrong_types(*CLAIM_SHARED))
+async def test_claim_refuses_a_queue_key_of_another_type(
+    env: Env, role: str, kind: str, past_ttl: bool
+) -> None:
+    ids = await taken(env, 2, past_ttl=past_ttl)
+    await env.plant(key_of(role), kind)
+    tokens = [(job_id, f"token-{job_id}") for job_id in ids]
+    await refused(env, lambda: env.leases.claim("worker-1", tokens), key_of(role))
+
+
+@pytest.mark.parametrize("field", ["started", "expired"])
 @pytest.mark.parametrize("value", NOT_INTEGERS)
-async def test_claim_with_a_malformed_started_counter(env: Env, value: str) -> None:
+async def test_claim_refuses_a_malformed_counter(env: Env, field: str, value: str) -> None:
+    """Both counters are checked on every claim: which one it bumps is known only
+    after reading every job, and the check must come before the first write."""
+    (job_id,) = await taken(env)
+    await env.raw.hset(DINING.stats, field, value)
+    await refused(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), DINING.stats)
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_claim_refuses_a_job_key_of_another_type_before_claiming_any(
+    env: Env, kind: str
+) -> None:
+    healthy, broken = await taken(env, 2)
+    await env.plant(DINING.job(broken), kind)
+    tokens = [(healthy, "token-a"), (broken, "token-b")]
+    await refused(env, lambda: env.leases.claim("worker-1", tokens), DINING.job(broken))
+
+
+@pytest.mark.parametrize("past_ttl", [False, True], ids=["start", "expire"])
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_claim_with_a_result_key_of_any_type(env: Env, kind: str, past_ttl: bool) -> None:
+    (job_id,) = await taken(env, past_ttl=past_ttl)
+    await env.plant(DINING.result(job_id), kind)
+    _, claims = await env.leases.claim("worker-1", [(job_id, TOKEN)])
+    if past_ttl:
+        assert claims == []
+        outcome = await env.queue.get_result(job_id, "dining")
+        assert outcome is not None and outcome.status == "expired"
+        assert (await env.counter("expired"), await env.counter("started")) == ("1", None)
+    else:
+        assert [claim.job_id for claim in claims] == [job_id]
+        assert await env.raw.hmget(DINING.job(job_id), ["state", "token"]) == ["running", TOKEN]
+        assert await env.counter("started") == "1"
+    assert await env.raw.zscore(DINING.waiting, job_id) is None
+
+
+async def test_claim_of_two_entries_of_one_job_starts_it_once(env: Env) -> None:
+    """The records are read before anything is written: a job taken twice in one call
+    (a stray second entry) must still be started once, its second entry dropped."""
     job_id = await env.queued()
-    await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
-    await env.raw.hset(DINING.stats, "started", value)
+    await env.raw.rpush(DINING.queue, job_id)
+    for _ in range(2):
+        assert await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
+    _, claims = await env.leases.claim("worker-1", [(job_id, "token-a"), (job_id, "token-b")])
+    assert [(claim.job_id, claim.token, claim.attempt) for claim in claims] == [
+        (job_id, "token-a", 1)
+    ]
+    assert await env.raw.lrange(DINING.processing, 0, -1) == [job_id]
+    assert await env.raw.hmget(DINING.job(job_id), ["token", "attempts"]) == ["token-a", "1"]
+    assert await env.counter("started") == "1"
 
-    async def never() -> None:
-        raise AssertionError("a started counter that does not parse was bumped")
 
-    await typed_or_consistent(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), never)
+async def test_claim_after_a_refusal_claims_every_job(env: Env) -> None:
+    ids = await taken(env, 3)
+    await env.raw.hset(DINING.stats, "started", "many")
+    tokens = [(job_id, f"token-{job_id}") for job_id in ids]
+    with pytest.raises(CorruptQueueState):
+        await env.leases.claim("worker-1", tokens)
+    await env.raw.hdel(DINING.stats, "started")
+    _, claims = await env.leases.claim("worker-1", tokens)
+    assert [claim.job_id for claim in claims] == ids
+    assert await env.counter("started") == "3"
+    assert await env.raw.zcard(DINING.leases) == 3
+    assert await env.raw.zcard(DINING.waiting) == 0
 
 
+# -- queue_fail: Leases.fail -------------------------------------------------------------
 FAIL_KEYS = wrong_types(
     ("processing", "list"),
     ("leases", "zset"),
@@ -567,42 +611,112 @@ FAIL_KEYS = wrong_types(
     ("stats", "hash"),
     ("waiting", "zset"),
     ("job", "hash"),
-    ("result", "string"),
 )
 
 
-@pytest.mark.parametrize("mode", ["error", "corrupt", "fatal"])
+@pytest.mark.parametrize("mode", ["error", "release"])  # checked before any mode path
 @pytest.mark.parametrize(("role", "kind"), FAIL_KEYS)
-async def test_fail_with_a_key_of_another_type(env: Env, role: str, kind: str, mode: str) -> None:
+async def test_fail_refuses_a_key_of_another_type(
+    env: Env, role: str, kind: str, mode: str
+) -> None:
     claim = await env.running()
-    await env.plant(key_of(role, claim.job_id), kind)
-    ended = {"error": "retrying", "corrupt": "dead", "fatal": "failed"}[mode]
-
-    async def ended_once() -> None:
-        assert await env.raw.hget(DINING.job(claim.job_id), "state") == ended
-        assert await env.raw.zscore(DINING.leases, claim.job_id) is None
-
-    await typed_or_consistent(
-        env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), ended_once
-    )
+    key = key_of(role, claim.job_id)
+    await env.plant(key, kind)
+    await refused(env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ResponseError,
-    reason="queue_fail.lua refuses before writing, but with its own error text, not the "
-    "CORRUPT reply that QueueConnection turns into CorruptQueueState",
-)
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_fail_of_the_last_attempt_replaces_a_result_key_of_any_type(
+    env: Env, kind: str
+) -> None:
+    claim = await env.running()
+    await env.plant(DINING.result(claim.job_id), kind)
+    assert await env.leases.fail(claim.job_id, TOKEN, "boom", mode="corrupt") == "dead"
+    outcome = await env.queue.get_result(claim.job_id, "dining")
+    assert outcome is not None and (outcome.status, outcome.error) == ("failed", "boom")
+    assert await env.raw.zscore(DINING.leases, claim.job_id) is None
+    assert await env.raw.lrange(DINING.dead, 0, -1) == [claim.job_id]
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
 @pytest.mark.parametrize(
     ("mode", "field"), [("error", "retried"), ("corrupt", "dead_lettered"), ("fatal", "failed")]
 )
-async def test_fail_with_a_malformed_counter(env: Env, mode: str, field: str) -> None:
+async def test_fail_refuses_a_malformed_counter(
+    env: Env, mode: str, field: str, value: str
+) -> None:
     claim = await env.running()
-    await env.raw.hset(DINING.stats, field, "many")
-
-    async def never() -> None:
-        raise AssertionError(f"the {field} counter that does not parse was bumped")
-
-    await typed_or_consistent(
-        env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), never
+    await env.raw.hset(DINING.stats, field, value)
+    await refused(
+        env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), DINING.stats
     )
+    assert str(await env.counter(field)) == value
+
+
+async def test_the_reaper_refuses_a_lapsed_lease_of_a_job_key_of_another_type(env: Env) -> None:
+    """Mode "lost" (the reaper): the lease lapsed; a job key of another type is refused
+    whole, the lease stays for a later run."""
+    claim = await env.running()
+    await env.raw.zadd(DINING.leases, {claim.job_id: 1})  # lapsed
+    await env.plant(DINING.job(claim.job_id), "string")
+    await refused(env, env.chores.reap, DINING.job(claim.job_id))
+
+
+# -- queue_complete's wait and run histograms, queue_fail's error classes ------------------
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("started_at", "later"), ("started_at", None), ("due_at", "1.7e12"), ("due_at", "soon")],
+    ids=repr,
+)
+async def test_complete_refuses_a_timing_field_that_does_not_parse(
+    env: Env, field: str, value: str | None
+) -> None:
+    claim = await env.running()
+    job_key = DINING.job(claim.job_id)
+    if value is None:
+        await env.raw.hdel(job_key, field)
+    else:
+        await env.raw.hset(job_key, field, value)
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), job_key)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("wait_count", "many"),
+        ("run_count", "1.5"),
+        ("wait_le:+Inf", "x"),
+        ("run_le:+Inf", "9223372036854775807"),
+        ("wait_sum", "nan"),
+        ("run_sum", "slow"),
+    ],
+    ids=repr,
+)
+async def test_complete_refuses_a_wait_or_run_field_that_does_not_parse(
+    env: Env, field: str, value: str
+) -> None:
+    claim = await env.running()
+    if "_le:" in field:  # whichever bucket the observation lands in
+        histogram = field.split("_le:")[0]
+        for bound in env.queue.settings.latency_buckets:
+            await env.raw.hset(DINING.stats, f"{histogram}_le:{bound:g}", value)
+    await env.raw.hset(DINING.stats, field, value)
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), DINING.stats)
+
+
+@pytest.mark.parametrize("field", ["error:ValueError", "error_classes"])
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_fail_refuses_a_malformed_error_class_counter(
+    env: Env, field: str, value: str
+) -> None:
+    claim = await env.running()
+    await env.raw.hset(DINING.stats, field, value)
+    fail = lambda: env.leases.fail(claim.job_id, TOKEN, "ValueError: bad input")  # noqa: E731
+    await refused(env, fail, DINING.stats)
+
+
+async def test_fail_at_the_class_cap_refuses_a_malformed_other_counter(env: Env) -> None:
+    claim = await env.running()
+    await env.raw.hset(DINING.stats, mapping={"error_classes": "20", "error:other": "many"})
+    fail = lambda: env.leases.fail(claim.job_id, TOKEN, "KeyError: 'x'")  # noqa: E731
+    await refused(env, fail, DINING.stats)

@@ -28,9 +28,11 @@ AGENT_TYPE = "dining"
 
 
 def scope(role: str) -> dict[str, Any]:
-    if not acl.ROLES[role].scoped:
-        return {}
-    return {"agent_types": [AGENT_TYPE], "store_agents": [f"{role}-agent"]}
+    spec = acl.ROLES[role]
+    options: dict[str, Any] = {"agent_types": [AGENT_TYPE]} if spec.scoped else {}
+    if spec.uses_store:
+        options["store_agents"] = [f"{role}-agent"]
+    return options
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,8 @@ def test_every_script_command_is_known_to_redis() -> None:
 
 @pytest.mark.parametrize("role", list(acl.ROLES))
 def test_every_command_a_script_calls_is_granted(role: str) -> None:
-    assert acl.ROLES[role].scripts or role == "exporter"  # the exporter runs none
+    # The read-only roles run none.
+    assert bool(acl.ROLES[role].scripts) == (role not in ("exporter", "reader"))
     assert acl.ungranted_script_commands(role) == frozenset()
 
 
@@ -91,6 +94,8 @@ def test_scopes_are_checked() -> None:
         acl.rules("worker", agent_types=[])
     with pytest.raises(ValueError):
         acl.rules("worker", agent_types=["din*"])  # a glob would match other types
+    with pytest.raises(ValueError, match="no JobStore"):
+        acl.rules("operator", agent_types=["dining"], store_agents=["orders"])
 
 
 def _selector_sets(flat: list[Any]) -> dict[str, Any]:

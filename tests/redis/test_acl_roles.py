@@ -46,6 +46,8 @@ class Operation:
     producer: Cell
     worker: Cell
     exporter: Cell
+    reader: Cell
+    operator: Cell
     note: int | None = None
     """The number of the docs' note on what Redis ACLs cannot express."""
 
@@ -89,6 +91,15 @@ def complete(keys: QueueKeys, job_id: str) -> Step:
     )
 
 
+def dead_requeue(keys: QueueKeys, job_id: str) -> Step:
+    return script(
+        "queue_dead_requeue",
+        [keys.dead, keys.queue, keys.expiry, keys.stats, keys.waiting, keys.job(job_id),
+         keys.result(job_id)],
+        [job_id],
+    )  # fmt: skip
+
+
 def store_create(keys: StoreKeys, job_id: str) -> Step:
     return script("store_create", [keys.record(job_id)], ["pending", "{}", 60, "", job_id])
 
@@ -107,126 +118,146 @@ async def _psubscribe(client: aioredis.Redis) -> Any:
 
 
 OPERATIONS = (
-    # What the roles are for.
+    # What the roles are for.                      producer, worker, exporter, reader, operator
     Operation("Enqueue a job (enqueue script)", (enqueue(OWN, "n1"),),
-              "allowed", "allowed", "refused"),
+              "allowed", "allowed", "refused", "refused", "refused"),
     Operation("Register an agent type (SADD jobs:types)",
               (command("SADD", QueueKeys.types_key(), "dining"),),
-              "allowed", "allowed", "refused"),
+              "allowed", "allowed", "refused", "refused", "refused"),
     Operation("Read a job: state and payload (HGETALL, HMGET, HGET of the job hash)",
               (command("HGETALL", OWN.job("q1")), command("HMGET", OWN.job("q1"), "state"),
                command("HGET", OWN.job("q1"), "payload")),
-              "allowed", "allowed", "refused"),
+              "allowed", "allowed", "refused", "allowed", "allowed"),
     Operation("Read a result (GET)", (command("GET", OWN.result("done1")),),
-              "allowed", "allowed", "refused"),
-    Operation("Read depths and counters (LLEN, ZCARD, HGETALL of the stats hash)",
-              (command("LLEN", OWN.queue), command("LLEN", OWN.processing),
+              "allowed", "allowed", "refused", "allowed", "allowed"),
+    Operation("Read depths and counters (ZCARD, LLEN, HGETALL of the stats hash)",
+              (command("ZCARD", OWN.waiting), command("LLEN", OWN.processing),
                command("ZCARD", OWN.delayed), command("LLEN", OWN.dead),
                command("HGETALL", OWN.stats)),
-              "allowed", "allowed", "allowed"),
+              "allowed", "allowed", "allowed", "allowed", "allowed"),
     Operation("Read worker heartbeats (ZRANGE of the workers set)",
               (command("ZRANGE", OWN.workers, 0, -1, "WITHSCORES"),),
-              "refused", "refused", "allowed"),
+              "refused", "refused", "allowed", "refused", "refused"),
+    Operation("Count and page worker heartbeats (ZCOUNT, ZSCAN of the workers set)",
+              (command("ZCOUNT", OWN.workers, 0, "+inf"), command("ZSCAN", OWN.workers, 0)),
+              "refused", "refused", "refused", "allowed", "allowed"),
+    Operation("Read the oldest waiting job (ZRANGE of the waiting set)",
+              (command("ZRANGE", OWN.waiting, 0, 0, "WITHSCORES"),),
+              "refused", "refused", "allowed", "allowed", "allowed"),
     Operation("Discover agent types (SCARD, SSCAN jobs:types)",
               (command("SCARD", QueueKeys.types_key()),
                command("SSCAN", QueueKeys.types_key(), 0)),
-              "refused", "refused", "allowed"),
+              "refused", "refused", "allowed", "refused", "refused"),
     Operation("Follow completion events (PSUBSCRIBE agent:*:completed)", (_psubscribe,),
-              "allowed", "refused", "refused"),
+              "allowed", "refused", "refused", "refused", "refused"),
     Operation("List the job ids waiting in a queue (LRANGE)",
               (command("LRANGE", OWN.queue, 0, -1),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Page running, dead, waiting and delayed jobs and leases (LRANGE, "
+              "ZRANGEBYSCORE, ZSCORE)",
+              (command("LRANGE", OWN.processing, 0, -1), command("LRANGE", OWN.dead, 0, -1),
+               command("ZRANGEBYSCORE", OWN.waiting, "-inf", "+inf", "LIMIT", 0, 20),
+               command("ZRANGEBYSCORE", OWN.delayed, "-inf", "+inf", "LIMIT", 0, 20),
+               command("ZSCORE", OWN.leases, "r1")),
+              "refused", "allowed", "refused", "allowed", "allowed"),
     Operation("Take a job (LMOVE queue to processing)",
               (command("LMOVE", OWN.queue, OWN.processing, "RIGHT", "LEFT"),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "refused"),
     Operation("Claim, renew, complete or fail a job (here: the complete script)",
               (complete(OWN, "r1"),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "refused"),
     Operation("Write a result (SET)", (command("SET", OWN.result("r1"), '{"forged": 1}'),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "refused"),
     Operation("Publish a completion of its type (PUBLISH)",
               (command("PUBLISH", OWN.channel, "r1"),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Requeue a dead letter (dead-letter requeue script)", (dead_requeue(OWN, "d1"),),
+              "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Purge a dead letter (dead-letter purge script)",
               (script("queue_dead_purge", [OWN.dead, OWN.job("d1"), OWN.result("d1")],
                       ["d1"]),),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Use its JobStore agent's records (create script, HGETALL, SCAN MATCH)",
               (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
                command("SCAN", 0, "MATCH", OWN_STORE.scan_pattern())),
-              "allowed", "allowed", "refused"),
+              "allowed", "allowed", "refused", "refused", "refused"),
     # What the issue reproduced, and its neighbours.
     Operation("Delete a queue or the counters (DEL)",
               (command("DEL", OWN.queue), command("DEL", OWN.stats)),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Overwrite a queue structure with SET (the queue, the stats hash)",
               (command("SET", OWN.queue, "x"), command("SET", OWN.stats, "x")),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Delete a job hash or a result of its type (DEL)",
               (command("DEL", OWN.job("d1")), command("DEL", OWN.result("done1"))),
-              "refused", "allowed", "refused"),
+              "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Trim or pop a queue (LTRIM, LPOP, RPOP)",
               (command("LTRIM", OWN.queue, 1, 0), command("LPOP", OWN.queue),
                command("RPOP", OWN.queue)),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Remove a job from the queue or the expiry set (LREM, ZREM)",
               (command("LREM", OWN.queue, 0, "q1"), command("ZREM", OWN.expiry, "q1")),
-              "refused", "gap", "refused", note=1),
+              "refused", "gap", "refused", "refused", "refused", note=1),
     Operation("Forge a counter (HINCRBY stats completed 1000000)",
               (command("HINCRBY", OWN.stats, "completed", 1_000_000),),
-              "gap", "gap", "refused", note=1),
+              "gap", "gap", "refused", "refused", "gap", note=1),
     Operation("Re-run a running job (HSET state=queued, LPUSH its id)",
               (command("HSET", OWN.job("r1"), "state", "queued"),
                command("LPUSH", OWN.queue, "r1")),
-              "gap", "gap", "refused", note=1),
+              "gap", "gap", "refused", "refused", "gap", note=1),
     Operation("Force-expire a job (HSET expires_at=0, ZADD expiry 0)",
               (command("HSET", OWN.job("q1"), "expires_at", 0),
                command("ZADD", OWN.expiry, 0, "q1")),
-              "gap", "gap", "refused", note=1),
+              "gap", "gap", "refused", "refused", "gap", note=1),
     Operation("Run any Lua (EVAL; an endless loop makes Redis answer BUSY to everyone)",
               (command("EVAL", "return 1", 0),),
-              "gap", "gap", "refused", note=2),
+              "gap", "gap", "refused", "refused", "gap", note=2),
     Operation("Run read-only Lua or a function (EVAL_RO, EVALSHA_RO, FCALL_RO)",
               (command("EVAL_RO", "return 1", 0),
                command("EVALSHA_RO", Script.named("queue_enqueue").sha, 0),
                command("FCALL_RO", "snapshot", 0)),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Load a script or a function (SCRIPT LOAD, FUNCTION LOAD)",
               (command("SCRIPT", "LOAD", "return 1"),
                command("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', "
                        "function() return 1 end)")),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Enqueue to, or read a job or result of, another agent type",
               (enqueue(OTHER, "n2"), command("HGETALL", OTHER.job("q1")),
                command("GET", OTHER.result("done1"))),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Take, complete or publish another agent type's jobs",
               (command("LMOVE", OTHER.queue, OTHER.processing, "RIGHT", "LEFT"),
                complete(OTHER, "r1"), command("SET", OTHER.result("r1"), "{}"),
                command("PUBLISH", completion_channel("flights"), "r1")),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Requeue or purge another agent type's dead letters",
+              (dead_requeue(OTHER, "d1"),
+               script("queue_dead_purge", [OTHER.dead, OTHER.job("d1"), OTHER.result("d1")],
+                      ["d1"])),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Read or write another JobStore agent's records",
               (command("HGETALL", OTHER_STORE.record("s1")),
                command("HSET", OTHER_STORE.record("s1"), "status", "succeeded"),
                store_create(OTHER_STORE, "s9")),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Register another agent type's name (SADD jobs:types flights)",
               (command("SADD", QueueKeys.types_key(), "flights", "made-up"),),
-              "gap", "gap", "refused", note=4),
+              "gap", "gap", "refused", "refused", "refused", note=4),
     Operation("List every key name (SCAN without MATCH)", (command("SCAN", 0),),
-              "gap", "gap", "refused", note=3),
+              "gap", "gap", "refused", "refused", "refused", note=3),
     Operation("List keys (KEYS)", (command("KEYS", "*"),),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Read Redis' memory and eviction policy (INFO memory)",
               (command("INFO", "memory"),),
-              "allowed", "allowed", "allowed"),
+              "allowed", "allowed", "allowed", "allowed", "allowed"),
     Operation("Administer Redis (FLUSHALL, CONFIG, ACL, SCRIPT FLUSH, CLIENT LIST)",
               (command("FLUSHALL"), command("CONFIG", "GET", "*"), command("ACL", "LIST"),
                command("SCRIPT", "FLUSH"), command("CLIENT", "LIST")),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Write outside the package's keys (SET unrelated:key)",
               (command("SET", "unrelated:key", "2"),),
-              "refused", "refused", "refused"),
+              "refused", "refused", "refused", "refused", "refused"),
 )  # fmt: skip
 
 _MARK = {"allowed": "allowed", "refused": "refused"}
@@ -273,7 +304,9 @@ def matrix_server() -> Iterator[RedisServer]:
     for role in ROLE_NAMES:
         scope: dict[str, Any] = {}
         if acl.ROLES[role].scoped:
-            scope = {"agent_types": [OWN.agent_type], "store_agents": [OWN_STORE.agent]}
+            scope["agent_types"] = [OWN.agent_type]
+        if acl.ROLES[role].uses_store:
+            scope["store_agents"] = [OWN_STORE.agent]
         line = acl.acl_file_line(role, PASSWORD, role, **scope)
         users.append(line.removeprefix("user "))  # RedisServer adds `--user`
     server = RedisServer(acl_users=users).start()
@@ -307,7 +340,13 @@ async def _seed(admin: aioredis.Redis) -> None:
         await admin.hset(keys.job("q1"), mapping=job)
         await admin.hset(
             keys.job("r1"),
-            mapping={**job, "state": "running", "token": "token-r1", "attempts": 1},
+            mapping={
+                **job,
+                "state": "running",
+                "token": "token-r1",
+                "attempts": 1,
+                "started_at": NOW_MS,
+            },  # as the claim writes it
         )
         await admin.hset(keys.job("d1"), mapping={**job, "state": "dead", "attempts": 3})
         await admin.lpush(keys.queue, "q1")

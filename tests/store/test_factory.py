@@ -104,8 +104,8 @@ def test_redis_without_a_service_name_warns(caplog: pytest.LogCaptureFixture) ->
 def test_the_public_api() -> None:
     assert sorted(jobs.__all__) == sorted(
         [
-            "BackendBusy", "BackendUnavailable", "BackfillReport", "ConfigurationError",
-            "IllegalTransition",
+            "BackendBusy", "BackendOutOfMemory", "BackendUnavailable", "BackfillReport",
+            "ConfigurationError", "CorruptQueueState", "IllegalTransition",
             "InvalidCursor", "InvalidJobId", "InvalidRecord", "InvalidTTL", "InMemoryJobStore",
             "JobConflict", "JobNotFound", "JobRecord", "JobStatus", "JobStore", "JobsError",
             "Page", "RedisJobStore", "ValidationError", "VersionConflict", "make_job_store",

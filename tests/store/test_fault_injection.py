@@ -4,8 +4,11 @@ consistent state or the package's own error with the whole keyspace unchanged (D
 absolute expiry of every key compared). Redis does not undo a script that fails midway,
 so "unchanged" is the proof that every check ran before the first write.
 
-Runs on a single Redis server and on the Redis Cluster (the faults are Redis keys; the
-memory backend has none: the bounds both backends share are in test_input_bounds.py).
+Every case runs on a single Redis server; on the Redis Cluster one case per verb and
+mode, the planted type or value rotating (`cluster_sample`, tests/support/backends.py):
+what is planted is a key's content or a script argument, alike on either; the cluster
+adds one slot for the keys and its client's errors, which one case per verb proves. The
+memory backend has no keys: the bounds both backends share are in test_input_bounds.py.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from platform_common.jobs.redis.script import Script, run_command
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from platform_common.jobs.store.telemetry import INDEX_SKIP_COUNTER
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
+
+pytestmark = pytest.mark.cluster_sample(
+    planted=("kind", "fault", "fields", "ttl", "version", "refused"), fixture="env"
+)
 
 AGENT = "fault-agent"
 OWNER = "u1"

@@ -96,7 +96,7 @@ class WebhookReceiver:
             if time.monotonic() >= deadline:
                 names = sorted({a["labels"].get("alertname", "?") for a in self.received()})
                 raise AssertionError(f"no matching alert within {timeout}s; got {names}")
-            time.sleep(0.1)
+            time.sleep(0.02)
 
     def __enter__(self) -> WebhookReceiver:
         self._thread.start()

@@ -11,6 +11,12 @@ The fixture turns `request.param` into a URL or a store; it asks for the session
 (`request.getfixturevalue("cluster_url")`) only for the cluster param, so the cluster
 starts only when a cluster test runs. A single-node test gets no cluster param at all
 (it is not generated, so nothing is reported as skipped).
+
+A fault-injection module marked `pytest.mark.cluster_sample(planted=(...))` runs every
+case on the single node and a sample on the cluster: per test function, one case for
+each combination of its other parameters (key roles, modes), the planted content (the
+wrong type, the malformed value: the `planted` parameters) rotating across the module. The
+others are reported as deselected. `fixture="env"` names a module's own backend fixture.
 """
 
 from __future__ import annotations
@@ -19,10 +25,17 @@ from collections.abc import Sequence
 
 import pytest
 
-__all__ = ["BACKEND_FIXTURES", "CLUSTER", "check_single_node_markers", "parametrize_backends"]
+__all__ = [
+    "BACKEND_FIXTURES",
+    "CLUSTER",
+    "check_single_node_markers",
+    "parametrize_backends",
+    "sample_cluster_cases",
+]
 
 CLUSTER = "cluster"
 SINGLE_NODE = "single_node"
+CLUSTER_SAMPLE = "cluster_sample"
 
 BACKEND_FIXTURES = frozenset({"store_backend", "redis_backend"})
 """The parametrized backend fixtures (tests/store/conftest.py, tests/queue/conftest.py)."""
@@ -53,3 +66,44 @@ def check_single_node_markers(items: Sequence[pytest.Item]) -> None:
                 f"{item.nodeid}: marked {SINGLE_NODE} but uses no backend fixture "
                 f"({', '.join(sorted(BACKEND_FIXTURES))}): it never runs on a cluster anyway"
             )
+
+
+def sample_cluster_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep, of the cluster cases of a `cluster_sample` module, one per test function and
+    combination of its parameters other than the planted ones (see the module doc)."""
+    groups: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        key = _sample_group(item)
+        if key is not None:
+            groups.setdefault(key, []).append(item)
+    kept: set[str] = set()
+    ordinal: dict[str, int] = {}  # per module, so the planted content varies across tests
+    for (function, _), cases in groups.items():
+        module = function.split("::", 1)[0]
+        index = ordinal.get(module, 0)
+        ordinal[module] = index + 1
+        kept.add(cases[index % len(cases)].nodeid)
+    dropped = [item for key, cases in groups.items() for item in cases if item.nodeid not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = {item.nodeid for item in dropped}
+        items[:] = [item for item in items if item.nodeid not in gone]
+
+
+def _sample_group(item: pytest.Item) -> tuple[str, str] | None:
+    """(test function, its non-planted parameter values) for a cluster case of a
+    `cluster_sample` module; None for any other item."""
+    marker = item.get_closest_marker(CLUSTER_SAMPLE)
+    callspec = getattr(item, "callspec", None)
+    if marker is None or callspec is None:
+        return None
+    backends = {marker.kwargs["fixture"]} if "fixture" in marker.kwargs else BACKEND_FIXTURES
+    if not any(callspec.params.get(name) == CLUSTER for name in backends):
+        return None
+    planted = set(marker.kwargs.get("planted", ()))
+    others = sorted(
+        (name, repr(value))
+        for name, value in callspec.params.items()
+        if name not in planted and name not in backends
+    )
+    return item.nodeid.split("[", 1)[0], repr(others)

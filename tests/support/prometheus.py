@@ -177,7 +177,7 @@ class PrometheusServer:
                 return result
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{expr!r} never satisfied the predicate; last: {result}")
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self.api("targets")["activeTargets"])
@@ -190,7 +190,7 @@ class PrometheusServer:
                 return targets
             if time.monotonic() >= deadline:
                 raise AssertionError(f"targets not all up: {targets}\n{self.log_tail()}")
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def rules(self) -> list[dict[str, Any]]:
         return list(self.api("rules")["groups"])

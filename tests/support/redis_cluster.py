@@ -87,6 +87,14 @@ class RedisClusterNodes:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self, timeout: float = 60.0) -> RedisClusterNodes:
+        try:
+            self._create(timeout)
+        except BaseException:
+            self.cleanup()  # the nodes already started must not outlive the failure
+            raise
+        return self
+
+    def _create(self, timeout: float) -> None:
         for node in self.nodes:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
@@ -105,10 +113,8 @@ class RedisClusterNodes:
             timeout=timeout,
         )
         if created.returncode != 0 or "[OK] All 16384 slots covered" not in created.stdout:
-            self.cleanup()
             raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout[-3000:]}")
         self.wait_healthy(timeout)
-        return self
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -144,7 +150,7 @@ class RedisClusterNodes:
     def topology(self) -> list[ClusterNodeInfo]:
         """CLUSTER NODES as seen by the first running node."""
         for node in self.running():
-            text = node.cli("CLUSTER", "NODES")
+            text = node.command("CLUSTER", "NODES")
             if text:
                 return _parse_cluster_nodes(text)
         raise RuntimeError("no cluster node is running")
@@ -155,7 +161,7 @@ class RedisClusterNodes:
     def master_for_key(self, key: str) -> RedisServer:
         """The master that currently serves `key`'s slot."""
         node = self.running()[0]
-        slot = int(node.cli("CLUSTER", "KEYSLOT", key))
+        slot = int(node.command("CLUSTER", "KEYSLOT", key))
         for info in self.topology():
             if info.is_master and not info.failed and _slot_in(slot, info.slots):
                 return self.node_by_port(info.port)
@@ -175,8 +181,8 @@ class RedisClusterNodes:
         replica = self.replica_of(master)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            sent = _info_field(master.cli("INFO", "replication"), "master_repl_offset")
-            applied = _info_field(replica.cli("INFO", "replication"), "slave_repl_offset")
+            sent = _info_field(master.command("INFO", "replication"), "master_repl_offset")
+            applied = _info_field(replica.command("INFO", "replication"), "slave_repl_offset")
             if sent is not None and sent == applied:
                 return
             time.sleep(0.02)
@@ -190,7 +196,7 @@ class RedisClusterNodes:
         master.kill()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if "role:master" in replica.cli("INFO", "replication"):
+            if "role:master" in replica.command("INFO", "replication"):
                 break
             time.sleep(0.05)
         else:
@@ -218,12 +224,12 @@ class RedisClusterNodes:
     def _health_problem(self) -> str | None:
         expected = len(self.nodes)
         for node in self.running():
-            info = node.cli("CLUSTER", "INFO")
+            info = node.command("CLUSTER", "INFO")
             if "cluster_state:ok" not in info:
                 return f"{node.port}: {info.splitlines()[:1]}"
             if f"cluster_known_nodes:{expected}" not in info:
                 return f"{node.port} does not know all {expected} nodes yet"
-            replication = node.cli("INFO", "replication")
+            replication = node.command("INFO", "replication")
             if "role:slave" in replication and "master_link_status:up" not in replication:
                 return f"replica {node.port} is not linked to its master"
         return None

@@ -52,11 +52,15 @@ class RedisSentinelGroup:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self, timeout: float = 30.0) -> RedisSentinelGroup:
-        for server in self.servers:
-            server.start()
-        for port in self.sentinel_ports:
-            self._start_sentinel(port)
-        self.wait_ready(timeout)
+        try:
+            for server in self.servers:
+                server.start()
+            for port in self.sentinel_ports:
+                self._start_sentinel(port)
+            self.wait_ready(timeout)
+        except BaseException:
+            self.cleanup()  # the processes already started must not outlive the failure
+            raise
         return self
 
     def cleanup(self) -> None:

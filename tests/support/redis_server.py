@@ -8,7 +8,6 @@ killed when the object is stopped (or garbage at interpreter exit).
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import socket
@@ -18,34 +17,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .ports import find_free_port
+from .sync_redis import sync_reply
+
 __all__ = ["RedisServer", "find_free_port", "find_free_port_below_ephemeral_range"]
 
-_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def find_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def find_free_port_below_ephemeral_range() -> int:
-    """A free port for a server named long before it starts (at import): below the
-    kernel's ephemeral range, so meanwhile no client socket and no `find_free_port()`
-    is given it (a port from `find_free_port()` can be, by the time the server binds)."""
-    low = 32768
-    if _EPHEMERAL_RANGE.exists():
-        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
-    choose = random.SystemRandom()
-    for _ in range(100):
-        port = choose.randrange(max(1024, low - 10_000), low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port below {low}")
+find_free_port_below_ephemeral_range = find_free_port
+"""The same as `find_free_port` (whose ports all lie below the ephemeral range): for a
+server named long before it starts (at import)."""
 
 
 def redis_server_binary() -> str:
@@ -88,6 +71,7 @@ class RedisServer:
         self._own_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="pcj-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self._connection: redis.Redis | None = None
         self.ca_file: str | None = None
         self.client_cert: str | None = None
         self.client_key: str | None = None
@@ -123,10 +107,15 @@ class RedisServer:
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        self._wait_until_listening(timeout)
+        try:
+            self._wait_until_listening(timeout)
+        except BaseException:
+            self.stop()  # never leave a server that did not come up running behind us
+            raise
         return self
 
     def stop(self) -> None:
+        self._close_connection()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -138,6 +127,7 @@ class RedisServer:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no final fsync; what was acknowledged must survive."""
+        self._close_connection()
         if self.process is not None and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait()
@@ -186,7 +176,37 @@ class RedisServer:
         )
         return out.stdout.strip()
 
+    def command(self, *command: str) -> str:
+        """Run one command over a connection kept while the server runs, and return the
+        reply as text as `cli` would ("" when the server does not answer). For the polls
+        and resets that run before every test: redis-cli costs a process (about 5 ms) a
+        call. A TLS or ACL server goes through `cli`."""
+        if self.tls or self.acl_users:
+            return self.cli(*command)
+        if self._connection is None:
+            # No retries: redis-py's default backs off for seconds before it reports a
+            # server down, and a poll must see that at once.
+            self._connection = redis.Redis(
+                host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=30,
+                retry=Retry(NoBackoff(), 0),
+            )  # fmt: skip
+            # Raw replies (INFO as its text, not a dict), as redis-cli prints them.
+            self._connection.response_callbacks.clear()
+        try:
+            sent = self._connection.execute_command(*command)  # type: ignore[no-untyped-call]
+            reply: object = sync_reply(sent)
+        except (redis.ConnectionError, redis.TimeoutError):
+            return ""
+        if isinstance(reply, list):
+            return "\n".join(str(item) for item in reply)
+        return "" if reply is None else str(reply)
+
     # -- internals ---------------------------------------------------------
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
     def _wait_until_listening(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         assert self.process is not None

@@ -3,6 +3,11 @@
     worker     run a queue worker                  (core install; alias: -m ...jobs.worker)
     backfill   fill the JobStore time index         (alias: -m ...jobs.store.backfill)
     acl        print the Redis ACL rules per role   (alias: -m ...jobs.acl)
+    info       queue depths, workers and counters per agent type   (--watch to refresh)
+    workers    each worker: id, host, last heartbeat, jobs running
+    job show   one job: state, attempts, history, result
+    dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
+    console    serve the queue console locally (read-only on 127.0.0.1 by default)
 
 `worker` runs with the core dependencies alone (deployments start workers without the
 `cli` extra); the other commands are a typer app (`root`), one module per command

@@ -2,6 +2,7 @@
 
     agentjobs acl                                   every role, as docs/operations.md shows
     agentjobs acl --role worker --agent-types dining,flights --store-agents dining-agent
+    agentjobs acl --role reader --agent-types dining      # a read-only console, info, ...
     printf %s "$PASSWORD" | agentjobs acl --role worker --agent-types dining --user w1
 
 The last form prints a `users.acl` line holding the password's SHA-256, never the
@@ -60,8 +61,8 @@ def acl(
         str | None,
         typer.Option(
             "--agent-types",
-            help="Comma-separated agent types a producer or worker is limited to "
-            "(their queue keys and completion channels). Default: every type.",
+            help="Comma-separated agent types a producer, worker, reader or operator is "
+            "limited to (their queue keys and completion channels). Default: every type.",
         ),
     ] = None,
     store_agents: Annotated[
@@ -105,7 +106,12 @@ def acl(
     if not ROLES[role].scoped and (types or agents):
         raise CliError(
             f"the {role} role reads every agent type: --agent-types and --store-agents "
-            "are for producer and worker",
+            "are for the other roles",
+            EXIT_USAGE,
+        )
+    if not ROLES[role].uses_store and agents:
+        raise CliError(
+            f"the {role} role uses no JobStore: --store-agents is for producer and worker",
             EXIT_USAGE,
         )
     if user is None:

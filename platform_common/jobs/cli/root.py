@@ -12,6 +12,7 @@ import typer
 
 from . import (
     acl_command,
+    console_command,
     dead_command,
     info_command,
     job_command,
@@ -66,6 +67,7 @@ app.command("info", help=info_command.HELP)(info_command.info)
 app.command("workers", help=workers_command.HELP)(workers_command.workers)
 app.add_typer(job_command.app, name="job")
 app.add_typer(dead_command.app, name="dead")
+app.command("console", help=console_command.HELP)(console_command.console)
 
 
 def run_app(args: list[str], prog: str) -> int:

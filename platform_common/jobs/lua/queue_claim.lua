@@ -7,7 +7,8 @@
 -- ARGV[2+2i] job id of job i, ARGV[3+2i] the lease token the worker chose for it
 -- Returns {queue length left, entry per job...}, so the worker knows whether to take
 -- more without blocking; an entry is
---   {job_id, "run", token, attempts, max_attempts, expires_at, payload, now}
+--   {job_id, "run", token, attempts, max_attempts, expires_at, payload, now, trace_context}
+--       (trace_context: the producer's, or nil when the record holds none)
 --   {job_id, "corrupt", token, problem, now}: a numeric field of the record does not
 --       parse, or its payload is not UTF-8 (the worker could not even decode this
 --       reply). The job is held as a run is (running, under a lease, counted
@@ -15,8 +16,12 @@
 --   {job_id, "expired"} or {job_id, "skip"} (unknown, finished or someone else's)
 -- `now` is Redis TIME in ms: the worker times the attempt's deadlines from it, never
 -- from its own clock.
--- Every field is checked before the job's first write and nothing after a write can
--- raise, so a bad record never leaves a claim half done.
+-- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
+-- `started`/`expired` counter of the stats hash that is not an integer is refused with
+-- the error reply "CORRUPT <position in KEYS> <problem>" before the first write (then no
+-- job of the call is claimed: they stay in the processing list, where the reaper finds
+-- them). A field of one record that does not parse is no refusal: that job is held as
+-- "corrupt" above. Nothing after the first write can fail.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms = tonumber(ARGV[1])
@@ -59,7 +64,7 @@ end
 
 -- Why the record cannot run (its first numeric field that does not parse, or a payload
 -- the worker could not decode), or nil.
--- f: state, token, expires_at, ttl, attempts, max_attempts, payload
+-- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
 local function problem_of(f)
     local checks = {
         {'expires_at', f[3], int(f[3])},
@@ -85,20 +90,87 @@ local function problem_of(f)
     return nil
 end
 
+-- The record's trace context for the reply, or false (no field; or bytes the worker could
+-- not decode, which would lose the whole reply: tracing must never stop a job).
+local function trace_context_of(f)
+    if type(f[8]) == 'string' and utf8(f[8]) then
+        return f[8]
+    end
+    return false
+end
+
+-- A stored value as a problem text shows it (bounded, printable).
+local function shown(raw)
+    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
+        return "'" .. raw .. "'"
+    end
+    return raw and 'unprintable' or 'missing'
+end
+local function failed(reply)
+    return type(reply) == 'table' and reply.err ~= nil
+end
+local function wrong_type(index, expected)
+    local found = redis.call('TYPE', KEYS[index]).ok
+    return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
+        .. ', where the queue keeps a ' .. expected)
+end
+
+-- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
+-- list's length (for the reply; this script never writes it) and the two counters are
+-- read once, their read doubling as the type check.
+for _, key in ipairs({{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}}) do
+    local found = redis.call('TYPE', KEYS[key[1]]).ok
+    if found ~= key[2] and found ~= 'none' then
+        return wrong_type(key[1], key[2])
+    end
+end
+local left = redis.pcall('LLEN', KEYS[5])
+if failed(left) then
+    return wrong_type(5, 'list')
+end
+local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired')
+if failed(counters) then
+    return wrong_type(3, 'hash')
+end
+for c, field in ipairs({'started', 'expired'}) do
+    -- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits.
+    local value = counters[c]
+    if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+        return redis.error_reply('CORRUPT 3 field ' .. field .. ' is not an integer: '
+            .. shown(value))
+    end
+end
+local records = {}
+for i = 1, n do
+    local f = redis.pcall('HMGET', KEYS[5 + 2 * i], 'state', 'token', 'expires_at', 'ttl',
+        'attempts', 'max_attempts', 'payload', 'trace_context')
+    if failed(f) then
+        return wrong_type(5 + 2 * i, 'hash')
+    end
+    records[i] = f
+end
+
+-- The writes.
+local seen = {}
 for i = 1, n do
     local job_id = ARGV[2 + 2 * i]
     local token = ARGV[3 + 2 * i]
     local job_key = KEYS[5 + 2 * i]
-    local f = redis.call('HMGET', job_key, 'state', 'token', 'expires_at', 'ttl', 'attempts',
-        'max_attempts', 'payload')
+    local f = records[i]
     local state = f[1]
-    if state == 'running' and f[2] == token then
+    if seen[job_id] then
+        -- A second entry of a job this call already handled (read before that write):
+        -- a stray, as below.
+        redis.call('LREM', KEYS[1], 1, job_id)
+        out[i + 1] = {job_id, 'skip'}
+    elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
         local problem = problem_of(f)
         if problem then
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
         else
-            out[i + 1] = {job_id, 'run', token, f[5], f[6], f[3], f[7], now}
+            out[i + 1] = {job_id, 'run', token, f[5], f[6], f[3], f[7], now,
+                trace_context_of(f)}
         end
     elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
         -- (a record without a 'state' field is a job queued by enqueue)
@@ -133,7 +205,8 @@ for i = 1, n do
             redis.call('ZADD', KEYS[2], now + lease_ms, job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now}
+            out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
+                trace_context_of(f)}
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):
@@ -145,6 +218,7 @@ for i = 1, n do
         end
         out[i + 1] = {job_id, 'skip'}
     end
+    seen[job_id] = true
 end
 if #arrived > 0 then
     redis.call('ZREM', KEYS[6], unpack(arrived))
@@ -155,5 +229,5 @@ end
 if expired > 0 then
     redis.call('HINCRBY', KEYS[3], 'expired', expired)
 end
-out[1] = redis.call('LLEN', KEYS[5])
+out[1] = left
 return out

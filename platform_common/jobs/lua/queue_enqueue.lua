@@ -10,6 +10,9 @@
 -- ARGV[4]   how far (ms) a created_at may lie ahead of Redis TIME
 -- then 5 arguments per job i (base = 4 + 5*(i-1)):
 --           job_id, payload JSON, ttl seconds, created_at ms, max attempts
+-- ARGV[5+5n] optional: the trace context of every job of the call (a JSON object of
+--           propagation headers), kept in the record's `trace_context` field; absent
+--           or "" writes no field
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while its record or
 -- its result exists: a new job must never read an old job's outcome) or {"ahead", now}
 -- (ARGV[3] lies more than ARGV[4] ahead of `now`, Redis TIME in ms); both write nothing.
@@ -17,6 +20,10 @@
 -- error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
+local trace_context = ARGV[5 + 5 * n]
+if trace_context == '' then
+    trace_context = nil
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if tonumber(ARGV[3]) - now > tonumber(ARGV[4]) then
@@ -109,6 +116,9 @@ for k, i in ipairs(pending) do
     redis.call('HSET', KEYS[3 + 2 * i], 'payload', ARGV[base + 2], 'enqueued_at', now,
         'expires_at', expiries[2 * k - 1], 'ttl', ARGV[base + 3],
         'max_attempts', ARGV[base + 5], 'nonce', nonce)
+    if trace_context then
+        redis.call('HSET', KEYS[3 + 2 * i], 'trace_context', trace_context)
+    end
 end
 redis.call('ZADD', KEYS[3], unpack(expiries))
 redis.call('ZADD', KEYS[4], unpack(arrivals))

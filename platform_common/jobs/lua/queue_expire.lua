@@ -9,10 +9,12 @@
 -- KEYS[5+2i] job hash of job i, KEYS[6+2i] result key of job i
 -- ARGV[1] completion channel  ARGV[2] seconds to keep the result of a job whose stored
 -- ttl does not parse  ARGV[2+i] job id of job i
--- Returns {"ok", {expired job id...}, {job id, problem}...}: the jobs expired by this
--- call, then those of them whose record did not parse (expired all the same, the
--- problem in their result), or {"invalid", key, problem} with nothing written.
--- Every check runs before the first write, and nothing after it can fail.
+-- Returns {{expired job id...}, {job id, problem}...}: the jobs expired by this call,
+-- then those of them whose record did not parse (expired all the same, the problem in
+-- their result).
+-- All-or-nothing: a shared key of another type or an `expired` counter that is not an
+-- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
+-- the first write. Every check runs before the first write, and nothing after it can fail.
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
 local FINISHED = {succeeded = true, failed = true, dead = true}
 local LIVE = {queued = true, retrying = true, running = true}
@@ -38,28 +40,29 @@ local function shown(raw)
 end
 
 -- Shared keys first: a wrong type would make a write below fail halfway.
-local kinds = {{1, 'ZCARD', 'a sorted set'}, {2, 'ZCARD', 'a sorted set'},
-    {3, 'LLEN', 'a list'}, {4, 'ZCARD', 'a sorted set'}, {6, 'ZCARD', 'a sorted set'}}
-for _, kind in ipairs(kinds) do
-    if failed(redis.pcall(kind[2], KEYS[kind[1]])) then
-        return {'invalid', KEYS[kind[1]], 'holds another type than ' .. kind[3]}
+for _, key in ipairs({{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'},
+        {6, 'zset'}}) do
+    local index, kind = key[1], key[2]
+    local found = redis.call('TYPE', KEYS[index]).ok
+    if found ~= kind and found ~= 'none' then
+        return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
+            .. ', where the queue keeps a ' .. kind)
     end
 end
-local counted = redis.pcall('HGET', KEYS[5], 'expired')
-if failed(counted) then
-    return {'invalid', KEYS[5], 'holds another type than a hash'}
+local counted = redis.call('HGET', KEYS[5], 'expired')
+-- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits.
+if counted and not (#counted <= 18 and string.find(counted, '^%-?%d+$')) then
+    return redis.error_reply('CORRUPT 5 field expired is not an integer: ' .. shown(counted))
 end
--- 15 digits at most: far from 2^63, so adding a batch cannot overflow HINCRBY.
-if counted and not int(counted) then
-    return {'invalid', KEYS[5], 'field expired does not parse: ' .. shown(counted)}
+-- A constant of the caller (expiry.py): wrong, it is a bug, not corrupt state.
+local fallback_ttl = int(ARGV[2])
+if not fallback_ttl or fallback_ttl <= 0 or fallback_ttl > MAX_TTL then
+    return redis.error_reply('ERR fallback ttl must be an integer from 1 to ' .. MAX_TTL
+        .. ', got ' .. shown(ARGV[2]) .. '; nothing was changed')
 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fallback_ttl = int(ARGV[2])
-if not fallback_ttl or fallback_ttl <= 0 or fallback_ttl > MAX_TTL then
-    return {'invalid', 'ARGV[2]', 'fallback ttl is not an integer from 1 to ' .. MAX_TTL}
-end
 
 -- The plan: what happens to each job, decided before anything is written.
 local seen = {}
@@ -115,7 +118,7 @@ for _, job_id in ipairs(drop) do
     redis.call('ZREM', KEYS[6], job_id)
 end
 local expired = {}
-local reply = {'ok', expired}
+local reply = {expired}
 for _, job in ipairs(expire) do
     local i, job_id, ttl, problem, state, unknown = job[1], job[2], job[3], job[4], job[5], job[6]
     -- queued: its queue list entry stays (see above). retrying: in the delayed set, or

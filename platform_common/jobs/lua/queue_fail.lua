@@ -23,8 +23,16 @@
 --          its record and result for the longer of its own TTL and this, then Redis
 --          drops both (the dead/failed list entry is pruned by retention.py). Absent:
 --          a dead letter is kept without a TTL, a failed job for its own TTL.
+-- ARGV[11] the exception's class (optional; "" or absent: not counted by class). Every
+--          attempt that ends in an error (any mode but "release"; "lost" included)
+--          bumps stats field error:<class>; a class that is not [%w_.]{1,100} counts as
+--          "other". Bounded: with ARGV[12] classes already holding a field (stats field
+--          error_classes counts them), a new class is counted as error:other instead.
+-- ARGV[12] that cap, an integer >= 0 (required with ARGV[11])
 -- All-or-nothing: every key's type, the counters this call may bump and ARGV[10] are
--- checked before the first write; a bad one is an error reply and nothing is written.
+-- checked before the first write. A key of another type or a counter that is not an
+-- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>"
+-- (nothing written; the lease stays, so the reaper tries again once it lapses).
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
@@ -46,19 +54,59 @@ for i = 1, 11 do
     if kinds[i] and KEYS[i] then
         local kind = redis.call('TYPE', KEYS[i])['ok']
         if kind ~= 'none' and kind ~= kinds[i] then
-            return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kind
-                .. ', expected a ' .. kinds[i] .. '; nothing was changed')
+            return redis.error_reply('CORRUPT ' .. i .. ' holds a ' .. kind
+                .. ', where the queue keeps a ' .. kinds[i])
         end
     end
 end
-local counters = redis.call('HMGET', KEYS[7], 'retried', 'failed', 'dead_lettered')
-for i, name in ipairs({'retried', 'failed', 'dead_lettered'}) do
-    -- What HINCRBY accepts (a 64-bit integer; int() above stops at 15 digits).
-    local value = counters[i]
-    if value and not (#value <= 20 and string.find(value, '^%-?%d+$')
+-- The class field this call would bump (decided before any write), or nil.
+local error_class = nil
+if ARGV[11] and ARGV[11] ~= '' and mode ~= 'release' then
+    error_class = ARGV[11]
+    if #error_class > 100 or not string.find(error_class, '^[%w_.]+$') then
+        error_class = 'other'
+    end
+end
+local fields = {'retried', 'failed', 'dead_lettered'}
+if error_class then
+    fields[4] = 'error_classes'
+    fields[5] = 'error:' .. error_class
+end
+-- The refusal of stats field `name` holding `value`, when HINCRBY would refuse it (not
+-- a 64-bit integer; int() above stops at 15 digits), else nil.
+local function bad_counter(name, value)
+    if not value or (#value <= 20 and string.find(value, '^%-?%d+$')
             and math.abs(tonumber(value)) < 9e18) then
-        return redis.error_reply('ERR counter ' .. name .. ' of ' .. KEYS[7]
-            .. ' is not an integer; nothing was changed')
+        return nil
+    end
+    local shown = 'unprintable'
+    if #value <= 40 and string.find(value, '^[%w%p ]*$') then
+        shown = "'" .. value .. "'"
+    end
+    return redis.error_reply('CORRUPT 7 field ' .. name .. ' is not an integer: ' .. shown)
+end
+local counters = redis.call('HMGET', KEYS[7], unpack(fields))
+for i, name in ipairs(fields) do
+    local refusal = bad_counter(name, counters[i])
+    if refusal then
+        return refusal
+    end
+end
+local new_class = false
+if error_class and error_class ~= 'other' and not counters[5] then
+    local cap = int(ARGV[12] or '')
+    if not cap or cap < 0 then
+        return redis.error_reply('ERR the error class cap must be an integer >= 0, got '
+            .. tostring(ARGV[12]) .. '; nothing was changed')
+    end
+    if (tonumber(counters[4]) or 0) < cap then
+        new_class = true
+    else
+        error_class = 'other'
+        local refusal = bad_counter('error:other', redis.call('HGET', KEYS[7], 'error:other'))
+        if refusal then
+            return refusal
+        end
     end
 end
 local retention = nil
@@ -129,7 +177,8 @@ if ttl and ttl <= 0 then
     ttl = nil
 end
 local error_text = ARGV[4]
-local entry = {attempt = attempts, worker = f[6] or '', started_at = tonumber(f[7]),
+-- int(), not tonumber(): 'inf' or 'nan' would make cjson.encode fail after the writes above.
+local entry = {attempt = attempts, worker = f[6] or '', started_at = int(f[7]),
     ended_at = now, error = error_text, outcome = mode}
 if ARGV[9] and ARGV[9] ~= '' then
     entry.traceback = ARGV[9]
@@ -144,6 +193,12 @@ elseif mode ~= 'corrupt' and attempts and max_attempts and attempts < max_attemp
     outcome = 'retrying'
 else
     outcome = 'dead'
+end
+if error_class then
+    redis.call('HINCRBY', KEYS[7], 'error:' .. error_class, 1)
+    if new_class then
+        redis.call('HINCRBY', KEYS[7], 'error_classes', 1)
+    end
 end
 local encoded = cjson.encode(entry)
 local history = f[8]

@@ -1,11 +1,13 @@
 """What an operator does to the queue, as plain reads and actions returning typed
-dataclasses: the one layer under the `agentjobs` commands (and any console to come).
+dataclasses: the one layer under the `agentjobs` commands and the console.
 No rendering here: the CLI modules parse options and draw the results.
 
     info        overview.read_overview, RecentCounts (the last minute, while watching)
     workers     workers.read_workers
     job show    jobs.show_job (dead show: show_dead_letter)
     dead ...    dead_letter_ops: list, select (ids | all | error matches), requeue, purge
+    console     job_pages.list_jobs (a type's waiting/running/delayed/dead, paged),
+                history.CounterHistory (the last hour per minute, while it reads)
 
 Each works on a JobQueue (operator_queue opens one as the worker would) through its
 public API, and reads Redis directly only for what no API offers, in bounded pages.
@@ -25,19 +27,27 @@ from .dead_letter_ops import (
     requeue_dead_letters,
     select_dead_letters,
 )
+from .history import CounterHistory, Minute
+from .job_pages import MAX_PAGE_SIZE, JobLine, JobList, JobPage, list_jobs
 from .jobs import Attempt, JobDetail, NotADeadLetter, show_dead_letter, show_job
 from .overview import Counts, Overview, Recent, RecentCounts, TypeOverview, read_overview
 from .session import agent_types, operator_queue
 from .workers import WorkersReport, WorkerStatus, read_workers
 
 __all__ = [
+    "MAX_PAGE_SIZE",
     "Attempt",
+    "CounterHistory",
     "Counts",
     "DeadLetterAction",
     "DeadLetterLine",
     "DeadLetterListing",
     "DeadSelection",
     "JobDetail",
+    "JobLine",
+    "JobList",
+    "JobPage",
+    "Minute",
     "NotADeadLetter",
     "Overview",
     "Progress",
@@ -49,6 +59,7 @@ __all__ = [
     "WorkersReport",
     "agent_types",
     "list_dead_letters",
+    "list_jobs",
     "operator_queue",
     "purge_dead_letters",
     "read_overview",

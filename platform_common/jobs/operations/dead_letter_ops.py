@@ -59,7 +59,8 @@ class DeadLetterListing:
     total: int
     """Dead letters in the list when the listing began."""
     scanned: int
-    """Letters looked at to find these (all of them when `complete`)."""
+    """Letters looked at from the listing's start to find these (all the rest when
+    `complete`)."""
     complete: bool
     """The scan reached the end of the list (nothing more would match)."""
     letters: tuple[DeadLetterLine, ...]
@@ -111,12 +112,20 @@ class DeadLetterAction:
 
 
 async def list_dead_letters(
-    queue: JobQueue, agent_type: str, *, limit: int = 20, error_matches: str | None = None
+    queue: JobQueue,
+    agent_type: str,
+    *,
+    limit: int = 20,
+    error_matches: str | None = None,
+    start: int = 0,
 ) -> DeadLetterListing:
     """The newest `limit` dead letters (whose last error matches `error_matches`, a
-    regular expression searched anywhere in it), read PAGE at a time."""
+    regular expression searched anywhere in it), read PAGE at a time, from position
+    `start` (0 = the newest; a next page starts at `start + scanned`)."""
     if limit < 1:
         raise ValidationError("limit", f"must be at least 1, got {limit}")
+    if start < 0:
+        raise ValidationError("start", f"must be 0 or more, got {start}")
     pattern = _compile(error_matches)
     keys = queue.connection.known_keys(agent_type)
     (total,) = await read(queue, [("LLEN", keys.dead)])
@@ -125,7 +134,7 @@ async def list_dead_letters(
     complete = False
     while len(found) < limit:
         count = PAGE if pattern else min(PAGE, limit - len(found))
-        lines = await _lines(queue, agent_type, scanned, count)
+        lines = await _lines(queue, agent_type, start + scanned, count)
         if lines is None:
             complete = True
             break

@@ -8,11 +8,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.trace import TracerProvider
+
 from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
 from ..status import JOB_STATUS_OF, JobStatus, QueueState
 from ..store.record import JobRecord
 from .backend_errors import backend_errors
-from .completions import Completions
+from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
 from .dead_letters import BATCH, DeadLetter, DeadLetters
 from .maintenance import Maintenance
@@ -46,24 +48,33 @@ class JobQueue:
     BackendUnavailable (naming the redacted URL), a full pool BackendBusy, as the
     JobStore does; never a raw redis-py error."""
 
-    def __init__(self, connection: QueueConnection) -> None:
+    def __init__(
+        self, connection: QueueConnection, *, tracer_provider: TracerProvider | None = None
+    ) -> None:
         self.connection = connection
         self.settings = connection.settings
-        self._producer = Producer(connection)
+        self._producer = Producer(connection, tracer_provider=tracer_provider)
         self.dead_letters: DeadLetters = _DeadLetters(connection)
         """Jobs that used their last attempt (or whose stored job did not parse)."""
         self.failed_jobs: DeadLetters = _DeadLetters(connection, failed=True)
         """Jobs failed for good by NonRetryableError; the same verbs as dead_letters."""
 
     @classmethod
-    async def connect(cls, settings: QueueSettings | str | None = None) -> JobQueue:
-        """Connect (pre-warming the pool). `settings` may be a URL; None reads QUEUE_* env."""
+    async def connect(
+        cls,
+        settings: QueueSettings | str | None = None,
+        *,
+        tracer_provider: TracerProvider | None = None,
+    ) -> JobQueue:
+        """Connect (pre-warming the pool). `settings` may be a URL; None reads QUEUE_* env.
+        Spans go to `tracer_provider`, by default OpenTelemetry's global one (see
+        queue.tracing)."""
         if settings is None:
             settings = QueueSettings.from_env()
         elif isinstance(settings, str):
             settings = QueueSettings.from_url(settings)
         with backend_errors(settings.redis):
-            return cls(await QueueConnection.open(settings))
+            return cls(await QueueConnection.open(settings), tracer_provider=tracer_provider)
 
     async def enqueue(self, job: Job) -> str:
         """See Producer.enqueue."""
@@ -79,10 +90,18 @@ class JobQueue:
             return await get_result(self.connection, job_id, agent_type)
 
     def completions(
-        self, *, watch: Iterable[tuple[str, str]] = (), every_job: bool = False
+        self,
+        *,
+        watch: Iterable[tuple[str, str]] = (),
+        every_job: bool = False,
+        outage_timeout: float = OUTAGE_TIMEOUT,
     ) -> Completions:
-        """An async iterator of completions of the watched jobs (see Completions)."""
-        return Completions(self.connection, watch=watch, every_job=every_job)
+        """An async iterator of completions of the watched jobs (see Completions);
+        `outage_timeout`: seconds Redis may stay unreachable before `anext()` raises
+        BackendUnavailable."""
+        return Completions(
+            self.connection, watch=watch, every_job=every_job, outage_timeout=outage_timeout
+        )
 
     async def ping(self) -> bool:
         """Health check: PING through the pool."""

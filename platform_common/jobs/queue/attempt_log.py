@@ -145,8 +145,11 @@ class AttemptLog:
         outcome: str,
         error: str,
         exc: BaseException | None = None,
+        trace: dict[str, str] | None = None,
     ) -> bool:
-        """Log one failed attempt (unless rate-limited); True if it was logged."""
+        """Log one failed attempt (unless rate-limited); True if it was logged. `trace`:
+        the attempt's `trace_id` and `span_id` (queue.tracing.JobTrace.log_fields), shown
+        in the text and kept as fields."""
         allowed, earlier = self.limits.allow(agent_type)
         if not allowed:
             self.suppressed += 1
@@ -165,10 +168,14 @@ class AttemptLog:
             "error": error,
             "suppressed": earlier,
         }
+        traced = ""
+        if trace:
+            fields.update(trace)
+            traced = "".join(f" {name}={value}" for name, value in trace.items())
         note = f" ({earlier} similar lines suppressed before this one)" if earlier else ""
         self.logger.warning(
-            "attempt failed job=%s agent_type=%s attempt=%s outcome=%s error=%s%s",
-            job_id, agent_type, tried, outcome, error, note, extra=fields,
+            "attempt failed job=%s agent_type=%s attempt=%s outcome=%s%s error=%s%s",
+            job_id, agent_type, tried, outcome, traced, error, note, extra=fields,
         )  # fmt: skip
         if exc is not None and self.logger.isEnabledFor(logging.DEBUG):
             # Formatted here rather than passed as exc_info: safe_text keeps a lone

@@ -142,8 +142,8 @@ class RedisHealth:
     """How a worker reports Redis failures: an outage (Redis unreachable, or refusing
     writes at maxmemory) is one WARNING when it starts, naming the redacted URL and the
     first cause, and one when it ends, with its duration; the failures in between go to
-    DEBUG. Any other failure (a refused command, a full pool) is a WARNING rate-limited
-    per activity.
+    DEBUG. Corrupt queue state a script refused is an ERROR (see refused()); any other
+    failure (a refused command, a full pool) a WARNING; both rate-limited per activity.
 
     Thread-safe: the lease keeper reports from its own thread."""
 
@@ -206,6 +206,22 @@ class RedisHealth:
             )  # fmt: skip
         else:
             self.logger.debug("still %s (%s: %s)", condition, activity, describe(exc))
+
+    def refused(self, activity: str, exc: CorruptQueueState, consequence: str) -> None:
+        """A queue script refused corrupt state for `activity` (it wrote nothing): one
+        ERROR naming the key, the problem and `consequence` (what becomes of the work),
+        rate-limited per activity as failed() is. No outage: Redis answers, but the
+        same call on the same data is refused again until someone repairs the key."""
+        allowed, earlier = self._problems.allow(activity)
+        if not allowed:
+            self.logger.debug("still refused (%s): %s", activity, exc)
+            return
+        note = f" ({earlier} more since the last report)" if earlier else ""
+        self.logger.error(
+            "%s refused: %s; %s%s", activity, exc, consequence, note,
+            extra={"activity": activity, "key": exc.key, "problem": exc.problem,
+                   "suppressed": earlier},
+        )  # fmt: skip
 
     def ok(self, *, wrote: bool = True) -> None:
         """A call succeeded: ends an outage if there was one (cheap when there was not).

@@ -87,7 +87,7 @@ class QueueConnection:
         try:
             return await self._pipeline.execute(script.call(keys, args))
         except ResponseError as exc:
-            raise await self._refusal(exc, keys) from exc
+            raise await self.refusal(exc, keys) from exc
 
     async def run_script_many(
         self, script: Script, calls: Iterable[tuple[list[str], list[Any]]]
@@ -109,13 +109,14 @@ class QueueConnection:
         replies = list(await asyncio.shield(task))
         for index, reply in enumerate(replies):
             if isinstance(reply, ResponseError):
-                replies[index] = await self._refusal(reply, calls[index][0])
+                replies[index] = await self.refusal(reply, calls[index][0])
         return replies
 
-    async def _refusal(self, exc: ResponseError, keys: list[str]) -> BaseException:
-        """The package's error for a script's error reply (else the reply itself). Redis
-        names no key in WRONGTYPE: the keys of the call are looked at (TYPE, one round
-        trip, on this rare path only) to name the one the queue keeps another type at."""
+    async def refusal(self, exc: ResponseError, keys: list[str]) -> BaseException:
+        """The package's error for an error reply of a script or a plain command on
+        `keys` (else the reply itself). Redis names no key in WRONGTYPE: the keys are
+        looked at (TYPE, one round trip, on this rare path only) to name the one the
+        queue keeps another type at."""
         if isinstance(exc, JobsError):
             return exc
         text = str(exc)

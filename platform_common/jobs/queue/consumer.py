@@ -21,7 +21,10 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import ConfigurationError, InvalidRecord, LeaseLost
+from opentelemetry.trace import TracerProvider
+from redis.exceptions import ResponseError
+
+from ..errors import ConfigurationError, CorruptQueueState, LeaseLost
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
 from .attempt_log import AttemptLog, bounded, describe, format_traceback
@@ -47,6 +50,7 @@ from .leases import MAX_ERROR_LENGTH, Claim, Leases
 from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
+from .tracing import NO_TRACE, QueueTracing, Settle
 
 __all__ = ["Worker"]
 
@@ -57,6 +61,10 @@ _LOST = "lost"  # renewal was refused: the job belongs to someone else now
 _SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounted
 _TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
 
+REFUSED_BACKOFF_SECONDS = 5.0
+"""Longest wait between fetches while claiming is refused for corrupt queue state: each
+try takes a batch into processing (the reaper returns it), and only a repair helps."""
+
 
 class CorruptJob(Exception):
     """The stored job cannot be run (its payload or a field does not parse)."""
@@ -65,7 +73,9 @@ class CorruptJob(Exception):
 class _Attempt:
     """One attempt this worker runs: its claim, its handler call and how it ended."""
 
-    __slots__ = ("aborted", "claim", "deadline", "ended", "handler", "reason", "settled", "task")
+    __slots__ = (
+        "aborted", "claim", "deadline", "ended", "handler", "reason", "settled", "task", "trace",
+    )  # fmt: skip
 
     def __init__(self, claim: Claim, deadline: float) -> None:
         self.claim = claim
@@ -78,6 +88,8 @@ class _Attempt:
         self.handler: asyncio.Future[Outcome] | None = None
         self.settled = False
         self.task: asyncio.Task[None] | None = None
+        self.trace = NO_TRACE
+        """Its process span and the trace ids its log lines carry (see queue.tracing)."""
 
     def abort(self, reason: str) -> None:
         """End the attempt for `reason` (the first reason given stands)."""
@@ -99,6 +111,7 @@ class Worker:
         *,
         concurrency: int = 10,
         worker_id: str | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if agent_type not in settings.agent_types:
             raise ConfigurationError("agent_type", f"{agent_type!r} is not in agent_types")
@@ -126,6 +139,7 @@ class Worker:
         """One WARNING per failed attempt, rate-limited per agent type (replaceable)."""
         self.health = RedisHealth(log, settings.redis)
         """Redis outages: one line when one starts, one when it ends."""
+        self._tracing = QueueTracing(tracer_provider)
         self.keeper: LeaseKeeper | None = None
         self._stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -238,6 +252,7 @@ class Worker:
                 self._slot_freed.clear()
                 await self._wait_any(self._slot_freed.wait())
                 continue
+            taken: list[str] = []
             try:
                 taken = await self._take(min(free, self.settings.fetch_batch))
                 self.health.ok()
@@ -250,6 +265,19 @@ class Worker:
                     for claim in claims:
                         self._start(claim, received)
                 delay = 0.05
+            except CorruptQueueState as exc:
+                # The claim (or the take) refused before writing anything: the jobs
+                # taken stay in processing, where the reaper finds them (provisional
+                # lease) and returns them. Nothing to do here but wait for a repair.
+                stay = (
+                    f"the {len(taken)} job(s) just taken stay in the processing list, where "
+                    "the reaper returns them; " if taken else ""
+                )  # fmt: skip
+                self.health.refused(
+                    "claiming jobs", exc, f"{stay}retrying with backoff until the key is repaired"
+                )
+                await self._wait_any(asyncio.sleep(delay))
+                delay = min(delay * 2, REFUSED_BACKOFF_SECONDS)
             except TRANSIENT as exc:
                 # Redis restarted or the connection was killed: back off and go on; a job
                 # taken but not claimed is found by the reaper (provisional lease).
@@ -261,10 +289,13 @@ class Worker:
         """Move up to `want` job ids into processing: without blocking while the queue
         has jobs (one pipelined round trip), else one BLMOVE on our own connection."""
         keys = self._keys
+        moved = [keys.queue, keys.processing]
         if self._expect_more:
-            move = ("LMOVE", keys.queue, keys.processing, "RIGHT", "LEFT")
+            move = ("LMOVE", *moved, "RIGHT", "LEFT")
             replies = await self._connection.execute_many([move] * want)
             for reply in replies:
+                if isinstance(reply, ResponseError):  # e.g. WRONGTYPE: name the key
+                    raise await self._connection.refusal(reply, moved)
                 if isinstance(reply, Exception):
                     raise reply
             taken = [job_id for job_id in replies if job_id is not None]
@@ -273,7 +304,12 @@ class Worker:
             self._expect_more = False
         # Redis takes a fractional block timeout; redis-py's stub says int.
         timeout: Any = self.settings.block_timeout
-        job_id = await self._blocking.blmove(keys.queue, keys.processing, timeout, "RIGHT", "LEFT")
+        try:
+            job_id = await self._blocking.blmove(
+                keys.queue, keys.processing, timeout, "RIGHT", "LEFT"
+            )
+        except ResponseError as exc:
+            raise await self._connection.refusal(exc, moved) from exc
         return [job_id] if job_id is not None else []
 
     def _new_token(self) -> str:
@@ -294,9 +330,19 @@ class Worker:
     # -- running one job -----------------------------------------------------------
     async def _run_job(self, attempt: _Attempt) -> None:
         claim = attempt.claim
+        job_trace = attempt.trace = self._tracing.process(
+            self.agent_type, claim.job_id, claim.attempt, claim.max_attempts, claim.trace_context
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "started job=%s agent_type=%s attempt=%d/%d%s",
+                claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+                job_trace.log_text(), extra=self._job_fields(attempt),
+            )  # fmt: skip
         try:
             outcome = await self._outcome(attempt)
             await self._record(attempt, outcome)
+            job_trace.end()
             attempt.settled = True
             self._drop_lease(claim)
             await self._linger(attempt)
@@ -311,6 +357,7 @@ class Worker:
             # reaper retries the job.
             log.exception("internal error running job=%s", claim.job_id)
         finally:
+            job_trace.end()
             attempt.settled = True
             self._drop_lease(claim)
             self._running.pop(claim.token, None)
@@ -338,6 +385,8 @@ class Worker:
         )  # fmt: skip
         job_context = contextvars.copy_context()
         job_context.run(set_current_job, context)
+        if attempt.trace.recording:
+            job_context.run(attempt.trace.enter)
         handler = attempt.handler = start_handler(
             self.handler,
             payload,
@@ -369,7 +418,9 @@ class Worker:
         """Record how the attempt ended, fenced by its lease, and count and log it."""
         reason = attempt.reason
         if reason == _LOST:
-            return  # counted and logged when the loss was found; someone else owns it
+            # Counted and logged when the loss was found; someone else owns it.
+            attempt.trace.outcome(AttemptOutcome.LOST)
+            return
         if reason == _SHUTDOWN:
             await self._release(attempt)
             return
@@ -379,6 +430,7 @@ class Worker:
         assert outcome is not None
         if isinstance(outcome, Raised):
             error = outcome.error
+            attempt.trace.failed(error)
             mode = (
                 "corrupt" if isinstance(error, CorruptJob)
                 else "fatal" if isinstance(error, NonRetryableError)
@@ -394,6 +446,7 @@ class Worker:
             result_json = json.dumps(outcome.value, separators=(",", ":"), allow_nan=False)
         except Exception as exc:  # TypeError, ValueError, RecursionError, a broken default
             error = f"result is not JSON-serialisable: {describe(exc)}"
+            attempt.trace.failed(exc)
             await self._fail(attempt, exc, "fatal", error=error)
             return
 
@@ -402,7 +455,10 @@ class Worker:
             return QueueState.SUCCEEDED
 
         try:
-            recorded = await self._settle(claim, complete)
+            with attempt.trace.settle("complete") as settle:
+                recorded = await self._settle(attempt, complete)
+                if recorded is not None:
+                    settle.outcome(recorded)
         except TRANSIENT as exc:  # only a script error gets here (_settle retries the rest)
             # The complete script could not read the job's record: a stored field is
             # corrupt. Retrying cannot help; record that instead of letting the lease lapse.
@@ -418,13 +474,28 @@ class Worker:
         claim = attempt.claim
         error = bounded(error or describe(exc), MAX_ERROR_LENGTH)
         trace = format_traceback(exc)
+        # The failures-by-class breakdown counts the handler's exception class; a corrupt
+        # stored job is counted as such (error_class derives it), not as a script error.
+        error_class = None if mode == "corrupt" else type(exc).__name__
 
         async def fail() -> str:
             return await self._leases.fail(
-                claim.job_id, claim.token, error, mode=mode, traceback=trace
+                claim.job_id,
+                claim.token,
+                error,
+                mode=mode,
+                traceback=trace,
+                error_class=error_class,
             )
 
-        outcome = await self._settle(claim, fail)
+        try:
+            with attempt.trace.settle("fail") as settle:
+                outcome = await self._settle(attempt, fail)
+                if outcome is not None:
+                    settle.outcome(outcome)
+        except CorruptQueueState as refusal:
+            self._unrecorded(claim, refusal, f"its attempt failed with {error}")
+            return
         if outcome is not None:
             self._count(outcome)
         self.attempt_log.failed(
@@ -435,6 +506,7 @@ class Worker:
             outcome=str(outcome) if outcome is not None else "unrecorded",
             error=error,
             exc=exc,
+            trace=attempt.trace.log_fields(),
         )
 
     async def _release(self, attempt: _Attempt) -> None:
@@ -445,30 +517,52 @@ class Worker:
             error = "worker shut down before the job finished"
             return await self._leases.fail(claim.job_id, claim.token, error, mode="release")
 
-        outcome = await self._settle(claim, release)
+        try:
+            with attempt.trace.settle("release") as settle:
+                outcome = await self._settle(attempt, release)
+                if outcome is not None:
+                    settle.outcome(outcome)
+        except CorruptQueueState as exc:
+            self._unrecorded(claim, exc, "the worker stops before it finished")
+            return
         if outcome is not None:
             self._count(outcome)
-            log.info("released job=%s: the worker stops before it finished", claim.job_id)
+            log.info(
+                "released job=%s%s: the worker stops before it finished",
+                claim.job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
+            )  # fmt: skip
 
     async def _expire(self, attempt: _Attempt) -> None:
         """Expire the job at its TTL (the handler was cancelled, or its thread left to
         finish on its own). The script decides by Redis TIME, like the deadline did."""
+        with attempt.trace.settle("expire") as settle:
+            await self._expire_job(attempt, settle)
+
+    async def _expire_job(self, attempt: _Attempt, settle: Settle) -> None:
         claim = attempt.claim
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.settings.lease_seconds
         while True:
-            expired = await self._settle(claim, lambda: self._leases.expire([claim.job_id]))
+            try:
+                expired = await self._settle(attempt, lambda: self._leases.expire([claim.job_id]))
+            except CorruptQueueState as exc:
+                self._unrecorded(claim, exc, "its TTL passed")
+                return
             if expired is None:
                 return
             if expired:
                 self.counts[QueueState.EXPIRED] += 1
+                error = "TTL passed: the job did not finish within its ttl_seconds"
+                settle.outcome(QueueState.EXPIRED)
+                attempt.trace.outcome(QueueState.EXPIRED, error=error)
                 self.attempt_log.failed(
                     job_id=claim.job_id,
                     agent_type=self.agent_type,
                     attempt=claim.attempt,
                     max_attempts=claim.max_attempts,
                     outcome=QueueState.EXPIRED,
-                    error="TTL passed: the job did not finish within its ttl_seconds",
+                    error=error,
+                    trace=attempt.trace.log_fields(),
                 )
                 return
             # Not expired by this call: already settled elsewhere (another worker's
@@ -501,12 +595,15 @@ class Worker:
         if outcome in self.counts:
             self.counts[outcome] += 1
 
-    async def _settle(self, claim: Claim, operation: Callable[[], Awaitable[Any]]) -> Any | None:
+    async def _settle(
+        self, attempt: _Attempt, operation: Callable[[], Awaitable[Any]]
+    ) -> Any | None:
         """Run a fenced operation, retrying through Redis outages until the lease would
         have expired anyway (the scripts recognise their own replays, so retrying a
         call whose reply was lost is safe). Its result, or None when it could not be
         recorded: LeaseLost (logged, counted) or an outage that outlasted the lease. A
         script error is raised: running it again on the same data cannot help."""
+        claim = attempt.claim
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.settings.lease_seconds
         delay = 0.05
@@ -515,7 +612,11 @@ class Worker:
                 result = await operation()
             except LeaseLost as exc:
                 self.counts[AttemptOutcome.LOST] += 1
-                log.warning("lease lost job=%s: %s", claim.job_id, exc.reason)
+                attempt.trace.outcome(AttemptOutcome.LOST)
+                log.warning(
+                    "lease lost job=%s%s: %s", claim.job_id, attempt.trace.log_text(), exc.reason,
+                    extra=self._job_fields(attempt),
+                )  # fmt: skip
                 return None
             except TRANSIENT as exc:
                 if is_script_error(exc):
@@ -534,6 +635,26 @@ class Worker:
             self.health.ok()
             return result
 
+    def _job_fields(self, attempt: _Attempt) -> dict[str, Any]:
+        """The `extra=` fields of a log line about one attempt (JSON logs show them)."""
+        claim = attempt.claim
+        return {
+            "job_id": claim.job_id,
+            "agent_type": self.agent_type,
+            "attempt": claim.attempt,
+            **attempt.trace.log_fields(),
+        }
+
+    def _unrecorded(self, claim: Claim, exc: CorruptQueueState, ending: str) -> None:
+        """How an attempt ended could not be recorded: the script refused corrupt queue
+        state, writing nothing. The lease is left to lapse (the keeper stops renewing),
+        then the reaper retries the job: one ERROR line says so."""
+        self.health.refused(
+            "recording a job's outcome", exc,
+            f"job={claim.job_id} ({ending}) stays leased until its lease lapses, then the "
+            "reaper retries it",
+        )  # fmt: skip
+
     def _lease_lost(self, job_id: str, token: str) -> None:
         """From the lease keeper: renewal was refused for this attempt."""
         attempt = self._running.get(token)
@@ -542,7 +663,10 @@ class Worker:
         if attempt is None or attempt.settled or attempt.reason is not None:
             return
         self.counts[AttemptOutcome.LOST] += 1
-        log.warning("lease lost job=%s: renewal refused; cancelling the handler", job_id)
+        log.warning(
+            "lease lost job=%s%s: renewal refused; cancelling the handler",
+            job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
+        )  # fmt: skip
         attempt.abort(_LOST)
 
     # -- chores --------------------------------------------------------------------
@@ -601,11 +725,11 @@ class Worker:
             try:
                 await step()
                 self.health.ok(wrote=always_writes)
+            except CorruptQueueState as exc:
+                # A queue key holds another type or a counter does not parse (the script
+                # wrote nothing). Reported, and retried: an operator may repair the key.
+                self.health.refused(activity, exc, f"retrying every {interval:g}s")
             except TRANSIENT as exc:
-                self.health.failed(activity, exc)
-            except InvalidRecord as exc:
-                # A queue key holds another type (the script wrote nothing). Reported, and
-                # retried: an operator may repair the key meanwhile.
                 self.health.failed(activity, exc)
             await self._wait_any(asyncio.sleep(interval))
 

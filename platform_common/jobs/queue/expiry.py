@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRecord
 from ..keys import QueueKeys
 from ..redis.script import Script
 
@@ -36,8 +35,9 @@ async def expire_jobs(
 ) -> ExpireReport:
     """Expire those of `job_ids` whose TTL has passed (by Redis TIME).
 
-    InvalidRecord (its field names the key) if a queue key holds another type or the
-    `expired` counter does not parse; nothing is written then."""
+    CorruptQueueState (naming the key, raised by `run_script` from the script's CORRUPT
+    reply) if a queue key holds another type or the `expired` counter is not an
+    integer; nothing is written then."""
     if not job_ids:
         return ExpireReport()
     script_keys = [
@@ -51,10 +51,8 @@ async def expire_jobs(
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     args: list[Any] = [keys.channel, CORRUPT_RESULT_TTL_SECONDS, *job_ids]
-    reply = await run_script(script, script_keys, args)
-    if reply[0] == "invalid":
-        raise InvalidRecord(str(reply[1]), str(reply[2]))
+    expired, *corrupt = await run_script(script, script_keys, args)
     return ExpireReport(
-        expired=tuple(str(job_id) for job_id in reply[1]),
-        corrupt=tuple((str(job_id), str(problem)) for job_id, problem in reply[2:]),
+        expired=tuple(str(job_id) for job_id in expired),
+        corrupt=tuple((str(job_id), str(problem)) for job_id, problem in corrupt),
     )

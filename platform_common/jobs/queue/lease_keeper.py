@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import CorruptQueueState
 from .backend_errors import TRANSIENT, RedisHealth
 from .connection import QueueConnection
 from .leases import Leases
@@ -124,10 +125,18 @@ class LeaseKeeper:
             return
         try:
             lost = set(await leases.renew(held))
+        except CorruptQueueState as exc:
+            self._health.refused(
+                "renewing leases", exc, "the leases lapse and the reaper retries their jobs"
+            )
+            return
         except TRANSIENT as exc:
             self._health.failed("renewing leases", exc)
             return
-        self._health.ok()
+        # Every lease lost: the script only read, which Redis allows at maxmemory, so this
+        # says nothing of writes. (A held attempt that already ended counts as renewed:
+        # its own end was a write of this worker's moments ago.)
+        self._health.ok(wrote=any(job_id not in lost for job_id, _ in held))
         self.renewals += 1
         for job_id, token in held:
             if job_id in lost:

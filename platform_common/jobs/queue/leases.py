@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import LeaseLost
-from ..keys import QueueKeys, latency_bucket_field
+from ..keys import MAX_ERROR_CLASSES, QueueKeys, latency_bucket_field
 from ..status import AttemptOutcome, QueueState
 from .attempt_log import MAX_TRACEBACK_LENGTH, bounded, safe_text
 from .connection import QueueConnection
+from .error_class import error_class_of
 from .expiry import expire_jobs
 
 __all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases"]
@@ -41,6 +42,8 @@ class Claim:
     problem: str | None = None
     """Why the stored job cannot run (a field of its record does not parse), or None.
     Such a claim holds the job only so the worker can fail it with this text."""
+    trace_context: str | None = None
+    """The producer's trace context as the record keeps it (see queue.tracing), or None."""
 
 
 class Leases:
@@ -102,16 +105,25 @@ class Leases:
         check_complete_reply(job_id, reply)
 
     async def fail(
-        self, job_id: str, token: str, error: str, *, mode: str = "error", traceback: str = ""
+        self,
+        job_id: str,
+        token: str,
+        error: str,
+        *,
+        mode: str = "error",
+        traceback: str = "",
+        error_class: str | None = None,
     ) -> AttemptOutcome | QueueState:
         """End the attempt unsuccessfully. mode "error" retries with backoff (or
         dead-letters after the last attempt), "fatal" fails without retry, "corrupt"
         dead-letters at once (the stored job does not parse), "release" gives the attempt
         back unstarted. `error` (and `traceback`, if any) go into the job's history, made
-        safe and bounded. Returns the outcome, or for a replay the state the first call
-        left the job in; LeaseLost as above."""
+        safe and bounded. `error_class` is the exception's class the attempt is counted
+        under (default: taken from `error`, see error_class_of). Returns the outcome, or
+        for a replay the state the first call left the job in; LeaseLost as above."""
         reply = await self._run(
-            self._scripts.fail, *self.fail_call(job_id, token, error, mode, traceback)
+            self._scripts.fail,
+            *self.fail_call(job_id, token, error, mode, traceback, error_class),
         )
         outcome = AttemptOutcome(reply[0])
         if outcome == AttemptOutcome.LOST:
@@ -121,17 +133,25 @@ class Leases:
         return outcome
 
     def fail_call(
-        self, job_id: str, token: str, error: str, mode: str, traceback: str = ""
+        self,
+        job_id: str,
+        token: str,
+        error: str,
+        mode: str,
+        traceback: str = "",
+        error_class: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         """(keys, args) of the fail script. The texts are made valid UTF-8 (a lone
         surrogate would make the call itself fail) and cut to their bounds."""
         keys = self.keys
         error = bounded(safe_text(error), MAX_ERROR_LENGTH)
         traceback = bounded(safe_text(traceback), MAX_TRACEBACK_LENGTH, keep_end=True)
+        error_class = error_class or error_class_of(error, mode)
         return (
             [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed],
-            [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention],
-        )
+            [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention,
+             error_class, MAX_ERROR_CLASSES],
+        )  # fmt: skip
 
     async def renew(self, held: Sequence[tuple[str, str]]) -> list[str]:
         """Extend the leases of (job_id, token) pairs; returns the job ids lost."""
@@ -159,7 +179,7 @@ def _claim_of(entry: list[Any]) -> Claim:
     job_id, kind, token = entry[0], entry[1], entry[2]
     if kind == "corrupt":  # {job_id, "corrupt", token, problem, now}
         return Claim(job_id, token, 0, 0, 0, "", _int_or(entry[4], 0), str(entry[3]))
-    # {job_id, "run", token, attempts, max_attempts, expires_at, payload, now}
+    # {job_id, "run", token, attempts, max_attempts, expires_at, payload, now, trace_context}
     numbers = {"attempts": entry[3], "max_attempts": entry[4], "expires_at": entry[5]}
     parsed = {name: _int_or(value, None) for name, value in numbers.items()}
     now_ms = _int_or(entry[7] if len(entry) > 7 else None, 0)
@@ -168,7 +188,11 @@ def _claim_of(entry: list[Any]) -> Claim:
         problem = f"stored field {bad[0]!r} of the job does not parse: {numbers[bad[0]]!r:.60}"
         return Claim(job_id, token, 0, 0, 0, "", now_ms, problem)
     attempt, max_attempts, expires_at_ms = (int(parsed[name] or 0) for name in numbers)
-    return Claim(job_id, token, attempt, max_attempts, expires_at_ms, entry[6], now_ms)
+    carried = entry[8] if len(entry) > 8 and isinstance(entry[8], str) else None
+    return Claim(
+        job_id, token, attempt, max_attempts, expires_at_ms, entry[6], now_ms,
+        trace_context=carried,
+    )  # fmt: skip
 
 
 def _int_or(value: Any, default: _D) -> int | _D:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from redis.exceptions import ResponseError
 
-from ..errors import InvalidRecord
 from ..status import AttemptOutcome
 from .connection import QueueConnection
 from .expiry import expire_jobs
@@ -109,9 +108,8 @@ class Maintenance:
                 self.keys.expiry, "-inf", now_ms, start=0, num=batch
             )
         except ResponseError as exc:
-            if "WRONGTYPE" not in str(exc):
-                raise
-            raise InvalidRecord(self.keys.expiry, "holds another type than a sorted set") from exc
+            # WRONGTYPE: CorruptQueueState worded as queue_expire.lua's refusal.
+            raise await self._connection.refusal(exc, [self.keys.expiry]) from exc
         connection = self._connection
         report = await expire_jobs(connection.run_script, connection.scripts.expire, self.keys, due)
         for job_id, problem in report.corrupt:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from opentelemetry.trace import Span, TracerProvider
 from redis.exceptions import OutOfMemoryError
 
 from ..errors import BackendOutOfMemory, InvalidPayload
@@ -14,6 +15,7 @@ from ..validation import MAX_CLOCK_SKEW_SECONDS
 from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
+from .tracing import QueueTracing
 
 __all__ = ["ENQUEUE_CHUNK", "Producer"]
 
@@ -29,9 +31,12 @@ _SKEW_MS = MAX_CLOCK_SKEW_SECONDS * 1000
 class Producer:
     """Puts jobs on their agent type's queue (LPUSH side)."""
 
-    def __init__(self, connection: QueueConnection) -> None:
+    def __init__(
+        self, connection: QueueConnection, *, tracer_provider: TracerProvider | None = None
+    ) -> None:
         self._connection = connection
         self._settings = connection.settings
+        self._tracing = QueueTracing(tracer_provider)
         # A nonce per call lets a call retried after a lost reply recognise its own
         # writes; a process prefix plus a counter is unique without a syscall per job.
         self._nonce_prefix = os.urandom(6).hex()
@@ -56,18 +61,27 @@ class Producer:
         a queue key holds something the queue did not write; nothing is written then
         either."""
         prepared = self._prepare(job)
-        with backend_errors(self._settings.redis):
-            return await self._enqueue(prepared)
+        span = self._tracing.start_send(prepared.agent_type)
+        try:
+            with backend_errors(self._settings.redis):
+                return await self._enqueue(prepared, span)
+        except BaseException as exc:
+            self._tracing.send_failed(span, exc)
+            raise
+        finally:
+            span.end()
 
-    async def _enqueue(self, prepared: PreparedJob) -> str:
+    async def _enqueue(self, prepared: PreparedJob, span: Span) -> str:
         connection = self._connection
         keys = connection.keys(prepared.agent_type)
         if prepared.agent_type not in connection.registered_types:
             await self._register(prepared.agent_type)
         job_id = prepared.job_id
+        self._tracing.sent(span, job_id)
         script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
         script_keys += [keys.job(job_id), keys.result(job_id)]
         args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *self._job_args(prepared)]
+        args.append(self._tracing.creation_context(span))
         reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
             raise InvalidPayload({"job_id": f"job {job_id!r} already exists"})
@@ -90,18 +104,32 @@ class Producer:
         prepared, errors = self._prepare_batch(list(jobs))
         if errors:
             raise InvalidPayload(errors)
-        with backend_errors(self._settings.redis):
-            return await self._enqueue_many(prepared)
+        agent_types = {job.agent_type for _, job in prepared}
+        span = self._tracing.start_send(
+            next(iter(agent_types)) if len(agent_types) == 1 else None,
+            batch_size=len(prepared),
+        )
+        try:
+            with backend_errors(self._settings.redis):
+                return await self._enqueue_many(prepared, agent_types, span)
+        except BaseException as exc:
+            self._tracing.send_failed(span, exc)
+            raise
+        finally:
+            span.end()
 
-    async def _enqueue_many(self, prepared: list[tuple[int, PreparedJob]]) -> list[str]:
+    async def _enqueue_many(
+        self, prepared: list[tuple[int, PreparedJob]], agent_types: set[str], span: Span
+    ) -> list[str]:
         chunks = self._chunks(prepared)
         await self._refuse_existing(chunks)
         connection = self._connection
-        for agent_type in {job.agent_type for _, job in prepared}:
+        for agent_type in agent_types:
             await self._register(agent_type)
         latest = max((job.created_at_ms for _, job in prepared), default=0)
+        carried = self._tracing.creation_context(span, batch=True)
         replies = await connection.run_script_many(
-            connection.scripts.enqueue, self._enqueue_calls(chunks, latest)
+            connection.scripts.enqueue, self._enqueue_calls(chunks, latest, carried)
         )
         written: list[str] = []
         refused: dict[str, str] = {}
@@ -156,9 +184,13 @@ class Producer:
             raise out_of_memory(self._settings.redis, exc) from exc
 
     def _enqueue_calls(
-        self, chunks: list[tuple[str, list[tuple[int, PreparedJob]]]], latest_created_ms: int
+        self,
+        chunks: list[tuple[str, list[tuple[int, PreparedJob]]]],
+        latest_created_ms: int,
+        trace_context: str,
     ) -> Iterator[tuple[list[str], list[Any]]]:
-        """The enqueue script's (keys, args) per chunk, built only when it is sent."""
+        """The enqueue script's (keys, args) per chunk, built only when it is sent; every
+        job of the batch carries the batch's trace context."""
         for agent_type, chunk in chunks:
             keys = self._connection.keys(agent_type)
             script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
@@ -166,6 +198,7 @@ class Producer:
             for _, job in chunk:
                 script_keys += [keys.job(job.job_id), keys.result(job.job_id)]
                 args += self._job_args(job)
+            args.append(trace_context)
             yield script_keys, args
 
     def _job_args(self, job: PreparedJob) -> list[Any]:

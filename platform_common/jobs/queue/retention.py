@@ -4,15 +4,15 @@ A job that ends dead or failed keeps its record and result for `dead_letter_rete
 (a Redis TTL set by the fail script). Its list entry is pruned here, from the oldest
 end: beyond `dead_letter_max` entries (record and result deleted too), or once Redis
 dropped its record. Each run reads at most PRUNE_BATCH ids per list, never the whole
-list, and is safe to run from any number of workers at once."""
+list, and is safe to run from any number of workers at once. A list of another type is
+refused (CorruptQueueState, nothing written); the worker's chore reports it and retries."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from redis.exceptions import ResponseError
-
+from ..errors import CorruptQueueState
 from .connection import QueueConnection
 
 __all__ = ["PRUNE_BATCH", "PruneReport", "Retention"]
@@ -42,37 +42,63 @@ class Retention:
         self.keys = connection.keys(agent_type)
 
     async def prune(self, batch: int = PRUNE_BATCH) -> PruneReport:
-        """One bounded pruning pass over both lists."""
+        """One bounded pruning pass over both lists.
+
+        CorruptQueueState (naming the key) if a list holds another type: that list is
+        left as it is, the other is pruned all the same, then the refusal is raised."""
+        lists = (self.keys.dead, self.keys.failed)
+        # One round trip reads both lists' oldest ends; TYPE first, so a key of another
+        # type is named without a second look.
+        replies = await self._connection.execute_many(
+            [command for key in lists for command in (("TYPE", key), ("LRANGE", key, -batch, -1))]
+        )
         beyond_cap = expired = 0
-        for list_key in (self.keys.dead, self.keys.failed):
+        # One list's state never stops the other's pruning.
+        refusals: list[CorruptQueueState] = []
+        for list_key, kind, oldest_last in zip(lists, replies[::2], replies[1::2], strict=True):
+            if isinstance(kind, Exception):
+                raise kind
+            if kind not in ("list", "none"):  # then LRANGE failed too: WRONGTYPE
+                refusals.append(
+                    CorruptQueueState(list_key, f"holds a {kind}, where the queue keeps a list")
+                )
+                continue
+            if isinstance(oldest_last, Exception):
+                raise oldest_last
             try:
-                removed = await self._prune_list(list_key, batch)
-            except ResponseError as exc:
-                # A key of another type (another app, a manual fix): leave it for the
-                # operator to see, and never stop the worker's chores over it.
-                log.warning("retention cannot prune %s: %s", list_key, exc)
+                removed = await self._prune_list(list_key, oldest_last)
+            except CorruptQueueState as exc:  # the list changed type since it was read
+                refusals.append(exc)
                 continue
             beyond_cap += removed[0]
             expired += removed[1]
-        report = PruneReport(beyond_cap, expired)
         if beyond_cap or expired:
             log.info(
                 "retention pruned agent_type=%s beyond_cap=%d expired=%d",
                 self.keys.agent_type, beyond_cap, expired,
             )  # fmt: skip
-        return report
+        if refusals:
+            raise refusals[0]
+        return PruneReport(beyond_cap, expired)
 
-    async def _prune_list(self, list_key: str, batch: int) -> tuple[int, int]:
-        client = self._connection.client
-        # The oldest entries sit at the right end (the fail script LPUSHes).
-        oldest_last: list[str] = await client.lrange(list_key, -batch, -1)  # type: ignore[misc]
+    async def _prune_list(self, list_key: str, oldest_last: list[str]) -> tuple[int, int]:
         if not oldest_last:
             return 0, 0
+        # The oldest entries sit at the right end (the fail script LPUSHes).
         job_ids = oldest_last[::-1]
         script_keys = [list_key]
         for job_id in job_ids:
             script_keys += [self.keys.job(job_id), self.keys.result(job_id)]
-        beyond_cap, expired = await self._connection.run_script(
+        beyond_cap, expired, *foreign = await self._connection.run_script(
             self._connection.scripts.kept_prune, script_keys, [self._cap, *job_ids]
         )
+        for job_id in foreign:
+            # Pruned beyond the cap; its job key is no record the queue wrote: left to the
+            # operator, who is told once (the entry is gone, so no later run sees it).
+            log.warning(
+                "pruned entry job=%s of %s whose job key %s holds another type than a "
+                "hash; that key is left as it is",
+                job_id, list_key, self.keys.job(job_id),
+                extra={"job_id": job_id, "key": self.keys.job(job_id)},
+            )  # fmt: skip
         return int(beyond_cap), int(expired)

@@ -65,9 +65,19 @@ class ClusterClient(RedisCluster):
             await super().initialize()
         finally:
             after = self._known_nodes()
-            self._retired = [node for node in self._retired if _has_open_connection(node)]
-            self._retired += [node for key, node in before.items() if key not in after]
+            self._retire(node for key, node in before.items() if key not in after)
         return self
+
+    def _retire(self, nodes: Iterable[ClusterNode]) -> None:
+        """Keep `nodes` (no longer in the topology) for aclose()."""
+        retired = {id(node): node for node in self._retired}
+        retired.update((id(node), node) for node in nodes)
+        if len(retired) > _RETIRED_KEPT:
+            # Only a long run of failovers gets here: forget the nodes with no socket now.
+            # Below the bound every retired node is kept until aclose(), since a
+            # connection still being opened on one when it retires opens afterwards.
+            retired = {k: n for k, n in retired.items() if _has_open_connection(n)}
+        self._retired = list(retired.values())
 
     def _known_nodes(self) -> dict[int, ClusterNode]:
         """Every node object the client can reach, by identity: the node cache, the
@@ -95,7 +105,16 @@ class ClusterClient(RedisCluster):
         # any connection error), so close every node we know of ourselves.
         nodes = [*self._known_nodes().values(), *self._retired]
         self._retired = []
+        # redis-py also drops nodes outside initialize() (a MOVED reply after a failover
+        # rewrites the node cache) and closes their idle sockets in background tasks,
+        # which may otherwise outlive the event loop: wait for them.
+        pending = tuple(getattr(self.nodes_manager, "_background_tasks", ()))
+        await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
+
+
+_RETIRED_KEPT = 64
+"""Retired node objects a ClusterClient keeps for aclose() before it forgets idle ones."""
 
 
 class GatedClusterPipeline(ClusterPipeline):

@@ -1,0 +1,117 @@
+"""`console`: the queue console served on its own (uvicorn), for a quick local look.
+
+Bound to 127.0.0.1 and read-only unless told otherwise: it has no authentication of
+its own (an agent's app mounts `console_router` behind its own instead)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import ipaddress
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from ..operations import operator_queue
+from .exits import EXIT_USAGE, CliError, MissingExtra
+from .operator_output import RedisUrlOption, help_text
+
+__all__ = ["HELP", "console"]
+
+_CONSOLE_MODULES = ("fastapi", "jinja2", "uvicorn")
+
+
+def console(
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=1, max=65535, help="Port to serve on.")
+    ] = 8090,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host", help="Address to bind (anything but loopback is reachable by others)."
+        ),
+    ] = "127.0.0.1",
+    read_write: Annotated[
+        bool,
+        typer.Option(
+            "--read-write", help="Offer requeue and purge of dead letters (default: read-only)."
+        ),
+    ] = False,
+    runbook_url: Annotated[
+        str | None,
+        typer.Option(
+            "--runbook-url",
+            help="Base of the runbooks, e.g. http://queue-exporter:9808/runbooks/.",
+            show_default=False,
+        ),
+    ] = None,
+    grafana_url: Annotated[
+        str | None,
+        typer.Option(
+            "--grafana-url",
+            help="The queue dashboard, e.g. http://grafana:3000/d/queue-overview.",
+            show_default=False,
+        ),
+    ] = None,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Serve the queue console (overview, agent types, jobs, dead letters) until Ctrl-C.
+
+    Read-only and on 127.0.0.1 by default; it has no login, so --read-write on another
+    --host lets anyone who reaches the port requeue and purge dead letters."""
+    for name in _CONSOLE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise MissingExtra("console", "console", name) from None
+    from ..console import ConsoleLinks
+
+    try:
+        links = ConsoleLinks(runbooks=runbook_url, grafana_dashboard=grafana_url)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if read_write and not _loopback(host):
+        print(
+            f"warning: a read-write console without login on {host}: anyone who reaches "
+            f"port {port} can requeue and purge dead letters",
+            file=sys.stderr,
+        )
+    asyncio.run(_serve(host, port, read_write, links, redis_url))
+
+
+HELP = help_text(console.__doc__)
+
+
+async def _serve(host: str, port: int, read_write: bool, links: Any, redis_url: str | None) -> None:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from ..console import console_router
+
+    async with operator_queue(redis_url) as queue:
+        app = FastAPI(title="agentjobs console", docs_url=None, redoc_url=None, openapi_url=None)
+        app.include_router(
+            console_router(queue, auth_dependency=_nobody, read_only=not read_write, links=links)
+        )
+        mode = "read-write" if read_write else "read-only"
+        print(f"console ({mode}): http://{_url_host(host)}:{port}/", file=sys.stderr, flush=True)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        await server.serve()
+
+
+def _nobody() -> None:
+    """The standalone console's authentication: none (it binds to loopback by default)."""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,154 @@
+"""The dead-letter forms: requeue or purge the selected letters, or all those matching the
+filter, in two steps (confirm, then act), through the operations layer's selection and
+actions, so the page reports what Redis says was really done."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from starlette.requests import Request
+
+from ..operations import (
+    DeadLetterAction,
+    DeadSelection,
+    SelectionKind,
+    purge_dead_letters,
+    requeue_dead_letters,
+    select_dead_letters,
+)
+from ..queue import JobQueue
+from .csrf import SESSION_COOKIE, CsrfTokens
+from .forms import read_form
+
+__all__ = ["ACTIONS", "Confirmation", "DeadLetterForms"]
+
+ACTIONS = ("requeue", "purge")
+SCOPES = ("selected", "matching")
+MAX_FILTER = 500
+"""Longest error text a filter takes (the dead page's query allows as much)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What the confirmation page shows, and posts on to act."""
+
+    action: str
+    scope: str
+    error: str
+    """The error-text filter ("" = every dead letter), for scope "matching"."""
+    job_ids: tuple[str, ...]
+    """The ticked ids, for scope "selected"."""
+    count: int
+    """Dead letters the action would touch (confirmed, it is the most it touches)."""
+    not_dead: tuple[str, ...]
+    sample: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    action: str
+    scope: str
+    error: str
+    job_ids: tuple[str, ...]
+
+
+class DeadLetterForms:
+    """Reads and checks a posted form, then selects and acts on the dead letters."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        tokens: CsrfTokens,
+        read_only: bool,
+        refuse: Callable[[int, str], Exception],
+        known: Callable[[str], str],
+    ) -> None:
+        self._queue = queue
+        self._tokens = tokens
+        self._read_only = read_only
+        self._refuse = refuse
+        self._known = known
+
+    @staticmethod
+    def pattern(error: str) -> str | None:
+        """The filter's error text as the operations' regular expression: searched
+        literally (people type error text, not expressions); None for no filter."""
+        return re.escape(error) if error else None
+
+    async def confirm(self, request: Request, agent_type: str) -> Confirmation:
+        """What the posted form would do: selected now, changing nothing."""
+        asked = await self._checked(request, agent_type)
+        selection = await self._select(asked, agent_type)
+        run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
+        preview = await run(self._queue, selection, dry_run=True)
+        return Confirmation(
+            asked.action, asked.scope, asked.error, asked.job_ids, selection.count,
+            selection.not_dead, preview.sample,
+        )  # fmt: skip
+
+    async def act(self, request: Request, agent_type: str) -> DeadLetterAction:
+        """Do the confirmed action, on at most as many letters as were confirmed."""
+        form = await self._form(request)
+        asked = await self._checked(request, agent_type, form)
+        confirmed = _one(form, "count")
+        if not confirmed.isdigit():
+            raise self._refuse(400, "count: the confirmed count is missing or not a number")
+        selection = _at_most(await self._select(asked, agent_type), int(confirmed))
+        run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
+        return await run(self._queue, selection)
+
+    async def _form(self, request: Request) -> dict[str, list[str]]:
+        if self._read_only:
+            raise self._refuse(403, "this console is read-only: it changes nothing")
+        return await read_form(request)
+
+    async def _checked(
+        self, request: Request, agent_type: str, form: dict[str, list[str]] | None = None
+    ) -> _Request:
+        form = form if form is not None else await self._form(request)
+        self._known(agent_type)
+        session = request.cookies.get(SESSION_COOKIE)
+        if not self._tokens.verify(session, _one(form, "csrf")):
+            raise self._refuse(
+                403, "the form's security token is missing or stale: load the page again"
+            )
+        # One field per button: `do` is "<action>:<scope>", e.g. "requeue:selected".
+        action, _, scope = _one(form, "do").partition(":")
+        error = _one(form, "error")
+        if action not in ACTIONS or scope not in SCOPES:
+            raise self._refuse(
+                400,
+                f"do: must be <{'|'.join(ACTIONS)}>:<{'|'.join(SCOPES)}>, got {_one(form, 'do')!r}",
+            )
+        if len(error) > MAX_FILTER:
+            raise self._refuse(400, f"error: a filter is at most {MAX_FILTER} characters")
+        job_ids = tuple(dict.fromkeys(j for j in form.get("ids", []) if j))
+        if scope == "selected" and not job_ids:
+            raise self._refuse(400, "no dead letter selected: tick at least one")
+        return _Request(action, scope, error, job_ids)
+
+    async def _select(self, asked: _Request, agent_type: str) -> DeadSelection:
+        if asked.scope == "selected":
+            return await select_dead_letters(self._queue, agent_type, job_ids=asked.job_ids)
+        if asked.error:
+            return await select_dead_letters(
+                self._queue, agent_type, error_matches=self.pattern(asked.error)
+            )
+        return await select_dead_letters(self._queue, agent_type, every=True)
+
+
+def _one(form: dict[str, list[str]], name: str) -> str:
+    values = form.get(name) or [""]
+    return values[0]
+
+
+def _at_most(selection: DeadSelection, confirmed: int) -> DeadSelection:
+    """The selection cut to the count the person confirmed: letters dead-lettered after
+    the confirmation page was drawn are never touched by it (the oldest come first)."""
+    if selection.count <= confirmed:
+        return selection
+    if selection.kind == SelectionKind.ALL:
+        return replace(selection, count=confirmed)
+    return replace(selection, count=confirmed, job_ids=selection.job_ids[:confirmed])

@@ -1,0 +1,99 @@
+"""The console's jinja2 environment (autoescaped: payloads and errors are user data), the
+filters its templates use for times and JSON, and the last hour's chart as SVG bars."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import jinja2
+
+from ..operations import Minute
+
+__all__ = ["ChartBar", "age", "chart_bars", "environment", "pretty_json", "timestamp"]
+
+NONE = "—"
+"""A cell with no value."""
+
+
+def environment() -> jinja2.Environment:
+    """Templates from the package data, every value escaped unless a template says not."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("platform_common.jobs.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(age=age, timestamp=timestamp, pretty_json=pretty_json)
+    return env
+
+
+def age(seconds: float | None) -> str:
+    """3.2s, 4m05s, 2h03m, 3d04h; NONE when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return NONE
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def timestamp(seconds: float | None) -> str:
+    """Seconds since the epoch as UTC ISO 8601 (to the second); NONE when absent."""
+    if seconds is None:
+        return NONE
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON (escaped by the template like any other text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ChartBar:
+    """One minute's bar: heights in chart units (0..CHART_HEIGHT), stacked from the base."""
+
+    x: int
+    completed_height: float
+    failed_height: float
+    covered: bool
+    label: str
+    """The minute and its counts, as the bar's tooltip and for screen readers."""
+
+
+CHART_HEIGHT = 40
+BAR_WIDTH = 4
+
+
+def chart_bars(minutes: tuple[Minute, ...]) -> list[ChartBar]:
+    """The bars of one agent type's last hour, scaled to its busiest minute."""
+    peak = max((m.completed + m.failed for m in minutes), default=0) or 1
+    scale = CHART_HEIGHT / peak
+    bars = []
+    for index, minute in enumerate(minutes):
+        clock = datetime.fromtimestamp(minute.start, UTC).strftime("%H:%M")
+        label = (
+            f"{clock} UTC: {minute.completed} completed, {minute.failed} failed"
+            if minute.covered
+            else f"{clock} UTC: not read"
+        )
+        bars.append(
+            ChartBar(
+                x=index * BAR_WIDTH,
+                completed_height=round(minute.completed * scale, 2),
+                failed_height=round(minute.failed * scale, 2),
+                covered=minute.covered,
+                label=label,
+            )
+        )
+    return bars

@@ -1,0 +1,244 @@
+"""The console's FastAPI router: the overview, one agent type, one job and the dead
+letters, server-rendered, read through the operations layer (the one under the CLI).
+
+    GET  /                              every agent type (refreshes itself)
+    GET  /types/{type}?list=&cursor=    its waiting, running, delayed or dead jobs, paged
+    GET  /types/{type}/jobs/{job_id}    one job: state, attempts, payload, result
+    GET  /types/{type}/dead?error=&start=   dead letters, filtered by error text
+    POST /types/{type}/dead/confirm     what a requeue or purge would do: a confirmation
+    POST /types/{type}/dead/act         do it; the page says how many were really done
+    GET  /static/console.css
+
+Unknown agent types and jobs are 404, bad input 400 (or FastAPI's 422 for a malformed
+query), an unreachable Redis 503. A POST without a valid CSRF token is 403, and so is
+every POST of a read-only console.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
+
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import HTMLResponse
+from redis.exceptions import NoPermissionError
+
+from ..errors import BackendUnavailable, JobNotFound, ValidationError
+from ..operations import (
+    MAX_PAGE_SIZE,
+    CounterHistory,
+    JobList,
+    list_dead_letters,
+    list_jobs,
+    read_overview,
+    show_job,
+)
+from ..operations.session import redis_now
+from ..queue import JobQueue
+from .csrf import SESSION_COOKIE, CsrfTokens
+from .dead_forms import DeadLetterForms
+from .forms import FormError
+from .links import ConsoleLinks
+from .rendering import chart_bars, environment
+
+__all__ = ["console_router"]
+
+_SECURITY_HEADERS = {
+    # The pages run no script; styles come from the console's own stylesheet.
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_MAX_JOB_ID = 200
+
+
+class ConsoleError(Exception):
+    """A request the console answers with an error page of `status`."""
+
+    def __init__(self, status: int, problem: str) -> None:
+        self.status = status
+        self.problem = problem
+        super().__init__(problem)
+
+
+def console_router(
+    queue: JobQueue,
+    *,
+    auth_dependency: Callable[..., Any],
+    read_only: bool = False,
+    secret: bytes | None = None,
+    links: ConsoleLinks | None = None,
+    page_size: int = 20,
+    refresh_seconds: int = 10,
+) -> APIRouter:
+    """A router over `queue` behind the host app's `auth_dependency` (run for every page
+    and form). `read_only` hides every change and refuses it (403). `secret` signs the
+    CSRF tokens (default: random per process; pass one shared by every replica).
+    `links` adds the runbook and Grafana links."""
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise ValueError(f"page_size must be 1 to {MAX_PAGE_SIZE}, got {page_size}")
+    if refresh_seconds < 1:
+        raise ValueError(f"refresh_seconds must be at least 1, got {refresh_seconds}")
+    tokens = CsrfTokens(secret)
+    env = environment()
+    history = CounterHistory()
+    links = links or ConsoleLinks()
+    router = APIRouter(dependencies=[Depends(auth_dependency)], include_in_schema=False)
+
+    def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        session = request.cookies.get(SESSION_COOKIE)
+        fresh = not tokens.is_session(session)
+        if fresh:
+            session = tokens.new_session()
+        assert session is not None
+
+        def url(name: str, query: dict[str, Any] | None = None, **path: str) -> str:
+            href = request.url_for(name, **path).path
+            shown = {k: v for k, v in (query or {}).items() if v not in (None, "")}
+            return f"{href}?{urlencode(shown)}" if shown else href
+
+        html = env.get_template(template).render(
+            url=url, csrf=tokens.token(session), read_only=read_only, links=links,
+            agent_types=queue.settings.agent_types, **context,
+        )  # fmt: skip
+        response = HTMLResponse(html, status, headers=_SECURITY_HEADERS)
+        if fresh:
+            response.set_cookie(
+                SESSION_COOKIE, session, path=url("console_overview"), httponly=True,
+                samesite="strict", secure=request.url.scheme == "https",
+            )  # fmt: skip
+        return response
+
+    async def respond(request: Request, build: Callable[[], Awaitable[Response]]) -> Response:
+        """`build()`'s page, or the error page its failure calls for."""
+        try:
+            return await build()
+        except ConsoleError as exc:
+            status, problem = exc.status, exc.problem
+        except FormError as exc:
+            status, problem = exc.status, exc.problem
+        except JobNotFound as exc:
+            status, problem = 404, f"no job {exc.job_id!r} (never enqueued, or gone with its TTL)"
+        except ValidationError as exc:
+            status, problem = 400, str(exc)
+        except BackendUnavailable as exc:
+            status, problem = 503, f"Redis is unavailable: {exc}"
+        except NoPermissionError as exc:
+            # The console's Redis user lacks a right (a read-only `reader` user behind a
+            # read-write console): Redis refused before writing anything.
+            status, problem = 403, f"Redis refused the console's user: {exc}"
+        return render(request, "error.html", status, code=status, problem=problem)
+
+    def known(agent_type: str) -> str:
+        if agent_type not in queue.settings.agent_types:
+            raise ConsoleError(404, f"unknown agent type {agent_type!r}")
+        return agent_type
+
+    forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
+
+    @router.get("/", name="console_overview")
+    async def overview(request: Request) -> Response:
+        async def build() -> Response:
+            read = await read_overview(queue, queue.settings.agent_types)
+            minutes = history.add(read)
+            charts = {t: chart_bars(m) for t, m in minutes.items()}
+            totals = {
+                t: (
+                    sum(x.completed for x in m),
+                    sum(x.failed for x in m),
+                    sum(x.covered for x in m),
+                )
+                for t, m in minutes.items()
+            }
+            return render(
+                request, "overview.html", overview=read, charts=charts, totals=totals,
+                refresh_seconds=refresh_seconds,
+            )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.get("/types/{agent_type}", name="console_agent_type")
+    async def agent_type_page(
+        request: Request,
+        agent_type: str,
+        list_: Annotated[JobList, Query(alias="list")] = JobList.WAITING,
+        cursor: Annotated[int | None, Query(ge=0)] = None,
+    ) -> Response:
+        async def build() -> Response:
+            page = await list_jobs(queue, known(agent_type), list_, cursor=cursor, limit=page_size)
+            stats = await queue.stats(agent_type)
+            counts = {
+                JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
+                JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
+            }  # fmt: skip
+            return render(
+                request, "agent_type.html", agent_type=agent_type, page=page,
+                counts=counts, lists=list(JobList), first_page=cursor is None,
+            )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.get("/types/{agent_type}/jobs/{job_id}", name="console_job")
+    async def job_page(request: Request, agent_type: str, job_id: str) -> Response:
+        async def build() -> Response:
+            if not job_id or len(job_id) > _MAX_JOB_ID:
+                raise ConsoleError(404, "no such job")
+            detail = await show_job(queue, known(agent_type), job_id)
+            now = await redis_now(queue)
+            return render(request, "job.html", agent_type=agent_type, job=detail, now=now)
+
+        return await respond(request, build)
+
+    @router.get("/types/{agent_type}/dead", name="console_dead")
+    async def dead_page(
+        request: Request,
+        agent_type: str,
+        error: Annotated[str, Query(max_length=500)] = "",
+        start: Annotated[int, Query(ge=0)] = 0,
+    ) -> Response:
+        async def build() -> Response:
+            listing = await list_dead_letters(
+                queue, known(agent_type), limit=page_size,
+                error_matches=forms.pattern(error), start=start,
+            )  # fmt: skip
+            following = None if listing.complete else start + listing.scanned
+            return render(
+                request, "dead.html", agent_type=agent_type, listing=listing, error=error,
+                start=start, next_start=following if listing.letters else None,
+                listing_now=await redis_now(queue),
+            )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.post("/types/{agent_type}/dead/confirm", name="console_dead_confirm")
+    async def dead_confirm(request: Request, agent_type: str) -> Response:
+        async def build() -> Response:
+            confirmation = await forms.confirm(request, agent_type)
+            return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
+
+        return await respond(request, build)
+
+    @router.post("/types/{agent_type}/dead/act", name="console_dead_act")
+    async def dead_act(request: Request, agent_type: str) -> Response:
+        async def build() -> Response:
+            report = await forms.act(request, agent_type)
+            return render(request, "done.html", agent_type=agent_type, report=report)
+
+        return await respond(request, build)
+
+    stylesheet = resources.files(__package__).joinpath("static/console.css").read_text()
+
+    @router.get("/static/console.css", name="console_static")
+    async def console_css() -> Response:
+        return Response(
+            stylesheet, media_type="text/css",
+            headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"},
+        )  # fmt: skip
+
+    return router

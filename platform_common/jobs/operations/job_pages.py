@@ -1,0 +1,158 @@
+"""One agent type's waiting, running, delayed or dead jobs, a bounded page at a time,
+newest first, with a cursor to the next page (what the console's agent-type page shows).
+
+A cursor is a position counted from the oldest end of the structure (the waiting and
+delayed sets' ascending rank, the processing and dead lists' index from the right):
+jobs arriving meanwhile enter at the newest end and shift no page. Jobs leaving (taken,
+finished, requeued) can make the next page repeat or skip as many entries as left."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..errors import ValidationError
+from ..queue import JobQueue
+from .session import read, redis_now
+
+__all__ = ["MAX_PAGE_SIZE", "JobLine", "JobList", "JobPage", "list_jobs"]
+
+MAX_PAGE_SIZE = 100
+"""Most jobs one page holds: no page reads (or draws) more."""
+
+
+class JobList(StrEnum):
+    """The four places a live or dead job of one agent type sits."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    DELAYED = "delayed"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class JobLine:
+    """One job as a page lists it (no payload, no history: show_job has them)."""
+
+    job_id: str
+    state: str | None
+    """The record's state; None when the record is gone (expired or purged meanwhile)."""
+    attempts: int
+    worker: str | None
+    """The worker of the current or last attempt."""
+    enqueued_at: float | None
+    """Seconds since the epoch (Redis time), as the other timestamps."""
+    started_at: float | None
+    """When the current or last attempt began (a running job's lease age counts from it)."""
+    due_at: float | None
+    """When a delayed job's next attempt is due."""
+    lease_deadline: float | None
+    """When a running job's lease runs out unless its worker renews it."""
+    finished_at: float | None
+    """When it reached its state (a dead letter: when it was dead-lettered)."""
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of one list, newest first."""
+
+    agent_type: str
+    which: JobList
+    read_at: float
+    """Redis time (seconds since the epoch) of the read: ages count to it."""
+    total: int
+    """Entries in the list when the page was read."""
+    jobs: tuple[JobLine, ...]
+    next_cursor: int | None
+    """The cursor of the next (older) page; None on the last page."""
+
+
+_FIELDS = ("state", "attempts", "worker", "enqueued_at", "started_at", "finished_at", "last_error")
+
+
+async def list_jobs(
+    queue: JobQueue,
+    agent_type: str,
+    which: JobList,
+    *,
+    cursor: int | None = None,
+    limit: int = 20,
+) -> JobPage:
+    """The `limit` newest jobs of `which` older than `cursor` (None: the newest page).
+    ValidationError for an unknown agent type, a limit outside 1..MAX_PAGE_SIZE or a
+    negative cursor."""
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValidationError("limit", f"must be 1 to {MAX_PAGE_SIZE}, got {limit}")
+    if cursor is not None and cursor < 0:
+        raise ValidationError("cursor", f"must be 0 or more, got {cursor}")
+    keys = queue.connection.known_keys(agent_type)
+    key = {
+        JobList.WAITING: keys.waiting,
+        JobList.RUNNING: keys.processing,
+        JobList.DELAYED: keys.delayed,
+        JobList.DEAD: keys.dead,
+    }[which]
+    is_set = which in (JobList.WAITING, JobList.DELAYED)
+    now = await redis_now(queue)
+    (total,) = await read(queue, [("ZCARD" if is_set else "LLEN", key)])
+    end = min(int(total), int(total) if cursor is None else cursor)  # exclusive
+    start = max(0, end - limit)
+    if end <= 0:
+        return JobPage(agent_type, which, now, int(total), (), None)
+    if is_set:
+        # Ascending rank = oldest first; the page is ranks start..end-1, newest first.
+        # ZRANGEBYSCORE ... LIMIT, not ZRANGE by rank: the worker role's grants name it.
+        (pairs,) = await read(
+            queue,
+            [("ZRANGEBYSCORE", key, "-inf", "+inf", "WITHSCORES", "LIMIT", start, end - start)],
+        )
+        scored = _pairs(pairs)
+        scored.reverse()
+        job_ids = [job_id for job_id, _ in scored]
+        scores = dict(scored)
+    else:
+        # The list's newest entry is at the left: right-index r is left-index -(r + 1).
+        (job_ids,) = await read(queue, [("LRANGE", key, -end, -(start + 1))])
+        job_ids = [str(j) for j in job_ids]
+        scores = {}
+    commands: list[tuple[str | int, ...]] = [("HMGET", keys.job(j), *_FIELDS) for j in job_ids]
+    if which == JobList.RUNNING:
+        commands += [("ZSCORE", keys.leases, j) for j in job_ids]
+    replies = await read(queue, commands)
+    leases = replies[len(job_ids) :] if which == JobList.RUNNING else []
+    lines = []
+    for index, (job_id, fields) in enumerate(zip(job_ids, replies[: len(job_ids)], strict=True)):
+        state, attempts, worker, enqueued, started, finished, error = fields
+        gone = all(value is None for value in fields)
+        due = scores.get(job_id) if which == JobList.DELAYED else None
+        lease = leases[index] if leases else None
+        lines.append(
+            JobLine(
+                job_id=job_id,
+                # No `state` field is QUEUED: enqueue's hot path writes none.
+                state=None if gone else (state or "queued"),
+                attempts=int(attempts or 0),
+                worker=worker or None,
+                enqueued_at=_seconds(enqueued),
+                started_at=_seconds(started),
+                due_at=None if due is None else due / 1000,
+                lease_deadline=_seconds(lease),
+                finished_at=_seconds(finished),
+                last_error=error or None,
+            )
+        )
+    return JobPage(agent_type, which, now, int(total), tuple(lines), start or None)
+
+
+def _pairs(reply: object) -> list[tuple[str, float]]:
+    """A ZRANGEBYSCORE ... WITHSCORES reply (RESP2 flat or RESP3 pairs) as (member, score)."""
+    items = list(reply)  # type: ignore[call-overload]
+    if items and isinstance(items[0], list | tuple):
+        return [(str(m), float(s)) for m, s in items]
+    return [(str(m), float(s)) for m, s in zip(items[::2], items[1::2], strict=True)]
+
+
+def _seconds(raw_ms: object) -> float | None:
+    """Milliseconds (as the scripts write them) -> seconds; None when absent."""
+    return None if raw_ms in (None, "") else int(float(str(raw_ms))) / 1000

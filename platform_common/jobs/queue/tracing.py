@@ -1,0 +1,340 @@
+"""OpenTelemetry traces across the queue: a send span per enqueue call, a process span per
+attempt, a settle span per transition; the producer's trace context travels in the job.
+
+Only `opentelemetry-api` is used: without an SDK every span is the API's non-recording
+one and nothing is allocated per job. Names and attributes follow the OpenTelemetry
+messaging semantic conventions (v1.44.0, whose schema URL the tracer declares):
+
+    send {agent_type}         PRODUCER  one per enqueue / enqueue_many call
+    process {agent_type}      CONSUMER  one per attempt, around the handler (current in it)
+    {settle} {agent_type}     CLIENT    complete, retry, dead_letter, fail, release, expire
+
+    messaging.system = "platform_common.jobs"  (the conventions name no value for a queue
+        built on Redis lists; "redis" would name the storage, not the protocol)
+    messaging.destination.name = the agent type (one queue per agent type)
+    messaging.operation.type   = send | process | settle
+    messaging.message.id       = the job id; messaging.batch.message_count on batches
+    job.attempt, job.max_attempts, job.outcome (the job.* names of the store's spans)
+
+The creation context (the send span's, else the caller's current one) is written by the
+API's propagator (W3C `traceparent`/`tracestate` by default) as a JSON object into the
+job record's TRACE_CONTEXT_FIELD, never into the payload. It stays there through retries
+and dead-letter requeues. A job enqueued alone is processed as a child of its send span;
+a job of an enqueue_many batch starts a trace of its own, linked to the batch's send span
+(RELATION_KEY = "link"), so one batch does not make one trace of thousands of jobs. Every
+process span links to its creation context, as the conventions ask.
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Final
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Link,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+)
+from opentelemetry.util.types import Attributes
+
+__all__ = [
+    "MESSAGING_SYSTEM",
+    "NO_TRACE",
+    "RELATION_KEY",
+    "SCHEMA_URL",
+    "TRACE_CONTEXT_FIELD",
+    "JobTrace",
+    "QueueTracing",
+    "Settle",
+]
+
+INSTRUMENTATION_NAME = "platform_common.jobs"
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+MESSAGING_SYSTEM = "platform_common.jobs"
+TRACE_CONTEXT_FIELD = "trace_context"
+"""The job hash field holding the creation context (a JSON object of propagation headers)."""
+RELATION_KEY = "relation"
+"""Key beside the headers: "link" for a job of a batch (processed in a trace of its own)."""
+
+# Settle operation names by the outcome the script reported (anything else keeps the
+# name of the operation tried).
+_SETTLED_AS: Final = {
+    "succeeded": "complete",
+    "retrying": "retry",
+    "dead": "dead_letter",
+    "failed": "fail",
+    "released": "release",
+    "expired": "expire",
+}
+_EMPTY_CONTEXT: Final = context.Context()
+
+
+def _error(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_attribute("error.type", type(exc).__name__)
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+
+class Settle:
+    """A settle span (a no-op one without tracing): `outcome()` names it after what
+    the script did; an exception leaving the `with` block is recorded on it."""
+
+    __slots__ = ("_agent_type", "_job", "span")
+
+    def __init__(self, span: Span, job: JobTrace | None = None, agent_type: str = "") -> None:
+        self.span = span
+        self._job = job
+        self._agent_type = agent_type
+
+    def outcome(self, outcome: str) -> None:
+        if self._job is None:
+            return
+        outcome = str(outcome)  # a plain str: exporters need not know the package's enums
+        self._job.outcome(outcome)
+        operation = _SETTLED_AS.get(outcome)
+        if operation is not None:
+            self.span.update_name(f"{operation} {self._agent_type}")
+            self.span.set_attribute("messaging.operation.name", operation)
+        self.span.set_attribute("job.outcome", outcome)
+
+    def __enter__(self) -> Settle:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._job is None:
+            return
+        if exc is not None:
+            _error(self.span, exc)
+        self.span.end()
+
+
+_NO_SETTLE: Final = Settle(INVALID_SPAN)
+
+
+class JobTrace:
+    """The trace of one attempt: its process span and the ids its log lines carry."""
+
+    __slots__ = (
+        "_carried", "_ended", "_tracing", "agent_type", "job_id", "span", "span_context",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        span: Span,
+        span_context: SpanContext | None = None,
+        tracing: QueueTracing | None = None,
+        job_id: str = "",
+        agent_type: str = "",
+        carried: context.Context = _EMPTY_CONTEXT,
+    ) -> None:
+        self.span = span
+        self.span_context = span_context
+        """Whose ids log lines carry: the process span's, or without an SDK the
+        producer's (so a log search still finds the trace); None: no trace at all."""
+        self._tracing = tracing
+        self.job_id = job_id
+        self.agent_type = agent_type
+        self._carried = carried  # what the job carried beside its trace (baggage)
+        self._ended = False
+
+    @property
+    def recording(self) -> bool:
+        return self._tracing is not None
+
+    def log_fields(self) -> dict[str, str]:
+        """`trace_id` and `span_id` (W3C hex) for a log line's `extra=`; empty without a trace."""
+        ids = self.span_context
+        if ids is None:
+            return {}
+        return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+
+    def log_text(self) -> str:
+        """The same ids as ` trace_id=... span_id=...` for a text line ("" without a trace)."""
+        return "".join(f" {name}={value}" for name, value in self.log_fields().items())
+
+    def enter(self) -> None:
+        """Make the process span the current one (in the handler's context, which this
+        runs in), so the handler's own spans are its children."""
+        if self._tracing is not None:
+            context.attach(trace.set_span_in_context(self.span, self._carried))
+
+    def failed(self, exc: BaseException) -> None:
+        """The handler raised `exc` (or the stored job could not run)."""
+        if self._tracing is not None:
+            _error(self.span, exc)
+
+    def outcome(self, outcome: str, *, error: str | None = None) -> None:
+        """How the attempt ended (job.outcome); `error` marks the span failed."""
+        if self._tracing is None:
+            return
+        self.span.set_attribute("job.outcome", str(outcome))
+        if error is not None:
+            self.span.set_status(Status(StatusCode.ERROR, error))
+
+    def settle(self, operation: str) -> Settle:
+        """A settle span (child of the process span) around recording the outcome."""
+        if self._tracing is None:
+            return _NO_SETTLE
+        span = self._tracing.start_settle(self, operation)
+        return Settle(span, self, self.agent_type)
+
+    def end(self) -> None:
+        if self._tracing is not None and not self._ended:
+            self._ended = True
+            self.span.end()
+
+
+NO_TRACE: Final = JobTrace(INVALID_SPAN)
+"""The trace of an attempt without tracing and without a stored creation context."""
+
+
+class QueueTracing:
+    """The queue's tracer: spans for producers and workers, the context they pass on."""
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer(
+            INSTRUMENTATION_NAME, schema_url=SCHEMA_URL, tracer_provider=tracer_provider
+        )
+        # Per agent type, computed once: the hot path allocates no name or attribute dict.
+        self._send: dict[str, tuple[str, Attributes]] = {}
+        self._process: dict[str, tuple[str, Attributes]] = {}
+
+    # -- producer ------------------------------------------------------------------
+    def start_send(self, agent_type: str | None, *, batch_size: int | None = None) -> Span:
+        """The send span of one enqueue call (agent_type None: a batch of several types).
+        Without an SDK, the API's non-recording span."""
+        key = agent_type or ""
+        named = self._send.get(key)
+        if named is None:
+            attributes: dict[str, str] = {
+                "messaging.system": MESSAGING_SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+            }
+            if agent_type:
+                attributes["messaging.destination.name"] = agent_type
+            named = self._send[key] = (f"send {agent_type}" if agent_type else "send", attributes)
+        span = self._tracer.start_span(named[0], kind=SpanKind.PRODUCER, attributes=named[1])
+        if batch_size is not None and span.is_recording():
+            span.set_attribute("messaging.batch.message_count", batch_size)
+        return span
+
+    @staticmethod
+    def creation_context(span: Span, *, batch: bool = False) -> str:
+        """The TRACE_CONTEXT_FIELD value for jobs sent under `span`: its context if it
+        has one, else the caller's current one (a trace started elsewhere goes on even
+        without an SDK here); "" when there is no trace at all (nothing is stored)."""
+        if span.get_span_context().is_valid:
+            carried = trace.set_span_in_context(span)
+        elif trace.get_current_span().get_span_context().is_valid:
+            carried = context.get_current()
+        else:
+            return ""
+        headers: dict[str, str] = {}
+        propagate.inject(headers, context=carried)
+        if not headers:
+            return ""
+        if batch:
+            headers[RELATION_KEY] = "link"
+        return json.dumps(headers, separators=(",", ":"))
+
+    @staticmethod
+    def sent(span: Span, job_id: str) -> None:
+        if span.is_recording():
+            span.set_attribute("messaging.message.id", job_id)
+
+    @staticmethod
+    def send_failed(span: Span, exc: BaseException) -> None:
+        if span.is_recording():
+            _error(span, exc)
+
+    # -- worker --------------------------------------------------------------------
+    def process(
+        self,
+        agent_type: str,
+        job_id: str,
+        attempt: int,
+        max_attempts: int,
+        stored_context: str | None,
+    ) -> JobTrace:
+        """Start the process span of one attempt: a child of the job's creation context
+        (a new trace linked to it for a job of a batch; a new trace when the job carries
+        none, or one that does not parse: tracing never fails a job)."""
+        parent = extracted = _EMPTY_CONTEXT
+        links: list[Link] | None = None
+        creation: SpanContext | None = None
+        if stored_context:
+            extracted, linked = _extract(stored_context)
+            creation = trace.get_current_span(extracted).get_span_context()
+            if creation.is_valid:
+                links = [Link(creation)]
+                if not linked:
+                    parent = extracted
+            else:
+                creation = None
+        named = self._process.get(agent_type)
+        if named is None:
+            named = self._process[agent_type] = (
+                f"process {agent_type}",
+                {
+                    "messaging.system": MESSAGING_SYSTEM,
+                    "messaging.operation.type": "process",
+                    "messaging.operation.name": "process",
+                    "messaging.destination.name": agent_type,
+                },
+            )
+        span = self._tracer.start_span(
+            named[0], context=parent, kind=SpanKind.CONSUMER, attributes=named[1], links=links
+        )
+        if not span.is_recording():
+            if creation is None:
+                return NO_TRACE
+            return JobTrace(INVALID_SPAN, creation)
+        span.set_attributes(
+            {
+                "messaging.message.id": job_id,
+                "job.attempt": attempt,
+                "job.max_attempts": max_attempts,
+            }
+        )
+        return JobTrace(span, span.get_span_context(), self, job_id, agent_type, extracted)
+
+    def start_settle(self, job: JobTrace, operation: str) -> Span:
+        return self._tracer.start_span(
+            f"{operation} {job.agent_type}",
+            context=trace.set_span_in_context(job.span),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "messaging.system": MESSAGING_SYSTEM,
+                "messaging.operation.type": "settle",
+                "messaging.operation.name": operation,
+                "messaging.destination.name": job.agent_type,
+                "messaging.message.id": job.job_id,
+            },
+        )
+
+
+def _extract(stored: str) -> tuple[context.Context, bool]:
+    """The context a job carries and whether it is a batch's (link only). A value that
+    does not parse (another writer, a damaged field) is no context."""
+    try:
+        headers = json.loads(stored)
+    except ValueError:
+        return _EMPTY_CONTEXT, False
+    if not isinstance(headers, dict):
+        return _EMPTY_CONTEXT, False
+    carrier = {str(key): str(value) for key, value in headers.items()}
+    linked = carrier.pop(RELATION_KEY, None) == "link"
+    return propagate.extract(carrier, context=_EMPTY_CONTEXT), linked

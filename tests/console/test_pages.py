@@ -1,0 +1,262 @@
+"""Every GET page of the console over a real queue: what it shows, its errors, its
+escaping of user data and its security headers."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+
+import httpx
+import pytest
+from fastapi import HTTPException
+
+from platform_common.jobs.console import ConsoleLinks
+from platform_common.jobs.console.csrf import SESSION_COOKIE
+from platform_common.jobs.queue import JobPayload, JobQueue
+from tests.console.conftest import (
+    HOSTILE,
+    PREFIX,
+    client_of,
+    console_app,
+    make_dead_letters,
+)
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, running_worker
+from tests.support.redis_server import RedisServer
+
+
+async def test_overview_lists_each_type_with_counts_and_refreshes(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    await make_dead_letters(queue, ["boom"])
+    await queue.enqueue_many([make_job() for _ in range(3)])  # after: no worker takes them
+    response = await client.get(f"{PREFIX}/")
+    assert response.status_code == 200
+    page = response.text
+    assert '<meta http-equiv="refresh" content="10">' in page
+    for agent_type in queue.settings.agent_types:
+        assert f'href="{PREFIX}/types/{agent_type}"' in page
+    assert f'href="{PREFIX}/types/dining/dead" class="alert">1</a>' in page
+    assert 'list=waiting">3</a>' in page
+    assert "<svg" in page and "of 60 min read" in page
+
+
+async def test_pages_carry_security_headers_and_a_session_cookie(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get(f"{PREFIX}/")
+    policy = response.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy
+    assert response.headers["x-content-type-options"] == "nosniff"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{SESSION_COOKIE}=")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and f"Path={PREFIX}/" in cookie
+    again = await client.get(f"{PREFIX}/")
+    assert "set-cookie" not in again.headers  # the session is kept, not renewed
+
+
+async def test_waiting_jobs_are_paged_newest_first_with_a_cursor(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    ids = [await queue.enqueue(make_job()) for _ in range(25)]
+    # Newest first by the time each entered the queue (ties, within a millisecond, by id).
+    waiting = queue.connection.keys("dining").waiting
+    newest_first = list(reversed(await queue.connection.client.zrange(waiting, 0, -1)))
+    assert sorted(newest_first) == sorted(ids)
+    first = await client.get(f"{PREFIX}/types/dining", params={"list": "waiting"})
+    assert first.status_code == 200
+    assert _job_ids(first.text, ids) == newest_first[:20]
+    assert "20 shown of 25" in first.text
+    older = f"{PREFIX}/types/dining?list=waiting&amp;cursor=5"
+    assert older in first.text
+    second = await client.get(f"{PREFIX}/types/dining", params={"list": "waiting", "cursor": 5})
+    assert _job_ids(second.text, ids) == newest_first[20:]
+    assert "cursor=" not in second.text  # the last page
+
+
+async def test_running_jobs_show_their_worker_and_lease(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    release = asyncio.Event()
+
+    async def hold(job: JobPayload) -> None:
+        await release.wait()
+
+    job_id = await queue.enqueue(make_job())
+    async with running_worker(queue.settings, hold) as worker:
+
+        async def running() -> bool:
+            return (await queue.stats("dining")).in_progress == 1
+
+        await eventually(running)
+        page = (await client.get(f"{PREFIX}/types/dining", params={"list": "running"})).text
+        release.set()
+    assert job_id in page
+    assert html.escape(worker.worker_id) in page
+    assert "Lease runs out" in page and "in " in page and " ago" in page
+
+
+async def test_delayed_jobs_show_when_they_are_due(redis_url: str) -> None:
+    async def fail(job: JobPayload) -> None:
+        raise RuntimeError("try later")
+
+    from tests.support.queue_runtime import fast_settings
+
+    settings = fast_settings(redis_url, max_attempts=3, backoff_base=300.0)
+    async with await JobQueue.connect(settings) as queue, client_of(console_app(queue)) as client:
+        job_id = await queue.enqueue(make_job())
+        async with running_worker(settings, fail):
+
+            async def delayed() -> bool:
+                return (await queue.stats("dining")).delayed == 1
+
+            await eventually(delayed)
+        page = (await client.get(f"{PREFIX}/types/dining", params={"list": "delayed"})).text
+    assert job_id in page and "try later" in page
+    assert "delayed (1)" in page and "<time" in page and ">in " in page
+
+
+async def test_dead_list_of_the_type_page(queue: JobQueue, client: httpx.AsyncClient) -> None:
+    [job_id] = await make_dead_letters(queue, ["kaput"])
+    page = (await client.get(f"{PREFIX}/types/dining", params={"list": "dead"})).text
+    assert job_id in page and "kaput" in page and 'aria-current="page">dead (1)' in page
+
+
+async def test_job_page_shows_state_attempts_traceback_payload_and_result(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    [job_id] = await make_dead_letters(queue, ["no table left"])
+    response = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
+    assert response.status_code == 200
+    page = response.text
+    assert "state-dead" in page and "Attempt 1: error" in page
+    assert "RuntimeError: no table left" in page
+    assert 'class="traceback"' in page and "Traceback" in page
+    assert "&#34;curated_shortlist&#34;: [" in page  # pretty JSON, indented, escaped
+    assert "&#34;status&#34;: &#34;dead" in page or "&#34;status&#34;: &#34;failed" in page
+
+
+async def test_user_data_is_shown_inert(queue: JobQueue, client: httpx.AsyncClient) -> None:
+    [job_id] = await make_dead_letters(queue, [HOSTILE], task=HOSTILE)
+    pages = [
+        await client.get(f"{PREFIX}/types/dining/jobs/{job_id}"),
+        await client.get(f"{PREFIX}/types/dining/dead"),
+        await client.get(f"{PREFIX}/types/dining", params={"list": "dead"}),
+    ]
+    for response in pages:
+        assert response.status_code == 200
+        assert "<script" not in response.text.lower()
+        assert "&lt;script&gt;alert(" in response.text
+    assert pages[0].text.count("&lt;script&gt;") >= 3  # payload, error, traceback
+
+
+async def test_dead_letters_page_filters_by_error_text(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    timeouts = await make_dead_letters(queue, ["TimeoutError (a)", "TimeoutError (b)"])
+    others = await make_dead_letters(queue, ["ValueError: [x]"])
+    page = (
+        await client.get(f"{PREFIX}/types/dining/dead", params={"error": "TimeoutError ("})
+    ).text
+    assert all(j in page for j in timeouts) and others[0] not in page
+    assert "2 matching" in page
+    literal = (await client.get(f"{PREFIX}/types/dining/dead", params={"error": "[x]"})).text
+    assert others[0] in literal and timeouts[0] not in literal  # text, not an expression
+    unfiltered = (await client.get(f"{PREFIX}/types/dining/dead")).text
+    assert "3 of 3 dead letters" in unfiltered and 'name="do"' in unfiltered
+
+
+async def test_dead_letters_page_is_paged(queue: JobQueue) -> None:
+    ids = await make_dead_letters(queue, [f"e{i}" for i in range(5)])
+    async with client_of(console_app(queue, page_size=3)) as client:
+        first = (await client.get(f"{PREFIX}/types/dining/dead")).text
+        second = (await client.get(f"{PREFIX}/types/dining/dead", params={"start": 3})).text
+    assert sum(j in first for j in ids) == 3 and "start=3" in first
+    assert sum(j in second for j in ids) == 2 and "start=" not in second.split("Newest")[-1]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "text"),
+    [
+        ("/types/nope", 404, "unknown agent type &#39;nope&#39;"),
+        ("/types/nope/dead", 404, "unknown agent type"),
+        ("/types/nope/jobs/x", 404, "unknown agent type"),
+        ("/types/dining/jobs/no-such-job", 404, "no job &#39;no-such-job&#39;"),
+        ("/types/dining/jobs/" + "x" * 201, 404, "no such job"),
+    ],
+)
+async def test_missing_things_are_404_pages(
+    client: httpx.AsyncClient, path: str, status: int, text: str
+) -> None:
+    response = await client.get(PREFIX + path)
+    assert response.status_code == status
+    assert text in response.text and "Back to the overview" in response.text
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"list": "finished"}, {"cursor": "-1"}, {"cursor": "abc"}],
+)
+async def test_malformed_queries_are_refused(
+    client: httpx.AsyncClient, query: dict[str, str]
+) -> None:
+    response = await client.get(f"{PREFIX}/types/dining", params=query)
+    assert response.status_code == 422
+
+
+async def test_the_host_apps_authentication_guards_every_route(queue: JobQueue) -> None:
+    def deny() -> None:
+        raise HTTPException(401, "log in first")
+
+    async with client_of(console_app(queue, auth_dependency=deny)) as client:
+        for method, path in [
+            ("GET", "/"), ("GET", "/types/dining"), ("GET", "/types/dining/jobs/x"),
+            ("GET", "/types/dining/dead"), ("GET", "/static/console.css"),
+            ("POST", "/types/dining/dead/confirm"), ("POST", "/types/dining/dead/act"),
+        ]:  # fmt: skip
+            response = await client.request(method, PREFIX + path)
+            assert response.status_code == 401, path
+
+
+async def test_links_to_the_runbooks_and_grafana(queue: JobQueue) -> None:
+    links = ConsoleLinks(
+        runbooks="http://exporter:9808/runbooks/",
+        grafana_dashboard="http://grafana:3000/d/queue-overview",
+    )
+    await make_dead_letters(queue, ["x"])
+    async with client_of(console_app(queue, links=links)) as client:
+        dead = (await client.get(f"{PREFIX}/types/dining/dead")).text
+        overview = (await client.get(f"{PREFIX}/")).text
+    assert 'href="http://exporter:9808/runbooks/DeadLetterDepthHigh"' in dead
+    assert 'href="http://grafana:3000/d/queue-overview?var-agent_type=dining"' in dead
+    assert 'href="http://exporter:9808/runbooks/"' in overview
+
+
+def test_links_must_be_web_addresses() -> None:
+    with pytest.raises(ValueError, match=r"ConsoleLinks\.runbooks must be an http"):
+        ConsoleLinks(runbooks="javascript:alert(1)")
+
+
+async def test_stylesheet_is_served(client: httpx.AsyncClient) -> None:
+    response = await client.get(f"{PREFIX}/static/console.css")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/css")
+    assert "@media" in response.text
+
+
+async def test_an_unreachable_redis_is_a_503_page() -> None:
+    server = RedisServer().start()
+    try:
+        async with (
+            await JobQueue.connect(server.url) as queue,
+            client_of(console_app(queue)) as client,
+        ):
+            server.cleanup()  # Redis goes away under a running console
+            response = await client.get(f"{PREFIX}/")
+    finally:
+        server.cleanup()
+    assert response.status_code == 503 and "Redis is unavailable" in response.text
+
+
+def _job_ids(page: str, ids: list[str]) -> list[str]:
+    """The ids of `ids` in the order the page shows them."""
+    return sorted((i for i in ids if i in page), key=page.index)

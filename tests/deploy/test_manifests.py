@@ -1,0 +1,144 @@
+"""Every Kubernetes manifest, validated offline: core objects against the Kubernetes
+schemas (kubernetes-validate, strict), KEDA's ScaledObject and the ServiceMonitor
+against small schemas of our own (schemas/), and the worker files against their
+generator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from deploy.kubernetes import render_workers
+from platform_common.jobs import acl
+from platform_common.jobs.queue import QueueSettings
+from tests.support.paths import REPO_ROOT
+
+KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
+# The Kubernetes minor the manifests target (kubernetes-validate ships its schemas).
+KUBERNETES_VERSION = "1.30.0"
+OWN_SCHEMAS = {
+    "ScaledObject": "keda-scaledobject.schema.json",
+    "ServiceMonitor": "servicemonitor.schema.json",
+}
+
+
+def _objects() -> list[tuple[str, dict[str, Any]]]:
+    listed = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"]
+    return [
+        (f"{name}#{index}", document)
+        for name in listed
+        for index, document in enumerate(yaml.safe_load_all((KUBERNETES / name).read_text()))
+    ]
+
+
+OBJECTS = _objects()
+
+
+def test_kustomize_lists_every_manifest() -> None:
+    listed = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"]
+    present = sorted(
+        str(p.relative_to(KUBERNETES))
+        for p in KUBERNETES.rglob("*.yaml")
+        if p.name != "kustomization.yaml"
+    )
+    assert sorted(listed) == present
+
+
+@pytest.mark.parametrize(("where", "document"), OBJECTS, ids=[w for w, _ in OBJECTS])
+def test_each_object_passes_its_schema(where: str, document: dict[str, Any]) -> None:
+    own = OWN_SCHEMAS.get(document["kind"])
+    if own is not None:
+        schema = json.loads((Path(__file__).parent / "schemas" / own).read_text())
+        jsonschema.validate(document, schema)
+        return
+    # strict: an unknown or misspelt field is an error, not silently dropped.
+    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_our_schemas_catch_a_wrong_field() -> None:
+    [scaled] = [d for _, d in OBJECTS if d["kind"] == "ScaledObject"][:1]
+    schema = json.loads(
+        (Path(__file__).parent / "schemas" / OWN_SCHEMAS["ScaledObject"]).read_text()
+    )
+    broken = json.loads(json.dumps(scaled))
+    broken["spec"]["triggers"][0]["metadata"]["treshold"] = "10"  # the typo a user makes
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_worker_files_are_what_the_generator_writes() -> None:
+    for agent_type in render_workers.AGENT_TYPES:
+        path = KUBERNETES / "workers" / f"{agent_type}.yaml"
+        assert path.read_text() == render_workers.render(agent_type), (
+            f"{path} is stale: run python deploy/kubernetes/render_workers.py"
+        )
+
+
+def _workers() -> list[dict[str, dict[str, Any]]]:
+    return [
+        {
+            d["kind"]: d
+            for d in yaml.safe_load_all((KUBERNETES / "workers" / f"{t}.yaml").read_text())
+        }
+        for t in render_workers.AGENT_TYPES
+    ]
+
+
+@pytest.mark.parametrize("objects", _workers(), ids=render_workers.AGENT_TYPES)
+def test_each_worker_set_holds_together(objects: dict[str, dict[str, Any]]) -> None:
+    deployment, budget, scaled = (
+        objects[k] for k in ("Deployment", "PodDisruptionBudget", "ScaledObject")
+    )
+    pod = deployment["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    agent_type = container["args"][container["args"].index("--agent-type") + 1]
+    env = {e["name"]: e for e in container["env"]}
+    # Kubernetes waits longer than the worker's own shutdown timeout before SIGKILL.
+    settings = QueueSettings.from_env(
+        {"QUEUE_SHUTDOWN_TIMEOUT": env["QUEUE_SHUTDOWN_TIMEOUT"]["value"]}
+    )
+    assert pod["spec"]["terminationGracePeriodSeconds"] > settings.shutdown_timeout
+    # The liveness check is the heartbeat probe for this worker's own id and type.
+    assert container["args"][container["args"].index("--worker-id") + 1] == "$(POD_NAME)"
+    probe = " ".join(container["livenessProbe"]["exec"]["command"])
+    assert "platform_common.jobs.heartbeat_probe" in probe and f"--agent-type {agent_type}" in probe
+    assert container["startupProbe"]["exec"] == container["livenessProbe"]["exec"]
+    assert {"requests", "limits"} <= set(container["resources"])
+    # Credentials: the URL names this type's worker user and a mounted password file.
+    url = env["REDIS_URL"]["value"]
+    assert (
+        url.startswith(f"rediss://worker-{agent_type}@") and "password_file=/etc/redis-auth/" in url
+    )
+    secrets = {v["secret"]["secretName"] for v in pod["spec"]["volumes"]}
+    assert f"redis-worker-{agent_type}-auth" in secrets
+    # The PDB and the ScaledObject act on exactly these pods / this Deployment.
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert "replicas" not in deployment["spec"]  # KEDA owns the count
+    assert scaled["spec"]["minReplicaCount"] >= 1  # workers run the queue's chores too
+    [trigger] = scaled["spec"]["triggers"]
+    assert f'agent_type="{agent_type}"' in trigger["metadata"]["query"]
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
+
+
+def test_the_worker_acl_user_exists_for_each_type() -> None:
+    # The user the URL names is made with `agentjobs acl --role worker --agent-types <t>`:
+    # scoped to that type's keys, and to no other type's.
+    for agent_type in render_workers.AGENT_TYPES:
+        tokens = " ".join(acl.rules("worker", agent_types=[agent_type]))
+        assert f"jobs:{{{agent_type}}}:" in tokens
+        assert "~jobs:{*}" not in tokens  # (the queue prefix; store agents stay unscoped)
+
+
+def test_the_redis_example_uses_the_conf_fragment() -> None:
+    [statefulset] = [d for _, d in OBJECTS if d["kind"] == "StatefulSet"]
+    [container] = statefulset["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "/etc/redis/queue.conf"
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/etc/redis/queue.conf", "/etc/redis/users.acl"} <= mounts

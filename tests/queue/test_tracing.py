@@ -1,0 +1,337 @@
+"""One trace from enqueue to handler: send, process and settle spans (OpenTelemetry SDK,
+in-memory exporter), the context kept in the job record, and log lines that carry it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, Worker, current_job
+from platform_common.jobs.queue.attempt_log import JsonFormatter
+from platform_common.jobs.queue.context import Handler
+from platform_common.jobs.queue.tracing import MESSAGING_SYSTEM, TRACE_CONTEXT_FIELD
+from platform_common.jobs.redis.url import RedisClient
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, fast_settings
+
+DINING = QueueKeys("dining")
+CONSUMER = "platform_common.jobs.queue.consumer"
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    yield InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield tracer_provider
+    tracer_provider.shutdown()
+
+
+@pytest.fixture
+async def queue(redis_url: str, provider: TracerProvider) -> AsyncIterator[JobQueue]:
+    """A producer that traces (max 2 attempts, so a poison job is dead after two)."""
+    job_queue = await JobQueue.connect(
+        fast_settings(redis_url, max_attempts=2), tracer_provider=provider
+    )
+    try:
+        yield job_queue
+    finally:
+        await job_queue.aclose()
+
+
+@asynccontextmanager
+async def working(
+    settings: QueueSettings, handler: Handler, provider: TracerProvider | None
+) -> AsyncIterator[Worker]:
+    worker = Worker(settings, "dining", handler, concurrency=4, tracer_provider=provider)
+    task = asyncio.create_task(worker.run())
+    ready = asyncio.create_task(worker.ready.wait())
+    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        ready.cancel()
+        task.result()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await task
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+async def spans_named(exporter: InMemorySpanExporter, name: str, count: int) -> list[ReadableSpan]:
+    """The `count` finished spans called `name`, oldest first (a span ends a moment after
+    the result it recorded is readable)."""
+
+    async def enough() -> list[ReadableSpan] | None:
+        found = named(exporter, name)
+        return found if len(found) >= count else None
+
+    found = await eventually(enough)
+    assert len(found) == count, [span.name for span in exporter.get_finished_spans()]
+    return found
+
+
+def ids(span: ReadableSpan) -> tuple[int, int]:
+    assert span.context is not None
+    return span.context.trace_id, span.context.span_id
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+async def flaky(job: JobPayload) -> dict[str, Any]:
+    """Fails its first attempt, succeeds on the next."""
+    if current_job().attempt == 1:
+        raise RuntimeError("kitchen closed")
+    return {"ok": True}
+
+
+async def test_one_trace_holds_the_send_span_each_attempt_and_its_settle_span(
+    queue: JobQueue, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    job = make_job()
+    with provider.get_tracer("orchestrator").start_as_current_span("plan trip") as root:
+        await queue.enqueue(job)
+    # The span current in the handler (its own spans would be children of it).
+    spans_of_handler: list[int | None] = []
+
+    async def handler(payload: JobPayload) -> dict[str, Any]:
+        current = trace.get_current_span().get_span_context()
+        spans_of_handler.append(current.span_id if current.is_valid else None)
+        return await flaky(payload)
+
+    async with working(queue.settings, handler, provider):
+        await eventually(lambda: queue.get_result(job["job_id"]))
+        first, second = await spans_named(exporter, "process dining", 2)
+        (retry,) = await spans_named(exporter, "retry dining", 1)
+        (complete,) = await spans_named(exporter, "complete dining", 1)
+    (send,) = named(exporter, "send dining")
+    trace_id, send_id = ids(send)
+    assert send.kind == SpanKind.PRODUCER
+    assert parent_id(send) == root.get_span_context().span_id
+    assert dict(send.attributes or {}) == {
+        "messaging.system": MESSAGING_SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": "dining",
+        "messaging.message.id": job["job_id"],
+    }
+    for number, process in enumerate((first, second), start=1):
+        assert process.kind == SpanKind.CONSUMER
+        assert ids(process)[0] == trace_id
+        assert parent_id(process) == send_id
+        assert [link.context.span_id for link in process.links] == [send_id]
+        attributes = dict(process.attributes or {})
+        assert attributes["messaging.message.id"] == job["job_id"]
+        assert attributes["messaging.operation.type"] == "process"
+        assert attributes["job.attempt"] == number
+        assert attributes["job.max_attempts"] == 2
+    assert dict(first.attributes or {})["job.outcome"] == "retrying"
+    assert dict(second.attributes or {})["job.outcome"] == "succeeded"
+    # The handler's exception, on the span of its attempt.
+    assert first.status.status_code == StatusCode.ERROR
+    assert dict(first.attributes or {})["error.type"] == "RuntimeError"
+    (event,) = [e for e in first.events if e.name == "exception"]
+    assert dict(event.attributes or {})["exception.message"] == "kitchen closed"
+    assert second.status.status_code == StatusCode.UNSET
+    # Settle spans are children of their attempt's process span; the handler ran in it.
+    assert parent_id(retry) == ids(first)[1]
+    assert parent_id(complete) == ids(second)[1]
+    assert dict(retry.attributes or {})["messaging.operation.type"] == "settle"
+    assert spans_of_handler == [ids(first)[1], ids(second)[1]]
+
+
+async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
+    queue: JobQueue, redis_client: RedisClient, exporter: InMemorySpanExporter
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+    (send,) = named(exporter, "send dining")
+    stored = await redis_client.hget(DINING.job(job["job_id"]), TRACE_CONTEXT_FIELD)
+    assert send.context is not None
+    trace_id, span_id, flags = send.context.trace_id, send.context.span_id, send.context.trace_flags
+    assert json.loads(stored or "{}") == {
+        "traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    }
+    payload = json.loads(await redis_client.hget(DINING.job(job["job_id"]), "payload") or "{}")
+    assert payload == job
+
+
+async def test_jobs_of_a_batch_start_traces_of_their_own_linked_to_the_batch(
+    queue: JobQueue, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    jobs = [make_job() for _ in range(3)]
+    await queue.enqueue_many(jobs)
+    async with working(queue.settings, lambda job: {"ok": True}, provider):
+        processed = await spans_named(exporter, "process dining", 3)
+    (send,) = named(exporter, "send dining")
+    assert dict(send.attributes or {})["messaging.batch.message_count"] == 3
+    assert "messaging.message.id" not in dict(send.attributes or {})
+    send_trace, send_id = ids(send)
+    for process in processed:
+        assert process.parent is None
+        assert ids(process)[0] != send_trace
+        assert [(link.context.trace_id, link.context.span_id) for link in process.links] == [
+            (send_trace, send_id)
+        ]
+    assert len({ids(process)[0] for process in processed}) == 3
+    assert {dict(p.attributes or {})["messaging.message.id"] for p in processed} == {
+        job["job_id"] for job in jobs
+    }
+
+
+async def test_a_dead_letter_requeued_keeps_the_link_to_its_enqueue(
+    queue: JobQueue, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+
+    def poison(payload: JobPayload) -> None:
+        raise ValueError("bad constraints")
+
+    async with working(queue.settings, poison, provider):
+        (dead,) = await spans_named(exporter, "dead_letter dining", 1)
+    assert dict(dead.attributes or {})["job.outcome"] == "dead"
+    assert await queue.dead_letters.requeue("dining", [job["job_id"]]) == [job["job_id"]]
+    async with working(queue.settings, lambda payload: "fixed", provider):
+        await spans_named(exporter, "complete dining", 1)
+        processed = await spans_named(exporter, "process dining", 3)
+    (send,) = named(exporter, "send dining")
+    assert [parent_id(p) for p in processed] == [ids(send)[1]] * 3
+    assert {ids(p)[0] for p in processed} == {ids(send)[0]}
+    assert [dict(p.attributes or {})["job.attempt"] for p in processed] == [1, 2, 1]
+
+
+async def test_a_job_without_a_trace_context_is_processed_in_a_trace_of_its_own(
+    redis_url: str,
+    redis_client: RedisClient,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+) -> None:
+    settings = fast_settings(redis_url)
+    untraced, garbled = make_job(), make_job()
+    async with await JobQueue.connect(settings) as producer:  # the global no-op provider
+        await producer.enqueue(untraced)
+        await producer.enqueue(garbled)
+        assert not await redis_client.hexists(DINING.job(untraced["job_id"]), TRACE_CONTEXT_FIELD)
+        # Another writer's (or a damaged) value: tracing never fails a job over it.
+        await redis_client.hset(DINING.job(garbled["job_id"]), TRACE_CONTEXT_FIELD, "{not json")
+        async with working(settings, lambda job: {"done": True}, provider):
+            for job in (untraced, garbled):
+                result = await eventually(lambda job=job: producer.get_result(job["job_id"]))
+                assert result.ok and result.result == {"done": True}
+            processed = await spans_named(exporter, "process dining", 2)
+    assert [p.parent for p in processed] == [None, None]
+    assert [list(p.links) for p in processed] == [[], []]
+    assert named(exporter, "send dining") == []
+
+
+async def test_every_log_line_about_an_attempt_carries_its_trace_and_span_id(
+    queue: JobQueue,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+    caplog.set_level("DEBUG", logger=CONSUMER)
+
+    def poison(payload: JobPayload) -> None:
+        raise RuntimeError("boom")
+
+    async with working(queue.settings, poison, provider):
+        processed = await spans_named(exporter, "process dining", 2)
+    about_job = [
+        r
+        for r in caplog.records
+        if r.name == CONSUMER
+        and getattr(r, "job_id", None) == job["job_id"]
+        and not r.getMessage().startswith("traceback of")
+    ]
+    messages = [r.getMessage() for r in about_job]
+    expected = []
+    for number, process in enumerate(processed, start=1):
+        trace_id, span_id = (f"{ids(process)[0]:032x}", f"{ids(process)[1]:016x}")
+        traced = f"trace_id={trace_id} span_id={span_id}"
+        outcome = "retrying" if number == 1 else "dead"
+        expected += [
+            f"started job={job['job_id']} agent_type=dining attempt={number}/2 {traced}",
+            f"attempt failed job={job['job_id']} agent_type=dining attempt={number}/2 "
+            f"outcome={outcome} {traced} error=RuntimeError: boom",
+        ]
+        for record in about_job[2 * number - 2 : 2 * number]:
+            assert (getattr(record, "trace_id", None), getattr(record, "span_id", None)) == (
+                trace_id,
+                span_id,
+            )
+            line = json.loads(JsonFormatter().format(record))
+            assert (line["trace_id"], line["span_id"]) == (trace_id, span_id)
+    assert messages == expected
+
+
+async def test_without_an_sdk_in_the_worker_its_lines_carry_the_producers_trace(
+    queue: JobQueue, exporter: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+    (send,) = named(exporter, "send dining")
+    caplog.set_level("WARNING", logger=CONSUMER)
+
+    def poison(payload: JobPayload) -> None:
+        raise RuntimeError("boom")
+
+    async with working(queue.settings, poison, None):  # the global no-op provider
+        await eventually(lambda: queue.get_result(job["job_id"]))
+    lines = [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
+    trace_id, span_id = ids(send)
+    assert [(getattr(r, "trace_id", None), getattr(r, "span_id", None)) for r in lines] == [
+        (f"{trace_id:032x}", f"{span_id:016x}")
+    ] * 2
+    assert len(exporter.get_finished_spans()) == 1  # the send span: the worker made none
+
+
+async def test_without_any_trace_log_lines_are_unchanged(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = fast_settings(redis_url, max_attempts=1)
+    job = make_job()
+    caplog.set_level("WARNING", logger=CONSUMER)
+
+    def poison(payload: JobPayload) -> None:
+        raise RuntimeError("boom")
+
+    async with await JobQueue.connect(settings) as producer:
+        await producer.enqueue(job)
+        async with working(settings, poison, None):
+            await eventually(lambda: producer.get_result(job["job_id"]))
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
+    assert line.getMessage() == (
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=1/1 outcome=dead "
+        "error=RuntimeError: boom"
+    )
+    assert not hasattr(line, "trace_id")
+
+
+def test_a_log_record_without_a_trace_has_no_trace_keys() -> None:
+    record = logging.LogRecord(CONSUMER, logging.INFO, "", 0, "hello", None, None)
+    assert "trace_id" not in json.loads(JsonFormatter().format(record))

@@ -1,0 +1,439 @@
+"""The reader and operator roles as the operator tools use them: every `agentjobs`
+command and console page runs under a real ACL user (QUEUE_REDIS_URL with its
+credentials); what the role is for succeeds, everything else fails in one line naming
+Redis' refusal (NoPermissionError) and changes no key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import NoPermissionError
+
+from platform_common.jobs import acl
+from platform_common.jobs.cli import main
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings
+from platform_common.jobs.redis.script import Script
+from tests.console.conftest import PREFIX, client_of, console_app, csrf_token
+from tests.support.queue_handlers import make_job
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_server import RedisServer
+
+ADMIN_PASSWORD = "admin-pw-operator-roles-5e2a"
+PASSWORD = {"reader": "reader-pw-77c1", "operator": "operator-pw-b90d"}
+# Both roles are scoped to dining, and configured so (QUEUE_AGENT_TYPES) as the docs
+# say; flights is someone else's.
+DINING, FLIGHTS = QueueKeys("dining"), QueueKeys("flights")
+READ_COMMANDS = (
+    ("info",),
+    ("info", "dining", "-o", "json"),
+    ("workers", "dining", "-o", "json"),
+    ("job", "show", "dining", "{dead}"),
+    ("job", "show", "dining", "{done}", "-o", "json"),
+    ("dead", "list", "dining", "-o", "json"),
+    ("dead", "list", "dining", "--error-matches", "declined"),
+    ("dead", "show", "dining", "{dead}"),
+    ("dead", "requeue", "dining", "--all", "--dry-run"),
+    ("dead", "requeue", "dining", "--id", "{dead}", "--dry-run"),
+    ("dead", "purge", "dining", "--error-matches", "declined", "--dry-run"),
+)
+CHANGES = (
+    ("dead", "requeue", "dining", "--id", "{dead}"),
+    ("dead", "requeue", "dining", "--all"),
+    ("dead", "purge", "dining", "--id", "{dead}", "--yes"),
+    ("dead", "purge", "dining", "--all", "--yes"),
+)
+OTHER_TYPE = (
+    ("info", "flights"),
+    ("job", "show", "flights", "{flights}"),
+    ("dead", "list", "flights"),
+)
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What the queue holds, as real workers left it: two dead letters, a finished job,
+    a delayed retry, one flights job; with `held`, a running job and two waiting."""
+
+    dead: tuple[str, str]
+    done: str
+    delayed: str
+    flights: str
+    running: str = ""
+    waiting: tuple[str, ...] = ()
+
+    def fill(self, args: tuple[str, ...]) -> list[str]:
+        ids = {"dead": self.dead[0], "done": self.done, "flights": self.flights}
+        return [arg.format(**ids) for arg in args]
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def refused_line(self) -> str:
+        """A refusal as the CLI reports it: exit 1, one line naming Redis' NOPERM."""
+        assert self.code == 1, (self.code, self.out, self.err)
+        lines = self.err.splitlines()
+        assert len(lines) == 1 and "Traceback" not in self.err, self.err
+        assert lines[0].startswith("error: Redis: NoPermissionError: "), lines[0]
+        return lines[0]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    users = [f"admin on >{ADMIN_PASSWORD} ~* &* +@all", "default off"]
+    for role, password in PASSWORD.items():
+        line = acl.acl_file_line(role, password, role, agent_types=["dining"])
+        users.append(line.removeprefix("user "))
+    started = RedisServer(acl_users=users).start()
+    try:
+        yield started
+    finally:
+        started.cleanup()
+
+
+def role_url(server: RedisServer, role: str) -> str:
+    return server.url_for(role, PASSWORD[role])
+
+
+@pytest.fixture
+async def admin(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(server.url_for("admin", ADMIN_PASSWORD), decode_responses=True)
+    try:
+        await client.flushall()
+        yield client
+    finally:
+        await client.aclose()
+
+
+def admin_settings(server: RedisServer, **overrides: Any) -> QueueSettings:
+    # A long backoff keeps the retried job delayed for the whole test.
+    return fast_settings(
+        server.url_for("admin", ADMIN_PASSWORD), agent_types=("dining", "flights"),
+        backoff_base=120.0, **overrides,
+    )  # fmt: skip
+
+
+def handler(release: asyncio.Event) -> Any:
+    async def handle(job: JobPayload) -> dict[str, str]:
+        kind = job.constraints.get("kind")
+        if kind == "hold":
+            await release.wait()
+        elif kind == "fail":
+            raise RuntimeError(job.constraints["error"])
+        return {"booked": job.task}
+
+    return handle
+
+
+def job(kind: str, **constraints: Any) -> dict[str, Any]:
+    return make_job(constraints={"kind": kind, **constraints})
+
+
+@pytest.fixture
+async def scene(server: RedisServer, admin: aioredis.Redis) -> Scene:
+    release = asyncio.Event()
+    release.set()
+    async with await JobQueue.connect(admin_settings(server, max_attempts=1)) as once:
+        dead = await once.enqueue_many(
+            [job("fail", error="card declined"), job("fail", error="venue timeout")]
+        )
+        done = await once.enqueue(job("ok"))
+        flights = await once.enqueue(make_job("flights"))
+        async with await JobQueue.connect(admin_settings(server, max_attempts=2)) as twice:
+            delayed = await twice.enqueue(job("fail", error="try later"))
+
+        async def settled() -> bool:
+            stats = await once.stats("dining")
+            finished = await once.get_result(done, "dining")
+            return stats.dead == 2 and stats.delayed == 1 and finished is not None
+
+        async with running_worker(once.settings, handler(release)):
+            await eventually(settled)
+    return Scene((dead[0], dead[1]), done, delayed, flights)
+
+
+@pytest.fixture
+async def held(server: RedisServer, scene: Scene) -> AsyncIterator[Scene]:
+    """The scene plus a worker (one slot) running a job until the test ends, and two
+    jobs waiting behind it: every list the operator tools page through has an entry."""
+    release = asyncio.Event()
+    settings = admin_settings(server, max_attempts=1)
+    async with (
+        await JobQueue.connect(settings) as queue,
+        running_worker(settings, handler(release), concurrency=1),
+    ):
+        running = await queue.enqueue(job("hold"))
+
+        async def is_running() -> bool:
+            state = await queue.connection.client.hget(DINING.job(running), "state")
+            return bool(state == "running")
+
+        await eventually(is_running)
+        waiting = await queue.enqueue_many([job("ok"), job("ok")])
+        try:
+            yield Scene(scene.dead, scene.done, scene.delayed, scene.flights, running,
+                        tuple(waiting))  # fmt: skip
+        finally:
+            release.set()
+
+
+@pytest.fixture
+def agentjobs(
+    server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """Run `agentjobs <args>` in this process as `role` (QUEUE_REDIS_URL carries its
+    user), in a thread: the command runs its own event loop beside the test's worker."""
+    for name in ("REDIS_URL", "AGENTJOBS_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+    async def run(role: str, args: list[str], agent_types: str = "dining") -> Ran:
+        monkeypatch.setenv("QUEUE_REDIS_URL", role_url(server, role))
+        monkeypatch.setenv("QUEUE_AGENT_TYPES", agent_types)
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, args)
+        captured = capsys.readouterr()
+        return Ran(code, captured.out, captured.err)
+
+    return run
+
+
+async def everything(admin: aioredis.Redis) -> dict[str, bytes]:
+    """Every key's DUMP: a refused command must leave all of them as they were."""
+    return {key: await admin.dump(key) for key in await admin.keys("*")}
+
+
+# -- the CLI ------------------------------------------------------------------------------
+@pytest.mark.parametrize("role", ["reader", "operator"])
+async def test_every_read_command_runs_under_the_role(
+    agentjobs: Any, held: Scene, role: str
+) -> None:
+    for args in READ_COMMANDS:
+        done = await agentjobs(role, held.fill(args))
+        assert done.code == 0, (args, done.err)
+        assert done.err == "" or "dry run" in done.err.lower(), (args, done.err)
+    info = json.loads((await agentjobs(role, ["info", "dining", "-o", "json"])).out)
+    [dining] = info["types"]
+    counts = [dining[name] for name in ("queued", "running", "delayed", "dead")]
+    assert counts == [2, 1, 1, 2] and dining["active_workers"] == 1
+    assert dining["oldest_waiting_seconds"] is not None
+    workers = json.loads((await agentjobs(role, ["workers", "dining", "-o", "json"])).out)
+    assert [w["jobs_in_progress"] for w in workers["workers"]] == [[held.running]]
+    shown = await agentjobs(role, ["job", "show", "dining", held.done, "-o", "json"])
+    assert json.loads(shown.out)["result"]["result"] == {"booked": make_job()["task"]}
+    letters = json.loads((await agentjobs(role, ["dead", "list", "dining", "-o", "json"])).out)
+    assert {letter["job_id"] for letter in letters["letters"]} == set(held.dead)
+    dry = await agentjobs(role, ["dead", "requeue", "dining", "--all", "--dry-run"])
+    assert "2" in dry.out + dry.err
+
+
+@pytest.mark.parametrize("role", ["reader", "operator"])
+async def test_another_agent_type_is_refused_in_one_line(
+    agentjobs: Any, admin: aioredis.Redis, scene: Scene, role: str
+) -> None:
+    before = await everything(admin)
+    for args in OTHER_TYPE:
+        ran = await agentjobs(role, scene.fill(args), agent_types="dining,flights")
+        line = ran.refused_line()
+        assert "flights" in line or "permissions" in line, line
+    assert await everything(admin) == before
+
+
+async def test_a_reader_is_refused_every_change_in_one_line(
+    agentjobs: Any, admin: aioredis.Redis, scene: Scene
+) -> None:
+    before = await everything(admin)
+    for args in CHANGES:
+        line = (await agentjobs("reader", scene.fill(args))).refused_line()
+        assert "'evalsha'" in line or "'eval'" in line, line  # the scripts: never run
+    assert await everything(admin) == before
+
+
+async def test_an_operator_requeues_and_purges_dead_letters(
+    agentjobs: Any, admin: aioredis.Redis, scene: Scene
+) -> None:
+    first, second = scene.dead
+    requeued = await agentjobs("operator", ["dead", "requeue", "dining", "--id", first])
+    assert requeued.code == 0, requeued.err
+    assert await admin.hget(DINING.job(first), "state") == "queued"
+    assert await admin.lrange(DINING.dead, 0, -1) == [second]
+    matched = await agentjobs(
+        "operator", ["dead", "purge", "dining", "--error-matches", "timeout", "--yes"]
+    )
+    assert matched.code == 0, matched.err
+    assert await admin.exists(DINING.job(second)) == 0
+    assert await admin.llen(DINING.dead) == 0
+    # Counted as enqueued again, as the worker's own requeue counts it.
+    assert await admin.hget(DINING.stats, "enqueued") == "5"
+
+
+# -- the package's API and raw commands, as the roles' users -----------------------------
+@pytest.mark.parametrize("role", ["reader", "operator"])
+async def test_connecting_checks_the_eviction_policy_unrefused(
+    server: RedisServer, admin: aioredis.Redis, role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every tool connects as JobQueue.connect does, which reads INFO memory: refused, it
+    # would log that the policy could not be checked.
+    caplog.set_level(logging.WARNING, logger="platform_common.jobs")
+    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    async with await JobQueue.connect(settings) as queue:
+        assert await queue.ping()
+    assert [record.getMessage() for record in caplog.records] == []
+
+
+async def test_a_reader_can_neither_enqueue_delete_nor_run_scripts(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene
+) -> None:
+    before = await everything(admin)
+    settings = QueueSettings.from_url(role_url(server, "reader"), agent_types=("dining",))
+    async with await JobQueue.connect(settings) as queue:
+        with pytest.raises(NoPermissionError):
+            await queue.enqueue(make_job())
+        with pytest.raises(NoPermissionError):
+            await queue.dead_letters.purge("dining", list(scene.dead))
+    client = aioredis.Redis.from_url(role_url(server, "reader"), decode_responses=True)
+    try:
+        for command in (
+            ("DEL", DINING.job(scene.dead[0])),
+            ("DEL", DINING.dead),
+            ("HSET", DINING.job(scene.dead[0]), "state", "queued"),
+            ("EVAL", "return 1", 0),
+            ("EVAL_RO", "return 1", 0),
+        ):
+            with pytest.raises(NoPermissionError):
+                await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    finally:
+        await client.aclose()
+    assert await everything(admin) == before
+
+
+def _script(name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
+    # By source, as a client sends it after NOSCRIPT: no script needs to be cached.
+    return ("EVAL", Script.named(name).source, len(keys), *keys, *args)
+
+
+async def test_an_operator_cannot_enqueue_claim_or_complete(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene
+) -> None:
+    await admin.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")  # as BLMOVE takes it
+    before = await everything(admin)
+    settings = QueueSettings.from_url(role_url(server, "operator"), agent_types=("dining",))
+    async with await JobQueue.connect(settings) as queue:
+        # Before the enqueue script (whose EXISTS it lacks; the matrix runs that), the
+        # type registration (SADD jobs:types) is refused.
+        with pytest.raises(NoPermissionError):
+            await queue.enqueue(make_job())
+    taken = scene.delayed
+    claim = _script(
+        "queue_claim",
+        [DINING.processing, DINING.leases, DINING.stats, DINING.expiry, DINING.queue,
+         DINING.waiting, DINING.job(taken), DINING.result(taken)],
+        [60_000, "operator-1", DINING.channel, taken, "token-1"],
+    )  # fmt: skip
+    complete = _script(
+        "queue_complete",
+        [DINING.processing, DINING.leases, DINING.expiry, DINING.stats, DINING.job(taken),
+         DINING.result(taken)],
+        [taken, "token-1", '{"forged": true}', DINING.channel, "latency_le:+Inf"],
+    )  # fmt: skip
+    client = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)
+    try:
+        for command in (
+            claim,
+            complete,
+            ("LMOVE", DINING.queue, DINING.processing, "RIGHT", "LEFT"),
+            ("SET", DINING.result(taken), "{}"),
+            ("PUBLISH", DINING.channel, taken),
+            ("DEL", DINING.queue),
+            ("ZREM", DINING.expiry, taken),
+        ):
+            with pytest.raises(NoPermissionError):
+                await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    finally:
+        await client.aclose()
+    assert await everything(admin) == before
+
+
+# -- the console ------------------------------------------------------------------------
+def _pages(scene: Scene) -> dict[str, str]:
+    """Each GET page, and a text it must show."""
+    base = f"{PREFIX}/types/dining"
+    return {
+        f"{PREFIX}/": 'list=waiting">2</a>',
+        f"{base}?list=waiting": scene.waiting[0],
+        f"{base}?list=running": scene.running,
+        f"{base}?list=delayed": scene.delayed,
+        f"{base}?list=dead": scene.dead[0],
+        f"{base}/jobs/{scene.dead[0]}": "card declined",
+        f"{base}/jobs/{scene.done}": "booked",
+        f"{base}/dead": scene.dead[1],
+        f"{base}/dead?error=declined": scene.dead[0],
+        f"{PREFIX}/static/console.css": "",
+    }
+
+
+@pytest.mark.parametrize("role", ["reader", "operator"])
+async def test_every_console_page_renders_under_the_role(
+    server: RedisServer, held: Scene, role: str
+) -> None:
+    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    async with await JobQueue.connect(settings) as queue:
+        app = console_app(queue, read_only=role == "reader")
+        async with client_of(app) as browser:
+            for path, shown in _pages(held).items():
+                page = await browser.get(path)
+                assert page.status_code == 200, (path, page.text)
+                assert shown in page.text, path
+
+
+async def _requeue_through_the_console(browser: httpx.AsyncClient, job_id: str) -> httpx.Response:
+    dead = f"{PREFIX}/types/dining/dead"
+    form = {"csrf": csrf_token((await browser.get(dead)).text), "do": "requeue:selected",
+            "error": "", "ids": [job_id]}  # fmt: skip
+    confirm = await browser.post(f"{dead}/confirm", data=form)
+    assert confirm.status_code == 200, confirm.text
+    count = re.search(r'name="count" value="(\d+)"', confirm.text)
+    assert count is not None and count[1] == "1", confirm.text
+    return await browser.post(f"{dead}/act", data={**form, "count": count[1]})
+
+
+async def test_a_read_write_console_requeues_as_the_operator(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene
+) -> None:
+    settings = QueueSettings.from_url(role_url(server, "operator"), agent_types=("dining",))
+    async with (
+        await JobQueue.connect(settings) as queue,
+        client_of(console_app(queue)) as browser,
+    ):
+        done = await _requeue_through_the_console(browser, scene.dead[0])
+    assert done.status_code == 200 and "Requeued 1 of 1" in done.text
+    assert await admin.hget(DINING.job(scene.dead[0]), "state") == "queued"
+
+
+async def test_a_read_write_console_under_the_reader_changes_nothing(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene
+) -> None:
+    # Misconfigured (read-write, with the reader's user): Redis refuses the change.
+    before = await everything(admin)
+    settings = QueueSettings.from_url(role_url(server, "reader"), agent_types=("dining",))
+    async with (
+        await JobQueue.connect(settings) as queue,
+        client_of(console_app(queue)) as browser,
+    ):
+        refused = await _requeue_through_the_console(browser, scene.dead[0])
+    assert refused.status_code == 403
+    assert "Redis refused the console&#39;s user" in refused.text
+    assert await everything(admin) == before
