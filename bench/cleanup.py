@@ -7,9 +7,9 @@ per round 100 jobs behind them (newer, nearer the producing end) whose TTL has p
 and runs one cleanup (JobQueue.cleanup, batch 100). Redis's own view is the measure:
 INFO commandstats (reset before each run) gives the microseconds the server spent in the
 run's ZRANGEBYSCORE and script, i.e. how long it blocked every other client. The script
-from git HEAD (`git show HEAD:platform_common/jobs/lua/queue_expire.lua`, which took each
-expired waiting job off the queue list with LREM) then runs on the same data, as the
-before; --no-old skips it (e.g. once HEAD holds the lazy version). Prints the median
+as it was before expiry became lazy (`git show OLD_REVISION:...queue_expire.lua`, which
+took each expired waiting job off the queue list with LREM) then runs on the same data,
+as the before; --no-old skips it (e.g. outside a git checkout). Prints the median
 per backlog side by side, the ratio of the largest backlog to the smallest, and whether
 the target "largest <= 2x smallest" is met.
 """
@@ -39,11 +39,15 @@ CLEANUP_COMMANDS = ("zrangebyscore", "evalsha", "eval")
 """What a cleanup run sends that costs Redis time (its TIME call is a few microseconds)."""
 
 
+OLD_REVISION = "847770081187a166eb648cd17c8bebf1ab5a8758"
+"""The last commit whose queue_expire.lua took expired waiting jobs off the list (LREM)."""
+
+
 def old_script() -> str | None:
-    """queue_expire.lua as committed at HEAD, or None outside a git checkout."""
+    """queue_expire.lua as of OLD_REVISION, or None outside a git checkout."""
     try:
         return subprocess.run(
-            ["git", "show", "HEAD:platform_common/jobs/lua/queue_expire.lua"],
+            ["git", "show", f"{OLD_REVISION}:platform_common/jobs/lua/queue_expire.lua"],
             cwd=ROOT, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
@@ -75,7 +79,7 @@ async def add_due_jobs(queue: JobQueue, client: aioredis.Redis) -> list[str]:
 
 
 async def run_old(client: aioredis.Redis, source: str) -> None:
-    """One cleanup run with HEAD's script: the same candidates, its own KEYS layout."""
+    """One cleanup run with OLD_REVISION's script: the same candidates, its own KEYS layout."""
     seconds, micros = await client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     due = await client.zrangebyscore(KEYS.expiry, "-inf", now_ms, start=0, num=EXPIRED_PER_RUN)
@@ -119,14 +123,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--backlogs", default="1000,300000", help="comma-separated job counts")
-    parser.add_argument("--no-old", action="store_true", help="skip HEAD's script")
+    parser.add_argument("--no-old", action="store_true", help="skip the LREM script (OLD_REVISION)")
     args = parser.parse_args()
     backlogs = [int(text) for text in args.backlogs.split(",")]
     old = None if args.no_old else old_script()
     with RedisServer() as server:
         results = {n: asyncio.run(measure(server.url, n, args.rounds, old)) for n in backlogs}
     versions = ["new", "old"] if old else ["new"]
-    names = {"new": "this tree", "old": "git HEAD"}
+    names = {"new": "this tree", "old": "before (LREM)"}
     print(
         f"Redis blocking time per cleanup run ({EXPIRED_PER_RUN} expired jobs queued behind "
         f"the backlog), ms, median of {args.rounds} (INFO commandstats)"

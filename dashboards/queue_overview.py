@@ -231,6 +231,14 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
     ]
 
 
+# Where to go from a slow job on the latency panels: its trace and its worker's log lines.
+TRACES_HINT = (
+    " Each job's trace: search the tracing backend for messaging.message.id = <job id>"
+    " (spans named send/process <agent type>); worker log lines about the job carry its"
+    " trace_id and span_id."
+)
+
+
 def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     unit = by_key("latency").unit
     quantiles = [
@@ -244,7 +252,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 P.LATENCY_HEATMAP,
                 PANEL_TITLES[P.LATENCY_HEATMAP],
                 "Enqueue-to-completion latency: completions per second in each histogram "
-                "bucket, selected agent types together.",
+                "bucket, selected agent types together." + TRACES_HINT,
                 unit,
                 "ops",
                 q.latency_heatmap(sel),
@@ -257,7 +265,8 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 P.LATENCY_QUANTILES,
                 PANEL_TITLES[P.LATENCY_QUANTILES],
                 "Quantiles of enqueue-to-completion latency per agent type, and each "
-                "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it).",
+                "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it)."
+                + TRACES_HINT,
                 unit,
                 [*quantiles, _by_type(slo, " p95 SLO")],
             ),
@@ -272,7 +281,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 "from its becoming due (enqueued, or its retry's due time) to the start "
                 "of the attempt that succeeded; high means too few workers. Run: that "
                 "attempt in the handler; high means slow work or a slow dependency. "
-                "Latency also includes earlier failed attempts and their backoff.",
+                "Latency also includes earlier failed attempts and their backoff." + TRACES_HINT,
                 unit,
                 [
                     _by_type(q.latency_quantile(sel, quantile, key=key), f" {key} p{percent}")

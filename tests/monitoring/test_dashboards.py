@@ -239,6 +239,14 @@ def test_required_panels_show_the_required_series(board: dict[str, Any]) -> None
         assert f"histogram_quantile({quantile}," in quantiles
 
 
+def test_the_latency_panels_say_where_a_jobs_trace_and_logs_are(board: dict[str, Any]) -> None:
+    by_id = {panel["id"]: panel for panel in panels(board)}
+    for panel_id in (P.LATENCY_HEATMAP, P.LATENCY_QUANTILES, P.WAIT_AND_RUN):
+        description = by_id[panel_id]["description"]
+        assert "messaging.message.id = <job id>" in description, panel_id.name
+        assert "trace_id" in description, panel_id.name
+
+
 def test_every_catalogue_metric_is_on_the_dashboard(board: dict[str, Any]) -> None:
     shown = {name for _, expr in exprs(board) for name, _ in SELECTOR.findall(expr)}
     for metric in CATALOGUE:

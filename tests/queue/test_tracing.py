@@ -18,7 +18,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, Worker, current_job
+from platform_common.jobs.queue import (
+    JobPayload,
+    JobQueue,
+    Leases,
+    Maintenance,
+    QueueSettings,
+    Worker,
+    current_job,
+)
 from platform_common.jobs.queue.attempt_log import JsonFormatter
 from platform_common.jobs.queue.context import Handler
 from platform_common.jobs.queue.tracing import MESSAGING_SYSTEM, TRACE_CONTEXT_FIELD
@@ -330,6 +338,56 @@ async def test_without_any_trace_log_lines_are_unchanged(
         "error=RuntimeError: boom"
     )
     assert not hasattr(line, "trace_id")
+
+
+async def lapse_lease(queue: JobQueue, redis_client: RedisClient, job_id: str) -> None:
+    """Take and claim the job as a worker that then dies: its lease has lapsed."""
+    assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
+    _, claims = await Leases(queue.connection, "dining").claim("gone-worker", [(job_id, "t-1")])
+    assert [claim.job_id for claim in claims] == [job_id]
+    await redis_client.zadd(DINING.leases, {job_id: 0})
+
+
+async def test_the_reaper_reports_the_trace_context_of_each_attempt_it_ends(
+    queue: JobQueue, redis_client: RedisClient, exporter: InMemorySpanExporter
+) -> None:
+    traced, untraced = make_job(), make_job()
+    await queue.enqueue(traced)
+    async with await JobQueue.connect(queue.settings) as plain:  # the global no-op provider
+        await plain.enqueue(untraced)
+    stored = await redis_client.hget(DINING.job(traced["job_id"]), TRACE_CONTEXT_FIELD)
+    await redis_client.hset(DINING.job(untraced["job_id"]), "attempts", "1")  # its last attempt
+    for job in (traced, untraced):
+        await lapse_lease(queue, redis_client, job["job_id"])
+    report = await Maintenance(queue.connection, "dining").reap()
+    assert sorted(report.ended) == sorted([
+        (traced["job_id"], "retrying", stored),
+        (untraced["job_id"], "dead", ""),
+    ])  # fmt: skip
+    assert stored and stored.startswith('{"traceparent"')
+
+
+async def test_the_reapers_line_for_a_lapsed_lease_carries_the_producers_trace(
+    queue: JobQueue,
+    redis_client: RedisClient,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+    (send,) = named(exporter, "send dining")
+    await lapse_lease(queue, redis_client, job["job_id"])
+    caplog.set_level("WARNING", logger=CONSUMER)
+    async with working(queue.settings, lambda payload: {"ok": True}, provider):
+        await eventually(lambda: queue.get_result(job["job_id"]))
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
+    trace_id, span_id = f"{ids(send)[0]:032x}", f"{ids(send)[1]:016x}"
+    assert line.getMessage() == (
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=?/? outcome=retrying "
+        f"trace_id={trace_id} span_id={span_id} error=lease expired: the worker stopped renewing"
+    )
+    assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
 
 
 def test_a_log_record_without_a_trace_has_no_trace_keys() -> None:

@@ -116,8 +116,10 @@ class WorkerGroup:
         *,
         env: Mapping[str, str] | None = None,
         log_dir: str | None = None,
+        module: str = "platform_common.jobs.worker",
     ) -> None:
         self.redis_url = redis_url
+        self.module = module  # what `python -m` runs: the worker CLI or a wrapper of it
         self.agent_type = agent_type
         self.handler = handler
         self.env = dict(env or {})
@@ -144,7 +146,7 @@ class WorkerGroup:
         }
         with open(log_path, "wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "platform_common.jobs.worker",
+                [sys.executable, "-m", self.module,
                  "--agent-type", self.agent_type, "--handler", self.handler,
                  "--concurrency", str(concurrency), "--worker-id", worker_id],
                 cwd=ROOT, env=child_env, stdout=log_file, stderr=subprocess.STDOUT,

@@ -36,7 +36,9 @@
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
---         {"replay", state} {"skip"} or {"lost", state}
+--         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
+--         attempt's replies also carry the record's trace_context ("" if none), for the
+--         reaper's log line: {"retrying", due_ms, trace_context} {"dead", trace_context}
 local job_id = ARGV[1]
 local mode = ARGV[2]
 
@@ -121,7 +123,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at')
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context')
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
@@ -177,6 +179,11 @@ if ttl and ttl <= 0 then
     ttl = nil
 end
 local error_text = ARGV[4]
+-- Only the reaper wants it (a worker knows its trace); nil leaves other replies unchanged.
+local carried = nil
+if mode == 'lost' then
+    carried = f[10] or ''
+end
 -- int(), not tonumber(): 'inf' or 'nan' would make cjson.encode fail after the writes above.
 local entry = {attempt = attempts, worker = f[6] or '', started_at = int(f[7]),
     ended_at = now, error = error_text, outcome = mode}
@@ -214,7 +221,7 @@ if outcome == 'retrying' then
     redis.call('ZADD', KEYS[3], entry.retry_at, job_id)
     redis.call('HSET', KEYS[8], 'due_at', entry.retry_at)
     redis.call('HINCRBY', KEYS[7], 'retried', 1)
-    return {'retrying', entry.retry_at}
+    return {'retrying', entry.retry_at, carried}
 end
 
 redis.call('HSET', KEYS[8], 'finished_at', now)
@@ -242,4 +249,7 @@ elseif KEYS[11] then
     redis.call('LPUSH', KEYS[11], job_id)
 end
 redis.call('PUBLISH', ARGV[5], job_id)
+if carried then
+    return {outcome, carried}
+end
 return {outcome}

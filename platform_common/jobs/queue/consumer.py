@@ -50,7 +50,7 @@ from .leases import MAX_ERROR_LENGTH, Claim, Leases
 from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
-from .tracing import NO_TRACE, QueueTracing, Settle
+from .tracing import NO_TRACE, QueueTracing, Settle, creation_log_fields
 
 __all__ = ["Worker"]
 
@@ -672,7 +672,7 @@ class Worker:
     # -- chores --------------------------------------------------------------------
     async def _reap(self) -> None:
         report = await self._chores.reap()
-        for job_id, outcome in report.ended:
+        for job_id, outcome, trace_context in report.ended:
             self.attempt_log.failed(
                 job_id=job_id,
                 agent_type=self.agent_type,
@@ -680,6 +680,7 @@ class Worker:
                 max_attempts=None,
                 outcome=outcome,
                 error=LEASE_EXPIRED,
+                trace=creation_log_fields(trace_context),
             )
         if report.requeued:
             log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)

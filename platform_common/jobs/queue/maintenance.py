@@ -36,8 +36,9 @@ class ReapReport:
     dead: int = 0
     requeued: int = 0
     """Entries taken with BLMOVE by a worker that died before claiming: not an attempt."""
-    ended: tuple[tuple[str, str], ...] = ()
-    """(job_id, outcome) of each attempt this run ended (retrying or dead), to log them."""
+    ended: tuple[tuple[str, str, str], ...] = ()
+    """(job_id, outcome, trace_context) of each attempt this run ended (retrying or
+    dead), to log them; trace_context is the job record's ("" if it has none)."""
 
 
 class Maintenance:
@@ -64,19 +65,22 @@ class Maintenance:
             return ReapReport()
         calls = [self._leases.fail_call(job_id, "", LEASE_EXPIRED, "lost") for job_id in expired]
         replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
-        outcomes = []
+        outcomes, carried = [], []
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
             outcomes.append(reply[0])
+            # The ended attempt's replies end with the record's trace context (mode "lost").
+            ended_reply = reply[0] in (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
+            carried.append(str(reply[-1]) if ended_reply and len(reply) > 1 else "")
         ended = (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
         return ReapReport(
             retried=outcomes.count(AttemptOutcome.RETRYING),
             dead=outcomes.count(AttemptOutcome.DEAD),
             requeued=outcomes.count(AttemptOutcome.REQUEUED),
             ended=tuple(
-                (str(job_id), str(outcome))
-                for job_id, outcome in zip(expired, outcomes, strict=True)
+                (str(job_id), str(outcome), trace_context)
+                for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
                 if outcome in ended
             ),
         )

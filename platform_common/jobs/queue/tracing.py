@@ -53,6 +53,7 @@ __all__ = [
     "JobTrace",
     "QueueTracing",
     "Settle",
+    "creation_log_fields",
 ]
 
 INSTRUMENTATION_NAME = "platform_common.jobs"
@@ -324,6 +325,18 @@ class QueueTracing:
                 "messaging.message.id": job.job_id,
             },
         )
+
+
+def creation_log_fields(stored: str) -> dict[str, str]:
+    """`trace_id` and `span_id` of the creation context a job record carries (its send
+    span's, or for a job of a batch the batch's), for a log line about the job written
+    where no attempt of it runs (the reaper's); empty when it carries none."""
+    if not stored:
+        return {}
+    ids = trace.get_current_span(_extract(stored)[0]).get_span_context()
+    if not ids.is_valid:
+        return {}
+    return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
 
 
 def _extract(stored: str) -> tuple[context.Context, bool]:
