@@ -91,10 +91,20 @@ class InvalidCursor(ValidationError):
 class InvalidPayload(ValidationError):
     """A queue payload failed validation; `errors` maps every bad field to its problem."""
 
+    SHOWN = 10
+    """Problems named in the message: a batch of 20,000 bad jobs must not make a
+    megabytes-long message (or log line); `errors` keeps every one."""
+
     def __init__(self, errors: dict[str, str]) -> None:
         self.errors = dict(errors)
-        summary = "; ".join(f"{name}: {problem}" for name, problem in sorted(self.errors.items()))
-        super().__init__(",".join(sorted(self.errors)) or "payload", summary or "invalid payload")
+        names = sorted(self.errors)
+        shown, left = names[: self.SHOWN], len(names) - self.SHOWN
+        summary = "; ".join(f"{name}: {self.errors[name]}" for name in shown)
+        field = ",".join(shown)
+        if left > 0:
+            summary += f"; and {left} more (InvalidPayload.errors has them all)"
+            field += f",+{left} more"
+        super().__init__(field or "payload", summary or "invalid payload")
 
 
 class JobConflict(JobsError):

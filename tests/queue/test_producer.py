@@ -101,6 +101,20 @@ async def test_enqueue_many_is_all_or_nothing(queue: JobQueue, redis_client: Red
         assert await snapshot(redis_client) == before
 
 
+async def test_a_batch_of_many_bad_jobs_names_ten_and_keeps_every_problem(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    before = await snapshot(redis_client)
+    with pytest.raises(InvalidPayload) as caught:
+        await queue.enqueue_many([make_job(ttl_seconds=-1) for _ in range(2_000)])
+    assert len(caught.value.errors) == 2_000  # every problem, for a caller to act on
+    message = str(caught.value)
+    assert len(message) < 2_000  # not one line per job: a log line stays readable
+    assert message.count("ttl_seconds") == 2 * InvalidPayload.SHOWN  # field list + summary
+    assert "and 1990 more" in message
+    assert await snapshot(redis_client) == before
+
+
 async def test_enqueue_many_across_chunks_and_types_keeps_order(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
