@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import math
 from collections.abc import Callable
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
+
+from ..operations.formatting import NONE, age, timestamp
 
 __all__ = [
     "NONE",
@@ -31,7 +31,6 @@ __all__ = [
     "timestamp",
 ]
 
-NONE = "—"
 """A table cell with no value."""
 
 
@@ -92,24 +91,3 @@ def print_json(value: Any, *, one_line: bool = False) -> None:
 def text(value: object) -> Text:
     """Untrusted text (errors, payloads, ids) as a cell: `[red]` stays literal."""
     return Text(str(value))
-
-
-def age(seconds: float | None) -> str:
-    """3.2s, 4m05s, 2h03m, 3d04h; NONE when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return NONE
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
-def timestamp(seconds: float | None) -> str:
-    """Seconds since the epoch as UTC ISO 8601 (to the millisecond); NONE when absent."""
-    if seconds is None:
-        return NONE
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")

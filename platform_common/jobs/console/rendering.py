@@ -4,18 +4,16 @@ filters its templates use for times and JSON, and the last hour's chart as SVG b
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
 
-from ..operations import Minute
+from ..operations import Minute, formatting
 
 __all__ = ["ChartBar", "age", "chart_bars", "environment", "pretty_json", "timestamp"]
 
-NONE = "—"
 """A cell with no value."""
 
 
@@ -33,25 +31,13 @@ def environment() -> jinja2.Environment:
 
 
 def age(seconds: float | None) -> str:
-    """3.2s, 4m05s, 2h03m, 3d04h; NONE when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return NONE
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+    """As the CLI shows it, never negative (a clock a little ahead reads as 0.0s)."""
+    return formatting.age(None if seconds is None else max(0.0, seconds))
 
 
 def timestamp(seconds: float | None) -> str:
-    """Seconds since the epoch as UTC ISO 8601 (to the second); NONE when absent."""
-    if seconds is None:
-        return NONE
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+    """UTC ISO 8601 to the second: a page shows the relative age beside it."""
+    return formatting.timestamp(seconds, "seconds")
 
 
 def pretty_json(value: Any) -> str:

@@ -28,6 +28,10 @@ __all__ = [
 ]
 
 
+_RETIRED_KEPT = 64
+"""Retired node objects a ClusterClient keeps for aclose() before it forgets idle ones."""
+
+
 class ClusterClient(RedisCluster):
     """RedisCluster with three fixes the package relies on.
 
@@ -111,10 +115,6 @@ class ClusterClient(RedisCluster):
         pending = tuple(getattr(self.nodes_manager, "_background_tasks", ()))
         await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
-
-
-_RETIRED_KEPT = 64
-"""Retired node objects a ClusterClient keeps for aclose() before it forgets idle ones."""
 
 
 class GatedClusterPipeline(ClusterPipeline):
