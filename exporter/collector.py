@@ -1,8 +1,10 @@
-"""The pure function from one scrape's result to Prometheus metric families.
+"""The pure functions from one scrape's result to each metric's samples
+(value_series, histogram_series) and to Prometheus metric families.
 
-No I/O, no clock, no global state: the same ScrapeResult always gives the same families,
+No I/O, no clock, no global state: the same ScrapeResult always gives the same samples,
 so every metric is tested with hand-built snapshots. Names, types, help and labels come
-from the catalogue and nowhere else.
+from the catalogue and nowhere else. The /metrics page is written from the same samples
+by page.py; metric_families serves the formats page.py does not write.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from . import catalogue
 from .server_stats import ServerStats
 from .snapshot import LatencyHistogram, Snapshot, TypeSnapshot
 
-__all__ = ["ScrapeResult", "metric_families", "registry_for"]
+__all__ = [
+    "ScrapeResult",
+    "Series",
+    "histogram_series",
+    "metric_families",
+    "registry_for",
+    "type_reading",
+    "value_series",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +70,14 @@ _TYPE_HISTOGRAMS: dict[str, Callable[[TypeSnapshot], LatencyHistogram | None]] =
 }
 
 
+Series = tuple[tuple[str, ...], float]
+"""One sample: its label values (in the metric's label order) and its value."""
+
 # Per-node gauges from INFO memory: catalogue key -> (label values, value).
-_MEMORY_GAUGES: dict[str, Callable[[str, MemoryInfo], tuple[list[str], float]]] = {
-    "redis_memory_used": lambda node, info: ([node], info.used_bytes),
-    "redis_memory_max": lambda node, info: ([node], info.max_bytes),
-    "redis_policy_safe": lambda node, info: ([node, info.policy], 0 if info.can_evict else 1),
+_MEMORY_GAUGES: dict[str, Callable[[str, MemoryInfo], Series]] = {
+    "redis_memory_used": lambda node, info: ((node,), info.used_bytes),
+    "redis_memory_max": lambda node, info: ((node,), info.max_bytes),
+    "redis_policy_safe": lambda node, info: ((node, info.policy), 0 if info.can_evict else 1),
 }
 
 # Per-node values from INFO clients and stats: catalogue key -> value.
@@ -92,73 +105,112 @@ def registry_for(families: list[Metric]) -> CollectorRegistry:
     return registry
 
 
+def value_series(metric: catalogue.Metric, result: ScrapeResult) -> list[Series] | None:
+    """The samples of gauge or counter `metric` in `result`, in exposition order, or
+    None when the metric is absent from this result (its family too): the one
+    definition of what each metric shows, for metric_families and page.py alike."""
+    snapshot = result.snapshot
+    key = metric.key
+    if key == "malformed":
+        return [((), result.malformed_total)]
+    if key == "redis_up":
+        return [((), 0 if snapshot is None else 1)]
+    if key == "scrape_duration":
+        return [((), result.duration_seconds)]
+    if snapshot is None:
+        return None
+    if key == "types_dropped":
+        return [((), snapshot.types_dropped)]
+    if key in _MEMORY_GAUGES:
+        if not snapshot.memory:
+            return None  # INFO memory refused or unreadable: no sample rather than a guess
+        memory_value = _MEMORY_GAUGES[key]
+        return [memory_value(node, info) for node, info in snapshot.memory.items()]
+    if key in _SERVER_VALUES:
+        if not snapshot.server:
+            return None  # INFO refused or unreadable, as for the memory gauges
+        server_value = _SERVER_VALUES[key]
+        return [((node,), server_value(stats)) for node, stats in snapshot.server.items()]
+    if key == "attempts_failed":
+        return [
+            ((t.agent_type, error_class), count)
+            for t in snapshot.types
+            for error_class, count in sorted(t.error_classes.items())
+        ]
+    if key == "worker_heartbeat_age":
+        return [((t.agent_type, beat.worker), beat.age_seconds) for t in snapshot.types
+                for beat in t.workers]  # fmt: skip
+    reading = _TYPE_READINGS[key]
+    pairs = ((t.agent_type, reading(t)) for t in snapshot.types)
+    return [((agent_type,), value) for agent_type, value in pairs if value is not None]
+
+
+def type_reading(metric: catalogue.Metric) -> Callable[[TypeSnapshot], float | None] | None:
+    """For a metric with one sample per agent type (its only label): a type's sample
+    value, None for no sample; for any other metric, None. value_series' own values."""
+    return _TYPE_READINGS.get(metric.key)
+
+
+def _finite(
+    value_of: Callable[[TypeSnapshot], float | None],
+) -> Callable[[TypeSnapshot], float | None]:
+    def reading(type_snapshot: TypeSnapshot) -> float | None:
+        value = value_of(type_snapshot)
+        # Unknown (None) or not a number: no sample rather than a made-up one.
+        return value if value is not None and math.isfinite(value) else None
+
+    return reading
+
+
+def _counter(key: str) -> Callable[[TypeSnapshot], float | None]:
+    # A counter malformed in Redis is absent: no sample rather than a wrong one.
+    return lambda type_snapshot: type_snapshot.counters.get(key)
+
+
+_TYPE_READINGS: dict[str, Callable[[TypeSnapshot], float | None]] = {
+    **{key: _finite(value_of) for key, value_of in _TYPE_GAUGES.items()},
+    **{metric.key: _counter(metric.key) for metric in catalogue.CATALOGUE
+       if metric.type == "counter" and metric.labels == (catalogue.AGENT_TYPE,)},
+}  # fmt: skip
+
+
+def histogram_series(
+    metric: catalogue.Metric, result: ScrapeResult
+) -> list[tuple[tuple[str, ...], LatencyHistogram]] | None:
+    """The histograms of histogram `metric` in `result` by label values, or None when
+    the metric is absent (Redis was not read)."""
+    if result.snapshot is None:
+        return None
+    observed_of = _TYPE_HISTOGRAMS[metric.key]
+    observed = ((t.agent_type, observed_of(t)) for t in result.snapshot.types)
+    return [((agent_type,), h) for agent_type, h in observed if h is not None]
+
+
 def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> Metric | None:
     name = metric.full_name(namespace)
     labels = list(metric.labels)
     # OpenMetrics declares a unit when the name carries one (`_seconds`).
     unit = "seconds" if name.endswith("_seconds") else ""
-    snapshot = result.snapshot
-    if metric.type == "counter":
-        counter = CounterMetricFamily(name.removesuffix("_total"), metric.help, labels=labels)
-        if metric.key == "malformed":
-            counter.add_metric([], result.malformed_total)
-        elif snapshot is None:
-            return None
-        elif metric.key in _SERVER_VALUES:
-            if not snapshot.server:
-                return None  # INFO refused or unreadable, as for the memory gauges
-            for node, stats in snapshot.server.items():
-                counter.add_metric([node], _SERVER_VALUES[metric.key](stats))
-        elif metric.key == "attempts_failed":
-            for type_snapshot in snapshot.types:
-                for error_class, count in sorted(type_snapshot.error_classes.items()):
-                    counter.add_metric([type_snapshot.agent_type, error_class], count)
-        else:
-            for type_snapshot in snapshot.types:
-                value = type_snapshot.counters.get(metric.key)
-                if value is not None:  # malformed in Redis: no sample rather than a wrong one
-                    counter.add_metric([type_snapshot.agent_type], value)
-        return counter
     if metric.type == "histogram":
-        if snapshot is None:
+        histograms = histogram_series(metric, result)
+        if histograms is None:
             return None
         histogram = HistogramMetricFamily(name, metric.help, labels=labels, unit=unit)
-        for type_snapshot in snapshot.types:
-            observed = _TYPE_HISTOGRAMS[metric.key](type_snapshot)
-            if observed is not None:
-                buckets = [(_le(bound), count) for bound, count in observed.buckets]
-                histogram.add_metric([type_snapshot.agent_type], buckets, observed.sum)
+        for label_values, observed in histograms:
+            buckets = [(_le(bound), count) for bound, count in observed.buckets]
+            histogram.add_metric(list(label_values), buckets, observed.sum)
         return histogram
-    gauge = GaugeMetricFamily(name, metric.help, labels=labels, unit=unit)
-    if metric.key == "redis_up":
-        gauge.add_metric([], 0 if snapshot is None else 1)
-    elif metric.key == "scrape_duration":
-        gauge.add_metric([], result.duration_seconds)
-    elif snapshot is None:
+    series = value_series(metric, result)
+    if series is None:
         return None
-    elif metric.key == "types_dropped":
-        gauge.add_metric([], snapshot.types_dropped)
-    elif metric.key in _MEMORY_GAUGES:
-        if not snapshot.memory:
-            return None  # INFO memory refused or unreadable: no sample rather than a guess
-        for node, info in snapshot.memory.items():
-            gauge.add_metric(*_MEMORY_GAUGES[metric.key](node, info))
-    elif metric.key in _SERVER_VALUES:
-        if not snapshot.server:
-            return None
-        for node, stats in snapshot.server.items():
-            gauge.add_metric([node], _SERVER_VALUES[metric.key](stats))
-    elif metric.key == "worker_heartbeat_age":
-        for type_snapshot in snapshot.types:
-            for beat in type_snapshot.workers:
-                gauge.add_metric([type_snapshot.agent_type, beat.worker], beat.age_seconds)
+    family: CounterMetricFamily | GaugeMetricFamily
+    if metric.type == "counter":
+        family = CounterMetricFamily(name.removesuffix("_total"), metric.help, labels=labels)
     else:
-        value_of = _TYPE_GAUGES[metric.key]
-        for type_snapshot in snapshot.types:
-            reading = value_of(type_snapshot)
-            if reading is not None and math.isfinite(reading):
-                gauge.add_metric([type_snapshot.agent_type], reading)
-    return gauge
+        family = GaugeMetricFamily(name, metric.help, labels=labels, unit=unit)
+    for label_values, value in series:
+        family.add_metric(list(label_values), value)
+    return family
 
 
 def _le(bound: float) -> str:

@@ -2,18 +2,20 @@
 
 The pipeline carries Redis TIME, the type discovery (SCARD + one SSCAN page of
 `jobs:types`), INFO memory, clients and stats (one command; on a cluster, one addressed
-to each primary) and, per
-agent type exported by the previous scrape, ZCARD of the `waiting` set (the depth),
-LLEN of the processing and dead-letter lists, ZCARD of the delayed set, HGETALL of the
-stats hash and ZRANGE of the heartbeats: so in the steady state a scrape costs one round trip
-(per node on a cluster) whatever the number of types or jobs. A scrape that discovers a
-new type reads it in a second round trip at once (never a stale or missing number).
+to each primary) and, per agent type exported by the previous scrape, the commands of
+type_reads.type_commands: so in the steady state a scrape costs one round trip (per
+node on a cluster) whatever the number of types or jobs. A scrape that discovers a new
+type reads it in a second round trip at once (never a stale or missing number).
 
 No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly these
 commands on exactly these keys (and the keyless INFO), so it can neither read a job
 (payloads are personal data) nor run Lua that could hold Redis busy. The oldest
 waiting job's age comes from the queue's `waiting` set (job id -> arrival time), never
 from a job hash.
+
+On a single server (or Sentinel's master) the request is sent by wire.py, packed once
+per type and kept; a cluster goes through redis-py's cluster pipeline, which routes by
+slot.
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ from platform_common.jobs.redis.url import RedisClient
 from .discovery import scan_count, select_types
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
-from .snapshot import Snapshot, TypeSnapshot, parse_type_reply
+from .snapshot import Snapshot, TypeSnapshot, type_snapshot
+from .stats_hash import StatsReading, parse_stats
+from .type_reads import TYPE_COMMAND_COUNT, TypeReplies, type_commands
+from .wire import pack, send_and_read
 
 __all__ = ["SnapshotReader", "make_exporter_client", "type_commands"]
-
-_PER_TYPE = 7
-"""Commands per agent type in a pipeline (see type_commands)."""
 
 
 def make_exporter_client(settings: ExporterSettings) -> RedisClient:
@@ -67,46 +69,30 @@ def make_exporter_client(settings: ExporterSettings) -> RedisClient:
     )
 
 
-def type_commands(keys: QueueKeys) -> list[Command]:
-    """The read-only commands for one agent type: exactly the keys the exporter exports."""
-    return [
-        # The depth is the `waiting` set, not LLEN of the queue list: expiry is lazy, so
-        # an expired job's id stays in the list until a worker pops and drops it, while
-        # the set holds exactly the jobs that wait.
-        ("ZCARD", keys.waiting),
-        ("LLEN", keys.processing),
-        ("ZCARD", keys.delayed),
-        ("LLEN", keys.dead),
-        ("HGETALL", keys.stats),
-        # Every heartbeat: the queue prunes silent workers, so this stays as small as
-        # the fleet, and counting here against Redis TIME needs no clock of our own.
-        ("ZRANGE", keys.workers, 0, -1, "WITHSCORES"),
-        # The oldest waiting job's arrival (ms): the queue keeps this set beside the list
-        # precisely so that no job hash (and no payload) is read for it.
-        ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
-    ]
-
-
 class SnapshotReader:
-    """Reads snapshots with `client`; remembers only which types the last scrape exported
-    (to read them in the discovery round trip)."""
+    """Reads snapshots with `client`; remembers which types the last scrape exported (to
+    read them in the discovery round trip) and each type's packed commands."""
 
     def __init__(self, client: RedisClient, settings: ExporterSettings) -> None:
         self._client = client
         self._settings = settings
         self._previous: tuple[str, ...] = settings.agent_types
+        self._packed: dict[str, bytes] = {}
+        """Agent type -> its type_commands in the Redis protocol (the keys never change,
+        and packing 7,000 commands cost more than Redis took to answer them)."""
+        self._stats: dict[str, tuple[Any, StatsReading]] = {}
+        """Agent type -> (its stats hash as last read, what it said)."""
 
     async def read(self) -> Snapshot:
         """One snapshot; Redis errors (connection, timeout, auth) propagate to the caller."""
         types_key = QueueKeys.types_key(self._settings.queue_prefix)
-        commands: list[Command] = [
+        head: list[tuple[Any, ...]] = [
             ("TIME",),
             ("SCARD", types_key),
             ("SSCAN", types_key, 0, "COUNT", scan_count(self._settings.max_agent_types)),
         ]
-        commands += self._commands(self._previous)
-        end = len(commands)
-        replies, nodes = await self._with_memory(commands)
+        replies, nodes = await self._with_memory(head, self._previous)
+        end = len(head) + len(self._previous) * TYPE_COMMAND_COUNT
         memory, server, memory_problem = _server_info(nodes, replies[end:])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
@@ -119,15 +105,16 @@ class SnapshotReader:
             max_agent_types=self._settings.max_agent_types,
         )
         results: dict[str, TypeSnapshot] = {}
-        first = self._take(self._previous, replies[3:end], now_ms, results)
+        first = self._take(self._previous, replies[len(head) : end], now_ms, results)
         malformed = selection.invalid + first.malformed
         todo = [t for t in selection.types if t not in results and t not in first.broken]
         if todo:
             # Types new since the last scrape: read now, with a TIME of their own.
-            more = await run_pipelined(self._client, [("TIME",), *self._commands(todo)])
+            more = await self._run([("TIME",)], todo)
             round_trips += more.round_trips
             malformed += self._take(todo, more[1:], _now_ms(_ok(more[0])), results).malformed
         self._previous = selection.types
+        self._forget(selection.types)
         return Snapshot(
             types=tuple(results[t] for t in selection.types if t in results),
             types_dropped=selection.dropped,
@@ -138,17 +125,61 @@ class SnapshotReader:
             server=server,
         )
 
-    async def _with_memory(self, commands: list[Command]) -> tuple[Replies, list[str]]:
-        """Run `commands` with INFO (memory, clients, stats) of every primary appended, in
-        the same pipeline: the replies (the INFO ones last) and the nodes they come from."""
+    async def _with_memory(
+        self, head: list[tuple[Any, ...]], agent_types: Sequence[str]
+    ) -> tuple[Replies, list[str]]:
+        """Run `head` and the commands of `agent_types` with INFO (memory, clients,
+        stats) of every primary appended, in the same pipeline: the replies (the INFO
+        ones last) and the nodes they come from."""
         client = self._client
         if not isinstance(client, RedisCluster):
             nodes = [server_name(self._settings.redis)]
-            return await run_pipelined(client, [*commands, ("INFO", *INFO_SECTIONS)]), nodes
+            return await self._run(head, agent_types, [("INFO", *INFO_SECTIONS)]), nodes
         await client.initialize()  # a no-op once it is: the primaries come from its slot map
         primaries = client.get_primaries()
+        commands = [*head, *self._commands(agent_types)]
         replies = await run_batch(_with_info_of(client, primaries), commands)
         return replies, [node.name for node in primaries]
+
+    async def _run(
+        self,
+        head: list[tuple[Any, ...]],
+        agent_types: Sequence[str],
+        tail: Sequence[tuple[Any, ...]] = (),
+    ) -> Replies:
+        """`head`, the commands of `agent_types`, then `tail`, in one pipeline."""
+        client = self._client
+        if isinstance(client, RedisCluster):
+            commands = [*head, *self._commands(agent_types), *tail]
+            return await run_pipelined(client, commands)
+        request = b"".join([pack(head), *map(self._packed_type, agent_types), pack(tail)])
+        count = len(head) + len(agent_types) * TYPE_COMMAND_COUNT + len(tail)
+        return Replies(await send_and_read(client, request, count))
+
+    def _packed_type(self, agent_type: str) -> bytes:
+        packed = self._packed.get(agent_type)
+        if packed is None:
+            keys = QueueKeys(agent_type, self._settings.queue_prefix)
+            packed = self._packed[agent_type] = pack(type_commands(keys))
+        return packed
+
+    def _forget(self, exported: Sequence[str]) -> None:
+        """Drop what is kept of types no longer exported, once they are many (a type set
+        that churns must not grow it without bound)."""
+        if len(self._packed) > 2 * len(exported) + 64:
+            self._packed = {t: self._packed[t] for t in exported if t in self._packed}
+        if len(self._stats) > 2 * len(exported) + 64:
+            self._stats = {t: self._stats[t] for t in exported if t in self._stats}
+
+    def _stats_of(self, agent_type: str, raw: Any) -> StatsReading:
+        """`agent_type`'s stats hash parsed, or its last reading when the hash is as it
+        was then (a quiet type: most of them, most of the time)."""
+        last = self._stats.get(agent_type)
+        if last is not None and last[0] == raw:
+            return last[1]
+        reading = parse_stats(raw, self._settings.latency_buckets)
+        self._stats[agent_type] = (raw, reading)
+        return reading
 
     def _commands(self, agent_types: Sequence[str]) -> list[Command]:
         prefix = self._settings.queue_prefix
@@ -163,24 +194,32 @@ class SnapshotReader:
     ) -> _Step:
         """Parse each type's replies into `results`; note the types to skip."""
         step = _Step()
-        for index, agent_type in enumerate(agent_types):
-            own = replies[index * _PER_TYPE : (index + 1) * _PER_TYPE]
-            for reply in own:
-                if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
-                    raise reply  # connection trouble: the whole scrape is "Redis down"
-            if any(isinstance(reply, ResponseError) for reply in own):
+        # Error replies are rare: find them in one pass, not per type.
+        errors = (i for i, reply in enumerate(replies) if isinstance(reply, Exception))
+        failed = {i // TYPE_COMMAND_COUNT for i in errors}
+        since_ms = now_ms - self._settings.heartbeat_window_ms
+        # Each type's replies, TYPE_COMMAND_COUNT at a time, without a slice per type.
+        per_type = zip(*[iter(replies)] * TYPE_COMMAND_COUNT, strict=False)
+        for index, (agent_type, own) in enumerate(zip(agent_types, per_type, strict=True)):
+            if index in failed:
+                for reply in own:
+                    if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                        raise reply  # connection trouble: the whole scrape is "Redis down"
                 # e.g. WRONGTYPE: a key of this type holds something else. Skip the type.
                 step.malformed += 1
                 step.broken.add(agent_type)
                 continue
-            queue, processing, delayed, dead, stats, heartbeats, waiting = own
-            beats = _pairs_of(heartbeats)
-            active, newest = _heartbeats(beats, now_ms - self._settings.heartbeat_window_ms)
-            oldest = _first_score(waiting)
-            reply = [now_ms, queue, processing, delayed, dead, stats, active, newest, oldest, beats]
-            results[agent_type], bad = parse_type_reply(
-                agent_type, reply, self._settings.latency_buckets
+            read = TypeReplies.of(own)
+            stats = self._stats_of(agent_type, read.stats)
+            beats = _pairs_of(read.heartbeats)
+            active, newest = _heartbeats(beats, since_ms)
+            oldest = _first_score(read.oldest_waiting)
+            depths = (read.queue_depth, read.in_progress, read.delayed_depth,
+                      read.dead_letter_depth)  # fmt: skip
+            snapshot, bad = type_snapshot(
+                agent_type, now_ms, depths, stats, active, newest, oldest, beats
             )
+            results[agent_type] = snapshot
             step.malformed += bad
         return step
 

@@ -1,7 +1,8 @@
 """The exporter's core, without HTTP: scrape Redis into metric families, and readiness.
 
 Holds only what must outlive a request: the Redis client, the reader's memory of the
-last exported types, the running total of malformed values, whether Redis was up last
+last exported types (and of what their stats hashes said), what the last page can lend
+the next (page.py), the running total of malformed values, whether Redis was up last
 time (so that an outage is logged once when it starts and once when it ends, not on
 every scrape), and what was last said about Redis' eviction policy (likewise).
 """
@@ -28,7 +29,7 @@ from platform_common.jobs.redis.memory_policy import (
 from platform_common.jobs.redis.url import RedisClient
 
 from .collector import ScrapeResult, metric_families, registry_for
-from .exposition import render_text
+from .page import PageMemory, page_format, render_page
 from .reader import SnapshotReader, make_exporter_client
 from .settings import ExporterSettings
 
@@ -47,6 +48,7 @@ class Exporter:
         self.settings = settings
         self._client = client if client is not None else make_exporter_client(settings)
         self._reader = SnapshotReader(self._client, settings)
+        self._page_memory = PageMemory()
         self._malformed_total = 0
         self._malformed_last = 0
         self._redis_was_up: bool | None = None
@@ -87,10 +89,12 @@ class Exporter:
     def render(self, result: ScrapeResult, accept: str | None) -> tuple[bytes, str]:
         """Exposition bytes and content type: OpenMetrics if `accept` asks for it."""
         encoder, content_type = choose_encoder(accept or "")
+        openmetrics = page_format(content_type)
+        if openmetrics is not None:
+            # Same bytes as prometheus_client's encoder, ~20 times faster (page.py).
+            page = render_page(result, self.settings.namespace, openmetrics, self._page_memory)
+            return page, content_type
         families = metric_families(result, self.settings.namespace)
-        if content_type.startswith("text/plain"):
-            # Same bytes as prometheus_client's text encoder, several times faster.
-            return render_text(families), content_type
         return encoder(registry_for(families)), content_type
 
     async def ready(self) -> bool:

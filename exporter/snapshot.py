@@ -10,37 +10,21 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from platform_common.jobs.keys import (
-    DEFAULT_LATENCY_BUCKETS,
-    ERROR_CLASS_PREFIX,
-    MAX_ERROR_CLASSES,
-    OTHER_ERROR_CLASS,
-    STATS_COUNTERS,
-    histogram_bucket_field,
-    histogram_count_field,
-    histogram_sum_field,
-)
+from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 
 from .catalogue import MAX_WORKERS_PER_TYPE
 from .server_stats import ServerStats
+from .stats_hash import LatencyHistogram, StatsReading, parse_stats
 
-__all__ = ["LatencyHistogram", "Snapshot", "TypeSnapshot", "WorkerBeat", "parse_type_reply"]
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyHistogram:
-    """One duration histogram of one agent type (keys.STATS_HISTOGRAMS), in Prometheus'
-    shape."""
-
-    buckets: tuple[tuple[float, int], ...]
-    """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
-    sum: float
-    """Sum of all observed latencies, seconds."""
-
-    @property
-    def count(self) -> int:
-        return self.buckets[-1][1]
+__all__ = [
+    "LatencyHistogram",
+    "Snapshot",
+    "TypeSnapshot",
+    "WorkerBeat",
+    "parse_type_reply",
+    "type_snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +55,8 @@ class TypeSnapshot:
     error_classes: Mapping[str, int] = field(default_factory=dict)
     """Failed attempts by exception class (the queue caps the classes, see keys.py)."""
     oldest_age_seconds: float | None = 0.0
-    """Age of the job at the right end of the queue; 0 when empty, None when unknown:
-    always unknown for a non-empty queue today, because the enqueue time lives only in
-    the job hash, which the exporter may not read (reader.py)."""
+    """Age of the oldest waiting job, by its arrival time (type_reads.py); 0 when none
+    waits, None when unknown (jobs wait but none has an arrival time)."""
     active_workers: int = 0
     """Workers whose heartbeat is newer than the configured window (Redis TIME)."""
     last_heartbeat_seconds: float | None = None
@@ -119,31 +102,37 @@ def parse_type_reply(
     Layout: now_ms (Redis TIME), queue, processing, delayed, dead, stats (HGETALL, flat or
     a dict), active workers, newest heartbeat score or None, oldest job's enqueued_at or
     None (unknown), and optionally the heartbeats as (worker, score) pairs.
-    `bucket_bounds` are the queue's configured latency buckets (see `_histogram`).
+    `bucket_bounds` are the queue's configured latency buckets (see stats_hash).
     """
     now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply[:9]
     beats: Sequence[tuple[object, object]] = reply[9] if len(reply) > 9 else ()  # type: ignore[assignment]
-    malformed = 0
-    fields = _pairs(stats)
-    counters: dict[str, int] = {}
-    for name in STATS_COUNTERS:
-        if name not in fields:
-            counters[name] = 0
-            continue
-        value = _count(fields[name])
-        if value is None:
-            malformed += 1
-        else:
-            counters[name] = value
-    histograms: dict[str, LatencyHistogram | None] = {}
-    for name in ("latency", "wait", "run"):
-        histograms[name], errors = _histogram(fields, name, bucket_bounds)
-        malformed += errors
-    error_classes, errors = _error_classes(fields)
-    malformed += errors
-    workers, errors = _workers(beats, _int(now_ms))
-    malformed += errors
+    depths = (queue, processing, delayed, dead)
+    reading = parse_stats(stats, bucket_bounds)
+    return type_snapshot(agent_type, _int(now_ms), depths, reading, active, newest, oldest, beats)
 
+
+def type_snapshot(
+    agent_type: str,
+    now_ms: int,
+    depths: tuple[object, object, object, object],
+    stats: StatsReading,
+    active: object,
+    newest: object | None,
+    oldest: object | None,
+    beats: Sequence[tuple[object, object]],
+) -> tuple[TypeSnapshot, int]:
+    """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
+
+    `depths`: queue, processing, delayed and dead-letter counts as Redis sent them;
+    `stats`: its parsed stats hash; `active`: workers beating within the window;
+    `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
+    arrival (ms) or None; `beats`: every heartbeat as (worker, score).
+    """
+    malformed = stats.malformed
+    workers, errors = _workers(beats, now_ms)
+    malformed += errors
+    queue, processing, delayed, dead = depths
+    depth = _int(queue)
     oldest_age: float | None = 0.0
     if oldest is not None:
         enqueued_ms = _number(oldest)
@@ -152,47 +141,27 @@ def parse_type_reply(
             oldest_age = None
         else:
             # A producer's clock may run ahead of Redis': never report a negative age.
-            oldest_age = max(0.0, (_int(now_ms) - enqueued_ms) / 1000.0)
-    elif _int(queue) > 0:
+            oldest_age = max(0.0, (now_ms - enqueued_ms) / 1000.0)
+    elif depth > 0:
         oldest_age = None  # jobs wait but none has an arrival time (written by an old version)
-
+    histograms = stats.histograms
     snapshot = TypeSnapshot(
         agent_type=agent_type,
-        queue_depth=_int(queue),
+        queue_depth=depth,
         in_progress=_int(processing),
         delayed_depth=_int(delayed),
         dead_letter_depth=_int(dead),
-        counters=counters,
+        counters=stats.counters,
         latency=histograms["latency"],
         wait=histograms["wait"],
         run=histograms["run"],
-        error_classes=error_classes,
+        error_classes=stats.error_classes,
         oldest_age_seconds=oldest_age,
         active_workers=_int(active),
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
         workers=workers,
     )
     return snapshot, malformed
-
-
-def _error_classes(fields: Mapping[str, str]) -> tuple[dict[str, int], int]:
-    """Failed attempts by class. The queue caps the classes; a hash holding more (written
-    by hand) has the excess folded into `other`, so the label stays bounded here too."""
-    malformed = 0
-    counts: dict[str, int] = {}
-    for name in sorted(fields):
-        if not name.startswith(ERROR_CLASS_PREFIX):
-            continue
-        value = _count(fields[name])
-        if value is None:
-            malformed += 1
-            continue
-        error_class = name[len(ERROR_CLASS_PREFIX) :]
-        named = len(counts) - (OTHER_ERROR_CLASS in counts)
-        if error_class != OTHER_ERROR_CLASS and named >= MAX_ERROR_CLASSES:
-            error_class = OTHER_ERROR_CLASS
-        counts[error_class] = counts.get(error_class, 0) + value
-    return counts, malformed
 
 
 def _workers(
@@ -211,80 +180,12 @@ def _workers(
     return tuple(ages[:MAX_WORKERS_PER_TYPE]), malformed
 
 
-def _histogram(
-    fields: Mapping[str, str], name: str, bucket_bounds: Sequence[float]
-) -> tuple[LatencyHistogram | None, int]:
-    """Sum histogram `name`'s NON-cumulative bucket fields into cumulative `le` buckets.
-
-    The queue only creates a bucket's field when an observation lands in it. Bounds
-    without a field are filled with 0 when every field found is one of the configured
-    bounds: then the `le` set is complete and stable from the first scrape (rate() and
-    histogram_quantile need that). A field outside the configured bounds means the queue
-    uses other buckets: then only the discovered ones are exported, which is always
-    correct (a missing bound's count is unknown, not 0).
-    """
-    malformed = 0
-    prefix = histogram_bucket_field(name, 0.0).split(":", 1)[0] + ":"  # "latency_le:"
-    per_bound: dict[float, int] = {}
-    for field_name, raw in fields.items():
-        if not field_name.startswith(prefix):
-            continue
-        bound = _bound(field_name[len(prefix) :])
-        value = _count(raw)
-        if bound is None or value is None:
-            malformed += 1
-            continue
-        per_bound[bound] = per_bound.get(bound, 0) + value
-    expected = {float(bound) for bound in bucket_bounds} | {math.inf}
-    if set(per_bound) <= expected:
-        for bound in expected:
-            per_bound.setdefault(bound, 0)
-    per_bound.setdefault(math.inf, 0)
-    running = 0
-    buckets: list[tuple[float, int]] = []
-    for bound in sorted(per_bound):
-        running += per_bound[bound]
-        buckets.append((bound, running))
-    total = _number(fields.get(histogram_sum_field(name), "0"))
-    if total is None or total < 0:
-        # Without a sum the histogram would lie about the mean: leave it out.
-        return None, malformed + 1
-    count = fields.get(histogram_count_field(name))
-    if count is not None and _count(count) != running:
-        # The buckets are authoritative (the histogram must be self-consistent); a
-        # count that disagrees with them is reported, not exported.
-        malformed += 1
-    return LatencyHistogram(tuple(buckets), total), malformed
-
-
-def _pairs(flat: object) -> dict[str, str]:
-    if isinstance(flat, dict):
-        return {str(k): str(v) for k, v in flat.items()}
-    items = list(flat) if isinstance(flat, list | tuple) else []
-    return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
-
-
 def _number(raw: object) -> float | None:
     try:
         value = float(str(raw))
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def _count(raw: object) -> int | None:
-    """A counter value: a non-negative integer (HINCRBY writes nothing else)."""
-    text = str(raw)
-    if not text.isdigit():
-        return None
-    return int(text)
-
-
-def _bound(text: str) -> float | None:
-    if text == "+Inf":
-        return math.inf
-    value = _number(text)
-    return value if value is not None and value >= 0 else None
 
 
 def _heartbeat(raw: object) -> float | None:
@@ -295,4 +196,4 @@ def _heartbeat(raw: object) -> float | None:
 def _int(raw: object) -> int:
     # LLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
     # reader's own: never malformed.
-    return int(str(raw))
+    return raw if type(raw) is int else int(str(raw))

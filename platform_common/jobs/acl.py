@@ -242,8 +242,12 @@ def _worker_queue_commands() -> tuple[str, ...]:
 # active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
 # their payloads (operators look at them) and results.
 _OPERATOR_READS = (
-    Grant(("llen", "lrange"), (_queue("processing"), _queue("dead"))),
+    Grant(("llen", "lrange"), (_queue("queue"), _queue("processing"), _queue("dead"))),
     Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
+    # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
+    # second the oldest of them arrived in.
+    Grant(("hlen", "hget", "hmget"), (_queue("queued"),)),
+    Grant(("zrange",), (_queue("arrivals"),)),
     Grant(("zcount", "zscan"), (_queue("workers"),)),
     Grant(("zscore",), (_queue("leases"),)),
     Grant(("hgetall",), (_queue("stats"),)),
@@ -280,20 +284,28 @@ ROLES: dict[str, AclRole] = {
                     (
                         _queue("queue", write=True),
                         _queue("stats", write=True),
-                        _queue("expiry", write=True),
-                        _queue("waiting", write=True),
-                        _queue("job:*", write=True),
+                        _queue("queued", write=True),
+                        _queue("expiring", write=True),
+                        _queue("arrivals", write=True),
+                        _queue("arrived", write=True),
+                        _queue("job:*", write=True),  # read only, by EXISTS/HGET below
                         _queue("result:*", write=True),  # read only, by EXISTS below
+                        _queue("expiring:*", write=True),
                     ),
                 ),
-                # What the enqueue script writes, each command on its one kind of key.
+                # What the enqueue script writes, each command on its one kind of key: a
+                # waiting job is one field of `queued` (queue/envelope.py), its id on the
+                # queue list and in its expiry bucket, and a count of its arrival second.
                 Grant(("lpush",), (_queue("queue", write=True),)),
-                # (HINCRBY also by register_type, which creates the bucket fields at 0)
-                Grant(("hincrby",), (_queue("stats", write=True),)),
-                Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
-                Grant(("hset",), (_queue("job:*", write=True),)),
+                Grant(("rpush",), (_queue("expiring:*", write=True),)),
+                # (HINCRBY of stats also by register_type, which creates the buckets at 0)
+                Grant(("hincrby",), (_queue("stats", write=True), _queue("arrived", write=True))),
+                Grant(("zadd",), (_queue("expiring", write=True), _queue("arrivals", write=True))),
+                Grant(("hset",), (_queue("queued", write=True),)),
                 # Reads: duplicate check and job state, results, depths and counters.
                 Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
+                Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
+                Grant(("hget",), (_queue("arrived"),)),
                 # One EXISTS spans job hashes and results (a held result takes its id too),
                 # and Redis checks all keys of a command against one selector.
                 Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
@@ -301,7 +313,15 @@ ROLES: dict[str, AclRole] = {
                 # The enqueue script's type checks, before it writes.
                 Grant(
                     ("type",),
-                    (_queue("queue"), _queue("expiry"), _queue("waiting"), _queue("job:*")),
+                    (
+                        _queue("queue"),
+                        _queue("queued"),
+                        _queue("expiring"),
+                        _queue("arrivals"),
+                        _queue("arrived"),
+                        _queue("expiring:*"),
+                        _queue("job:*"),
+                    ),
                 ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
@@ -348,7 +368,9 @@ ROLES: dict[str, AclRole] = {
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
                 Grant(("hgetall",), (_queue("stats"),)),
-                Grant(("zrange",), (_queue("workers"), _queue("waiting"))),
+                Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
+                # How many jobs wait packed: HLEN counts the fields, never reads a value.
+                Grant(("hlen",), (_queue("queued"),)),
             ),
             channels="none",
             scoped=False,

@@ -14,14 +14,33 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
 
 Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
-    jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list; a
-                                     job is in it exactly while it waits there (claim and
-                                     expiry remove it), so the exporter reads the oldest
-                                     waiting job's age without reading any job (payload)
+    jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
+                                     for a job enqueued and not yet claimed: the cheap
+                                     form of a waiting job (a hash field, not a key and a
+                                     hash of its own); the claim unpacks it into the job
+                                     hash. Its HLEN is the number of such jobs.
+    jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list, for
+                                     a job that waits WITH a job hash (a retry promoted, a
+                                     released attempt, a requeued dead letter, a job of
+                                     the previous layout); claim and expiry remove it.
+                                     Depth = HLEN queued + ZCARD waiting.
+    jobs:{type}:arrivals      ZSET   second (ms) -> second: every second in which a job
+                                     still in `queued` was enqueued; with
+    jobs:{type}:arrived       HASH   second (ms) -> how many jobs of `queued` it holds
+                                     (the field and the member go when it drops to 0), the
+                                     exporter reads the oldest waiting job's age
+                                     (min of this and `waiting`) without reading any job
+    jobs:{type}:expiring      ZSET   bucket (ms) -> bucket: the expiry buckets of `queued`
+    jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` whose TTL
+                                     deadline falls in [ms, ms + EXPIRY_BUCKET_MS); the
+                                     cleanup expires a bucket once it is wholly past (an
+                                     id no longer in `queued` is skipped). A list entry
+                                     costs a tenth of a sorted-set entry.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
-    jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job;
+    jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
+                                     that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)
     jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps
     jobs:{type}:result:<id>   STRING result JSON, with the job's TTL
@@ -64,10 +83,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "ARRIVAL_BUCKET_MS",
     "COMPLETION_PATTERN",
     "DEFAULT_LATENCY_BUCKETS",
     "ERROR_CLASSES_FIELD",
     "ERROR_CLASS_PREFIX",
+    "EXPIRY_BUCKET_MS",
     "INDEX_SEGMENT",
     "LATENCY_COUNT_FIELD",
     "LATENCY_SUM_FIELD",
@@ -125,9 +146,20 @@ MAX_ERROR_CLASSES = 20
 COMPLETION_PATTERN = "agent:*:completed"
 
 # The type of each fixed key of a queue (the layout in the module docstring).
+EXPIRY_BUCKET_MS = 10_000
+"""Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
+much (plus a cleanup interval) after its deadline; a claim expires it on the spot."""
+
+ARRIVAL_BUCKET_MS = 1_000
+"""Resolution of the oldest waiting job's age for jobs in `queued`."""
+
 _QUEUE_KEY_TYPES = {
     "queue": "list",
+    "queued": "hash",
     "waiting": "zset",
+    "arrivals": "zset",
+    "arrived": "hash",
+    "expiring": "zset",
     "processing": "list",
     "leases": "zset",
     "delayed": "zset",
@@ -194,6 +226,8 @@ def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
         return "hash"
     if rest.startswith("result:"):
         return "string"
+    if rest.startswith("expiring:"):
+        return "list"
     return _QUEUE_KEY_TYPES.get(rest)
 
 
@@ -256,8 +290,28 @@ class QueueKeys:
         return f"{self.base}:queue"
 
     @property
+    def queued(self) -> str:
+        return f"{self.base}:queued"
+
+    @property
     def waiting(self) -> str:
         return f"{self.base}:waiting"
+
+    @property
+    def arrivals(self) -> str:
+        return f"{self.base}:arrivals"
+
+    @property
+    def arrived(self) -> str:
+        return f"{self.base}:arrived"
+
+    @property
+    def expiring(self) -> str:
+        return f"{self.base}:expiring"
+
+    def expiring_bucket(self, expires_at_ms: int) -> str:
+        """The expiry bucket list of a job of `queued` whose deadline is `expires_at_ms`."""
+        return f"{self.base}:expiring:{expires_at_ms - expires_at_ms % EXPIRY_BUCKET_MS}"
 
     @property
     def processing(self) -> str:

@@ -343,6 +343,8 @@ async def _leftovers(admin: aioredis.Redis) -> dict[str, int]:
         keys = QueueKeys(agent_type)
         sizes = {
             "queue": await admin.llen(keys.queue),
+            "queued": await admin.hlen(keys.queued),
+            "arrived": await admin.hlen(keys.arrived),
             "processing": await admin.llen(keys.processing),
             "leases": await admin.zcard(keys.leases),
             "delayed": await admin.zcard(keys.delayed),

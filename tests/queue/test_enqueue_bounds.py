@@ -19,6 +19,7 @@ from platform_common.jobs.validation import MAX_CLOCK_SKEW_SECONDS, MAX_TTL_SECO
 from tests.support.keyspace import Snapshot, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
+from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 
@@ -72,9 +73,13 @@ async def test_the_longest_ttl_is_stored_in_integer_digits(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job_id = await queue.enqueue(make_job(ttl_seconds=MAX_TTL_SECONDS))
-    ttl, expires_at = await redis_client.hmget(DINING.job(job_id), ["ttl", "expires_at"])
+    # The packed header as the script wrote it (not as a parser would forgive it).
+    packed = await redis_client.hget(DINING.queued, job_id)
+    enqueued_at, expires_at, ttl, _attempts, _nonce = packed.split("\n", 1)[0].split(",")
     assert ttl == str(MAX_TTL_SECONDS)
-    assert expires_at.isdigit()
+    assert enqueued_at.isdigit() and expires_at.isdigit()
+    fields = await stored_fields(redis_client, DINING, job_id)
+    assert (fields["ttl"], fields["expires_at"]) == (ttl, expires_at)
     assert int(expires_at) > int((await redis_now(redis_client)).timestamp() * 1000)
 
 

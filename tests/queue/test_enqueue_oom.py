@@ -18,6 +18,7 @@ from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
 from tests.support.keyspace import snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.redis_server import RedisServer
+from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 CHUNKS = 4
@@ -88,8 +89,8 @@ async def test_enqueue_many_at_maxmemory_lists_the_ids_written_and_not(
         assert error.written + error.not_written == ids  # each id once, in batch order
         assert len(error.written) % ENQUEUE_CHUNK == 0  # whole chunks only
         assert await written_ids(raw) == set(error.written)
-        stored = [await raw.exists(DINING.job(job_id)) for job_id in ids]
-        assert stored == [1] * len(error.written) + [0] * len(error.not_written)
+        stored = [bool(await stored_fields(raw, DINING, job_id)) for job_id in ids]
+        assert stored == [True] * len(error.written) + [False] * len(error.not_written)
         assert await raw.hget(DINING.stats, "enqueued") == str(len(error.written))
         if error.written:
             break

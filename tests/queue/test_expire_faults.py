@@ -4,6 +4,10 @@ with a consistent state or the package's CorruptQueueState (naming the key) with
 keyspace unchanged (DUMP and absolute expiry of every key compared). Redis does not undo
 a script that fails midway, so "unchanged" is the proof that every check ran first.
 
+The jobs expired here wait with a job hash (`waiting` and `expiry` entries: requeued,
+released, or enqueued by the previous layout), the form queue_expire.lua reads; a job
+still packed in `queued` is expired by its bucket (test_expire_queued.py).
+
 A job whose own record does not parse is no fault of the cleanup: it is expired like any
 other (its deadline is the expiry set's), the problem in its result, so one poison
 record never stalls the cleanup of every other job.
@@ -32,6 +36,7 @@ from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
+from tests.support.stored_jobs import to_job_hash
 
 pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
 
@@ -78,9 +83,12 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
 
 
 async def make_due(client: RedisClient, job_ids: list[str]) -> None:
+    """Give each job (enqueued, so packed in `queued`) the form with a job hash that
+    queue_expire.lua reads (tests/support/stored_jobs.py to_job_hash), its deadline past."""
     seconds, micros = await client.time()
     past = int(seconds) * 1000 + int(micros) // 1000 - 1000
     for job_id in job_ids:
+        await to_job_hash(client, DINING, job_id)
         await client.hset(DINING.job(job_id), "expires_at", str(past))
         await client.zadd(DINING.expiry, {job_id: past})
 

@@ -27,6 +27,7 @@ from platform_common.jobs.queue.leases import MAX_ERROR_LENGTH
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.stored_jobs import to_job_hash
 from tests.support.workers import FAST_SETTINGS, ROOT, wait_until
 
 DINING = QueueKeys("dining")
@@ -131,22 +132,48 @@ async def test_a_corrupt_stored_job_is_dead_lettered_with_the_parse_error_alone(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A payload that does not parse (not JSON, or not even UTF-8, which the client
-    could not decode), and numeric fields that do not: each such job ends dead-lettered
+    could not decode), numeric fields that do not, and a packed value (the form of a job
+    enqueued and not yet claimed) whose header does not: each such job ends dead-lettered
     on its first attempt, naming the problem; the jobs claimed with them run normally,
-    and the worker task never dies (no 'never retrieved')."""
+    and the worker task never dies (no 'never retrieved'). The payload faults are planted
+    in the packed value; the field faults in a job hash (tests/support/stored_jobs.py
+    to_job_hash: a requeued job, or one of the previous layout), whose fields each have
+    a name to give."""
     good = [make_job(task=f"good {i}") for i in range(3)]
     bad_payload, bad_bytes, bad_max, bad_expiry, bad_ttl = (make_job() for _ in range(5))
-    corrupt: dict[str, tuple[str, str | bytes, str]] = {
+    bad_header, bad_range = make_job(), make_job()
+    # In the packed value: what replaces the payload, or a header field by position.
+    packed: dict[str, tuple[str, str | bytes, str]] = {
         bad_payload["job_id"]: ("payload", "{not json", "payload does not parse: JSONDecode"),
         bad_bytes["job_id"]: ("payload", b"\xff\xfe{", "payload of the job is not valid UTF-8"),
+        bad_header["job_id"]: ("expires_at", "soon", "stored packed job does not parse"),
+        bad_range["job_id"]: ("ttl", "0", "stored packed job holds an out-of-range number"),
+    }
+    # In the job hash: field -> value.
+    hashed: dict[str, tuple[str, str, str]] = {
         bad_max["job_id"]: ("max_attempts", "three", "max_attempts of the job does not parse"),
         bad_expiry["job_id"]: ("expires_at", "soon", "expires_at of the job does not parse"),
         bad_ttl["job_id"]: ("ttl", "\x00\xff", "ttl of the job does not parse"),
     }
-    jobs = [good[0], bad_payload, good[1], bad_bytes, bad_max, bad_expiry, bad_ttl, good[2]]
+    corrupt = {job_id: fault[2] for job_id, fault in (*packed.items(), *hashed.items())}
+    jobs = [good[0], bad_payload, good[1], bad_bytes, bad_max, bad_expiry, bad_header]
+    jobs += [bad_ttl, bad_range, good[2]]
     await queue.enqueue_many(jobs)
-    for job_id, (field, value, _) in corrupt.items():
-        await redis_client.hset(DINING.job(job_id), field, value)  # type: ignore[arg-type]
+    header_fields = ["enqueued_at", "expires_at", "ttl", "max_attempts", "nonce"]
+    for job_id, (field, value, _) in packed.items():
+        header, trace, payload = (await redis_client.hget(DINING.queued, job_id)).split("\n", 2)
+        if field == "payload":
+            planted = f"{header}\n{trace}\n".encode() + (
+                value if isinstance(value, bytes) else value.encode()
+            )
+        else:
+            numbers = header.split(",")
+            numbers[header_fields.index(field)] = str(value)
+            planted = f"{','.join(numbers)}\n{trace}\n{payload}".encode()
+        await redis_client.hset(DINING.queued, job_id, planted)  # type: ignore[arg-type]
+    for job_id, (field, value, _) in hashed.items():
+        await to_job_hash(redis_client, DINING, job_id)
+        await redis_client.hset(DINING.job(job_id), field, value)
 
     async def echo(job: JobPayload) -> str:
         return job.task
@@ -160,15 +187,21 @@ async def test_a_corrupt_stored_job_is_dead_lettered_with_the_parse_error_alone(
     assert [results[job["job_id"]].result for job in good] == ["good 0", "good 1", "good 2"]
     dead = await redis_client.lrange(DINING.dead, 0, -1)
     assert sorted(dead) == sorted(corrupt)
-    for job_id, (_, _, problem) in corrupt.items():
+    for job_id, problem in corrupt.items():
         assert results[job_id].status == "failed"
         (entry,) = await history(redis_client, job_id)  # one attempt: no retry can help
         assert entry["outcome"] == "corrupt"
         assert problem in entry["error"], entry
-    assert worker.counts["succeeded"] == 3 and worker.counts["dead"] == 5
+    assert worker.counts["succeeded"] == 3 and worker.counts["dead"] == len(corrupt)
     assert worker.counts["lost"] == 0
     counters = (await queue.stats("dining")).counters
-    assert (counters["dead_lettered"], counters["retried"], counters["completed"]) == (5, 0, 3)
+    assert (counters["dead_lettered"], counters["retried"], counters["completed"]) == (
+        len(corrupt), 0, 3,
+    )  # fmt: skip
+    # Every job left the packed form, and its arrival count with it.
+    assert await redis_client.hlen(DINING.queued) == 0
+    assert await redis_client.hlen(DINING.arrived) == 0
+    assert await redis_client.zcard(DINING.arrivals) == 0
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 

@@ -1,6 +1,11 @@
 """Lazy removal at expiry: a job expired while it waits leaves its queue list entry (an
 LREM would scan the whole backlog inside Redis); the worker that pops the entry drops it,
-running and counting nothing. Runs on a single node and on the cluster."""
+running and counting nothing. Runs on a single node and on the cluster.
+
+A job enqueued and never claimed waits packed in `queued` (keys.py); the cleanup expires
+it once its expiry bucket is wholly past, so `make_packed_due` moves its deadline that
+far back (tests/support/stored_jobs.py). A retry waits with its job hash; `make_due`
+moves its deadline."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance, curren
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.stored_jobs import make_packed_due
 
 DINING = QueueKeys("dining")
 
@@ -28,8 +34,8 @@ async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
 
 
 async def make_due(client: RedisClient, job_ids: list[str]) -> None:
-    """Move the jobs' TTL deadline a second into Redis's past (record and expiry set alike,
-    as enqueue writes them), so they are due without waiting."""
+    """Move the TTL deadline of jobs that have a job hash (retries) a second into Redis's
+    past (record and expiry set alike), so they are due without waiting."""
     seconds, micros = await client.time()
     past = int(seconds) * 1000 + int(micros) // 1000 - 1000
     for job_id in job_ids:
@@ -55,7 +61,7 @@ class Recorder:
 
 
 async def drained(client: RedisClient) -> bool:
-    return not await client.exists(DINING.queue, DINING.processing, DINING.waiting)
+    return not await client.exists(DINING.queue, DINING.processing, DINING.waiting, DINING.queued)
 
 
 async def test_expired_waiting_jobs_leave_entries_that_a_worker_skips_without_charging(
@@ -65,7 +71,7 @@ async def test_expired_waiting_jobs_leave_entries_that_a_worker_skips_without_ch
     longer = await queue.enqueue_many([make_job(ttl_seconds=600) for _ in range(5)])
     due = await queue.enqueue_many([make_job(ttl_seconds=600) for _ in range(3)])
     events = queue.completions(watch=[("dining", job_id) for job_id in due])
-    await make_due(redis_client, due)
+    await make_packed_due(redis_client, DINING, due)
 
     assert sorted(await queue.cleanup("dining")) == sorted(due)
     completions = [await asyncio.wait_for(anext(events), 10) for _ in due]
@@ -75,11 +81,12 @@ async def test_expired_waiting_jobs_leave_entries_that_a_worker_skips_without_ch
     for job_id in due:
         result = await queue.get_result(job_id, "dining")
         assert result is not None and result.status == "expired"
-        assert result.error == "not finished within its ttl of 600 s"
+        assert result.error == "not started within its ttl of 600 s"
         assert not await redis_client.exists(DINING.job(job_id))
     assert await redis_client.llen(DINING.queue) == 8  # the entries stay...
-    assert sorted(await redis_client.zrange(DINING.waiting, 0, -1)) == sorted(longer)
-    assert sorted(await redis_client.zrange(DINING.expiry, 0, -1)) == sorted(longer)
+    assert sorted(await redis_client.hkeys(DINING.queued)) == sorted(longer)
+    assert sum(int(count) for count in await redis_client.hvals(DINING.arrived)) == 5
+    assert not await redis_client.exists(DINING.waiting, DINING.expiry)
     stats = await queue.stats("dining")
     assert stats.queued == 5  # ...but the depth counts the jobs that wait
     assert stats.counters["expired"] == 3 and balanced(stats.counters, live=5)
@@ -97,6 +104,7 @@ async def test_expired_waiting_jobs_leave_entries_that_a_worker_skips_without_ch
         result = await queue.get_result(job_id, "dining")
         assert result is not None and result.status == "expired"
         assert not await redis_client.exists(DINING.job(job_id))
+    assert not await redis_client.exists(DINING.arrived, DINING.arrivals)
 
 
 async def test_an_expired_retry_leaves_the_delayed_set_or_its_queue_entry(
@@ -153,7 +161,7 @@ async def test_a_stale_entry_of_a_reused_id_runs_the_new_job_once(
     job runs once, and every counter balances."""
     job = make_job(ttl_seconds=600)
     await queue.enqueue(job)
-    await make_due(redis_client, [job["job_id"]])
+    await make_packed_due(redis_client, DINING, [job["job_id"]])
     assert await queue.cleanup("dining") == [job["job_id"]]
     await redis_client.delete(DINING.result(job["job_id"]))  # its TTL ran out
 
@@ -185,7 +193,7 @@ async def test_a_stale_entry_taken_by_a_worker_that_died_is_dropped_by_the_reape
     finds the record gone and drops the entry, counting nothing."""
     job = make_job(ttl_seconds=600)
     await queue.enqueue(job)
-    await make_due(redis_client, [job["job_id"]])
+    await make_packed_due(redis_client, DINING, [job["job_id"]])
     assert await queue.cleanup("dining") == [job["job_id"]]
     await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
     before = (await queue.stats("dining")).counters

@@ -11,13 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from platform_common.jobs.errors import InvalidPayload
-from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings
 from platform_common.jobs.queue.producer import ENQUEUE_CHUNK
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
 from tests.support.redis_server import find_free_port
+from tests.support.stored_jobs import stored_fields, to_job_hash
 
 DINING = QueueKeys("dining")
 
@@ -49,21 +50,51 @@ async def snapshot(client: RedisClient) -> dict[str, object]:
     return state
 
 
+def enqueue_call(
+    keys: QueueKeys, nonce: str, job_ids: list[str], created_ms: int
+) -> tuple[list[str], list[object]]:
+    """KEYS and ARGV of one lua/queue_enqueue.lua call (documented at its top) for jobs
+    of payload "{}", a 60 s TTL and 3 attempts, created at `created_ms`."""
+    script_keys = [keys.queue, keys.stats, keys.queued, keys.expiring]
+    script_keys += [keys.arrivals, keys.arrived]
+    args: list[object] = [nonce, len(job_ids), created_ms, 300_000]
+    args += [EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS]
+    for job_id in job_ids:
+        script_keys += [keys.job(job_id), keys.result(job_id)]
+        script_keys.append(keys.expiring_bucket(created_ms + 60_000))
+        args += [job_id, "{}", 60, created_ms, 3]
+    return script_keys, args
+
+
 async def test_enqueue_writes_job_queue_counter_and_type(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job = make_job()
     assert await queue.enqueue(job) == job["job_id"]
     assert await redis_client.lrange(DINING.queue, 0, -1) == [job["job_id"]]
-    record = await redis_client.hgetall(DINING.job(job["job_id"]))
+    # A job waiting unclaimed is one packed field of `queued`, no key of its own.
+    assert not await redis_client.exists(DINING.job(job["job_id"]))
+    record = await stored_fields(redis_client, DINING, job["job_id"])
     assert json.loads(record["payload"]) == job
     assert record["max_attempts"] == "3" and record["ttl"] == "60"
     waiting = await queue.get_record("dining", job["job_id"])
     assert waiting is not None and waiting.status == "pending" and waiting.payload == job
-    assert int(record["enqueued_at"]) > 0
+    enqueued_at, expires_at = int(record["enqueued_at"]), int(record["expires_at"])
+    assert enqueued_at > 0
     assert await redis_client.hget(DINING.stats, "enqueued") == "1"
     assert await redis_client.smembers(QueueKeys.types_key()) == {"dining"}
-    assert await redis_client.zscore(DINING.expiry, job["job_id"]) == int(record["expires_at"])
+    # Its deadline's expiry bucket holds it, and its arrival second counts it.
+    bucket = expires_at - expires_at % EXPIRY_BUCKET_MS
+    assert await redis_client.lrange(DINING.expiring_bucket(expires_at), 0, -1) == [job["job_id"]]
+    assert await redis_client.zrange(DINING.expiring, 0, -1, withscores=True) == [
+        (str(bucket), bucket)
+    ]
+    second = enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS
+    assert await redis_client.hgetall(DINING.arrived) == {str(second): "1"}
+    assert await redis_client.zrange(DINING.arrivals, 0, -1, withscores=True) == [
+        (str(second), second)
+    ]
+    assert not await redis_client.exists(DINING.expiry, DINING.waiting)
 
 
 async def test_invalid_oversized_and_duplicate_jobs_write_nothing(
@@ -187,13 +218,7 @@ async def test_a_streamed_batch_cancelled_after_its_first_call_is_written_whole(
             if chunk == 1:
                 assert caller is not None
                 caller.cancel()  # the caller goes away after the first call went out
-            yield (
-                [
-                    *(keys.queue, keys.stats, keys.expiry, keys.waiting),
-                    *(keys.job(job_id), keys.result(job_id)),
-                ],
-                [f"nonce-{chunk}", 1, 0, 300_000, job_id, "{}", 60, int(time.time() * 1000), 3],
-            )
+            yield enqueue_call(keys, f"nonce-{chunk}", [job_id], int(time.time() * 1000))
 
     try:
         caller = asyncio.ensure_future(
@@ -226,23 +251,25 @@ async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
     created = int(time.time() * 1000)
 
     def call(nonce: str, *job_ids: str) -> tuple[list[str], list[object]]:
-        args: list[object] = [nonce, len(job_ids), created, 300_000]
-        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
-        for job_id in job_ids:
-            args += [job_id, "{}", 60, created, 3]
-            script_keys += [keys.job(job_id), keys.result(job_id)]
-        return script_keys, args
+        return enqueue_call(keys, nonce, list(job_ids), created)
 
     try:
         script = connection.scripts.enqueue
         assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 2]
+        # The nonce lives in the packed value, which is all a waiting job has.
+        assert (await stored_fields(redis_client, keys, "a"))["nonce"] == "first"
         assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 0]
         assert await connection.run_script(script, *call("first", "a", "c")) == ["ok", 1]
         assert await connection.run_script(script, *call("other", "c", "d")) == [
             "duplicate",
             "c",
         ]
+        # Once a job has a job hash (as a claim gives it), its nonce is read there.
+        await to_job_hash(redis_client, keys, "b")
+        assert await connection.run_script(script, *call("first", "b")) == ["ok", 0]
+        assert await connection.run_script(script, *call("other", "b")) == ["duplicate", "b"]
         assert await redis_client.lrange(keys.queue, 0, -1) == ["c", "b", "a"]
         assert await redis_client.hget(keys.stats, "enqueued") == "3"
+        assert sorted(await redis_client.hkeys(keys.queued)) == ["a", "c"]
     finally:
         await connection.aclose()

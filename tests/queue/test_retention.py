@@ -20,6 +20,7 @@ from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.status import QueueState
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.stored_jobs import make_packed_due, stored_fields, to_job_hash
 
 DINING = QueueKeys("dining")
 HOUR = 3600
@@ -83,17 +84,31 @@ async def test_an_unfinished_job_has_no_ttl_and_its_expired_result_lasts_its_ttl
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job_id = await queue.enqueue(make_job(task="ok", ttl_seconds=60))
-    assert await redis_client.ttl(DINING.job(job_id)) == -1  # the expiry set times it
-    assert await redis_client.zscore(DINING.expiry, job_id) is not None
-    # Created 59.5 s ago with a 60 s TTL: past it within a second, found by the cleanup.
+    # Waiting unclaimed, the job is a field of `queued`; its expiry bucket times it.
+    expires_at = int((await stored_fields(redis_client, DINING, job_id))["expires_at"])
+    bucket = DINING.expiring_bucket(expires_at)
+    assert await redis_client.lrange(bucket, 0, -1) == [job_id]
+    for key in (DINING.queued, bucket, DINING.expiring, DINING.arrived, DINING.arrivals):
+        assert await redis_client.ttl(key) == -1, key
+    assert not await redis_client.exists(DINING.job(job_id))
+    # One waiting with a job hash (requeued, released; a claim writes the same) has no
+    # TTL either: the expiry set times it.
+    claimed = make_job(task="ok", ttl_seconds=60)
+    await to_job_hash(redis_client, DINING, await queue.enqueue(claimed))
+    assert await redis_client.ttl(DINING.job(claimed["job_id"])) == -1
+    assert await redis_client.zscore(DINING.expiry, claimed["job_id"]) is not None
+    # Created 59.5 s ago with a 60 s TTL, its deadline (and whole expiry bucket) moved
+    # into the past: found by the cleanup.
     late = make_job(created_at=(datetime.now(UTC) - timedelta(seconds=59.5)).isoformat())
     late_id = await queue.enqueue(late)
+    await make_packed_due(redis_client, DINING, [late_id])
     assert await eventually(lambda: queue.cleanup("dining")) == [late_id]
     assert not await redis_client.exists(DINING.job(late_id))
+    assert await redis_client.hget(DINING.queued, late_id) is None
     outcome = await queue.get_result(late_id)
     assert outcome is not None and outcome.status == QueueState.EXPIRED
     assert 0 < await redis_client.ttl(DINING.result(late_id)) <= 60
-    await assert_balanced(queue, live=1)
+    await assert_balanced(queue, live=2)
 
 
 @pytest.mark.parametrize(

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
-from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import Claim, JobQueue, Leases, Maintenance, QueueState
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.stored_jobs import make_packed_due
 
 pytestmark = pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault"))
 
@@ -156,23 +158,79 @@ async def refused(env: Env, operation: Callable[[], Awaitable[Any]], key: str) -
 
 
 # -- queue_enqueue: JobQueue.enqueue and enqueue_many ------------------------------------
+# Every key enqueue writes: `bucket` is the expiry bucket list of the jobs' deadline.
 ENQUEUE_KEYS = wrong_types(
-    ("queue", "list"), ("stats", "hash"), ("expiry", "zset"), ("waiting", "zset")
+    ("queue", "list"),
+    ("stats", "hash"),
+    ("queued", "hash"),
+    ("expiring", "zset"),
+    ("arrivals", "zset"),
+    ("arrived", "hash"),
+    ("bucket", "list"),
 )
+
+
+class Created:
+    """Jobs created at one whole second, now (each test makes its own: a created_at plus
+    ttl in the past is refused), so a test knows the expiry bucket of its jobs."""
+
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC).replace(microsecond=0)
+
+    def job(self, ttl_seconds: int = 60) -> dict[str, Any]:
+        """A job created at `at`: its deadline's bucket is bucket(ttl_seconds)."""
+        return make_job(created_at=self.at.isoformat(), ttl_seconds=ttl_seconds)
+
+    def bucket(self, ttl_seconds: int = 60) -> str:
+        return DINING.expiring_bucket(int(self.at.timestamp()) * 1000 + ttl_seconds * 1000)
+
+    def key(self, role: str) -> str:
+        """The key of an enqueue role: `bucket` is that of the jobs' deadline."""
+        return self.bucket() if role == "bucket" else key_of(role)
 
 
 @pytest.mark.parametrize(("role", "kind"), ENQUEUE_KEYS)
 async def test_enqueue_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
-    await env.plant(key_of(role), kind)
-    await refused(env, lambda: env.queue.enqueue(make_job()), key_of(role))
+    created = Created()
+    await env.plant(created.key(role), kind)
+    await refused(env, lambda: env.queue.enqueue(created.job()), created.key(role))
 
 
 @pytest.mark.parametrize(("role", "kind"), ENQUEUE_KEYS)
 async def test_enqueue_many_refuses_a_queue_key_of_another_type(
     env: Env, role: str, kind: str
 ) -> None:
-    await env.plant(key_of(role), kind)
-    await refused(env, lambda: env.queue.enqueue_many([make_job() for _ in range(3)]), key_of(role))
+    created = Created()
+    await env.plant(created.key(role), kind)
+    jobs = [created.job() for _ in range(3)]
+    await refused(env, lambda: env.queue.enqueue_many(jobs), created.key(role))
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"list"}))
+async def test_enqueue_many_refuses_the_bucket_of_a_later_job(env: Env, kind: str) -> None:
+    """Jobs whose deadlines fall in two buckets: the second one's is checked before any
+    write too (one RPUSH per bucket, all after every check)."""
+    later = 60 + EXPIRY_BUCKET_MS // 1000
+    created = Created()
+    assert created.bucket(60) != created.bucket(later)
+    await env.plant(created.bucket(later), kind)
+    jobs = [created.job(60), created.job(60), created.job(later), created.job(60)]
+    await refused(env, lambda: env.queue.enqueue_many(jobs), created.bucket(later))
+
+
+async def test_enqueue_refuses_an_arrival_count_that_is_not_an_integer(env: Env) -> None:
+    """The count of the second the script runs in (Redis TIME): every second around now
+    is planted, so whichever it is, it does not parse."""
+    seconds, _ = await env.raw.time()
+    planted: dict[str, str] = {}
+    for offset in range(-2, 30):
+        ms = (int(seconds) + offset) * 1000
+        planted[str(ms - ms % ARRIVAL_BUCKET_MS)] = NOT_INTEGERS[offset % len(NOT_INTEGERS)]
+    await env.raw.hset(DINING.arrived, mapping=planted)
+    created = Created()
+    await refused(env, lambda: env.queue.enqueue(created.job()), DINING.arrived)
+    jobs = [created.job() for _ in range(3)]
+    await refused(env, lambda: env.queue.enqueue_many(jobs), DINING.arrived)
 
 
 @pytest.mark.parametrize("value", NOT_INTEGERS)
@@ -235,13 +293,19 @@ async def test_a_new_producer_refuses_corrupt_stats_before_registering(
 
 
 async def test_enqueue_after_a_refusal_writes_whole_jobs(env: Env) -> None:
-    await env.plant(DINING.expiry, "string")
+    created = Created()
+    await env.plant(DINING.expiring, "string")
     with pytest.raises(CorruptQueueState):
-        await env.queue.enqueue_many([make_job() for _ in range(3)])
-    await env.raw.delete(DINING.expiry)
-    ids = await env.queue.enqueue_many([make_job() for _ in range(3)])
+        await env.queue.enqueue_many([created.job() for _ in range(3)])
+    await env.raw.delete(DINING.expiring)
+    ids = await env.queue.enqueue_many([created.job() for _ in range(3)])
     assert await env.raw.lrange(DINING.queue, 0, -1) == ids[::-1]
-    assert await env.raw.zcard(DINING.expiry) == 3 == await env.raw.zcard(DINING.waiting)
+    assert sorted(await env.raw.hkeys(DINING.queued)) == sorted(ids)
+    assert await env.raw.lrange(created.bucket(), 0, -1) == ids
+    start = int(created.bucket().rsplit(":", 1)[1])
+    assert await env.raw.zrange(DINING.expiring, 0, -1, withscores=True) == [(str(start), start)]
+    assert sum(int(count) for count in await env.raw.hvals(DINING.arrived)) == 3
+    assert await env.raw.zcard(DINING.arrivals) == await env.raw.hlen(DINING.arrived)
     assert await env.counter("enqueued") == "3"
 
 
@@ -402,7 +466,10 @@ async def test_promote_moves_every_due_retry_in_one_step(env: Env) -> None:
 
 
 # -- queue_reap_scan: Maintenance.reap ---------------------------------------------------
-@pytest.mark.parametrize(("role", "kind"), wrong_types(("processing", "list"), ("leases", "zset")))
+@pytest.mark.parametrize(
+    ("role", "kind"),
+    wrong_types(("processing", "list"), ("leases", "zset"), ("queued", "hash"), ("queue", "list")),
+)
 async def test_reap_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
     await env.queued()
     await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")  # taken, unclaimed
@@ -507,17 +574,21 @@ CLAIM_SHARED = [
     ("expiry", "zset"),
     ("queue", "list"),
     ("waiting", "zset"),
+    ("queued", "hash"),
+    ("arrivals", "zset"),
+    ("arrived", "hash"),
 ]
 
 
 async def taken(env: Env, count: int = 1, *, past_ttl: bool = False) -> list[str]:
-    """Jobs moved into processing as a worker's BLMOVE leaves them, not yet claimed;
-    `past_ttl`: their TTL has passed (the claim expires them instead of starting them)."""
+    """Jobs moved into processing as a worker's BLMOVE leaves them, not yet claimed (still
+    packed in `queued`); `past_ttl`: their TTL has passed (the claim expires them instead
+    of starting them)."""
     ids = [await env.queued() for _ in range(count)]
     for job_id in ids:
         assert await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
-        if past_ttl:
-            await env.raw.hset(DINING.job(job_id), "expires_at", "1")
+    if past_ttl:
+        await make_packed_due(env.raw, DINING, ids)
     return ids
 
 
@@ -540,6 +611,17 @@ async def test_claim_refuses_a_malformed_counter(env: Env, field: str, value: st
     (job_id,) = await taken(env)
     await env.raw.hset(DINING.stats, field, value)
     await refused(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), DINING.stats)
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_claim_refuses_an_arrival_count_that_is_not_an_integer(env: Env, value: str) -> None:
+    """The count of a taken job's arrival second, which the claim lowers."""
+    (job_id,) = await taken(env)
+    enqueued_at = int((await env.raw.hget(DINING.queued, job_id)).split(",", 1)[0])
+    second = enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS
+    assert await env.raw.hget(DINING.arrived, str(second)) == "1"
+    await env.raw.hset(DINING.arrived, str(second), value)
+    await refused(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), DINING.arrived)
 
 
 @pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
@@ -568,6 +650,57 @@ async def test_claim_with_a_result_key_of_any_type(env: Env, kind: str, past_ttl
         assert await env.raw.hmget(DINING.job(job_id), ["state", "token"]) == ["running", TOKEN]
         assert await env.counter("started") == "1"
     assert await env.raw.zscore(DINING.waiting, job_id) is None
+    assert await env.raw.hget(DINING.queued, job_id) is None
+    assert not await env.raw.exists(DINING.arrived, DINING.arrivals)
+
+
+# A packed value (queue/envelope.py) that does not parse, built from the real one's
+# enqueued_at (ENQ) and the problem the claim names.
+MALFORMED_PACKED: dict[str, tuple[str | bytes, str]] = {
+    "expires_at garbage": ("ENQ,soon,60,3,n\n\n{}", "stored packed job does not parse"),
+    "header lines missing": ("ENQ,1,60,3,n {}", "stored packed job does not parse"),
+    "a header field missing": ("ENQ,1,60,n\n\n{}", "stored packed job does not parse"),
+    "ttl zero": ("ENQ,99999999999,0,3,n\n\n{}", "holds an out-of-range number"),
+    "max_attempts zero": ("ENQ,99999999999,60,0,n\n\n{}", "holds an out-of-range number"),
+    "expires_at of 16 digits": ("ENQ," + "9" * 16 + ",60,3,n\n\n{}", "out-of-range number"),
+    "payload not UTF-8": (b"ENQ,99999999999,60,3,n\n\n\xff\xfe{", "not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(MALFORMED_PACKED))
+async def test_claim_holds_a_malformed_packed_job_as_corrupt_and_it_is_dead_lettered(
+    env: Env, fault: str
+) -> None:
+    """Held as a run is (running, leased, counted started) with the problem, out of the
+    queued hash and its arrival second, so the worker can dead-letter it naming it."""
+    healthy, broken = await taken(env, 2)
+    packed = await env.raw.hget(DINING.queued, broken)
+    enqueued_at = packed.split(",", 1)[0]
+    template, problem = MALFORMED_PACKED[fault]
+    planted = (
+        template.replace(b"ENQ", enqueued_at.encode())
+        if isinstance(template, bytes)
+        else template.replace("ENQ", enqueued_at)
+    )
+    await env.raw.hset(DINING.queued, broken, planted)  # type: ignore[arg-type]
+    _, claims = await env.leases.claim("worker-1", [(healthy, "token-a"), (broken, TOKEN)])
+    by_id = {claim.job_id: claim for claim in claims}
+    assert sorted(by_id) == sorted([healthy, broken])
+    assert by_id[healthy].problem is None
+    assert problem in (by_id[broken].problem or ""), by_id[broken].problem
+    assert await env.raw.hmget(DINING.job(broken), ["state", "token"]) == ["running", TOKEN]
+    assert await env.raw.zscore(DINING.leases, broken) is not None
+    assert await env.counter("started") == "2"
+    assert await env.raw.hlen(DINING.queued) == 0
+    assert not await env.raw.exists(DINING.arrived, DINING.arrivals)
+
+    assert await env.leases.fail(broken, TOKEN, by_id[broken].problem or "", mode="corrupt") == (
+        "dead"
+    )
+    assert await env.raw.lrange(DINING.dead, 0, -1) == [broken]
+    outcome = await env.queue.get_result(broken, "dining")
+    assert outcome is not None and outcome.status == "failed"
+    assert problem in (outcome.error or "")
 
 
 async def test_claim_of_two_entries_of_one_job_starts_it_once(env: Env) -> None:
@@ -598,6 +731,10 @@ async def test_claim_after_a_refusal_claims_every_job(env: Env) -> None:
     assert await env.counter("started") == "3"
     assert await env.raw.zcard(DINING.leases) == 3
     assert await env.raw.zcard(DINING.waiting) == 0
+    assert await env.raw.hlen(DINING.queued) == 0
+    assert not await env.raw.exists(DINING.arrived, DINING.arrivals)
+    for job_id in ids:
+        assert await env.raw.hmget(DINING.job(job_id), ["state", "attempts"]) == ["running", "1"]
 
 
 # -- queue_fail: Leases.fail -------------------------------------------------------------

@@ -65,9 +65,11 @@ STATE_FORMS: dict[str, list[re.Pattern[str]]] = {
 UNKNOWN_FORM = re.compile(
     r"(?:\bstate|\bf\[1\])\s*(?:==|~=|=|\bor\b)\s*['\"]|['\"]\s*(?:==|~=)\s*(?:state|f\[1\])"
 )
-# The scripts that end an attempt, and what they reply: return {'retrying', ...}.
+# The scripts that end an attempt, and what they reply: return {'retrying', ...}, or
+# for queue_complete, which ends several attempts per call, each job's entry of the
+# reply: entries[i] = {'ok'}.
 ATTEMPT_SCRIPTS = ("queue_fail", "queue_complete")
-REPLY = re.compile(r"\breturn\s*\{\s*" + WORD)
+REPLY = re.compile(r"(?:\breturn|\bentries\[\w+\]\s*=)\s*\{\s*" + WORD)
 
 
 def queue_scripts() -> dict[str, str]:

@@ -33,6 +33,7 @@ from platform_common.jobs.queue.tracing import MESSAGING_SYSTEM, TRACE_CONTEXT_F
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings
+from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 CONSUMER = "platform_common.jobs.queue.consumer"
@@ -175,14 +176,25 @@ async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
     job = make_job()
     await queue.enqueue(job)
     (send,) = named(exporter, "send dining")
-    stored = await redis_client.hget(DINING.job(job["job_id"]), TRACE_CONTEXT_FIELD)
+    # Waiting, the record is the packed value: the context is its own line, apart from
+    # the payload.
+    fields = await stored_fields(redis_client, DINING, job["job_id"])
+    stored = fields.get(TRACE_CONTEXT_FIELD)
     assert send.context is not None
     trace_id, span_id, flags = send.context.trace_id, send.context.span_id, send.context.trace_flags
     assert json.loads(stored or "{}") == {
         "traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     }
-    payload = json.loads(await redis_client.hget(DINING.job(job["job_id"]), "payload") or "{}")
-    assert payload == job
+    assert json.loads(fields["payload"]) == job
+    packed = await redis_client.hget(DINING.queued, job["job_id"])
+    assert packed.split("\n", 2)[1] == stored
+    # Claimed, the job hash keeps it in its own field.
+    assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
+    _, (claim,) = await Leases(queue.connection, "dining").claim("w", [(job["job_id"], "t")])
+    assert claim.trace_context == stored
+    record = await redis_client.hgetall(DINING.job(job["job_id"]))
+    assert record[TRACE_CONTEXT_FIELD] == stored
+    assert json.loads(record["payload"]) == job
 
 
 async def test_jobs_of_a_batch_start_traces_of_their_own_linked_to_the_batch(
@@ -353,10 +365,12 @@ async def test_the_reaper_reports_the_trace_context_of_each_attempt_it_ends(
 ) -> None:
     traced, untraced = make_job(), make_job()
     await queue.enqueue(traced)
-    async with await JobQueue.connect(queue.settings) as plain:  # the global no-op provider
+    # The global no-op provider; one attempt per job, so its first is its last.
+    one_attempt = queue.settings.with_overrides(max_attempts=1)
+    async with await JobQueue.connect(one_attempt) as plain:
         await plain.enqueue(untraced)
-    stored = await redis_client.hget(DINING.job(traced["job_id"]), TRACE_CONTEXT_FIELD)
-    await redis_client.hset(DINING.job(untraced["job_id"]), "attempts", "1")  # its last attempt
+    stored = (await stored_fields(redis_client, DINING, traced["job_id"])).get(TRACE_CONTEXT_FIELD)
+    assert TRACE_CONTEXT_FIELD not in await stored_fields(redis_client, DINING, untraced["job_id"])
     for job in (traced, untraced):
         await lapse_lease(queue, redis_client, job["job_id"])
     report = await Maintenance(queue.connection, "dining").reap()

@@ -20,6 +20,7 @@ from platform_common.jobs.queue.lease_keeper import LeaseKeeper
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 _T = TypeVar("_T")
@@ -65,9 +66,10 @@ async def test_a_refused_claim_charges_nothing_and_the_jobs_run_once_repaired(
         message = line.getMessage()
         assert f"corrupt queue state at {DINING.stats}: field started is not an integer" in message
         assert "stay in the processing list, where the reaper returns them" in message
-        # The refused claim wrote nothing: the job was never started.
-        fields = await redis_client.hgetall(DINING.job(job_id))
-        assert "state" not in fields and "attempts" not in fields
+        # The refused claim wrote nothing: the job was never started, still packed.
+        assert not await redis_client.exists(DINING.job(job_id))
+        fields = await stored_fields(redis_client, DINING, job_id)
+        assert fields["state"] == "queued" and "attempts" not in fields
         await redis_client.hdel(DINING.stats, "started")
         await eventually(lambda: succeeded(queue, job_id))
     assert await redis_client.hget(DINING.job(job_id), "attempts") == "1"

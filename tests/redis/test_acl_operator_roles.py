@@ -340,14 +340,15 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
     claim = _script(
         "queue_claim",
         [DINING.processing, DINING.leases, DINING.stats, DINING.expiry, DINING.queue,
-         DINING.waiting, DINING.job(taken), DINING.result(taken)],
-        [60_000, "operator-1", DINING.channel, taken, "token-1"],
+         DINING.waiting, DINING.queued, DINING.arrivals, DINING.arrived, DINING.job(taken),
+         DINING.result(taken)],
+        [60_000, "operator-1", DINING.channel, 1000, taken, "token-1"],
     )  # fmt: skip
     complete = _script(
         "queue_complete",
         [DINING.processing, DINING.leases, DINING.expiry, DINING.stats, DINING.job(taken),
          DINING.result(taken)],
-        [taken, "token-1", '{"forged": true}', DINING.channel, "latency_le:+Inf"],
+        [DINING.channel, 0, "_le:+Inf", taken, "token-1", '{"forged": true}'],
     )  # fmt: skip
     client = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)
     try:

@@ -84,7 +84,8 @@ async def test_acknowledged_enqueues_survive_kill_9(aof_server: RedisServer) -> 
         missing = []
         for agent_type, job_id in acknowledged:
             keys = QueueKeys(agent_type)
-            if not await client.exists(keys.job(job_id)):
+            # A waiting job is one field of the queued hash (queue/envelope.py).
+            if not await client.hexists(keys.queued, job_id):
                 missing.append(job_id)
         assert missing == [], f"acknowledged but lost after kill -9: {missing[:10]}"
         queued: set[str] = set()

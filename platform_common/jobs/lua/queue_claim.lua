@@ -2,9 +2,15 @@
 -- under a lease, or expire a job past its TTL without starting it.
 -- KEYS[1] processing list   KEYS[2] leases zset   KEYS[3] stats hash   KEYS[4] expiry zset
 -- KEYS[5] queue list (only its length is read)   KEYS[6] waiting zset
--- KEYS[5+2i] job hash of job i, KEYS[6+2i] result key of job i
+-- KEYS[7] queued hash   KEYS[8] arrivals zset   KEYS[9] arrived hash
+-- KEYS[8+2i] job hash of job i, KEYS[9+2i] result key of job i
 -- ARGV[1] lease ms   ARGV[2] worker id   ARGV[3] completion channel
--- ARGV[2+2i] job id of job i, ARGV[3+2i] the lease token the worker chose for it
+-- ARGV[4] the arrival bucket width (ms)
+-- ARGV[3+2i] job id of job i, ARGV[4+2i] the lease token the worker chose for it
+-- A job still packed in the queued hash (queue/envelope.py: enqueued, never claimed) is
+-- unpacked into its job hash here, and leaves the queued hash and its arrival second;
+-- any other job (a retry, a released or requeued one, one of the previous layout)
+-- already has its job hash and waits in the waiting zset.
 -- Returns {queue length left, entry per job...}, so the worker knows whether to take
 -- more without blocking; an entry is
 --   {job_id, "run", token, attempts, max_attempts, expires_at, payload, now, trace_context}
@@ -25,7 +31,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease_ms = tonumber(ARGV[1])
-local n = (#ARGV - 3) / 2
+local arrival_ms = tonumber(ARGV[4])
+local n = (#ARGV - 4) / 2
 local out = {0}
 local started = 0
 local expired = 0
@@ -118,7 +125,7 @@ end
 -- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
 -- list's length (for the reply; this script never writes it) and the two counters are
 -- read once, their read doubling as the type check.
-for _, key in ipairs({{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}}) do
+for _, key in ipairs({{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}) do
     local found = redis.call('TYPE', KEYS[key[1]]).ok
     if found ~= key[2] and found ~= 'none' then
         return wrong_type(key[1], key[2])
@@ -140,29 +147,149 @@ for c, field in ipairs({'started', 'expired'}) do
             .. shown(value))
     end
 end
-local records = {}
+local ids = {}
 for i = 1, n do
-    local f = redis.pcall('HMGET', KEYS[5 + 2 * i], 'state', 'token', 'expires_at', 'ttl',
-        'attempts', 'max_attempts', 'payload', 'trace_context')
-    if failed(f) then
-        return wrong_type(5 + 2 * i, 'hash')
+    ids[i] = ARGV[3 + 2 * i]
+end
+local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
+if failed(packed) then
+    return wrong_type(7, 'hash')
+end
+-- The packed jobs, unpacked: {enqueued_at, expires_at, ttl, max_attempts, nonce,
+-- trace_context, payload} as strings, or {problem, arrival second or nil}.
+local unpacked = {}
+local leaving = {}  -- arrival second -> how many of its jobs leave the queued hash
+local seconds = {}
+local unpacking = {}
+for i = 1, n do
+    local value = packed[i]
+    if value and not unpacking[ids[i]] then
+        unpacking[ids[i]] = true
+        local enq, exp, ttl, max, nonce, trace, at = string.match(value,
+            '^(%d+),(%d+),(%d+),(%d+),([^\n]*)\n([^\n]*)\n()')
+        local job = nil
+        if not enq then
+            -- Still leave its arrival second if the first field reads.
+            enq = string.match(value, '^(%d+),')
+            job = {problem = 'stored packed job does not parse (queue/envelope.py)'}
+            -- The job hash gets the whole value as its payload: nothing else parsed.
+            job.fields = {'payload', value}
+        else
+            job = {enq, exp, ttl, max, nonce, trace, string.sub(value, at)}
+            -- The job hash of a corrupt job keeps every field that parsed, as its job
+            -- hash would have held them (a dead letter an operator can read and requeue).
+            job.fields = {'payload', job[7], 'enqueued_at', enq, 'expires_at', exp, 'ttl', ttl,
+                'max_attempts', max, 'nonce', nonce}
+            if trace ~= '' then
+                job.fields[#job.fields + 1] = 'trace_context'
+                job.fields[#job.fields + 1] = trace
+            end
+            if #exp > 15 or #ttl > 15 or #max > 15 or tonumber(ttl) == 0 or tonumber(max) == 0 then
+                job.problem = 'stored packed job holds an out-of-range number: ' .. shown(
+                    exp .. ',' .. ttl .. ',' .. max)
+            elseif not utf8(job[7]) then
+                job.problem = 'stored payload of the job is not valid UTF-8'
+            end
+        end
+        if enq and #enq <= 15 then
+            local second = tonumber(enq) - tonumber(enq) % arrival_ms
+            job.second = second
+            if not leaving[second] then
+                leaving[second] = 0
+                seconds[#seconds + 1] = second
+            end
+            leaving[second] = leaving[second] + 1
+        end
+        unpacked[i] = job
     end
-    records[i] = f
+end
+if #seconds > 0 then
+    local counts = redis.pcall('HMGET', KEYS[9], unpack(seconds))
+    if failed(counts) then
+        return wrong_type(9, 'hash')
+    end
+    for s, second in ipairs(seconds) do
+        local value = counts[s]
+        if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+            return redis.error_reply('CORRUPT 9 field ' .. second .. ' is not an integer: '
+                .. shown(value))
+        end
+    end
+end
+-- A packed job has no job hash yet (the claim creates it): one EXISTS over those keys
+-- stands for a read of each, the usual case; only if one exists (another type, or a hand
+-- edit) is each read and checked like the others.
+local records = {}
+local packed_keys = {}
+for i = 1, n do
+    if unpacked[i] then
+        packed_keys[#packed_keys + 1] = KEYS[8 + 2 * i]
+    end
+end
+local read_packed = #packed_keys > 0 and redis.call('EXISTS', unpack(packed_keys)) > 0
+for i = 1, n do
+    if unpacked[i] and not read_packed then
+        records[i] = {}
+    else
+        local f = redis.pcall('HMGET', KEYS[8 + 2 * i], 'state', 'token', 'expires_at', 'ttl',
+            'attempts', 'max_attempts', 'payload', 'trace_context')
+        if failed(f) then
+            return wrong_type(8 + 2 * i, 'hash')
+        end
+        records[i] = f
+    end
 end
 
--- The writes.
+-- The writes. The leases, expiry deadlines and queued fields of the whole call are
+-- written by one command each, after the loop (a redis.call costs more than its work).
+local leases = {}
+local deadlines = {}
+local unqueued = {}
+local function lease(job_id)
+    leases[#leases + 1] = now + lease_ms
+    leases[#leases + 1] = job_id
+end
 local seen = {}
 for i = 1, n do
-    local job_id = ARGV[2 + 2 * i]
-    local token = ARGV[3 + 2 * i]
-    local job_key = KEYS[5 + 2 * i]
+    local job_id = ARGV[3 + 2 * i]
+    local token = ARGV[4 + 2 * i]
+    local job_key = KEYS[8 + 2 * i]
     local f = records[i]
     local state = f[1]
+    local job = unpacked[i]
     if seen[job_id] then
         -- A second entry of a job this call already handled (read before that write):
         -- a stray, as below.
         redis.call('LREM', KEYS[1], 1, job_id)
         out[i + 1] = {job_id, 'skip'}
+    elseif job and not seen[job_id] then
+        -- Enqueued and never claimed: unpack it into its job hash (or expire it).
+        unqueued[#unqueued + 1] = job_id
+        if job.problem then
+            redis.call('HSET', job_key, 'attempts', 1, 'state', 'running', 'token', token,
+                'worker', ARGV[2], 'started_at', now, unpack(job.fields))
+            lease(job_id)
+            started = started + 1
+            out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
+        elseif now >= tonumber(job[2]) then
+            redis.call('LREM', KEYS[1], 1, job_id)
+            redis.call('ZREM', KEYS[2], job_id)
+            redis.call('SET', KEYS[9 + 2 * i],
+                '{"status":"expired","result":null,"error":"not started within its ttl of '
+                .. job[3] .. ' s"}', 'EX', job[3])
+            redis.call('PUBLISH', ARGV[3], job_id)
+            expired = expired + 1
+            out[i + 1] = {job_id, 'expired'}
+        else
+            redis.call('HSET', job_key, 'state', 'running', 'attempts', 1, 'token', token,
+                'worker', ARGV[2], 'started_at', now, unpack(job.fields))
+            deadlines[#deadlines + 1] = job[2]
+            deadlines[#deadlines + 1] = job_id
+            lease(job_id)
+            started = started + 1
+            out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
+                (job[6] ~= '' and utf8(job[6])) and job[6] or false}
+        end
     elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
         local problem = problem_of(f)
@@ -181,7 +308,7 @@ for i = 1, n do
             end
             redis.call('HSET', job_key, 'state', 'running', 'token', token,
                 'worker', ARGV[2], 'started_at', now)
-            redis.call('ZADD', KEYS[2], now + lease_ms, job_id)
+            lease(job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
@@ -191,7 +318,7 @@ for i = 1, n do
             redis.call('ZREM', KEYS[2], job_id)
             redis.call('ZREM', KEYS[4], job_id)
             redis.call('DEL', job_key)
-            redis.call('SET', KEYS[6 + 2 * i],
+            redis.call('SET', KEYS[9 + 2 * i],
                 '{"status":"expired","result":null,"error":"not started within its ttl of '
                 .. ttl .. ' s"}', 'EX', ttl)
             redis.call('PUBLISH', ARGV[3], job_id)
@@ -202,7 +329,7 @@ for i = 1, n do
             local attempts = redis.call('HINCRBY', job_key, 'attempts', 1)
             redis.call('HSET', job_key, 'state', 'running', 'token', token,
                 'worker', ARGV[2], 'started_at', now)
-            redis.call('ZADD', KEYS[2], now + lease_ms, job_id)
+            lease(job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
@@ -220,8 +347,31 @@ for i = 1, n do
     end
     seen[job_id] = true
 end
+if #unqueued > 0 then
+    redis.call('HDEL', KEYS[7], unpack(unqueued))
+end
+if #leases > 0 then
+    redis.call('ZADD', KEYS[2], unpack(leases))
+end
+if #deadlines > 0 then
+    redis.call('ZADD', KEYS[4], unpack(deadlines))
+end
 if #arrived > 0 then
     redis.call('ZREM', KEYS[6], unpack(arrived))
+end
+for _, second in ipairs(seconds) do
+    if redis.call('HINCRBY', KEYS[9], second, -leaving[second]) <= 0 then
+        redis.call('HDEL', KEYS[9], second)
+        redis.call('ZREM', KEYS[8], second)
+    end
+end
+-- The last packed job gone: no arrival second may be left. One can be, if a packed value
+-- whose arrival did not parse left (or a hand edit took one away); left, it would age
+-- the oldest waiting job forever.
+if next(unpacking) and redis.call('HLEN', KEYS[7]) == 0 and redis.call('ZCARD', KEYS[8]) > 0 then
+    local stale = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', '+inf', 'LIMIT', 0, 1000)
+    redis.call('HDEL', KEYS[9], unpack(stale))
+    redis.call('ZREM', KEYS[8], unpack(stale))
 end
 if started > 0 then
     redis.call('HINCRBY', KEYS[3], 'started', started)

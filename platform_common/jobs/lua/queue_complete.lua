@@ -1,34 +1,30 @@
--- Complete a job successfully, fenced by its lease token: store the result with the
--- job's TTL, record the three histograms, then publish the completion event.
+-- Complete jobs successfully, each fenced by its lease token: store each result with its
+-- job's TTL, record the three histograms, then publish each completion event. One call
+-- completes the jobs a worker finished close together (n >= 1): what they share (the key
+-- checks, the stats read, the counters and the lease and expiry removals) is done once.
 -- KEYS[1] processing list  KEYS[2] leases zset  KEYS[3] expiry zset  KEYS[4] stats hash
--- KEYS[5] job hash         KEYS[6] result key
--- ARGV[1] job id  ARGV[2] lease token  ARGV[3] result JSON (already encoded)
--- ARGV[4] completion channel  ARGV[5] the latency histogram's +Inf bucket field
--- ARGV[6..] pairs (upper bound in seconds, latency bucket field), bounds ascending
--- The histograms (stats fields <name>_le:<bound>, <name>_sum, <name>_count; the wait and
--- run ones use the latency bounds, in fields named alike: latency_le:0.5 -> wait_le:0.5):
+-- KEYS[3+2i] job hash of job i, KEYS[4+2i] its result key (i = 1..n)
+-- ARGV[1] completion channel  ARGV[2] m, the number of finite bucket bounds
+-- ARGV[3..2+2m] pairs (upper bound in seconds, bucket suffix '_le:<bound>'), ascending
+-- ARGV[3+2m] the +Inf bucket suffix ('_le:+Inf')
+-- ARGV[4+2m+3(i-1)..] job i: job id, lease token, result JSON (already encoded)
+-- The histograms (stats fields <name><suffix>, <name>_sum, <name>_count, all three with
+-- the same bounds):
 --   latency  enqueued_at -> now: the job's whole life, retries and backoffs included
 --   wait     the succeeding attempt's becoming due (due_at of its retry, else
 --            enqueued_at) -> its started_at: time spent waiting for a worker
 --   run      started_at -> now: the succeeding attempt in the handler
--- Returns {"ok"}, {"replay"} (this completion already happened) or {"lost", state}
--- A key of another type, a job field (enqueued_at, ttl, started_at, due_at) or a stats
--- field this call bumps that does not parse is refused with the error reply
--- "CORRUPT <position in KEYS> <problem>" before the first write: the worker then fails
--- the job with that problem.
-local job_id = ARGV[1]
-local f = redis.call('HMGET', KEYS[5], 'state', 'token', 'enqueued_at', 'ttl', 'started_at',
-    'due_at')
-local state = f[1]
-if f[2] ~= ARGV[2] then
-    return {'lost', state or 'missing'}
-end
-if state ~= 'running' then
-    if state == 'succeeded' then
-        return {'replay'}
-    end
-    return {'lost', state or 'missing'}
-end
+-- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
+-- happened), {"lost", state}, or the error "CORRUPT <position in KEYS> <problem>" in
+-- place when its job key holds another type or a field it reads (enqueued_at, ttl,
+-- started_at, due_at) does not parse: that job is not written, the others are.
+-- All-or-nothing: every job is read and judged before the first write. A shared key of
+-- another type or a stats field this call bumps that does not parse refuses the whole
+-- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
+-- the caller then completes each job alone, so one bad field fails only its own jobs.
+local n = (#KEYS - 4) / 2
+local m = tonumber(ARGV[2])
+local first_job = 4 + 2 * m
 
 -- An integer as Redis stores one (what HINCRBY and EXPIRE accept), at most `digits`
 -- long, or nil.
@@ -59,93 +55,162 @@ local function corrupt(index, problem)
     return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
 end
 
-local enqueued_at = int(f[3], 15)
-if not enqueued_at then
-    return corrupt(5, 'field enqueued_at of the job does not parse: ' .. shown(f[3]))
+-- Each job read and judged: a final entry (lost, replay, corrupt), or the plan of its
+-- writes {ttl text, {latency, wait, run} seconds}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local entries = {}
+local plans = {}
+local seen = {}
+local done = 0
+for i = 1, n do
+    local key = 3 + 2 * i
+    local job_id = ARGV[first_job + 3 * (i - 1)]
+    local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
+        'started_at', 'due_at')
+    local state = f[1]
+    if f.err then
+        entries[i] = corrupt(key, 'holds a ' .. redis.call('TYPE', KEYS[key]).ok
+            .. ', where the queue keeps a hash')
+    elseif f[2] ~= ARGV[first_job + 3 * (i - 1) + 1] then
+        entries[i] = {'lost', state or 'missing'}
+    elseif seen[job_id] then
+        -- The same completion twice in one call (read before the first one's write).
+        entries[i] = {'replay'}
+    elseif state ~= 'running' then
+        if state == 'succeeded' then
+            entries[i] = {'replay'}
+        else
+            entries[i] = {'lost', state or 'missing'}
+        end
+    else
+        local enqueued_at = int(f[3], 15)
+        -- 15 digits: SET EX and EXPIRE take the text as it is, and its ms fit in 64 bits.
+        local ttl = int(f[4], 15)
+        local started_at = int(f[5], 15)
+        -- due_at is written when a failed attempt was scheduled for a retry.
+        local due_at = enqueued_at
+        if f[6] then
+            due_at = int(f[6], 15)
+        end
+        if not enqueued_at then
+            entries[i] = corrupt(key, 'field enqueued_at of the job does not parse: '
+                .. shown(f[3]))
+        elseif not ttl or ttl <= 0 then
+            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+        elseif not started_at then
+            entries[i] = corrupt(key, 'field started_at of the job does not parse: '
+                .. shown(f[5]))
+        elseif not due_at then
+            entries[i] = corrupt(key, 'field due_at of the job does not parse: '
+                .. shown(f[6]))
+        else
+            -- Seconds between two ms timestamps, never negative (a clock step, a
+            -- hand-edited field).
+            plans[i] = {f[4], {
+                math.max(0, now - enqueued_at) / 1000,
+                math.max(0, started_at - due_at) / 1000,
+                math.max(0, now - started_at) / 1000,
+            }}
+            seen[job_id] = true
+            done = done + 1
+        end
+    end
 end
--- 15 digits: SET EX and EXPIRE take the text as it is, and its ms fit in 64 bits.
-local ttl = int(f[4], 15)
-if not ttl or ttl <= 0 then
-    return corrupt(5, 'field ttl of the job does not parse: ' .. shown(f[4]))
+if done == 0 then
+    return entries
 end
-for index, kind in ipairs({'list', 'zset', 'zset', 'hash'}) do
+
+for index, kind in ipairs({'list', 'zset', 'zset'}) do
     local found = redis.call('TYPE', KEYS[index]).ok
     if found ~= kind and found ~= 'none' then
         return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a ' .. kind)
     end
 end
 
-local started_at = int(f[5], 15)
-if not started_at then
-    return corrupt(5, 'field started_at of the job does not parse: ' .. shown(f[5]))
+-- What the counters and histograms gain: field -> increment, in first-seen order.
+local bounds = {}
+for b = 1, m do
+    bounds[b] = tonumber(ARGV[1 + 2 * b])
 end
-local due_at = enqueued_at
-if f[6] then  -- written when a failed attempt was scheduled for a retry
-    due_at = int(f[6], 15)
-    if not due_at then
-        return corrupt(5, 'field due_at of the job does not parse: ' .. shown(f[6]))
-    end
-end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Seconds between two ms timestamps; never negative (a clock step, a hand-edited field).
-local function seconds(from_ms, to_ms)
-    return math.max(0, to_ms - from_ms) / 1000
-end
-local function bucket_of(value)
-    for i = 6, #ARGV - 1, 2 do
-        if value <= tonumber(ARGV[i]) then
-            return ARGV[i + 1]
+local function suffix_of(value)
+    for b = 1, m do
+        if value <= bounds[b] then
+            return ARGV[2 + 2 * b]
         end
     end
-    return ARGV[5]
+    return ARGV[3 + 2 * m]
 end
--- {name, observed seconds, bucket field}; the bucket field is the latency one renamed.
-local observed = {
-    {'latency', seconds(enqueued_at, now)},
-    {'wait', seconds(due_at, started_at)},
-    {'run', seconds(started_at, now)},
-}
--- The fields this call bumps, all checked so that no HINCRBY fails halfway.
-local counters = {'completed'}
-local sums = {}
-for _, histogram in ipairs(observed) do
-    local name = histogram[1]
-    histogram[3] = name .. string.sub(bucket_of(histogram[2]), #'latency' + 1)
-    counters[#counters + 1] = name .. '_count'
-    counters[#counters + 1] = histogram[3]
-    sums[#sums + 1] = name .. '_sum'
-end
-local read = {unpack(counters)}
-for _, field in ipairs(sums) do
-    read[#read + 1] = field
-end
-local stats = redis.call('HMGET', KEYS[4], unpack(read))
-for i, field in ipairs(counters) do
-    if stats[i] and not int(stats[i], 18) then
-        return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[i]))
+local names = {'latency', 'wait', 'run'}
+local counters = {'completed', 'latency_count', 'wait_count', 'run_count'}
+local added = {completed = done, latency_count = done, wait_count = done, run_count = done}
+local sums = {0, 0, 0}
+for i = 1, n do
+    local plan = plans[i]
+    if plan then
+        for h = 1, 3 do
+            local value = plan[2][h]
+            sums[h] = sums[h] + value
+            local field = names[h] .. suffix_of(value)
+            if added[field] then
+                added[field] = added[field] + 1
+            else
+                counters[#counters + 1] = field
+                added[field] = 1
+            end
+        end
     end
 end
-for i, field in ipairs(sums) do
-    local value = stats[#counters + i]
+-- Every field this call bumps is checked, so that no HINCRBY fails halfway.
+local read = {unpack(counters)}
+local first_sum = #read + 1
+for h = 1, 3 do
+    read[#read + 1] = names[h] .. '_sum'
+end
+local stats = redis.pcall('HMGET', KEYS[4], unpack(read))
+if stats.err then
+    return corrupt(4, 'holds a ' .. redis.call('TYPE', KEYS[4]).ok
+        .. ', where the queue keeps a hash')
+end
+for c, field in ipairs(counters) do
+    if stats[c] and not int(stats[c], 18) then
+        return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[c]))
+    end
+end
+for h = 1, 3 do
+    local value = stats[first_sum + h - 1]
     if value and not float(value) then
-        return corrupt(4, 'field ' .. field .. ' is not a number: ' .. shown(value))
+        return corrupt(4, 'field ' .. read[first_sum + h - 1] .. ' is not a number: '
+            .. shown(value))
     end
 end
 
-redis.call('SET', KEYS[6], '{"status":"succeeded","result":' .. ARGV[3] .. ',"error":null}',
-    'EX', f[4])
-redis.call('HSET', KEYS[5], 'state', 'succeeded', 'finished_at', now)
-redis.call('EXPIRE', KEYS[5], f[4])
-redis.call('LREM', KEYS[1], 1, job_id)
-redis.call('ZREM', KEYS[2], job_id)
-redis.call('ZREM', KEYS[3], job_id)
-redis.call('HINCRBY', KEYS[4], 'completed', 1)
-for _, histogram in ipairs(observed) do
-    redis.call('HINCRBY', KEYS[4], histogram[1] .. '_count', 1)
-    redis.call('HINCRBYFLOAT', KEYS[4], histogram[1] .. '_sum', histogram[2])
-    redis.call('HINCRBY', KEYS[4], histogram[3], 1)
+local finished = {}
+for i = 1, n do
+    local plan = plans[i]
+    if plan then
+        local base = first_job + 3 * (i - 1)
+        local job_id = ARGV[base]
+        redis.call('SET', KEYS[4 + 2 * i],
+            '{"status":"succeeded","result":' .. ARGV[base + 2] .. ',"error":null}',
+            'EX', plan[1])
+        redis.call('HSET', KEYS[3 + 2 * i], 'state', 'succeeded', 'finished_at', now)
+        redis.call('EXPIRE', KEYS[3 + 2 * i], plan[1])
+        redis.call('LREM', KEYS[1], 1, job_id)
+        finished[#finished + 1] = job_id
+        entries[i] = {'ok'}
+    end
 end
-redis.call('PUBLISH', ARGV[4], job_id)
-return {'ok'}
+redis.call('ZREM', KEYS[2], unpack(finished))
+redis.call('ZREM', KEYS[3], unpack(finished))
+for _, field in ipairs(counters) do
+    redis.call('HINCRBY', KEYS[4], field, added[field])
+end
+for h = 1, 3 do
+    redis.call('HINCRBYFLOAT', KEYS[4], names[h] .. '_sum', sums[h])
+end
+-- The events last: a subscriber reading the result finds it stored.
+for _, job_id in ipairs(finished) do
+    redis.call('PUBLISH', ARGV[1], job_id)
+end
+return entries

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..errors import ValidationError
+from ..keys import QueueKeys
 from ..queue import JobQueue
+from ..queue.envelope import queued_record_fields
 from .session import read, redis_now
 
 __all__ = ["MAX_PAGE_SIZE", "JobLine", "JobList", "JobPage", "list_jobs"]
@@ -88,12 +90,14 @@ async def list_jobs(
         raise ValidationError("cursor", f"must be 0 or more, got {cursor}")
     keys = queue.connection.known_keys(agent_type)
     key = {
-        JobList.WAITING: keys.waiting,
+        JobList.WAITING: keys.queue,
         JobList.RUNNING: keys.processing,
         JobList.DELAYED: keys.delayed,
         JobList.DEAD: keys.dead,
     }[which]
-    is_set = which in (JobList.WAITING, JobList.DELAYED)
+    # Waiting jobs are paged on the queue list: it holds every one, packed or not (an
+    # entry of a job expired while it waited shows as gone until a worker pops it).
+    is_set = which == JobList.DELAYED
     now = await redis_now(queue)
     (total,) = await read(queue, [("ZCARD" if is_set else "LLEN", key)])
     end = min(int(total), int(total) if cursor is None else cursor)  # exclusive
@@ -119,10 +123,15 @@ async def list_jobs(
     commands: list[tuple[str | int, ...]] = [("HMGET", keys.job(j), *_FIELDS) for j in job_ids]
     if which == JobList.RUNNING:
         commands += [("ZSCORE", keys.leases, j) for j in job_ids]
+    if which == JobList.WAITING and job_ids:
+        commands.append(("HMGET", keys.queued, *job_ids))
     replies = await read(queue, commands)
     leases = replies[len(job_ids) :] if which == JobList.RUNNING else []
+    packed = replies[-1] if which == JobList.WAITING and job_ids else []
     lines = []
     for index, (job_id, fields) in enumerate(zip(job_ids, replies[: len(job_ids)], strict=True)):
+        if packed and packed[index] is not None:
+            fields = _packed_fields(keys, job_id, str(packed[index]))
         state, attempts, worker, enqueued, started, finished, error = fields
         gone = all(value is None for value in fields)
         due = scores.get(job_id) if which == JobList.DELAYED else None
@@ -156,3 +165,9 @@ def _pairs(reply: object) -> list[tuple[str, float]]:
 def _seconds(raw_ms: object) -> float | None:
     """Milliseconds (as the scripts write them) -> seconds; None when absent."""
     return None if raw_ms in (None, "") else int(float(str(raw_ms))) / 1000
+
+
+def _packed_fields(keys: QueueKeys, job_id: str, packed: str) -> list[str | None]:
+    """_FIELDS of a job still packed in the queued hash (queue/envelope.py)."""
+    fields = queued_record_fields(keys, job_id, packed)
+    return [fields.get(name) for name in _FIELDS]

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import JobNotFound
 from ..queue import JobQueue, JobResult, QueueState
+from ..queue.envelope import queued_record_fields
 from .session import read
 
 __all__ = ["Attempt", "JobDetail", "NotADeadLetter", "show_dead_letter", "show_job"]
@@ -84,11 +85,15 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     """The job's record and result; JobNotFound when neither exists (never enqueued, or
     gone with its TTL). `agent_type` must be a configured one (ValidationError)."""
     keys = queue.connection.known_keys(agent_type)
-    (fields,) = await read(queue, [("HGETALL", keys.job(job_id))])
+    fields, packed = await read(
+        queue, [("HGETALL", keys.job(job_id)), ("HGET", keys.queued, job_id)]
+    )
+    fields = _as_dict(fields)
+    if not fields and packed is not None:  # waiting, still packed (queue/envelope.py)
+        fields = queued_record_fields(keys, job_id, str(packed))
     result = await queue.get_result(job_id, agent_type)
     if not fields and result is None:
         raise JobNotFound(job_id)
-    fields = _as_dict(fields)
     if not fields:
         assert result is not None
         return JobDetail(

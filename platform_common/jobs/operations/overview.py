@@ -75,7 +75,8 @@ class Overview:
 
 async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview:
     """Depths and counters through JobQueue.stats; workers and the oldest waiting job
-    from the heartbeat and waiting sets (ZCOUNT and one ZRANGE entry: bounded reads)."""
+    from the heartbeat, waiting and arrival sets (ZCOUNT and one ZRANGE entry each:
+    bounded reads)."""
     now = await redis_now(queue)
     active_since_ms = int((now - heartbeat_window(queue.settings)) * 1000)
     extras = []
@@ -84,13 +85,16 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
         extras += [
             ("ZCOUNT", keys.workers, f"({active_since_ms}", "+inf"),
             ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
+            # Packed waiting jobs count by the second they arrived in (keys.py).
+            ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
         ]
     stats = await asyncio.gather(*(queue.stats(t) for t in agent_types))
     replies = await read(queue, extras)
     types = []
     for index, (agent_type, stat) in enumerate(zip(agent_types, stats, strict=True)):
-        workers, waiting = replies[2 * index], replies[2 * index + 1]
-        oldest = _first_score(waiting)
+        workers, waiting, arrived = replies[3 * index : 3 * index + 3]
+        firsts = [s for s in (_first_score(waiting), _first_score(arrived)) if s is not None]
+        oldest = min(firsts) if firsts else None
         types.append(
             TypeOverview(
                 agent_type=agent_type,

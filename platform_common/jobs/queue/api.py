@@ -17,6 +17,7 @@ from .backend_errors import backend_errors
 from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
 from .dead_letters import BATCH, DeadLetter, DeadLetters
+from .envelope import queued_record_fields
 from .maintenance import Maintenance
 from .producer import Job, Producer
 from .queue_settings import QueueSettings
@@ -118,13 +119,15 @@ class JobQueue:
         An agent type that is not configured is a ValidationError (as at enqueue)."""
         keys = self.connection.known_keys(agent_type)
         pipe = self.connection.client.pipeline(transaction=False)
+        pipe.hlen(keys.queued)
         pipe.zcard(keys.waiting)
         pipe.llen(keys.processing)
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.hgetall(keys.stats)
         with backend_errors(self.settings.redis):
-            queued, in_progress, delayed, dead, raw = await pipe.execute()
+            packed, requeued, in_progress, delayed, dead, raw = await pipe.execute()
+        queued = packed + requeued
         counters = {name: int(raw.get(name, 0)) for name in STATS_COUNTERS}
         counters[LATENCY_COUNT_FIELD] = int(raw.get(LATENCY_COUNT_FIELD, 0))
         return QueueStats(
@@ -142,8 +145,11 @@ class JobQueue:
         pipe = self.connection.client.pipeline(transaction=False)
         pipe.hgetall(keys.job(job_id))
         pipe.get(keys.result(job_id))
+        pipe.hget(keys.queued, job_id)
         with backend_errors(self.settings.redis):
-            fields, result_text = await pipe.execute()
+            fields, result_text, packed = await pipe.execute()
+        if not fields and packed is not None:
+            fields = queued_record_fields(keys, job_id, packed)
         outcome = parse_result(agent_type, job_id, result_text) if result_text else None
         if not fields:
             if outcome is None:

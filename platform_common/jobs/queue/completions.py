@@ -24,7 +24,7 @@ from typing import Any
 from redis.exceptions import RedisClusterException, RedisError
 
 from ..errors import BackendUnavailable
-from ..keys import COMPLETION_PATTERN
+from ..keys import COMPLETION_PATTERN, QueueKeys
 from ..redis.url import RedisClient
 from ..status import QUEUE_TERMINAL
 from .attempt_log import describe
@@ -175,21 +175,23 @@ class Completions:
             return
         keys = self._connection.keys(agent_type)
         text = await self._connection.client.get(keys.result(job_id))
-        if text is None and await self._stale_event(identity, keys.job(job_id)):
+        if text is None and await self._stale_event(identity, keys, job_id):
             return
         result = parse_result(agent_type, job_id, text) if text is not None else None
         self._queue(agent_type, job_id, result)
 
-    async def _stale_event(self, identity: tuple[str, str], job_key: str) -> bool:
+    async def _stale_event(self, identity: tuple[str, str], keys: QueueKeys, job_id: str) -> bool:
         """An event whose job has no result: an earlier job of a reused id (its result
         removed), or the job's result outlived by a slow reader. Only the second is
         delivered (as result None): a re-watched id or a job that is live again (queued
         or running: state absent or not terminal) waits for its own event."""
         if identity in self._rewatched:
             return True
-        client = self._connection.client
-        enqueued_at, state = await client.hmget(job_key, ["enqueued_at", "state"])  # type: ignore[misc]
-        return enqueued_at is not None and state not in QUEUE_TERMINAL
+        pipe = self._connection.client.pipeline(transaction=False)
+        pipe.hmget(keys.job(job_id), ["enqueued_at", "state"])
+        pipe.hexists(keys.queued, job_id)  # waiting, still packed (queue/envelope.py)
+        (enqueued_at, state), packed = await pipe.execute()
+        return bool(packed) or (enqueued_at is not None and state not in QUEUE_TERMINAL)
 
     def _backend_error(self, exc: BaseException) -> BackendUnavailable:
         """The package's error for a failed Redis call: the producer's for an outage;

@@ -74,7 +74,8 @@ class _Attempt:
     """One attempt this worker runs: its claim, its handler call and how it ended."""
 
     __slots__ = (
-        "aborted", "claim", "deadline", "ended", "handler", "reason", "settled", "task", "trace",
+        "claim", "deadline", "end_waiter", "ended", "handler", "holds_slot", "reason",
+        "settled", "task", "trace", "waiter",
     )  # fmt: skip
 
     def __init__(self, claim: Claim, deadline: float) -> None:
@@ -82,10 +83,16 @@ class _Attempt:
         self.deadline = deadline
         """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
         self.reason: str | None = None
-        self.aborted = asyncio.Event()
-        self.ended = asyncio.Event()
-        """The handler call really returned (or never started)."""
+        self.ended = False
+        """The handler call really returned."""
+        self.end_waiter: asyncio.Future[None] | None = None
+        """Done when it does, for a worker that waits for that (see Worker._linger)."""
         self.handler: asyncio.Future[Outcome] | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        """Done when the handler returned, the attempt was aborted or its TTL passed."""
+        self.holds_slot = False
+        """One of the worker's `concurrency` slots is this attempt's until its handler
+        returned (or, when none was started, until the attempt ended)."""
         self.settled = False
         self.task: asyncio.Task[None] | None = None
         self.trace = NO_TRACE
@@ -95,13 +102,28 @@ class _Attempt:
         """End the attempt for `reason` (the first reason given stands)."""
         if self.reason is None:
             self.reason = reason
-        self.aborted.set()
+        _wake(self.waiter)
         if self.handler is not None:
             self.handler.cancel()  # a coroutine is cancelled; a thread runs on regardless
 
 
+def _wake(waiter: asyncio.Future[None] | None, *_: object) -> None:
+    """Resolve `waiter` unless it is already done (any of several events may come first)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""How a handler's return value is stored (one encoder: json.dumps with options builds a
+new one per call)."""
+
+
 class Worker:
-    """Runs `handler` for the jobs of `agent_type`, at most `concurrency` at once."""
+    """Runs `handler` for the jobs of `agent_type`, at most `concurrency` calls at once.
+
+    A slot is held from the claim until the handler returns; recording the outcome holds
+    none, so the next jobs are taken while the last ones' completions are recorded (and
+    those, issued close together, share one script call: Leases.complete)."""
 
     def __init__(
         self,
@@ -142,7 +164,8 @@ class Worker:
         self._tracing = QueueTracing(tracer_provider)
         self.keeper: LeaseKeeper | None = None
         self._stopping = asyncio.Event()
-        self._slot_freed = asyncio.Event()
+        self._busy = 0  # slots held (see _Attempt.holds_slot)
+        self._slot_waiter: asyncio.Future[None] | None = None  # the fetch loop's, when full
         self._running: dict[str, _Attempt] = {}  # by lease token: unique per attempt
         self._threads: HandlerThreads | None = None
         self._redis_offset: float | None = None  # Redis time minus loop time, seconds
@@ -153,6 +176,7 @@ class Worker:
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler)."""
         self._stopping.set()
+        _wake(self._slot_waiter)
 
     async def run(self) -> None:
         """Connect, work until `stop()`, then shut down gracefully and disconnect.
@@ -247,10 +271,14 @@ class Worker:
         loop = asyncio.get_running_loop()
         delay = 0.05
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
+            free = self.concurrency - self._busy
             if free <= 0:
-                self._slot_freed.clear()
-                await self._wait_any(self._slot_freed.wait())
+                # Woken by a slot freed or by stop(): one future, no task per wait.
+                self._slot_waiter = loop.create_future()
+                try:
+                    await self._slot_waiter
+                finally:
+                    self._slot_waiter = None
                 continue
             taken: list[str] = []
             try:
@@ -324,8 +352,25 @@ class Worker:
             self._redis_offset = claim.redis_now_ms / 1000 - received
         assert self.keeper is not None
         self.keeper.hold(claim.job_id, claim.token)
+        attempt.holds_slot = True
+        self._busy += 1
         attempt.task = asyncio.create_task(self._run_job(attempt))
         self._running[claim.token] = attempt
+
+    def _free_slot(self, attempt: _Attempt) -> None:
+        """The attempt's slot is free again: its handler returned (or never started).
+        Recording its outcome takes no slot, so the next jobs are fetched meanwhile."""
+        if attempt.holds_slot:
+            attempt.holds_slot = False
+            self._busy -= 1
+            _wake(self._slot_waiter)
+
+    def _handler_ended(self, attempt: _Attempt) -> None:
+        """The handler call returned (its future is done): the attempt may go on."""
+        attempt.ended = True
+        _wake(attempt.end_waiter)
+        self._free_slot(attempt)
+        _wake(attempt.waiter)
 
     # -- running one job -----------------------------------------------------------
     async def _run_job(self, attempt: _Attempt) -> None:
@@ -361,7 +406,9 @@ class Worker:
             attempt.settled = True
             self._drop_lease(claim)
             self._running.pop(claim.token, None)
-            self._slot_freed.set()
+            if attempt.handler is None or attempt.ended:
+                self._free_slot(attempt)
+            # else the handler still runs (the worker stops): its end frees the slot
 
     def _drop_lease(self, claim: Claim) -> None:
         if self.keeper is not None:
@@ -383,6 +430,12 @@ class Worker:
             claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
             claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
         )  # fmt: skip
+        if attempt.reason is not None:
+            return None  # aborted before it started (its lease was lost meanwhile)
+        # One future for whichever comes first: the handler's end (_handler_ended),
+        # abort(), the TTL (the timer below).
+        loop = asyncio.get_running_loop()
+        waiter = attempt.waiter = loop.create_future()
         job_context = contextvars.copy_context()
         job_context.run(set_current_job, context)
         if attempt.trace.recording:
@@ -395,19 +448,13 @@ class Worker:
             threads=self._threads,
             # What the loop monitor names when this call blocks the event loop.
             name=f"job={claim.job_id} attempt={claim.attempt}/{claim.max_attempts}",
-            ended=attempt.ended,
+            on_end=lambda: self._handler_ended(attempt),
         )
-        loop = asyncio.get_running_loop()
-        aborted = asyncio.ensure_future(attempt.aborted.wait())
-        waiters: set[asyncio.Future[Any]] = {handler, aborted}
+        timer = loop.call_at(attempt.deadline, _wake, waiter)
         try:
-            await asyncio.wait(
-                waiters,
-                timeout=max(attempt.deadline - loop.time(), 0),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await waiter
         finally:
-            aborted.cancel()
+            timer.cancel()
         if attempt.reason is None and handler.done() and not handler.cancelled():
             return handler.result()
         # Cancelled by someone else than us: asyncio.run ending, i.e. the worker stopping.
@@ -443,7 +490,7 @@ class Worker:
     async def _complete(self, attempt: _Attempt, outcome: Returned) -> None:
         claim = attempt.claim
         try:
-            result_json = json.dumps(outcome.value, separators=(",", ":"), allow_nan=False)
+            result_json = _RESULT_ENCODER.encode(outcome.value)
         except Exception as exc:  # TypeError, ValueError, RecursionError, a broken default
             error = f"result is not JSON-serialisable: {describe(exc)}"
             attempt.trace.failed(exc)
@@ -582,12 +629,14 @@ class Worker:
         return bool(state == QueueState.RUNNING and token == claim.token)
 
     async def _linger(self, attempt: _Attempt) -> None:
-        """Keep the attempt's slot while its handler still runs after the attempt ended
-        (a thread cannot be cancelled; a coroutine may ignore it), unless stopping."""
-        if attempt.handler is None or attempt.ended.is_set() or attempt.reason == _SHUTDOWN:
+        """Keep the attempt running (shutdown waits for it; its slot stays taken) while its
+        handler still runs after the attempt ended (a thread cannot be cancelled; a
+        coroutine may ignore it), unless stopping."""
+        if attempt.handler is None or attempt.ended or attempt.reason == _SHUTDOWN:
             return  # (no handler: the stored job did not parse, nothing was started)
         log.debug("job=%s: waiting for its handler to return", attempt.claim.job_id)
-        await self._wait_any(attempt.ended.wait())
+        attempt.end_waiter = asyncio.get_running_loop().create_future()
+        await self._wait_any(attempt.end_waiter)
 
     def _count(self, outcome: str) -> None:
         # fail() reports where the job went (retrying, dead, failed, released), or for a

@@ -111,16 +111,16 @@ def start_handler(
     context: contextvars.Context,
     threads: HandlerThreads | None,
     name: str,
-    ended: asyncio.Event,
+    on_end: Callable[[], None],
 ) -> asyncio.Future[Outcome]:
     """Start one call of `handler` in `context`; the future holds its outcome, and
-    `ended` is set once the call really returned (a thread cannot be cancelled, so a
-    cancelled future may come long before that)."""
+    `on_end()` is called on the loop once the call really returned (a thread cannot be
+    cancelled, so a cancelled future may come long before that)."""
     loop = asyncio.get_running_loop()
     if run_async:
         coroutine = _call_async(handler, payload)
         task = loop.create_task(coroutine, name=name, context=context)
-        task.add_done_callback(lambda _: ended.set())
+        task.add_done_callback(lambda _: on_end())
         return task
     assert threads is not None
     future: asyncio.Future[Outcome] = loop.create_future()
@@ -128,7 +128,7 @@ def start_handler(
     def finish(outcome: Outcome) -> None:
         if not future.done():
             future.set_result(outcome)
-        ended.set()
+        on_end()
 
     def work() -> None:
         outcome = context.run(_call_sync, handler, payload)

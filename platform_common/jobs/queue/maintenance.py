@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 
 from ..status import AttemptOutcome
 from .connection import QueueConnection
-from .expiry import expire_jobs
+from .expiry import expire_jobs, expire_queued
 from .leases import Leases
 from .retention import PruneReport, Retention
 
@@ -56,13 +56,13 @@ class Maintenance:
         letter after the last attempt. Jobs taken but never claimed go back unchanged."""
         keys = self.keys
         lease_ms = int(self._settings.lease_seconds * 1000)
-        expired = await self._connection.run_script(
+        given_back, *expired = await self._connection.run_script(
             self._connection.scripts.reap_scan,
-            [keys.processing, keys.leases],
+            [keys.processing, keys.leases, keys.queued, keys.queue],
             [lease_ms, PROCESSING_SCAN, limit],
         )
         if not expired:
-            return ReapReport()
+            return ReapReport(requeued=int(given_back))
         calls = [self._leases.fail_call(job_id, "", LEASE_EXPIRED, "lost") for job_id in expired]
         replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
         outcomes, carried = [], []
@@ -77,7 +77,7 @@ class Maintenance:
         return ReapReport(
             retried=outcomes.count(AttemptOutcome.RETRYING),
             dead=outcomes.count(AttemptOutcome.DEAD),
-            requeued=outcomes.count(AttemptOutcome.REQUEUED),
+            requeued=int(given_back) + outcomes.count(AttemptOutcome.REQUEUED),
             ended=tuple(
                 (str(job_id), str(outcome), trace_context)
                 for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
@@ -116,12 +116,16 @@ class Maintenance:
             raise await self._connection.refusal(exc, [self.keys.expiry]) from exc
         connection = self._connection
         report = await expire_jobs(connection.run_script, connection.scripts.expire, self.keys, due)
-        for job_id, problem in report.corrupt:
+        waited = await expire_queued(
+            connection.run_script, connection.execute_many, connection.refusal,
+            connection.scripts.expire_queued, self.keys, now_ms,
+        )  # fmt: skip
+        for job_id, problem in (*report.corrupt, *waited.corrupt):
             log.warning(
                 "expired job=%s whose stored record does not parse: %s", job_id, problem,
                 extra={"job_id": job_id, "agent_type": self.keys.agent_type, "problem": problem},
             )  # fmt: skip
-        return list(report.expired)
+        return [*report.expired, *waited.expired]
 
     async def prune_kept(self) -> PruneReport:
         """Bound the dead-letter and failed lists (see retention.py); one bounded step."""

@@ -8,24 +8,41 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry.trace import Span, TracerProvider
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from ..errors import BackendOutOfMemory, InvalidPayload
+from ..keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from ..validation import MAX_CLOCK_SKEW_SECONDS
 from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
 from .tracing import QueueTracing
 
-__all__ = ["ENQUEUE_CHUNK", "Producer"]
+__all__ = ["ENQUEUE_CHUNK", "ROUND_TRIP_BYTES", "Producer"]
 
 ENQUEUE_CHUNK = 500
 """Jobs per enqueue script call in enqueue_many: big enough to amortise the round trip,
 small enough that one call never holds Redis for long."""
 
+ROUND_TRIP_BYTES = 8 * 1024 * 1024
+"""Payload bytes per enqueue_many round trip, about: a few of them fit well within the
+reply timeout on any network, and the round trip still amortises."""
+
 Job = Mapping[str, Any] | JobPayload
 
 _SKEW_MS = MAX_CLOCK_SKEW_SECONDS * 1000
+_BUCKETS = (EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS)
+
+
+def _shared_keys(keys: QueueKeys) -> list[str]:
+    """The enqueue script's keys shared by every job of a call."""
+    return [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
+
+
+def _job_script_keys(keys: QueueKeys, job: PreparedJob) -> list[str]:
+    """The enqueue script's keys of one job: its record, result and expiry bucket."""
+    expires_at_ms = job.created_at_ms + job.ttl_seconds * 1000
+    return [keys.job(job.job_id), keys.result(job.job_id), keys.expiring_bucket(expires_at_ms)]
 
 
 class Producer:
@@ -78,9 +95,9 @@ class Producer:
             await self._register(prepared.agent_type)
         job_id = prepared.job_id
         self._tracing.sent(span, job_id)
-        script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
-        script_keys += [keys.job(job_id), keys.result(job_id)]
-        args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *self._job_args(prepared)]
+        script_keys = _shared_keys(keys) + _job_script_keys(keys, prepared)
+        args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *_BUCKETS]
+        args += self._job_args(prepared)
         args.append(self._tracing.creation_context(span))
         reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
         if reply[0] == "duplicate":
@@ -128,9 +145,11 @@ class Producer:
             await self._register(agent_type)
         latest = max((job.created_at_ms for _, job in prepared), default=0)
         carried = self._tracing.creation_context(span, batch=True)
-        replies = await connection.run_script_many(
-            connection.scripts.enqueue, self._enqueue_calls(chunks, latest, carried)
-        )
+        replies: list[Any] = []
+        for group in _round_trips(chunks):
+            replies += await connection.run_script_many(
+                connection.scripts.enqueue, self._enqueue_calls(group, latest, carried)
+            )
         written: list[str] = []
         refused: dict[str, str] = {}
         failures: list[BaseException] = []
@@ -193,10 +212,10 @@ class Producer:
         job of the batch carries the batch's trace context."""
         for agent_type, chunk in chunks:
             keys = self._connection.keys(agent_type)
-            script_keys = [keys.queue, keys.stats, keys.expiry, keys.waiting]
-            args: list[Any] = [self._nonce(), len(chunk), latest_created_ms, _SKEW_MS]
+            script_keys = _shared_keys(keys)
+            args: list[Any] = [self._nonce(), len(chunk), latest_created_ms, _SKEW_MS, *_BUCKETS]
             for _, job in chunk:
-                script_keys += [keys.job(job.job_id), keys.result(job.job_id)]
+                script_keys += _job_script_keys(keys, job)
                 args += self._job_args(job)
             args.append(trace_context)
             yield script_keys, args
@@ -252,24 +271,47 @@ class Producer:
         if not chunks:
             return
         connection = self._connection
-        counts = await connection.execute_many(
-            [("EXISTS", *_job_keys(connection, agent_type, chunk)) for agent_type, chunk in chunks]
-        )
-        for count in counts:
-            if isinstance(count, Exception):
-                raise count
-        suspects = [chunk for (_, chunk), count in zip(chunks, counts, strict=True) if count]
-        if not suspects:
-            return
+        commands: list[tuple[Any, ...]] = []
+        for agent_type, chunk in chunks:
+            commands.append(("EXISTS", *_job_keys(connection, agent_type, chunk)))
+            queued = connection.keys(agent_type).queued
+            commands.append(("HMGET", queued, *(job.job_id for _, job in chunk)))
+        replies = await connection.execute_many(commands)
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, ResponseError):  # WRONGTYPE: name the key
+                raise await connection.refusal(reply, [str(command[1])])
+            if isinstance(reply, Exception):
+                raise reply
         errors: dict[str, str] = {}
-        for chunk in suspects:
+        for c, (agent_type, chunk) in enumerate(chunks):
+            count, waiting = replies[2 * c], replies[2 * c + 1]
+            if not count and not any(value is not None for value in waiting):
+                continue
             found = await connection.execute_many(
-                [("EXISTS", *_job_keys(connection, item[1].agent_type, [item])) for item in chunk]
+                [("EXISTS", *_job_keys(connection, agent_type, [item])) for item in chunk]
             )
-            for (index, job), exists in zip(chunk, found, strict=True):
-                if exists:
+            for (index, job), exists, queued in zip(chunk, found, waiting, strict=True):
+                if exists or queued is not None:
                     errors[f"jobs[{index}].job_id"] = f"job {job.job_id!r} already exists"
-        raise InvalidPayload(errors)
+        if errors:
+            raise InvalidPayload(errors)
+
+
+def _round_trips(
+    chunks: list[tuple[str, list[tuple[int, PreparedJob]]]],
+) -> Iterator[list[tuple[str, list[tuple[int, PreparedJob]]]]]:
+    """The chunks in groups of about ROUND_TRIP_BYTES of payload, one round trip each: a
+    batch of 800 MB sent at once took longer than the client's reply timeout."""
+    group: list[tuple[str, list[tuple[int, PreparedJob]]]] = []
+    size = 0
+    for chunk in chunks:
+        group.append(chunk)
+        size += sum(len(job.encoded) for _, job in chunk[1])
+        if size >= ROUND_TRIP_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
 
 
 def _job_keys(

@@ -18,6 +18,7 @@ class QueueScripts:
     reap_scan = Script.named("queue_reap_scan")
     promote = Script.named("queue_promote")
     expire = Script.named("queue_expire")
+    expire_queued = Script.named("queue_expire_queued")
     heartbeat = Script.named("queue_heartbeat")
     dead_requeue = Script.named("queue_dead_requeue")
     dead_purge = Script.named("queue_dead_purge")

@@ -1,9 +1,11 @@
 """OpenTelemetry traces across the queue: a send span per enqueue call, a process span per
 attempt, a settle span per transition; the producer's trace context travels in the job.
 
-Only `opentelemetry-api` is used: without an SDK every span is the API's non-recording
-one and nothing is allocated per job. Names and attributes follow the OpenTelemetry
-messaging semantic conventions (v1.44.0, whose schema URL the tracer declares):
+Only `opentelemetry-api` is used. Without an SDK (no tracer provider given and none set
+globally) a worker starts no span at all: an attempt gets NO_TRACE, or when its job
+carries a creation context, a JobTrace that parses it only if a log line asks for its ids.
+Names and attributes follow the OpenTelemetry messaging semantic conventions (v1.44.0,
+whose schema URL the tracer declares):
 
     send {agent_type}         PRODUCER  one per enqueue / enqueue_many call
     process {agent_type}      CONSUMER  one per attempt, around the handler (current in it)
@@ -28,6 +30,7 @@ process span links to its creation context, as the conventions ask.
 from __future__ import annotations
 
 import json
+import time
 from types import TracebackType
 from typing import Final
 
@@ -35,6 +38,8 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import (
     INVALID_SPAN,
     Link,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
     Span,
     SpanContext,
     SpanKind,
@@ -63,6 +68,9 @@ TRACE_CONTEXT_FIELD = "trace_context"
 """The job hash field holding the creation context (a JSON object of propagation headers)."""
 RELATION_KEY = "relation"
 """Key beside the headers: "link" for a job of a batch (processed in a trace of its own)."""
+GLOBAL_PROVIDER_RECHECK_SECONDS = 1.0
+"""How long a worker without a tracer provider goes on without looking whether an SDK
+was set up globally since."""
 
 # Settle operation names by the outcome the script reported (anything else keeps the
 # name of the operation tried).
@@ -128,7 +136,8 @@ class JobTrace:
     """The trace of one attempt: its process span and the ids its log lines carry."""
 
     __slots__ = (
-        "_carried", "_ended", "_tracing", "agent_type", "job_id", "span", "span_context",
+        "_carried", "_ended", "_span_context", "_stored", "_tracing", "agent_type", "job_id",
+        "span",
     )  # fmt: skip
 
     def __init__(
@@ -139,16 +148,28 @@ class JobTrace:
         job_id: str = "",
         agent_type: str = "",
         carried: context.Context = _EMPTY_CONTEXT,
+        *,
+        stored: str = "",
     ) -> None:
         self.span = span
-        self.span_context = span_context
-        """Whose ids log lines carry: the process span's, or without an SDK the
-        producer's (so a log search still finds the trace); None: no trace at all."""
+        self._span_context = span_context
+        self._stored = stored  # a creation context not parsed yet (see span_context)
         self._tracing = tracing
         self.job_id = job_id
         self.agent_type = agent_type
         self._carried = carried  # what the job carried beside its trace (baggage)
         self._ended = False
+
+    @property
+    def span_context(self) -> SpanContext | None:
+        """Whose ids log lines carry: the process span's, or without an SDK the
+        producer's (so a log search still finds the trace); None: no trace at all.
+        Without an SDK the stored context is parsed here, on first use: most attempts
+        never log a line, and parsing costs more than the rest of their tracing."""
+        if self._stored:
+            self._span_context = _creation_ids(self._stored)
+            self._stored = ""
+        return self._span_context
 
     @property
     def recording(self) -> bool:
@@ -205,6 +226,12 @@ class QueueTracing:
     """The queue's tracer: spans for producers and workers, the context they pass on."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        # Whether spans may be recorded: known for a provider given; for the global one,
+        # True once an SDK is set (for good: it cannot be unset), else looked at again
+        # after GLOBAL_PROVIDER_RECHECK_SECONDS (the look reads os.environ: a few us).
+        self._provider = tracer_provider
+        self._recording = tracer_provider is not None and _records(tracer_provider)
+        self._recheck_at = float("inf") if tracer_provider is not None else 0.0
         self._tracer = trace.get_tracer(
             INSTRUMENTATION_NAME, schema_url=SCHEMA_URL, tracer_provider=tracer_provider
         )
@@ -215,7 +242,9 @@ class QueueTracing:
     # -- producer ------------------------------------------------------------------
     def start_send(self, agent_type: str | None, *, batch_size: int | None = None) -> Span:
         """The send span of one enqueue call (agent_type None: a batch of several types).
-        Without an SDK, the API's non-recording span."""
+        Without an SDK, the API's invalid span (nothing is started)."""
+        if not self.may_record():
+            return INVALID_SPAN
         key = agent_type or ""
         named = self._send.get(key)
         if named is None:
@@ -273,6 +302,8 @@ class QueueTracing:
         """Start the process span of one attempt: a child of the job's creation context
         (a new trace linked to it for a job of a batch; a new trace when the job carries
         none, or one that does not parse: tracing never fails a job)."""
+        if not self.may_record():
+            return JobTrace(INVALID_SPAN, stored=stored_context) if stored_context else NO_TRACE
         parent = extracted = _EMPTY_CONTEXT
         links: list[Link] | None = None
         creation: SpanContext | None = None
@@ -312,6 +343,20 @@ class QueueTracing:
         )
         return JobTrace(span, span.get_span_context(), self, job_id, agent_type, extracted)
 
+    def may_record(self) -> bool:
+        """False while no SDK is there to record spans: no provider was given and none is
+        set globally (the API's proxy stands in), or the one given is the API's no-op.
+        Asked per attempt, so an SDK set up globally after the worker started is used
+        (within GLOBAL_PROVIDER_RECHECK_SECONDS)."""
+        if self._recording:
+            return True
+        now = time.monotonic()
+        if now < self._recheck_at:
+            return False
+        self._recording = _records(trace.get_tracer_provider())
+        self._recheck_at = now + GLOBAL_PROVIDER_RECHECK_SECONDS
+        return self._recording
+
     def start_settle(self, job: JobTrace, operation: str) -> Span:
         return self._tracer.start_span(
             f"{operation} {job.agent_type}",
@@ -327,16 +372,25 @@ class QueueTracing:
         )
 
 
+def _records(provider: TracerProvider) -> bool:
+    """Is `provider` an SDK's (not the API's stand-in for none, nor its no-op)?"""
+    return not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider))
+
+
 def creation_log_fields(stored: str) -> dict[str, str]:
     """`trace_id` and `span_id` of the creation context a job record carries (its send
     span's, or for a job of a batch the batch's), for a log line about the job written
     where no attempt of it runs (the reaper's); empty when it carries none."""
-    if not stored:
-        return {}
-    ids = trace.get_current_span(_extract(stored)[0]).get_span_context()
-    if not ids.is_valid:
+    ids = _creation_ids(stored) if stored else None
+    if ids is None:
         return {}
     return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+
+
+def _creation_ids(stored: str) -> SpanContext | None:
+    """The span context a stored creation context names, or None (none valid in it)."""
+    ids = trace.get_current_span(_extract(stored)[0]).get_span_context()
+    return ids if ids.is_valid else None
 
 
 def _extract(stored: str) -> tuple[context.Context, bool]:

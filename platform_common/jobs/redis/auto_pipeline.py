@@ -1,10 +1,12 @@
 """Auto-pipelining for the queue's hot path: commands issued concurrently share one
 round trip, on a connection held for the purpose.
 
-A lone command goes out at once. Commands issued while one is in flight wait for it,
-then all go out together in one write (and those issued meanwhile as the next). A worker
-completing N jobs at once thus pays one write and one read for all of them instead of
-N pool checkouts and N round trips.
+Commands issued in the same turn of the event loop go out together, in one write, at
+the end of that turn (a lone command waits for that turn, no longer); those issued while
+a batch is in flight go out together as the next one. A worker that takes its next jobs
+while its last ones' completions are recorded thus pays one write and one read for both
+instead of N pool checkouts and N round trips. A batch runs to its end in a task of its
+own, whatever happens to the callers waiting for it.
 
 Transport: on a single node and behind Sentinel, one connection of the client's own
 connection class, held for life, with one `asyncio.timeout` around each write+read.
@@ -22,6 +24,7 @@ token); a repeated LMOVE at worst leaves an extra id in processing for the reape
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,12 +103,12 @@ async def _read(connection: AbstractConnection) -> Any:
 
 
 class AutoPipeline:
-    """Runs commands on `client`, batching those issued while another is in flight."""
+    """Runs commands on `client`, batching those issued in one turn of the event loop or
+    while a batch is in flight."""
 
     def __init__(self, client: RedisClient) -> None:
         self._held = HeldConnection(client) if isinstance(client, aioredis.Redis) else None
         self._send: Send = self._held.send if self._held else pipeline_transport(client)
-        self._busy = False
         self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -118,22 +121,14 @@ class AutoPipeline:
 
     async def execute_many(self, commands: Sequence[Command]) -> Replies:
         """Run `commands` back to back in one batch; each reply or error in place."""
-        if self._busy:
-            future: asyncio.Future[Replies] = asyncio.get_running_loop().create_future()
-            self._waiting.append((commands, future))
-            return await future
-        self._busy = True
-        try:
-            return await run_batch(self._send, commands)
-        finally:
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        """After a batch: send what queued up meanwhile, or become idle."""
-        if self._waiting:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        else:
-            self._busy = False
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Replies] = loop.create_future()
+        self._waiting.append((commands, future))
+        if self._flusher is None:
+            # Its first step runs after the callbacks of this turn of the loop: what they
+            # issue joins the batch. An empty context: the batch is no one caller's.
+            self._flusher = loop.create_task(self._flush(), context=contextvars.Context())
+        return await future
 
     async def _flush(self) -> None:
         try:
@@ -160,8 +155,11 @@ class AutoPipeline:
                     start += len(commands)
                     if not future.done():
                         future.set_result(part)
+                # One turn of the loop for the callers just answered: what they issue
+                # next (a worker's claim after its take) joins the next batch.
+                await asyncio.sleep(0)
         finally:
-            self._busy = False
+            self._flusher = None
 
     async def aclose(self) -> None:
         """Let a batch in flight finish (its callers wait for it), then disconnect."""

@@ -1,0 +1,241 @@
+"""One agent type's stats hash (keys.py: counters, histograms, error classes) -> what it
+says, as plain data.
+
+Never raises on bad data: a value that does not parse is skipped and counted in
+`malformed`. Every scrape parses every type's hash (~50 fields, 1,000 types), so the
+fields are sorted by what they are in one pass, with each field name's meaning kept
+(the same few dozen names in every hash); the reader also keeps each type's last
+reading and parses a hash again only when it changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Final
+
+from platform_common.jobs.keys import (
+    DEFAULT_LATENCY_BUCKETS,
+    ERROR_CLASS_PREFIX,
+    MAX_ERROR_CLASSES,
+    OTHER_ERROR_CLASS,
+    STATS_COUNTERS,
+    histogram_bucket_field,
+    histogram_count_field,
+    histogram_sum_field,
+)
+
+__all__ = ["HISTOGRAMS", "LatencyHistogram", "StatsReading", "parse_stats"]
+
+HISTOGRAMS = ("latency", "wait", "run")
+"""The histograms of TypeSnapshot, by their keys.STATS_HISTOGRAMS name."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyHistogram:
+    """One duration histogram of one agent type (keys.STATS_HISTOGRAMS), in Prometheus'
+    shape."""
+
+    buckets: tuple[tuple[float, int], ...]
+    """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
+    sum: float
+    """Sum of all observed latencies, seconds."""
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1][1]
+
+
+@dataclass(frozen=True, slots=True)
+class StatsReading:
+    """What one stats hash says. Shared by the snapshots of the scrapes that read the
+    same hash: never mutated."""
+
+    counters: Mapping[str, int]
+    """keys.STATS_COUNTERS name -> value; a missing one is 0, a malformed one absent."""
+    histograms: Mapping[str, LatencyHistogram | None]
+    """HISTOGRAMS name -> histogram; None when its fields are unusable."""
+    error_classes: Mapping[str, int]
+    """Failed attempts by exception class (capped, see `_error_classes`)."""
+    malformed: int
+    """Values of the hash skipped because they did not parse."""
+
+
+def parse_stats(
+    stats: object, bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS
+) -> StatsReading:
+    """HGETALL's reply (flat [field, value, ...] or a dict) -> StatsReading.
+    `bucket_bounds` are the queue's configured latency buckets (see `_histogram`)."""
+    fields = _pairs(stats)
+    bounds = _configured_bounds(tuple(bucket_bounds))
+    malformed = 0
+    per_bound: dict[str, dict[float, int]] = {name: {} for name in HISTOGRAMS}
+    error_fields: list[tuple[str, str]] = []
+    kinds = _FIELD_KINDS
+    for name, raw in fields.items():
+        kind = kinds.get(name, _UNKNOWN)
+        if kind is _UNKNOWN:
+            kind = _classify(name)
+        if kind is None:
+            continue
+        if not isinstance(kind, tuple):
+            error_fields.append((name, raw))
+            continue
+        histogram, bound = kind
+        if bound is None or not raw.isdigit():
+            malformed += 1
+            continue
+        counts = per_bound[histogram]
+        counts[bound] = counts.get(bound, 0) + int(raw)
+    counters: dict[str, int] = {}
+    for name in STATS_COUNTERS:
+        text = fields.get(name)
+        if text is None:
+            counters[name] = 0
+        elif text.isdigit():
+            counters[name] = int(text)
+        else:
+            malformed += 1
+    histograms: dict[str, LatencyHistogram | None] = {}
+    for name in HISTOGRAMS:
+        histograms[name], errors = _histogram(fields, name, per_bound[name], bounds)
+        malformed += errors
+    error_classes, errors = _error_classes(error_fields)
+    return StatsReading(counters, histograms, error_classes, malformed + errors)
+
+
+def _histogram(
+    fields: Mapping[str, str], name: str, per_bound: dict[float, int], bounds: _Bounds
+) -> tuple[LatencyHistogram | None, int]:
+    """Histogram `name` from its NON-cumulative bucket counts by bound, summed into
+    cumulative `le` buckets.
+
+    The queue only creates a bucket's field when an observation lands in it. Bounds
+    without a field are filled with 0 when every field found is one of the configured
+    bounds: then the `le` set is complete and stable from the first scrape (rate() and
+    histogram_quantile need that). A field outside the configured bounds means the
+    queue uses other buckets: then only the discovered ones are exported, which is
+    always correct (a missing bound's count is unknown, not 0).
+    """
+    malformed = 0
+    buckets: tuple[tuple[float, int], ...]
+    if not per_bound:
+        buckets = bounds.empty  # nothing observed yet: the common case of a quiet type
+    else:
+        if per_bound.keys() <= bounds.expected:
+            ordered = dict.fromkeys(bounds.ordered, 0)
+            ordered.update(per_bound)  # existing keys keep their (ascending) place
+        else:
+            per_bound.setdefault(math.inf, 0)
+            ordered = {bound: per_bound[bound] for bound in sorted(per_bound)}
+        buckets = tuple(zip(ordered, accumulate(ordered.values()), strict=True))
+    total = _number(fields.get(_SUM_FIELDS[name], "0"))
+    if total is None or total < 0:
+        # Without a sum the histogram would lie about the mean: leave it out.
+        return None, 1
+    count = fields.get(_COUNT_FIELDS[name])
+    if count is not None and (not count.isdigit() or int(count) != buckets[-1][1]):
+        # The buckets are authoritative (the histogram must be self-consistent); a
+        # count that disagrees with them is reported, not exported.
+        malformed += 1
+    return LatencyHistogram(buckets, total), malformed
+
+
+def _error_classes(error_fields: Sequence[tuple[str, str]]) -> tuple[dict[str, int], int]:
+    """Failed attempts by class, from the hash's `error:<class>` fields. The queue caps the
+    classes; a hash holding more (written by hand) has the excess folded into `other`,
+    in field-name order, so the label stays bounded here too."""
+    malformed = 0
+    counts: dict[str, int] = {}
+    for name, raw in sorted(error_fields):
+        if not raw.isdigit():
+            malformed += 1
+            continue
+        error_class = name[len(ERROR_CLASS_PREFIX) :]
+        named = len(counts) - (OTHER_ERROR_CLASS in counts)
+        if error_class != OTHER_ERROR_CLASS and named >= MAX_ERROR_CLASSES:
+            error_class = OTHER_ERROR_CLASS
+        counts[error_class] = counts.get(error_class, 0) + int(raw)
+    return counts, malformed
+
+
+_SUM_FIELDS = {name: histogram_sum_field(name) for name in HISTOGRAMS}
+_COUNT_FIELDS = {name: histogram_count_field(name) for name in HISTOGRAMS}
+_BUCKET_PREFIXES = {histogram_bucket_field(n, 0.0).split(":", 1)[0] + ":": n for n in HISTOGRAMS}
+"""Bucket field prefix ("latency_le:") -> histogram name."""
+
+_ERROR_FIELD: Final = "error"
+FieldKind = tuple[str, float | None] | str | None
+"""(histogram, bound or None when the bound does not parse) for a bucket field,
+_ERROR_FIELD for an error class, None for any other field."""
+_FIELD_KINDS: dict[str, FieldKind] = {}
+_UNKNOWN: FieldKind = ("not yet classified", None)
+"""What _FIELD_KINDS answers for a name it does not hold (compared by identity)."""
+
+
+def _classify(name: str) -> FieldKind:
+    """What field `name` is, remembered (a hash with odd fields must not grow the memory
+    without bound, so only so many names are)."""
+    kind: FieldKind = None
+    if name.startswith(ERROR_CLASS_PREFIX):
+        kind = _ERROR_FIELD
+    else:
+        colon = name.find(":")
+        histogram = _BUCKET_PREFIXES.get(name[: colon + 1]) if colon > 0 else None
+        if histogram is not None:
+            kind = (histogram, _bound(name[colon + 1 :]))
+    if len(_FIELD_KINDS) < 4096:
+        _FIELD_KINDS[name] = kind
+    return kind
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The configured bucket bounds, +Inf included: as a set, and ascending."""
+
+    expected: frozenset[float]
+    ordered: tuple[float, ...]
+    empty: tuple[tuple[float, int], ...]
+    """The buckets of a histogram with no observation: every bound, count 0."""
+
+
+_BOUNDS_OF: dict[tuple[float, ...], _Bounds] = {}
+
+
+def _configured_bounds(bucket_bounds: tuple[float, ...]) -> _Bounds:
+    """The _Bounds of a configuration, made once (one per process, in practice)."""
+    bounds = _BOUNDS_OF.get(bucket_bounds)
+    if bounds is None:
+        expected = frozenset(float(bound) for bound in bucket_bounds) | {math.inf}
+        ordered = tuple(sorted(expected))
+        bounds = _Bounds(expected, ordered, tuple((bound, 0) for bound in ordered))
+        if len(_BOUNDS_OF) < 16:
+            _BOUNDS_OF[bucket_bounds] = bounds
+    return bounds
+
+
+def _pairs(flat: object) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return {str(k): str(v) for k, v in flat.items()}
+    if not isinstance(flat, list | tuple):
+        return {}
+    # [field, value, ...]: one shared iterator pairs them (a dangling last one is dropped).
+    items = iter(flat)
+    return dict(zip(map(str, items), map(str, items), strict=False))
+
+
+def _number(raw: object) -> float | None:
+    try:
+        value = float(str(raw))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _bound(text: str) -> float | None:
+    if text == "+Inf":
+        return math.inf
+    value = _number(text)
+    return value if value is not None and value >= 0 else None

@@ -1,0 +1,112 @@
+"""What the exporter reads of one agent type: the commands, and what each reply means.
+
+The one place that knows the queue's per-type key layout on the read side: a change of
+layout (how the depth or the oldest waiting job's arrival is kept) changes
+`type_commands` and `TypeReplies.of` here, together, and nothing else in the exporter.
+Every command is a plain read the exporter's ACL user may run (platform_common.jobs.acl)
+on one key of the type, never a job hash (payloads are personal data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from platform_common.jobs.keys import QueueKeys
+
+__all__ = ["TYPE_COMMAND_COUNT", "TypeReplies", "type_commands"]
+
+
+def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
+    """The read-only commands for one agent type, in the order of their replies:
+
+    0. `ZCARD waiting`: jobs waiting to be taken that have a job hash (a retry, a
+       released or requeued job, one of the previous layout), an integer; with 7, the
+       queue depth. Not LLEN of the queue list: expiry is lazy, so an expired job's id
+       stays in the list until a worker pops and drops it, while these two hold exactly
+       the jobs that wait.
+    1. `LLEN processing`: jobs a worker has taken (an integer).
+    2. `ZCARD delayed`: jobs waiting for a retry (an integer).
+    3. `LLEN dead`: jobs in the dead-letter list (an integer).
+    4. `HGETALL stats`: the stats hash, counters and histograms (keys.py): a flat
+       [field, value, ...] list in RESP2, a dict in RESP3.
+    5. `ZRANGE workers 0 -1 WITHSCORES`: every worker's last heartbeat (worker id, ms).
+       The queue prunes silent workers, so this stays as small as the fleet.
+    6. `ZRANGE waiting 0 0 WITHSCORES`: the oldest waiting job with a job hash (id,
+       arrival ms), or empty; the queue keeps this set beside the list precisely so
+       that no job hash is read for it.
+    7. `HLEN queued`: jobs waiting to be taken for the first time, each packed in one
+       field of the `queued` hash (an integer; the values, which hold the payloads,
+       are never read).
+    8. `ZRANGE arrivals 0 0 WITHSCORES`: the oldest second (ms) in which a job still
+       packed in `queued` arrived, or empty.
+
+    A reply may also be an error (WRONGTYPE): the reader then skips the type.
+    `TypeReplies.of` unpacks them in this order; change the two together.
+    """
+    return [
+        ("ZCARD", keys.waiting),
+        ("LLEN", keys.processing),
+        ("ZCARD", keys.delayed),
+        ("LLEN", keys.dead),
+        ("HGETALL", keys.stats),
+        ("ZRANGE", keys.workers, 0, -1, "WITHSCORES"),
+        ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
+        ("HLEN", keys.queued),
+        ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
+    ]
+
+
+class TypeReplies(NamedTuple):
+    """One type's replies to `type_commands`, by meaning."""
+
+    queue_depth: Any
+    """Jobs waiting to be taken (an integer)."""
+    in_progress: Any
+    delayed_depth: Any
+    dead_letter_depth: Any
+    stats: Any
+    """The stats hash: flat [field, value, ...] (RESP2) or a dict (RESP3)."""
+    heartbeats: Any
+    """ZRANGE ... WITHSCORES of the heartbeats: flat (RESP2) or pairs (RESP3)."""
+    oldest_waiting: Any
+    """ZRANGE ... WITHSCORES of at most one member: the oldest waiting job's arrival
+    (ms) is its score; empty when none waits."""
+
+    @classmethod
+    def of(cls, replies: Sequence[Any]) -> TypeReplies:
+        """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
+        An error reply of either part of the depth or the oldest job stands for both."""
+        waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived = replies
+        depth = waiting
+        if isinstance(waiting, int) and not isinstance(waiting, bool):
+            depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
+        return cls(depth, in_progress, delayed, dead, stats, heartbeats, _older(oldest, arrived))
+
+
+def _older(first: Any, second: Any) -> Any:
+    """Of two ZRANGE ... 0 0 WITHSCORES replies, the one with the lower score (an error
+    reply wins: it is reported; an empty one loses)."""
+    for reply in (first, second):
+        if isinstance(reply, BaseException):
+            return reply
+    a, b = _score(first), _score(second)
+    if a is None:
+        return second
+    if b is None:
+        return first
+    return first if a <= b else second
+
+
+def _score(reply: Any) -> float | None:
+    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 flat, RESP3 pairs),
+    or None when empty."""
+    items = list(reply)
+    if not items:
+        return None
+    head = items[0]
+    return float(head[1] if isinstance(head, list | tuple) else items[1])
+
+
+TYPE_COMMAND_COUNT = len(type_commands(QueueKeys("x")))
+"""Commands (so replies) per agent type in a scrape's pipeline."""

@@ -1,0 +1,135 @@
+-- Expire the jobs of one expiry bucket that still wait packed in the queued hash
+-- (enqueued, never claimed): the bucket is wholly past, so each of them is past its TTL.
+-- An id no longer in the queued hash (claimed since, or expired by a claim) is skipped:
+-- the bucket only ever loses entries here. Safe to run from many workers at once.
+-- KEYS[1] expiring zset   KEYS[2] the bucket list   KEYS[3] queued hash   KEYS[4] stats hash
+-- KEYS[5] arrivals zset   KEYS[6] arrived hash   KEYS[6+i] result key of job i
+-- ARGV[1] completion channel   ARGV[2] the bucket's start (ms)   ARGV[3] bucket width (ms)
+-- ARGV[4] arrival bucket width (ms)   ARGV[5] seconds to keep the result of a job whose
+-- packed value does not parse   ARGV[5+i] job id i: the first entries of the bucket list,
+-- as the caller read them
+-- Returns {"later"} (the bucket is not wholly past by Redis TIME), {"moved"} (the list's
+-- head is no longer what the caller read: another worker took it; read again), or
+-- {{expired job id...}, {job id, problem}...}: the jobs expired (each counted, its result
+-- stored, published), then those whose packed value did not parse (expired all the same).
+-- All-or-nothing: a key of another type or a counter that is not an integer is refused
+-- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local start = tonumber(ARGV[2])
+if start + tonumber(ARGV[3]) > now then
+    return {'later'}
+end
+local arrival_ms = tonumber(ARGV[4])
+local fallback_ttl = ARGV[5]
+local n = #ARGV - 5
+
+local function failed(reply)
+    return type(reply) == 'table' and reply.err ~= nil
+end
+local function shown(raw)
+    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
+        return "'" .. raw .. "'"
+    end
+    return raw and 'unprintable' or 'missing'
+end
+local function corrupt(index, text)
+    return redis.error_reply('CORRUPT ' .. index .. ' ' .. text)
+end
+
+for _, key in ipairs({{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'},
+        {6, 'hash'}}) do
+    local found = redis.call('TYPE', KEYS[key[1]]).ok
+    if found ~= key[2] and found ~= 'none' then
+        return corrupt(key[1], 'holds a ' .. found .. ', where the queue keeps a ' .. key[2])
+    end
+end
+local ids = {}
+for i = 1, n do
+    ids[i] = ARGV[5 + i]
+end
+local head = n > 0 and redis.call('LRANGE', KEYS[2], 0, n - 1) or {}
+if #head ~= n then
+    return {'moved'}
+end
+for i = 1, n do
+    if head[i] ~= ids[i] then
+        return {'moved'}
+    end
+end
+local counted = redis.call('HGET', KEYS[4], 'expired')
+if counted and not (#counted <= 18 and string.find(counted, '^%-?%d+$')) then
+    return corrupt(4, 'field expired is not an integer: ' .. shown(counted))
+end
+
+local packed = n > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
+local expired = {}
+local problems = {}
+local results = {}  -- i -> {result JSON, ttl}
+local leaving = {}  -- arrival second -> jobs of it expired here
+local seconds = {}
+local seen = {}
+for i = 1, n do
+    local value = packed[i]
+    if value and not seen[ids[i]] then
+        seen[ids[i]] = true
+        local enq, ttl = string.match(value, '^(%d+),%d+,(%d+),%d+,[^\n]*\n[^\n]*\n')
+        if not enq or #ttl > 9 or tonumber(ttl) == 0 then
+            local problem = 'stored packed job does not parse (queue/envelope.py)'
+            problems[#problems + 1] = {ids[i], problem}
+            results[i] = {'{"status":"expired","result":null,"error":"expired; ' .. problem
+                .. '"}', fallback_ttl}
+            enq = string.match(value, '^(%d+),')
+        else
+            results[i] = {'{"status":"expired","result":null,"error":"not started within its'
+                .. ' ttl of ' .. ttl .. ' s"}', ttl}
+        end
+        expired[#expired + 1] = ids[i]
+        if enq and #enq <= 15 then
+            local second = tonumber(enq) - tonumber(enq) % arrival_ms
+            if not leaving[second] then
+                leaving[second] = 0
+                seconds[#seconds + 1] = second
+            end
+            leaving[second] = leaving[second] + 1
+        end
+    end
+end
+if #seconds > 0 then
+    local counts = redis.call('HMGET', KEYS[6], unpack(seconds))
+    for s, second in ipairs(seconds) do
+        local value = counts[s]
+        if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+            return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
+        end
+    end
+end
+
+-- The writes: nothing below can fail.
+if #expired > 0 then
+    redis.call('HINCRBY', KEYS[4], 'expired', #expired)
+    redis.call('HDEL', KEYS[3], unpack(expired))
+    for i = 1, n do
+        if results[i] then
+            redis.call('SET', KEYS[6 + i], results[i][1], 'EX', results[i][2])
+            redis.call('PUBLISH', ARGV[1], ids[i])
+        end
+    end
+end
+for _, second in ipairs(seconds) do
+    if redis.call('HINCRBY', KEYS[6], second, -leaving[second]) <= 0 then
+        redis.call('HDEL', KEYS[6], second)
+        redis.call('ZREM', KEYS[5], second)
+    end
+end
+if n > 0 then
+    redis.call('LTRIM', KEYS[2], n, -1)
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('ZREM', KEYS[1], start)
+end
+local out = {expired}
+for _, problem in ipairs(problems) do
+    out[#out + 1] = problem
+end
+return out

@@ -1,0 +1,88 @@
+"""A waiting job packed into one value of the `queued` hash (keys.py), as
+lua/queue_enqueue.lua writes it and lua/queue_claim.lua unpacks it:
+
+    <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>\\n<trace context>\\n<payload>
+
+Why packed: a waiting job used to be a hash key of its own (payload, timestamps, nonce)
+plus two sorted-set entries. A payload over `hash-max-listpack-value` (64 bytes) turns
+that hash into a real hashtable, so a 0.5 KiB job cost 2.5-3x its payload in Redis
+memory. One field of one per-type hash costs the payload plus about 150 bytes. The claim
+turns it into the job hash every later step reads, so only waiting jobs use this form.
+
+The trace context is the producer's JSON of propagation headers (no newline in it), or
+empty. The header is digits and the nonce (hex, ':' and digits), so neither holds a
+comma or a newline, and the payload is everything after the second newline, as is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import CorruptQueueState
+from ..keys import QueueKeys
+
+__all__ = ["QueuedJob", "queued_record_fields", "unpack_queued"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job of the `queued` hash, unpacked."""
+
+    enqueued_at_ms: int
+    expires_at_ms: int
+    ttl_seconds: int
+    max_attempts: int
+    nonce: str
+    trace_context: str | None
+    payload: str
+
+    def record_fields(self) -> dict[str, str]:
+        """The fields its job hash would hold, as the claim writes them (before its
+        state, attempt and lease fields): what a reader of a record shows."""
+        fields = {
+            "payload": self.payload,
+            "enqueued_at": str(self.enqueued_at_ms),
+            "expires_at": str(self.expires_at_ms),
+            "ttl": str(self.ttl_seconds),
+            "max_attempts": str(self.max_attempts),
+            "nonce": self.nonce,
+            "state": "queued",
+        }
+        if self.trace_context:
+            fields["trace_context"] = self.trace_context
+        return fields
+
+
+def unpack_queued(value: str) -> QueuedJob:
+    """The job packed in `value`; ValueError naming what does not parse."""
+    parts = value.split("\n", 2)
+    if len(parts) != 3:
+        raise ValueError("a queued job's packed value lacks its header lines")
+    header, trace_context, payload = parts
+    fields = header.split(",")
+    if len(fields) != 5:
+        raise ValueError(f"a queued job's header has {len(fields)} fields, not 5")
+    enqueued, expires, ttl, max_attempts, nonce = fields
+    numbers = {"enqueued_at": enqueued, "expires_at": expires, "ttl": ttl}
+    numbers["max_attempts"] = max_attempts
+    for name, text in numbers.items():
+        if not text.isascii() or not text.isdigit() or len(text) > 15:
+            raise ValueError(f"a queued job's {name} does not parse: {text[:40]!r}")
+    return QueuedJob(
+        enqueued_at_ms=int(enqueued),
+        expires_at_ms=int(expires),
+        ttl_seconds=int(ttl),
+        max_attempts=int(max_attempts),
+        nonce=nonce,
+        trace_context=trace_context or None,
+        payload=payload,
+    )
+
+
+def queued_record_fields(keys: QueueKeys, job_id: str, packed: str) -> dict[str, str]:
+    """The job hash fields of a job still packed in `keys.queued` (what a reader of a
+    record shows); CorruptQueueState naming the key if the value does not parse."""
+    try:
+        return unpack_queued(packed).record_fields()
+    except ValueError as exc:
+        raise CorruptQueueState(keys.queued, f"field {job_id}: {exc}") from None
