@@ -22,11 +22,21 @@ GROUP_NAME = "platform-common-jobs-queue"
 def rule_annotations(spec: AlertSpec, config: MonitoringConfig) -> dict[str, str]:
     """Prometheus-templated annotations (the Grafana ones differ only in `$value`)."""
     return {
+        **_console_annotation(spec, config, "{{ $labels.agent_type }}"),
         "dashboard_url": config.dashboard_url(spec.dashboard_uid, spec.panel),
         "description": render_text(spec.description, spec, "prometheus"),
         "runbook_url": config.runbook_url(spec.runbook_slug),
         "summary": render_text(spec.summary, spec, "prometheus"),
     }
+
+
+def _console_annotation(
+    spec: AlertSpec, config: MonitoringConfig, agent_type: str
+) -> dict[str, str]:
+    """`console_url`: the console page of the alert's agent type, when the site has a
+    console and the alert is about one agent type (the others have no such page)."""
+    url = config.console_type_url(agent_type)
+    return {"console_url": url} if url and spec.about_agent_type else {}
 
 
 def rule_file(config: MonitoringConfig) -> dict[str, Any]:
@@ -53,6 +63,7 @@ def _duration(total: int) -> str:
 def _expected(spec: AlertSpec, config: MonitoringConfig, scenario: Scenario) -> dict[str, Any]:
     labels = {**scenario.labels, **spec.labels()}
     rendered = {
+        **_console_annotation(spec, config, labels.get("agent_type", "")),
         "dashboard_url": config.dashboard_url(spec.dashboard_uid, spec.panel),
         "description": render_concrete(spec.description, spec, labels, scenario.value_text),
         "runbook_url": config.runbook_url(spec.runbook_slug),

@@ -30,12 +30,13 @@ from bench.queue_throughput import AGENT_TYPE, make_jobs
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueSettings
 from tests.support.redis_server import RedisServer
+from tests.support.stored_jobs import make_packed_due, to_job_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPIRED_PER_RUN = 100
 KEYS = QueueKeys(AGENT_TYPE)
 TARGET_RATIO = 2.0
-CLEANUP_COMMANDS = ("zrangebyscore", "evalsha", "eval")
+CLEANUP_COMMANDS = ("zrangebyscore", "lrange", "evalsha", "eval")
 """What a cleanup run sends that costs Redis time (its TIME call is a few microseconds)."""
 
 
@@ -65,16 +66,15 @@ async def blocking_usec(client: aioredis.Redis, run: Callable[[], Awaitable[Any]
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in CLEANUP_COMMANDS)
 
 
-async def add_due_jobs(queue: JobQueue, client: aioredis.Redis) -> list[str]:
-    """EXPIRED_PER_RUN new jobs (behind the backlog), their TTL moved into the past."""
+async def add_due_jobs(queue: JobQueue, client: aioredis.Redis, version: str) -> list[str]:
+    """EXPIRED_PER_RUN new jobs (behind the backlog), their TTL moved into the past: packed
+    in the queued hash with their expiry bucket past, as this version keeps them; for the
+    old script, in the form it expires (a job hash with its expiry set entry)."""
     ids = await queue.enqueue_many(make_jobs(EXPIRED_PER_RUN))
-    seconds, micros = await client.time()
-    past = int(seconds) * 1000 + int(micros) // 1000 - 1000
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hset(KEYS.job(job_id), "expires_at", str(past))
-        pipe.zadd(KEYS.expiry, {job_id: past})
-    await pipe.execute()
+    await make_packed_due(client, KEYS, ids)
+    if version == "old":
+        for job_id in ids:
+            await to_job_hash(client, KEYS, job_id)
     return ids
 
 
@@ -103,13 +103,14 @@ async def measure(url: str, backlog: int, rounds: int, old: str | None) -> dict[
         # the new one runs with. Round 0 warms up (it compiles the script): not kept.
         for version in ("new", "old") if old else ("new",):
             for round_number in range(rounds + 1):
-                ids = await add_due_jobs(queue, client)
+                ids = await add_due_jobs(queue, client, version)
                 if version == "new":
                     usec = await blocking_usec(client, lambda: queue.cleanup(AGENT_TYPE))
                 else:
                     assert old is not None
                     usec = await blocking_usec(client, lambda: run_old(client, old))
-                if await client.zscore(KEYS.expiry, ids[0]) is not None:
+                left = await client.zscore(KEYS.expiry, ids[0]) is not None
+                if left or await client.hexists(KEYS.queued, ids[0]):
                     raise RuntimeError(f"the {version} cleanup did not expire the due jobs")
                 if round_number:
                     runs[version].append(usec)

@@ -112,7 +112,7 @@ def drain_with_worker(redis_url: str, n: int, concurrency: int) -> float:
             raise RuntimeError("worker did not start")
         start = time.perf_counter()
         deadline = start + 600
-        while int(client.hget(stats_key, "completed") or 0) < n:
+        while int(client.hget(stats_key, "completed") or 0) < n:  # type: ignore[arg-type]
             if time.perf_counter() > deadline or process.poll() is not None:
                 raise RuntimeError("worker did not drain the queue")
             time.sleep(0.01)
@@ -145,11 +145,11 @@ async def _raw_async(redis_url: str, payloads: list[str]) -> tuple[float, float]
     try:
         start = time.perf_counter()
         for payload in payloads:
-            await client.lpush("raw:queue", payload)
+            await client.lpush("raw:queue", payload)  # type: ignore[misc]
         lpush = time.perf_counter() - start
         start = time.perf_counter()
         for _ in payloads:
-            await client.brpop(["raw:queue"], timeout=1)
+            await client.brpop(["raw:queue"], timeout=1)  # type: ignore[misc]
         brpop = time.perf_counter() - start
         return lpush, brpop
     finally:
@@ -186,7 +186,7 @@ async def _interleaved(
             payloads = [json.dumps(job) for job in chunk]
             began = time.perf_counter()
             for payload in payloads:
-                await client.lpush("raw:queue", payload)
+                await client.lpush("raw:queue", payload)  # type: ignore[misc]
             raw += time.perf_counter() - began
             began = time.perf_counter()
             for job in chunk:
@@ -229,10 +229,10 @@ async def _brpop_drain(redis_url: str, payloads: list[str]) -> float:
     client = aioredis.Redis.from_url(redis_url)
     try:
         for start in range(0, len(payloads), 1000):
-            await client.lpush("raw:queue", *payloads[start : start + 1000])
+            await client.lpush("raw:queue", *payloads[start : start + 1000])  # type: ignore[misc]
         began = time.perf_counter()
         for _ in payloads:
-            await client.brpop(["raw:queue"], timeout=1)
+            await client.brpop(["raw:queue"], timeout=1)  # type: ignore[misc]
         return time.perf_counter() - began
     finally:
         await client.aclose()

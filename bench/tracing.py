@@ -1,34 +1,48 @@
-"""What tracing costs the queue (not a test): enqueue, enqueue_many and drain, with tracing
-off (no SDK: OpenTelemetry's global no-op provider) and on (an SDK TracerProvider with a
-BatchSpanProcessor and an exporter that drops every span), side by side.
+"""What tracing costs the queue (not a test): enqueue, enqueue_many and drain with the
+package as it was before tracing (old: bench.tracing_old.OLD_REVISION, in a child
+process), with tracing off (no SDK: OpenTelemetry's global no-op provider) and on (an SDK
+TracerProvider with a BatchSpanProcessor and an exporter that drops every span), side by
+side.
 
-    .venv/bin/python -m bench.tracing [--jobs 5000] [--rounds 5] [--concurrency 32]
+    .venv/bin/python -m bench.tracing [--jobs 3000] [--rounds 9] [--concurrency 32] [--no-old]
 
-Starts its own redis-server. Each round measures off, then on, then off again in the
-same process (the host's load drifts over seconds; alternating puts both sides under
-it alike); the table shows the median of the rounds. The drain is one in-process
-Worker (no-op handler) taking N queued jobs, from its ready event to the last completion.
+Starts its own redis-server. Each round measures every side once, against the same
+server, the order rotating by one each round (old, off, on; off, on, old; ...): the
+host's load drifts over seconds, and alternating puts every side under it alike, in every
+position alike when --rounds is a multiple of 3. Many short rounds rather than a few long
+ones: on a shared host one-by-one enqueue (a round trip per job) swings by a third from
+round to round, and alternating often is what cancels that. The table shows the median
+of the rounds. The phase code is bench.tracing_phases for all three sides; its drain is one
+in-process Worker (no-op handler) taking N queued jobs, from its ready event to the last
+completion. The target (issue 18): with no SDK the hot paths cost no more than before,
+off's jobs/s at least 95% of old's for every phase.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
-import redis
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from bench.queue_throughput import AGENT_TYPE, make_jobs
-from platform_common.jobs.queue import JobQueue, QueueSettings, Worker
+from bench.tracing_old import OLD_REVISION, OldRevision, OldRevisionError
+from bench.tracing_phases import PHASES, measure
 from tests.support.redis_server import RedisServer
 
-PHASES = ("enqueue", "enqueue_many", "drain")
+OFF_WITHIN = 0.95
+"""off's jobs/s over old's, at least, for every phase: "within 5% of today"."""
+
+Rates = dict[str, list[float]]
+"""jobs/s of each phase, one entry per round."""
+
+Measure = Callable[[list[dict[str, Any]], list[dict[str, Any]]], dict[str, float]]
+"""One side: jobs/s of each phase for these (single, many) jobs."""
 
 
 class DroppingExporter(SpanExporter):
@@ -42,104 +56,88 @@ class DroppingExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def _kwargs(provider: TracerProvider | None) -> dict[str, Any]:
-    # Tracing off passes nothing, so the same calls run against an older tree too.
-    return {} if provider is None else {"tracer_provider": provider}
+def run_rounds(sides: dict[str, Measure], n: int, rounds: int) -> dict[str, Rates]:
+    """Every side once per round, the order rotated by one each round; fresh jobs each."""
+    results: dict[str, Rates] = {side: {phase: [] for phase in PHASES} for side in sides}
+    names = list(sides)
+    for round_number in range(rounds):
+        shift = round_number % len(names)
+        for side in names[shift:] + names[:shift]:
+            for phase, rate in sides[side](make_jobs(n), make_jobs(n)).items():
+                results[side][phase].append(rate)
+    return results
 
 
-async def _enqueue(url: str, jobs: list[dict[str, Any]], provider: TracerProvider | None) -> float:
-    queue = await JobQueue.connect(QueueSettings.from_url(url), **_kwargs(provider))
-    try:
-        start = time.perf_counter()
-        for job in jobs:
-            await queue.enqueue(job)
-        return time.perf_counter() - start
-    finally:
-        await queue.aclose()
+def target(results: dict[str, Rates], phase: str) -> tuple[float, bool] | None:
+    """off/old of `phase`'s medians and whether it meets OFF_WITHIN (None without old)."""
+    if "old" not in results:
+        return None
+    ratio = statistics.median(results["off"][phase]) / statistics.median(results["old"][phase])
+    return ratio, ratio >= OFF_WITHIN
 
 
-async def _enqueue_many(
-    url: str, jobs: list[dict[str, Any]], provider: TracerProvider | None
-) -> float:
-    queue = await JobQueue.connect(QueueSettings.from_url(url), **_kwargs(provider))
-    try:
-        start = time.perf_counter()
-        await queue.enqueue_many(jobs)
-        return time.perf_counter() - start
-    finally:
-        await queue.aclose()
-
-
-async def _drain(url: str, n: int, concurrency: int, provider: TracerProvider | None) -> float:
-    """Seconds for one in-process worker to complete the n jobs already queued."""
-    settings = QueueSettings.from_url(url)
-    worker = Worker(
-        settings, AGENT_TYPE, lambda job: None, concurrency=concurrency, **_kwargs(provider)
-    )
-    client = redis.asyncio.Redis.from_url(url, decode_responses=True)
-    stats = f"jobs:{{{AGENT_TYPE}}}:stats"
-    task = asyncio.create_task(worker.run())
-    try:
-        await worker.ready.wait()
-        start = time.perf_counter()
-        while int(await client.hget(stats, "completed") or 0) < n:  # type: ignore[misc]
-            if task.done():
-                task.result()
-                raise RuntimeError("the worker stopped before draining the queue")
-            await asyncio.sleep(0.005)
-        return time.perf_counter() - start
-    finally:
-        worker.stop()
-        await task
-        await client.aclose()
-
-
-def _flush(url: str) -> None:
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    client.close()
-
-
-def measure(
-    url: str, n: int, concurrency: int, provider: TracerProvider | None
-) -> dict[str, float]:
-    """jobs/s of each phase with `provider` (None: tracing off)."""
-    _flush(url)
-    single = asyncio.run(_enqueue(url, make_jobs(n), provider))
-    _flush(url)
-    many = asyncio.run(_enqueue_many(url, make_jobs(n), provider))
-    drain = asyncio.run(_drain(url, n, concurrency, provider))
-    _flush(url)
-    return {"enqueue": n / single, "enqueue_many": n / many, "drain": n / drain}
+def render(results: dict[str, Rates], header: str) -> str:
+    """The table: a column of median jobs/s per side, then on/off and off/old."""
+    sides = [side for side in ("old", "off", "on") if side in results]
+    lines = [header]
+    columns = "".join(f" {side + ' jobs/s':>12}" for side in sides)
+    lines.append(f"{'operation':<14}{columns}  on/off" + ("  off/old" if "old" in results else ""))
+    verdicts = []
+    for phase in PHASES:
+        medians = {side: statistics.median(results[side][phase]) for side in sides}
+        cells = "".join(f" {medians[side]:>12,.0f}" for side in sides)
+        row = f"{phase:<14}{cells}  {medians['on'] / medians['off']:6.2f}"
+        met = target(results, phase)
+        if met is not None:
+            ratio, ok = met
+            row += f"  {ratio:7.3f}"
+            verdicts.append(f"{phase} {ratio:.3f} >= {OFF_WITHIN} {'met' if ok else 'MISSED'}")
+        lines.append(row)
+    if verdicts:
+        lines.append("off within 5% of old (off/old jobs/s): " + "; ".join(verdicts))
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=5_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3_000)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--no-old", action="store_true", help=f"skip the pre-tracing column ({OLD_REVISION[:10]})"
+    )
     args = parser.parse_args()
     exporter = DroppingExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    off: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    on: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    with RedisServer() as server:
-        measure(server.url, min(args.jobs, 1_000), args.concurrency, None)  # warm up
-        for _ in range(args.rounds):
-            for side, chosen in ((off, None), (on, provider), (off, None)):
-                for phase, rate in measure(server.url, args.jobs, args.concurrency, chosen).items():
-                    side[phase].append(rate)
-    provider.shutdown()
-    print(
+    try:
+        with ExitStack() as stack:
+            url = stack.enter_context(RedisServer()).url
+            concurrency = args.concurrency
+            sides: dict[str, Measure] = {}
+            if not args.no_old:
+                old = stack.enter_context(OldRevision())
+                sides["old"] = lambda single, many: old.measure(
+                    url, single, many, AGENT_TYPE, concurrency
+                )
+            sides["off"] = lambda single, many: measure(url, single, many, AGENT_TYPE, concurrency)
+            sides["on"] = lambda single, many: measure(
+                url, single, many, AGENT_TYPE, concurrency, provider
+            )
+            run_rounds(sides, min(args.jobs, 1_000), 1)  # warm every side up
+            results = run_rounds(sides, args.jobs, args.rounds)
+    except OldRevisionError as error:
+        raise SystemExit(f"bench.tracing: {error} (or run with --no-old)") from error
+    finally:
+        provider.shutdown()
+    order = ", ".join(sides)
+    header = (
         f"N = {args.jobs} no-op jobs, ~300-byte payload, one redis-server, in-process "
         f"worker (concurrency {args.concurrency}), median of {args.rounds} rounds "
-        f"(off, on, off), {os.cpu_count()} cores; {exporter.spans:,} spans exported"
+        f"({order}, rotating), {os.cpu_count()} cores; {exporter.spans:,} spans exported"
+        + ("" if args.no_old else f"; old = {OLD_REVISION[:10]} (before tracing), own process")
     )
-    print(f"{'operation':<14} {'off jobs/s':>12} {'on jobs/s':>12}  on/off")
-    for phase in PHASES:
-        rate_off, rate_on = statistics.median(off[phase]), statistics.median(on[phase])
-        print(f"{phase:<14} {rate_off:>12,.0f} {rate_on:>12,.0f}  {rate_on / rate_off:6.2f}")
+    print(render(results, header), end="")
 
 
 if __name__ == "__main__":

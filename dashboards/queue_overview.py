@@ -330,7 +330,21 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
                 by_key("worker_heartbeat_age").unit,
                 [(q.worker_heartbeat_ages(sel), "{{agent_type}} {{worker}}")],
             ),
-            24,
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.WORKER_JOBS,
+                PANEL_TITLES[P.WORKER_JOBS],
+                "Jobs each worker is running, as its last heartbeat reported (the same "
+                f"workers as {PANEL_TITLES[P.WORKER_HEARTBEATS]}). A worker whose heartbeat "
+                "age climbs while it still shows jobs holds them until their leases lapse; "
+                "one at 0 while the queue grows takes no work.",
+                by_key("worker_jobs").unit,
+                [(q.worker_jobs_in_progress(sel), "{{agent_type}} {{worker}}")],
+            ),
+            12,
             8,
         ),
     ]

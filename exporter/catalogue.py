@@ -88,6 +88,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),
     _m("last_heartbeat", "worker_last_heartbeat_timestamp_seconds", "gauge", "Unix time of the newest worker heartbeat.", "dateTimeAsIso"),
     _m("worker_heartbeat_age", "worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat; at most " f"{MAX_WORKERS_PER_TYPE} workers per agent type, the stalest.", "s", (AGENT_TYPE, WORKER)),
+    _m("worker_jobs", "worker_jobs_in_progress", "gauge", "Jobs each worker is running, as its last heartbeat reported; for the same workers as worker_heartbeat_age_seconds.", "short", (AGENT_TYPE, WORKER)),
     # The exporter's own health (gauges, as Prometheus' exporter guide recommends).
     _m("redis_up", "queue_exporter_redis_up", "gauge", "1 when the last scrape read Redis, else 0.", "short", ()),
     _m("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),

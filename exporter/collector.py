@@ -140,6 +140,10 @@ def value_series(metric: catalogue.Metric, result: ScrapeResult) -> list[Series]
     if key == "worker_heartbeat_age":
         return [((t.agent_type, beat.worker), beat.age_seconds) for t in snapshot.types
                 for beat in t.workers]  # fmt: skip
+    if key == "worker_jobs":
+        # No sample for a worker whose count is unknown (an older worker version).
+        return [((t.agent_type, beat.worker), beat.jobs_in_progress) for t in snapshot.types
+                for beat in t.workers if beat.jobs_in_progress is not None]  # fmt: skip
     reading = _TYPE_READINGS[key]
     pairs = ((t.agent_type, reading(t)) for t in snapshot.types)
     return [((agent_type,), value) for agent_type, value in pairs if value is not None]

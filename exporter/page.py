@@ -245,13 +245,15 @@ def _histogram_text(sample: str, label_text: str, histogram: LatencyHistogram) -
 
 
 _JUST_INT = {int}  # exactly int: a bool would be written `True.0`
-_TEMPLATES: dict[tuple[str, bool, tuple[float, ...]], str] = {}
+_TEMPLATES: dict[tuple[str, bool, tuple[float, ...], tuple[float, ...]], str] = {}
 
 
 def _template(sample: str, labelled: bool, bounds: tuple[float, ...]) -> str:
     """A str.format template of a histogram series' lines: `{L}` its label text, `{0}`...
     its cumulative counts, `{S}` its sum as written. Kept per (sample, bounds)."""
-    key = (sample, labelled, bounds)
+    # 0.0 == -0.0, so bounds alone would share one template between le="0.0" and
+    # le="-0.0": the zeros' signs are part of the key.
+    key = (sample, labelled, bounds, tuple(math.copysign(1, b) for b in bounds if b == 0))
     template = _TEMPLATES.get(key)
     if template is not None:
         return template

@@ -217,8 +217,9 @@ class SnapshotReader:
             depths = (read.queue_depth, read.in_progress, read.delayed_depth,
                       read.dead_letter_depth)  # fmt: skip
             snapshot, bad = type_snapshot(
-                agent_type, now_ms, depths, stats, active, newest, oldest, beats
-            )
+                agent_type, now_ms, depths, stats, active, newest, oldest, beats,
+                read.worker_jobs,
+            )  # fmt: skip
             results[agent_type] = snapshot
             step.malformed += bad
         return step

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs.redis.memory_policy import MemoryInfo
@@ -71,6 +71,10 @@ class WorkerBeat:
     """The worker's id (host:pid:... as the worker names itself)."""
     age_seconds: float
     """Seconds since its last heartbeat, by Redis TIME (never negative)."""
+    jobs_in_progress: int | None = None
+    """Jobs it was running at that heartbeat (its own count, the worker_jobs hash);
+    None when unknown: a worker of a version that does not write it, or a malformed
+    value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +105,18 @@ def parse_type_reply(
 
     Layout: now_ms (Redis TIME), queue, processing, delayed, dead, stats (HGETALL, flat or
     a dict), active workers, newest heartbeat score or None, oldest job's enqueued_at or
-    None (unknown), and optionally the heartbeats as (worker, score) pairs.
+    None (unknown), and optionally the heartbeats as (worker, score) pairs and the
+    HGETALL of the worker_jobs hash (worker -> jobs in progress).
     `bucket_bounds` are the queue's configured latency buckets (see stats_hash).
     """
     now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply[:9]
     beats: Sequence[tuple[object, object]] = reply[9] if len(reply) > 9 else ()  # type: ignore[assignment]
+    worker_jobs = reply[10] if len(reply) > 10 else None
     depths = (queue, processing, delayed, dead)
     reading = parse_stats(stats, bucket_bounds)
-    return type_snapshot(agent_type, _int(now_ms), depths, reading, active, newest, oldest, beats)
+    return type_snapshot(
+        agent_type, _int(now_ms), depths, reading, active, newest, oldest, beats, worker_jobs
+    )
 
 
 def type_snapshot(
@@ -120,16 +128,18 @@ def type_snapshot(
     newest: object | None,
     oldest: object | None,
     beats: Sequence[tuple[object, object]],
+    worker_jobs: object = None,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
     `depths`: queue, processing, delayed and dead-letter counts as Redis sent them;
     `stats`: its parsed stats hash; `active`: workers beating within the window;
     `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
-    arrival (ms) or None; `beats`: every heartbeat as (worker, score).
+    arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
+    HGETALL of worker -> jobs in progress (flat or a dict; None: not read).
     """
     malformed = stats.malformed
-    workers, errors = _workers(beats, now_ms)
+    workers, errors = _workers(beats, now_ms, _pairs(worker_jobs))
     malformed += errors
     queue, processing, delayed, dead = depths
     depth = _int(queue)
@@ -165,9 +175,10 @@ def type_snapshot(
 
 
 def _workers(
-    beats: Sequence[tuple[object, object]], now_ms: int
+    beats: Sequence[tuple[object, object]], now_ms: int, jobs: Mapping[str, str]
 ) -> tuple[tuple[WorkerBeat, ...], int]:
-    """Each heartbeat's age, stalest first (the ones on-call looks for), capped."""
+    """Each heartbeat's age and jobs in progress, stalest first (the ones on-call looks
+    for), capped: a worker's count is shown for exactly the workers whose age is."""
     malformed = 0
     ages: list[WorkerBeat] = []
     for worker, score in beats:
@@ -177,7 +188,24 @@ def _workers(
             continue
         ages.append(WorkerBeat(str(worker), max(0.0, (now_ms - beat_ms) / 1000.0)))
     ages.sort(key=lambda beat: (-beat.age_seconds, beat.worker))
-    return tuple(ages[:MAX_WORKERS_PER_TYPE]), malformed
+    shown = []
+    for beat in ages[:MAX_WORKERS_PER_TYPE]:
+        raw = jobs.get(beat.worker)
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
+            malformed += 1
+            raw = None
+        shown.append(beat if raw is None else replace(beat, jobs_in_progress=int(raw)))
+    return tuple(shown), malformed
+
+
+def _pairs(raw: object) -> dict[str, str]:
+    """HGETALL's reply (flat [field, value, ...] in RESP2, a dict in RESP3) as a dict."""
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if not isinstance(raw, list | tuple):
+        return {}
+    items = iter(raw)
+    return dict(zip(map(str, items), map(str, items), strict=False))
 
 
 def _number(raw: object) -> float | None:

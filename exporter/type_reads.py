@@ -40,6 +40,9 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
        are never read).
     8. `ZRANGE arrivals 0 0 WITHSCORES`: the oldest second (ms) in which a job still
        packed in `queued` arrived, or empty.
+    9. `HGETALL worker_jobs`: each worker's jobs in progress (worker id -> count), as
+       its heartbeat last wrote it: flat in RESP2, a dict in RESP3. Pruned with the
+       heartbeats, so as small as the fleet; no job hash is read for it.
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -54,6 +57,7 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
         ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
         ("HLEN", keys.queued),
         ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
+        ("HGETALL", keys.worker_jobs),
     ]
 
 
@@ -72,16 +76,20 @@ class TypeReplies(NamedTuple):
     oldest_waiting: Any
     """ZRANGE ... WITHSCORES of at most one member: the oldest waiting job's arrival
     (ms) is its score; empty when none waits."""
+    worker_jobs: Any
+    """HGETALL of worker id -> jobs in progress: flat (RESP2) or a dict (RESP3)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
         """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
         An error reply of either part of the depth or the oldest job stands for both."""
-        waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived = replies
+        (waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived,
+         worker_jobs) = replies  # fmt: skip
         depth = waiting
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
-        return cls(depth, in_progress, delayed, dead, stats, heartbeats, _older(oldest, arrived))
+        return cls(depth, in_progress, delayed, dead, stats, heartbeats,
+                   _older(oldest, arrived), worker_jobs)  # fmt: skip
 
 
 def _older(first: Any, second: Any) -> Any:

@@ -63,6 +63,11 @@ class MonitoringConfig:
     """Base of the dashboard links that leave Grafana (alert annotations, runbook pages);
     empty: relative `/d/<uid>?viewPanel=<id>`, which opens on the reader's own Grafana.
     Links inside dashboards are always relative."""
+    console_url: str
+    """Base of the queue console (`agentjobs console`, or where an app mounts
+    `console_router`); set: every alert about one agent type gets a `console_url`
+    annotation `<console_url>/types/<agent_type>` and its runbook says so. Empty: no
+    console links."""
     prometheus_url: str
     datasource_uid: str
     """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
@@ -110,9 +115,10 @@ class MonitoringConfig:
             raise ConfigurationError("namespace", f"not a metric name prefix: {self.namespace!r}")
         if not _LABEL_VALUE.fullmatch(self.job):
             raise ConfigurationError("job", f"not a plain label value: {self.job!r}")
-        for name in ("exporter_url", "grafana_url", "prometheus_url", "runbook_base_url"):
+        optional = ("grafana_url", "console_url")
+        for name in ("exporter_url", *optional, "prometheus_url", "runbook_base_url"):
             value = getattr(self, name)
-            if name == "grafana_url" and value == "":
+            if name in optional and value == "":
                 continue
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -178,6 +184,13 @@ class MonitoringConfig:
     def dashboard_url(self, dashboard_uid: str, panel_id: int | None = None) -> str:
         """The dashboard link outside Grafana: `grafana_url` + path, or the path alone."""
         return self.grafana_url.rstrip("/") + self.dashboard_path(dashboard_uid, panel_id)
+
+    def console_type_url(self, agent_type: str) -> str:
+        """The console page of `agent_type` (a literal or a template like
+        `{{ $labels.agent_type }}`); "" when the site set no `console_url`."""
+        if not self.console_url:
+            return ""
+        return f"{self.console_url.rstrip('/')}/types/{agent_type}"
 
     @property
     def default_latency_slo(self) -> float:

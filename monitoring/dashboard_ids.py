@@ -36,6 +36,7 @@ class QueueOverviewPanel(IntEnum):
     ACTIVE_WORKERS = 41
     HEARTBEAT_AGE = 42
     WORKER_HEARTBEATS = 43
+    WORKER_JOBS = 44
     ROW_EXPORTER = 50
     EXPORTER_UP = 51
     SCRAPE_DURATION = 52
@@ -69,6 +70,7 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.ACTIVE_WORKERS: "Active workers",
         _P.HEARTBEAT_AGE: "Time since the newest worker heartbeat",
         _P.WORKER_HEARTBEATS: "Heartbeat age per worker",
+        _P.WORKER_JOBS: "Jobs in progress per worker",
         _P.ROW_EXPORTER: "Exporter",
         _P.EXPORTER_UP: "Exporter and Redis up",
         _P.SCRAPE_DURATION: "Scrape duration",

@@ -43,6 +43,7 @@ __all__ = [
     "target_rate",
     "target_series",
     "worker_heartbeat_ages",
+    "worker_jobs_in_progress",
 ]
 
 PROMETHEUS_UP = "up"
@@ -114,6 +115,11 @@ def failed_attempts_by_class(sel: Selector) -> str:
 def worker_heartbeat_ages(sel: Selector) -> str:
     """Seconds since each worker's last heartbeat (the exporter caps the workers)."""
     return f"max by ({BY_TYPE}, {WORKER}) ({sel.series('worker_heartbeat_age')})"
+
+
+def worker_jobs_in_progress(sel: Selector) -> str:
+    """Jobs each worker is running, by its last heartbeat (the same workers as the ages)."""
+    return f"max by ({BY_TYPE}, {WORKER}) ({sel.series('worker_jobs')})"
 
 
 def latency_heatmap(sel: Selector) -> str:

@@ -65,6 +65,12 @@ class AlertSpec:
     dashboard_uid: str = QUEUE_OVERVIEW_UID
 
     @property
+    def about_agent_type(self) -> bool:
+        """Whether the alert fires per agent type (its texts name `$agent_type`): such
+        an alert carries the `agent_type` label and links its console page."""
+        return "$agent_type" in self.summary
+
+    @property
     def runbook_slug(self) -> str:
         return self.name
 

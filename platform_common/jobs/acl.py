@@ -357,8 +357,9 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="exporter",
             summary=(
-                "reads depths, counters and heartbeats of every agent type and discovers "
-                "the types, with plain read commands on those keys only; writes nothing, "
+                "reads depths, counters, heartbeats and each worker's jobs in progress of "
+                "every agent type and discovers the types, with plain read commands on "
+                "those keys only; writes nothing, "
                 "reads no job, payload or result, runs no script"
             ),
             scripts=(),
@@ -367,7 +368,9 @@ ROLES: dict[str, AclRole] = {
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
-                Grant(("hgetall",), (_queue("stats"),)),
+                # Each worker's count of jobs in progress, which its heartbeat writes: the
+                # per-worker view without reading the job hashes.
+                Grant(("hgetall",), (_queue("stats"), _queue("worker_jobs"))),
                 Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
                 # How many jobs wait packed: HLEN counts the fields, never reads a value.
                 Grant(("hlen",), (_queue("queued"),)),

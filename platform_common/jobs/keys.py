@@ -49,6 +49,9 @@ Queue (one set per agent type), prefix default "jobs":
                                      (newest first); both lists are capped, see retention.py
     jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
+    jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
+                                     heartbeat, removed when it leaves or is pruned with
+                                     it (the exporter reads it: no job hash is read)
     jobs:types                SET    every agent type ever enqueued (exporter discovery;
                                      written with a plain SADD, never inside a script)
 Channel: agent:<type>:completed  (the spec's name; PUBLISH reaches every cluster node)
@@ -168,6 +171,7 @@ _QUEUE_KEY_TYPES = {
     "failed": "list",
     "stats": "hash",
     "workers": "zset",
+    "worker_jobs": "hash",
 }
 
 
@@ -344,6 +348,10 @@ class QueueKeys:
     @property
     def workers(self) -> str:
         return f"{self.base}:workers"
+
+    @property
+    def worker_jobs(self) -> str:
+        return f"{self.base}:worker_jobs"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}:job:{job_id}"

@@ -491,3 +491,19 @@ def test_purge_asks_on_a_terminal_and_stops_on_no(redis_url: str, client: SyncCl
     code, shown = purge_on_a_terminal(redis_url, "y")
     assert code == 0 and "purged 2 of 2 selected" in shown
     assert client.llen(DINING.dead) == 0
+
+
+def test_a_table_written_to_a_pipe_cuts_no_job_id(redis_url: str) -> None:
+    # No terminal to fit (a runbook step, a script): rich's default of 80 columns
+    # squeezed the ids and the error text to "308a9f9a-e001-4077-84…".
+    ids = dead_letters(redis_url, ["a long enough error text to need the columns"])
+    env = child_env({})
+    env.pop("COLUMNS", None)
+    listed = subprocess.run(
+        [sys.executable, "-m", "platform_common.jobs", "dead", "list", "dining",
+         "--redis-url", redis_url],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert ids[0] in listed.stdout
+    assert "RuntimeError: cannot book a long enough error text to need the columns" in listed.stdout

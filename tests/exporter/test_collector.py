@@ -48,7 +48,7 @@ DINING = TypeSnapshot(
     oldest_age_seconds=42.5,
     active_workers=2,
     last_heartbeat_seconds=1_700_000_000.25,
-    workers=(WorkerBeat("host-b:7", 61.5), WorkerBeat("host-a:3", 0.25)),
+    workers=(WorkerBeat("host-b:7", 61.5, 3), WorkerBeat("host-a:3", 0.25)),
 )
 FLIGHTS = TypeSnapshot(
     agent_type="flights",
@@ -157,6 +157,15 @@ def test_heartbeat_age_per_worker() -> None:
     assert value(age, "dining", worker="host-a:3") == 0.25
     assert not [labels for (name, labels) in samples(RESULT) if name == age and
                 ("agent_type", "flights") in labels]  # fmt: skip
+
+
+def test_jobs_in_progress_per_worker_only_where_known() -> None:
+    jobs = "worker_jobs_in_progress"
+    assert value(jobs, "dining", worker="host-b:7") == 3
+    # host-a:3 reported no count (a worker of an older version): no sample, never a 0.
+    assert [labels for (name, labels) in samples(RESULT) if name == jobs] == [
+        (("agent_type", "dining"), ("worker", "host-b:7"))
+    ]
 
 
 def test_redis_clients_and_evictions_per_node() -> None:

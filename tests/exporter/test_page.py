@@ -316,3 +316,21 @@ async def test_a_changed_stats_hash_shows_at_the_next_scrape(
     assert again.snapshot is not None and after.snapshot is not None
     assert again.snapshot.types[0].latency is after.snapshot.types[0].latency
     assert exporter.render(again, None) == reference(again, "", None)
+
+
+def test_a_zero_bound_keeps_its_sign_whatever_was_rendered_before() -> None:
+    # 0.0 == -0.0: a template kept for le="0.0" was once reused for le="-0.0".
+    pages = []
+    for zero in (0.0, -0.0, 0.0):
+        histogram = LatencyHistogram(((zero, 1), (math.inf, 2)), 3.0)
+        snapshot = TypeSnapshot(
+            agent_type="dining", queue_depth=0, in_progress=0, delayed_depth=0,
+            dead_letter_depth=0, counters={}, latency=histogram, wait=None, run=None,
+            error_classes={}, oldest_age_seconds=None, active_workers=0,
+            last_heartbeat_seconds=None, workers=(),
+        )  # fmt: skip
+        result = ScrapeResult(Snapshot((snapshot,)), 0.0, 1)
+        page = render_page(result, "", False)
+        assert page == reference(result, "", None)[0]
+        pages.append(page)
+    assert b'le="-0.0"' in pages[1] and b'le="-0.0"' not in pages[2]

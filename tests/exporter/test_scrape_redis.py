@@ -278,3 +278,21 @@ async def test_per_worker_heartbeat_ages_against_redis_time(
     ages = {beat.worker: beat.age_seconds for beat in dining.workers}
     assert list(ages) == ["host-b:2", "host-a:1"]  # stalest first
     assert ages["host-b:2"] >= 90 and ages["host-a:1"] == 0  # a clock ahead is never negative
+
+
+async def test_jobs_in_progress_per_worker_for_the_workers_shown(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    keys = QueueKeys("dining")
+    seed_type(admin, "dining", waiting=0, stats={})
+    seconds, micros = sync_reply(admin.time())
+    now_ms = seconds * 1000 + micros // 1000
+    admin.zadd(keys.workers, {"busy": now_ms, "idle": now_ms, "old": now_ms, "odd": now_ms})
+    # "old" never wrote a count (an older worker version); "gone" has no heartbeat.
+    admin.hset(keys.worker_jobs, mapping={"busy": 4, "idle": 0, "odd": "x", "gone": 2})
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    [dining] = result.snapshot.types
+    jobs = {beat.worker: beat.jobs_in_progress for beat in dining.workers}
+    assert jobs == {"busy": 4, "idle": 0, "old": None, "odd": None}
+    assert result.snapshot.malformed == 1  # "x"

@@ -663,7 +663,9 @@ MALFORMED_PACKED: dict[str, tuple[str | bytes, str]] = {
     "ttl zero": ("ENQ,99999999999,0,3,n\n\n{}", "holds an out-of-range number"),
     "max_attempts zero": ("ENQ,99999999999,60,0,n\n\n{}", "holds an out-of-range number"),
     "expires_at of 16 digits": ("ENQ," + "9" * 16 + ",60,3,n\n\n{}", "out-of-range number"),
-    "payload not UTF-8": (b"ENQ,99999999999,60,3,n\n\n\xff\xfe{", "not valid UTF-8"),
+    # (an expires_at still ahead: the claim expires a job past its TTL unread, and only
+    # the worker, decoding the payload of a job it runs, finds it is not UTF-8)
+    "payload not UTF-8": (b"ENQ," + b"9" * 15 + b",60,3,n\n\n\xff\xfe{", "not valid UTF-8"),
 }
 
 

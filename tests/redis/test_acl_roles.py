@@ -145,6 +145,13 @@ OPERATIONS = (
     Operation("Read worker heartbeats (ZRANGE of the workers set)",
               (command("ZRANGE", OWN.workers, 0, -1, "WITHSCORES"),),
               "refused", "refused", "allowed", "refused", "refused"),
+    Operation("Read each worker's jobs in progress (HGETALL of the worker_jobs hash)",
+              (command("HGETALL", OWN.worker_jobs),),
+              "refused", "allowed", "allowed", "refused", "refused"),
+    Operation("Send a heartbeat with its jobs in progress (heartbeat script)",
+              (script("queue_heartbeat", [OWN.workers, OWN.worker_jobs],
+                      ["w2", "beat", 60_000, 3]),),
+              "refused", "allowed", "refused", "refused", "refused"),
     Operation("Count and page worker heartbeats (ZCOUNT, ZSCAN of the workers set)",
               (command("ZCOUNT", OWN.workers, 0, "+inf"), command("ZSCAN", OWN.workers, 0)),
               "refused", "refused", "refused", "allowed", "allowed"),
@@ -368,6 +375,7 @@ async def _seed(admin: aioredis.Redis) -> None:
         await admin.hset(keys.stats, mapping={"enqueued": 3, "started": 2, "failed": 1})
         await admin.set(keys.result("done1"), '{"status":"succeeded","result":1,"error":null}')
         await admin.zadd(keys.workers, {"w1": NOW_MS})
+        await admin.hset(keys.worker_jobs, mapping={"w1": 1})
         await admin.sadd(QueueKeys.types_key(), keys.agent_type)
     for store in (OWN_STORE, OTHER_STORE):
         await admin.hset(store.record("s1"), mapping={"status": "pending", "payload": PAYLOAD})

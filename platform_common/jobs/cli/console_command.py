@@ -54,6 +54,22 @@ def console(
             show_default=False,
         ),
     ] = None,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus-url",
+            help="The Prometheus scraping the exporter, e.g. http://prometheus:9090: the "
+            "overview charts the last hour from it (else only the minutes it was open).",
+            show_default=False,
+        ),
+    ] = None,
+    metrics_namespace: Annotated[
+        str,
+        typer.Option(
+            "--metrics-namespace",
+            help="The exporter's metric name prefix (its --namespace), for --prometheus-url.",
+        ),
+    ] = "",
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Serve the queue console (overview, agent types, jobs, dead letters) until Ctrl-C.
@@ -65,10 +81,13 @@ def console(
             importlib.import_module(name)
         except ImportError:
             raise MissingExtra("console", "console", name) from None
-    from ..console import ConsoleLinks
+    from ..console import ConsoleLinks, PrometheusSource
 
     try:
         links = ConsoleLinks(runbooks=runbook_url, grafana_dashboard=grafana_url)
+        prometheus = (
+            None if prometheus_url is None else PrometheusSource(prometheus_url, metrics_namespace)
+        )
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     if read_write and not _loopback(host):
@@ -77,13 +96,15 @@ def console(
             f"port {port} can requeue and purge dead letters",
             file=sys.stderr,
         )
-    asyncio.run(_serve(host, port, read_write, links, redis_url))
+    asyncio.run(_serve(host, port, read_write, links, prometheus, redis_url))
 
 
 HELP = help_text(console.__doc__)
 
 
-async def _serve(host: str, port: int, read_write: bool, links: Any, redis_url: str | None) -> None:
+async def _serve(
+    host: str, port: int, read_write: bool, links: Any, prometheus: Any, redis_url: str | None
+) -> None:
     import uvicorn
     from fastapi import FastAPI
 
@@ -92,7 +113,13 @@ async def _serve(host: str, port: int, read_write: bool, links: Any, redis_url: 
     async with operator_queue(redis_url) as queue:
         app = FastAPI(title="agentjobs console", docs_url=None, redoc_url=None, openapi_url=None)
         app.include_router(
-            console_router(queue, auth_dependency=_nobody, read_only=not read_write, links=links)
+            console_router(
+                queue,
+                auth_dependency=_nobody,
+                read_only=not read_write,
+                links=links,
+                prometheus=prometheus,
+            )
         )
         mode = "read-write" if read_write else "read-only"
         print(f"console ({mode}): http://{_url_host(host)}:{port}/", file=sys.stderr, flush=True)

@@ -93,7 +93,7 @@ def list_(
     table = Table(caption=_caption(listing, error_matches), caption_justify="left")
     table.add_column("JOB ID", no_wrap=True)
     table.add_column("DEAD AT", no_wrap=True)
-    table.add_column("ATTEMPTS", justify="right")
+    table.add_column("ATTEMPTS", justify="right", no_wrap=True)
     table.add_column("LAST ERROR", no_wrap=True, overflow="ellipsis")
     for letter in listing.letters:
         table.add_row(

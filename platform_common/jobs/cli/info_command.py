@@ -126,7 +126,7 @@ def _document(overview: Overview, recent: dict[str, Recent] | None) -> dict[str,
 
 def _table(overview: Overview, recent: dict[str, Recent] | None) -> Table:
     table = Table(caption=_caption(recent), caption_justify="left")
-    table.add_column("TYPE")
+    table.add_column("TYPE", no_wrap=True)
     for name in ("QUEUED", "RUNNING", "DELAYED", "DEAD", "WORKERS", "OLDEST WAITING"):
         table.add_column(name, justify="right")
     window = "total" if recent is None else "1m"

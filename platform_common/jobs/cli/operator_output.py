@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
@@ -70,9 +71,17 @@ def command(app: typer.Typer, name: str) -> Callable[[Callable[..., None]], Call
     return register
 
 
+PIPED_WIDTH = 200
+"""Columns of a table written to a pipe or a file (no terminal to fit): wide enough that
+no job id or agent type is cut to fit rich's default of 80."""
+
+
 def stdout() -> Console:
     # No highlighting: numbers and ids keep one colour; markup is never read from data.
-    return Console(highlight=False)
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(highlight=False, width=PIPED_WIDTH)
+    return console
 
 
 def jsonable(value: Any) -> Any:

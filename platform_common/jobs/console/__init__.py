@@ -13,6 +13,7 @@ Needs the `console` extra (fastapi, jinja2). `agentjobs console` serves it stand
 from __future__ import annotations
 
 from .links import ConsoleLinks
+from .prometheus_history import PrometheusSource
 from .router import console_router
 
-__all__ = ["ConsoleLinks", "console_router"]
+__all__ = ["ConsoleLinks", "PrometheusSource", "console_router"]

@@ -41,6 +41,7 @@ from .csrf import SESSION_COOKIE, CsrfTokens
 from .dead_forms import DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
+from .prometheus_history import PrometheusSource, last_hour
 from .rendering import chart_bars, environment
 
 __all__ = ["console_router"]
@@ -74,13 +75,15 @@ def console_router(
     read_only: bool = False,
     secret: bytes | None = None,
     links: ConsoleLinks | None = None,
+    prometheus: PrometheusSource | None = None,
     page_size: int = 20,
     refresh_seconds: int = 10,
 ) -> APIRouter:
     """A router over `queue` behind the host app's `auth_dependency` (run for every page
     and form). `read_only` hides every change and refuses it (403). `secret` signs the
     CSRF tokens (default: random per process; pass one shared by every replica).
-    `links` adds the runbook and Grafana links."""
+    `links` adds the runbook and Grafana links. `prometheus` fills the overview's last
+    hour from the exporter's counters there (else: only the minutes the console read)."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be 1 to {MAX_PAGE_SIZE}, got {page_size}")
     if refresh_seconds < 1:
@@ -146,7 +149,9 @@ def console_router(
     async def overview(request: Request) -> Response:
         async def build() -> Response:
             read = await read_overview(queue, queue.settings.agent_types)
-            minutes = history.add(read)
+            # Readings continue while Prometheus answers: they are the fallback.
+            chart = await last_hour(prometheus, history.add(read), read.read_at)
+            minutes = chart.minutes
             charts = {t: chart_bars(m) for t, m in minutes.items()}
             totals = {
                 t: (
@@ -158,7 +163,7 @@ def console_router(
             }
             return render(
                 request, "overview.html", overview=read, charts=charts, totals=totals,
-                refresh_seconds=refresh_seconds,
+                chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
             )  # fmt: skip
 
         return await respond(request, build)

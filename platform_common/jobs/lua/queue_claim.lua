@@ -14,11 +14,15 @@
 -- Returns {queue length left, entry per job...}, so the worker knows whether to take
 -- more without blocking; an entry is
 --   {job_id, "run", token, attempts, max_attempts, expires_at, payload, now, trace_context}
---       (trace_context: the producer's, or nil when the record holds none)
+--       (trace_context: the producer's, or nil when the record holds none). Payload and
+--       trace context are returned as stored, unchecked: the worker reads this reply
+--       undecoded and decodes each itself (queue/leases.py), so a payload that is not
+--       UTF-8 is held as a corrupt claim there (a scan of every byte here would cost
+--       about a third of the claim), and a trace context that is not is ignored. (A job
+--       past its TTL is expired here unread, whatever its payload holds.)
 --   {job_id, "corrupt", token, problem, now}: a numeric field of the record does not
---       parse, or its payload is not UTF-8 (the worker could not even decode this
---       reply). The job is held as a run is (running, under a lease, counted
---       started), so the worker can end it with the problem (queue_fail mode "corrupt").
+--       parse. The job is held as a run is (running, under a lease, counted started),
+--       so the worker can end it with the problem (queue_fail mode "corrupt").
 --   {job_id, "expired"} or {job_id, "skip"} (unknown, finished or someone else's)
 -- `now` is Redis TIME in ms: the worker times the attempt's deadlines from it, never
 -- from its own clock.
@@ -47,65 +51,6 @@ local function int(value)
     return nil
 end
 
--- Is `text` valid UTF-8 (what the worker's client decodes strictly)? ASCII, the usual
--- payload, costs one scan. Otherwise each well-formed sequence (RFC 3629: no overlong
--- forms, no surrogates, nothing past U+10FFFF) is replaced by an ASCII byte, so no
--- pass can join the leftovers of another; any byte >= 0x80 left is malformed.
-local UTF8_SEQUENCES = {
-    '[\194-\223][\128-\191]',
-    '\224[\160-\191][\128-\191]', '[\225-\236][\128-\191][\128-\191]',
-    '\237[\128-\159][\128-\191]', '[\238-\239][\128-\191][\128-\191]',
-    '\240[\144-\191][\128-\191][\128-\191]',
-    '[\241-\243][\128-\191][\128-\191][\128-\191]',
-    '\244[\128-\143][\128-\191][\128-\191]',
-}
-local function utf8(text)
-    if not string.find(text, '[\128-\255]') then
-        return true
-    end
-    for _, sequence in ipairs(UTF8_SEQUENCES) do
-        text = string.gsub(text, sequence, '.')
-    end
-    return not string.find(text, '[\128-\255]')
-end
-
--- Why the record cannot run (its first numeric field that does not parse, or a payload
--- the worker could not decode), or nil.
--- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
-local function problem_of(f)
-    local checks = {
-        {'expires_at', f[3], int(f[3])},
-        {'ttl', f[4], int(f[4]) and int(f[4]) > 0},
-        {'attempts', f[5], not f[5] or int(f[5])},
-        {'max_attempts', f[6], int(f[6]) and int(f[6]) > 0},
-    }
-    for _, check in ipairs(checks) do
-        if not check[3] then
-            local raw = check[2]
-            local shown = 'missing'
-            if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-                shown = "'" .. raw .. "'"
-            elseif raw then
-                shown = 'unprintable'
-            end
-            return 'stored field ' .. check[1] .. ' of the job does not parse: ' .. shown
-        end
-    end
-    if type(f[7]) == 'string' and not utf8(f[7]) then
-        return 'stored payload of the job is not valid UTF-8'
-    end
-    return nil
-end
-
--- The record's trace context for the reply, or false (no field; or bytes the worker could
--- not decode, which would lose the whole reply: tracing must never stop a job).
-local function trace_context_of(f)
-    if type(f[8]) == 'string' and utf8(f[8]) then
-        return f[8]
-    end
-    return false
-end
-
 -- A stored value as a problem text shows it (bounded, printable).
 local function shown(raw)
     if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
@@ -113,6 +58,25 @@ local function shown(raw)
     end
     return raw and 'unprintable' or 'missing'
 end
+
+-- Why the record cannot run (its first numeric field that does not parse), or nil.
+-- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
+local function problem_of(f)
+    local field, raw
+    if not int(f[3]) then
+        field, raw = 'expires_at', f[3]
+    elseif not (int(f[4]) and int(f[4]) > 0) then
+        field, raw = 'ttl', f[4]
+    elseif f[5] and not int(f[5]) then
+        field, raw = 'attempts', f[5]
+    elseif not (int(f[6]) and int(f[6]) > 0) then
+        field, raw = 'max_attempts', f[6]
+    else
+        return nil
+    end
+    return 'stored field ' .. field .. ' of the job does not parse: ' .. shown(raw)
+end
+
 local function failed(reply)
     return type(reply) == 'table' and reply.err ~= nil
 end
@@ -187,8 +151,6 @@ for i = 1, n do
             if #exp > 15 or #ttl > 15 or #max > 15 or tonumber(ttl) == 0 or tonumber(max) == 0 then
                 job.problem = 'stored packed job holds an out-of-range number: ' .. shown(
                     exp .. ',' .. ttl .. ',' .. max)
-            elseif not utf8(job[7]) then
-                job.problem = 'stored payload of the job is not valid UTF-8'
             end
         end
         if enq and #enq <= 15 then
@@ -288,7 +250,7 @@ for i = 1, n do
             lease(job_id)
             started = started + 1
             out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
-                (job[6] ~= '' and utf8(job[6])) and job[6] or false}
+                job[6] ~= '' and job[6] or false}
         end
     elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
@@ -296,18 +258,26 @@ for i = 1, n do
         if problem then
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
         else
-            out[i + 1] = {job_id, 'run', token, f[5], f[6], f[3], f[7], now,
-                trace_context_of(f)}
+            out[i + 1] = {job_id, 'run', token, f[5], f[6], f[3], f[7], now, f[8] or false}
         end
     elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
         -- (a record without a 'state' field is a job queued by enqueue)
         local problem = problem_of(f)
+        -- The attempt this claim starts, written by the HSET (its value is known: a
+        -- HINCRBY would cost one more command); an attempts field that does not parse
+        -- is left as it is.
+        local attempts = f[5] and int(f[5])
+        if not f[5] or attempts then
+            attempts = (attempts or 0) + 1
+        end
         if problem then
-            if not f[5] or int(f[5]) then
-                redis.call('HINCRBY', job_key, 'attempts', 1)
+            if attempts then
+                redis.call('HSET', job_key, 'state', 'running', 'token', token,
+                    'worker', ARGV[2], 'started_at', now, 'attempts', attempts)
+            else
+                redis.call('HSET', job_key, 'state', 'running', 'token', token,
+                    'worker', ARGV[2], 'started_at', now)
             end
-            redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now)
             lease(job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
@@ -326,14 +296,13 @@ for i = 1, n do
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'expired'}
         else
-            local attempts = redis.call('HINCRBY', job_key, 'attempts', 1)
             redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now)
+                'worker', ARGV[2], 'started_at', now, 'attempts', attempts)
             lease(job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
-                trace_context_of(f)}
+                f[8] or false}
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):

@@ -132,9 +132,22 @@ local written = #pushed
 if written == 0 then
     return {'ok', 0}
 end
-local problem = expect(1, 'list') or expect(4, 'zset') or expect(5, 'zset')
+-- The type checks, a TYPE call each, only of what this call writes: a bucket that exists
+-- is registered in the expiring set already, and a second that has a count is in the
+-- arrivals set (the scripts that drop one drop the other), so the usual call, into a
+-- bucket and a second of earlier jobs, writes neither set and checks neither.
+local problem = expect(1, 'list')
+local new_buckets = {}
 for _, bucket in ipairs(bucket_order) do
-    problem = problem or expect(bucket, 'list')
+    local found = redis.call('TYPE', KEYS[bucket]).ok
+    if found == 'none' then
+        new_buckets[bucket] = true
+    elseif found ~= 'list' and not problem then
+        problem = 'CORRUPT ' .. bucket .. ' holds a ' .. found .. ', where the queue keeps a list'
+    end
+end
+if next(new_buckets) then
+    problem = problem or expect(4, 'zset')
 end
 if problem then
     return redis.error_reply(problem)
@@ -147,6 +160,12 @@ end
 if count and not (#count <= 18 and string.find(count, '^%-?%d+$')) then
     return redis.error_reply('CORRUPT 6 field ' .. second .. ' is not an integer')
 end
+if not count then
+    problem = expect(5, 'zset')
+    if problem then
+        return redis.error_reply(problem)
+    end
+end
 -- The one write that can still fail on a value (a counter that is not an integer, a
 -- stats key of another type) goes first: failing, it leaves nothing written.
 local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', written)
@@ -157,13 +176,17 @@ if type(counted) == 'table' and counted.err then
     return redis.error_reply('CORRUPT 2 field enqueued: ' .. counted.err)
 end
 redis.call('HINCRBY', KEYS[6], second, written)
-redis.call('ZADD', KEYS[5], second, second)
+if not count then
+    redis.call('ZADD', KEYS[5], second, second)
+end
 redis.call('HSET', KEYS[3], unpack(packed))
 for _, bucket in ipairs(bucket_order) do
     local list = buckets[KEYS[bucket]]
     local start = table.remove(list, 1)
     redis.call('RPUSH', KEYS[bucket], unpack(list))
-    redis.call('ZADD', KEYS[4], start, start)
+    if new_buckets[bucket] then
+        redis.call('ZADD', KEYS[4], start, start)
+    end
 end
 redis.call('LPUSH', KEYS[1], unpack(pushed))
 return {'ok', written}

@@ -40,7 +40,9 @@ class QueueConnection:
         self.settings = settings
         # One pool size for the package: the Redis settings' max_connections (= pool_max).
         self.client: RedisClient = settings.redis.make_client()
-        self._pipeline = AutoPipeline(self.client)
+        # The claim returns stored payloads: read as bytes, each decoded by the worker
+        # (queue/leases.py), so one that is not UTF-8 fails only its own job.
+        self._pipeline = AutoPipeline(self.client, undecoded=[self.scripts.claim])
         self.registered_types: set[str] = set()
         # Batches that run on after their caller was cancelled: closing waits for them,
         # or one would reconnect after the close and leave its socket to the GC.

@@ -743,7 +743,7 @@ class Worker:
             log.info("cleanup expired %d job(s)", len(expired))
 
     async def _heartbeat(self) -> None:
-        redis_ms = await self._chores.heartbeat(self.worker_id)
+        redis_ms = await self._chores.heartbeat(self.worker_id, len(self._running))
         self._redis_offset = redis_ms / 1000 - asyncio.get_running_loop().time()
         self.attempt_log.flush()
 

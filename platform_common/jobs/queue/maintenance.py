@@ -136,13 +136,21 @@ class Maintenance:
         seconds, micros = await self._connection.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def heartbeat(self, worker_id: str, *, leaving: bool = False) -> int:
-        """Record that `worker_id` is alive (or gone); returns the Redis time in ms."""
+    async def heartbeat(
+        self, worker_id: str, in_progress: int = 0, *, leaving: bool = False
+    ) -> int:
+        """Record that `worker_id` is alive with `in_progress` jobs running (or gone, its
+        count with it); returns the Redis time in ms."""
+        # bool is an int: a True here is a caller's mistake, not one job.
+        if type(in_progress) is not int:
+            raise TypeError(f"in_progress must be an int (jobs running), got {in_progress!r}")
+        if in_progress < 0:
+            raise ValueError(f"in_progress must be >= 0 (jobs running), got {in_progress}")
         prune_ms = int(self._settings.heartbeat_interval * 10 * 1000)
         return int(
             await self._connection.run_script(
                 self._connection.scripts.heartbeat,
-                [self.keys.workers],
-                [worker_id, "leave" if leaving else "beat", prune_ms],
+                [self.keys.workers, self.keys.worker_jobs],
+                [worker_id, "leave" if leaving else "beat", prune_ms, in_progress],
             )
         )

@@ -16,6 +16,11 @@ machine; this path uses only its public connection API (`pack_commands`,
 `send_packed_command`, `read_response`). On a cluster, where each slot lives on its own
 node, the batch goes out as a redis-py cluster pipeline (one round trip per node).
 
+The replies of the scripts named `undecoded` are read as Redis sent them (bytes, not
+decoded): a caller that returns stored bytes (the claim returns payloads) decodes each
+itself, so one value that is not UTF-8 costs only its own entry, never the reply or
+the batch (a strict decode of the whole reply would fail all of it).
+
 Every command sent through here must be safe to repeat: a batch is re-sent after a
 dropped connection. The queue scripts recognise their own replays (by nonce or lease
 token); a repeated LMOVE at worst leaves an extra id in processing for the reaper.
@@ -25,16 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
+from redis.client import NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .script import Command, Replies, Send, pipeline_transport, run_batch
+from .script import Command, Replies, Script, Send, run_batch
 from .url import RedisClient
 
 __all__ = ["AutoPipeline"]
@@ -44,12 +50,29 @@ RETRIES = 3
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 
+Undecoded = Callable[[tuple[Any, ...]], bool]
+"""Whether a command's reply is read undecoded (bytes)."""
+
+
+def undecoded_scripts(scripts: Iterable[Script]) -> Undecoded:
+    """True for a call of one of `scripts`, by digest or by source."""
+    names = frozenset(name for script in scripts for name in (script.sha, script.source))
+    if not names:
+        return lambda command: False
+
+    def undecoded(command: tuple[Any, ...]) -> bool:
+        # A source is hashed once (str caches its hash): a set lookup either way.
+        return command[0] in ("EVALSHA", "EVAL") and command[1] in names
+
+    return undecoded
+
 
 class HeldConnection:
     """One connection, made with the client's own connection class and options, that
     sends batches and reads their replies in order (errors returned in place)."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, undecoded: Undecoded) -> None:
+        self._undecoded = undecoded
         pool = client.connection_pool
         self._timeout: float | None = pool.connection_kwargs.get("socket_timeout")
         # No socket timeout on the connection itself: each batch gets one timeout below.
@@ -80,7 +103,8 @@ class HeldConnection:
                 await connection.send_packed_command(
                     connection.pack_commands(commands), check_health=False
                 )
-                return [await _read(connection) for _ in commands]
+                undecoded = self._undecoded
+                return [await _read(connection, undecoded(command)) for command in commands]
         except TimeoutError:
             await connection.disconnect(nowait=True)
             raise RedisTimeoutError(f"no reply from Redis within {self._timeout} s") from None
@@ -94,21 +118,41 @@ class HeldConnection:
         await self._connection.disconnect()
 
 
-async def _read(connection: AbstractConnection) -> Any:
+async def _read(connection: AbstractConnection, undecoded: bool) -> Any:
     """One reply; an error reply is returned (the stream stays in step), not raised."""
     try:
-        return await connection.read_response()
+        return await connection.read_response(disable_decoding=undecoded)
     except ResponseError as exc:
         return exc
 
 
+def cluster_transport(client: RedisClient, undecoded: Undecoded) -> Send:
+    """Send through a redis-py pipeline of `client` (one round trip per node), reading
+    the replies `undecoded` names as bytes (the script module's pipeline_transport,
+    plus that)."""
+
+    async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses
+            # the script methods by name but routes a raw EVALSHA by its keys.
+            if undecoded(command):
+                pipe.execute_command(*command, **{NEVER_DECODE: True})
+            else:
+                pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    return send
+
+
 class AutoPipeline:
     """Runs commands on `client`, batching those issued in one turn of the event loop or
-    while a batch is in flight."""
+    while a batch is in flight. The replies of the `undecoded` scripts are bytes."""
 
-    def __init__(self, client: RedisClient) -> None:
-        self._held = HeldConnection(client) if isinstance(client, aioredis.Redis) else None
-        self._send: Send = self._held.send if self._held else pipeline_transport(client)
+    def __init__(self, client: RedisClient, undecoded: Iterable[Script] = ()) -> None:
+        raw = undecoded_scripts(undecoded)
+        self._held = HeldConnection(client, raw) if isinstance(client, aioredis.Redis) else None
+        self._send: Send = self._held.send if self._held else cluster_transport(client, raw)
         self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
