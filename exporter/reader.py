@@ -36,6 +36,7 @@ from platform_common.jobs.redis.memory_policy import (
     parse_memory_info,
     server_name,
 )
+from platform_common.jobs.redis.replies import first_score
 from platform_common.jobs.redis.script import Command, Replies, Send, run_batch, run_pipelined
 from platform_common.jobs.redis.url import RedisClient
 
@@ -213,7 +214,7 @@ class SnapshotReader:
             stats = self._stats_of(agent_type, read.stats)
             beats = _pairs_of(read.heartbeats)
             active, newest = _heartbeats(beats, since_ms)
-            oldest = _first_score(read.oldest_waiting)
+            oldest = first_score(read.oldest_waiting)
             depths = (read.queue_depth, read.in_progress, read.delayed_depth,
                       read.dead_letter_depth)  # fmt: skip
             snapshot, bad = type_snapshot(
@@ -283,15 +284,6 @@ def _heartbeats(pairs: Sequence[tuple[Any, Any]], since_ms: int) -> tuple[int, o
     active = sum(1 for score in scores if float(score) > since_ms)
     newest = max(scores, key=float) if scores else None
     return active, newest
-
-
-def _first_score(raw: Any) -> object | None:
-    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 or RESP3), or None."""
-    items = list(raw)
-    if not items:
-        return None
-    score: object = items[0][1] if isinstance(items[0], list | tuple) else items[1]
-    return score
 
 
 def _now_ms(reply: Any) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.redis.replies import first_score
 
 __all__ = ["TYPE_COMMAND_COUNT", "TypeReplies", "type_commands"]
 
@@ -107,13 +108,8 @@ def _older(first: Any, second: Any) -> Any:
 
 
 def _score(reply: Any) -> float | None:
-    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 flat, RESP3 pairs),
-    or None when empty."""
-    items = list(reply)
-    if not items:
-        return None
-    head = items[0]
-    return float(head[1] if isinstance(head, list | tuple) else items[1])
+    score = first_score(reply)
+    return None if score is None else float(score)
 
 
 TYPE_COMMAND_COUNT = len(type_commands(QueueKeys("x")))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..queue import JobQueue, QueueSettings
+from ..redis.replies import first_score
 from .session import read, redis_now
 
 __all__ = [
@@ -114,12 +115,8 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
 
 
 def _first_score(reply: object) -> float | None:
-    """The score of a one-member ZRANGE ... WITHSCORES reply (RESP2 pairs or flat)."""
-    items = list(reply)  # type: ignore[call-overload]
-    if not items:
-        return None
-    first = items[0]
-    return float(first[1] if isinstance(first, list | tuple) else items[1])
+    score = first_score(reply)
+    return None if score is None else float(score)
 
 
 @dataclass(frozen=True, slots=True)

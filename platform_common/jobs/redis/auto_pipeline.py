@@ -35,12 +35,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
-from redis.client import NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .script import Command, Replies, Script, Send, run_batch
+from .script import Command, Replies, Script, Send, pipeline_transport, run_batch
 from .url import RedisClient
 
 __all__ = ["AutoPipeline"]
@@ -126,25 +125,6 @@ async def _read(connection: AbstractConnection, undecoded: bool) -> Any:
         return exc
 
 
-def cluster_transport(client: RedisClient, undecoded: Undecoded) -> Send:
-    """Send through a redis-py pipeline of `client` (one round trip per node), reading
-    the replies `undecoded` names as bytes (the script module's pipeline_transport,
-    plus that)."""
-
-    async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses
-            # the script methods by name but routes a raw EVALSHA by its keys.
-            if undecoded(command):
-                pipe.execute_command(*command, **{NEVER_DECODE: True})
-            else:
-                pipe.execute_command(*command)
-        return list(await pipe.execute(raise_on_error=False))
-
-    return send
-
-
 class AutoPipeline:
     """Runs commands on `client`, batching those issued in one turn of the event loop or
     while a batch is in flight. The replies of the `undecoded` scripts are bytes."""
@@ -152,7 +132,7 @@ class AutoPipeline:
     def __init__(self, client: RedisClient, undecoded: Iterable[Script] = ()) -> None:
         raw = undecoded_scripts(undecoded)
         self._held = HeldConnection(client, raw) if isinstance(client, aioredis.Redis) else None
-        self._send: Send = self._held.send if self._held else cluster_transport(client, raw)
+        self._send: Send = self._held.send if self._held else pipeline_transport(client, raw)
         self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
 

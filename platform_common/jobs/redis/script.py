@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Union
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
 from .url import RedisClient
@@ -159,15 +160,21 @@ def command_transport(client: RedisClient) -> Send:
     return send
 
 
-def pipeline_transport(client: RedisClient) -> Send:
-    """Send through a redis-py pipeline of `client` (one round trip per node)."""
+def pipeline_transport(
+    client: RedisClient, undecoded: Callable[[tuple[Any, ...]], bool] | None = None
+) -> Send:
+    """Send through a redis-py pipeline of `client` (one round trip per node); the
+    replies of the commands `undecoded` names are read as bytes."""
 
     async def send(commands: list[tuple[Any, ...]]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for command in commands:
             # execute_command, not pipe.evalsha(): redis-py's cluster pipeline refuses
             # the script methods by name but routes a raw EVALSHA by its keys.
-            pipe.execute_command(*command)
+            if undecoded is not None and undecoded(command):
+                pipe.execute_command(*command, **{NEVER_DECODE: True})
+            else:
+                pipe.execute_command(*command)
         return list(await pipe.execute(raise_on_error=False))
 
     return send
