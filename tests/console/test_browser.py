@@ -28,12 +28,11 @@ pytestmark = pytest.mark.skipif(
 
 if CHROMIUM and CHROMEDRIVER:
     from selenium import webdriver
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
 
 
@@ -71,10 +70,18 @@ def shoot(browser: WebDriver, folder: Path, name: str) -> None:
 
 def follow(browser: WebDriver, element: WebElement) -> None:
     """Click a link or a form's button and wait until the next page has replaced this one
-    (a click that submits a form returns before the browser navigates)."""
-    page = browser.find_element(By.TAG_NAME, "html")
+    and finished loading (a click that submits a form returns before the browser navigates).
+    The old page is marked with a window property a new document does not have: selenium's
+    `staleness_of` asks chromium about the old node mid-navigation, which chromium sometimes
+    answers with an inspector error instead of "stale" (seen in CI)."""
+    browser.execute_script("window.__leaving_this_page = true")
     element.click()
-    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda driver: driver.execute_script(
+            "return window.__leaving_this_page === undefined"
+            " && document.readyState === 'complete'"
+        )
+    )
 
 
 def until_text(browser: WebDriver, text: str, within: float = 20.0) -> None:
