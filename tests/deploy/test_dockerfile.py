@@ -4,6 +4,7 @@ exist, and the final stage runs as a non-root user without build tools."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import tomllib
 
@@ -26,11 +27,20 @@ def test_every_copied_path_exists_and_passes_dockerignore() -> None:
 
 def test_the_image_installs_the_extras_its_commands_need() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
-    extras = set(re.findall(r'platform-common-jobs\[([a-z,]+)\]"', DOCKERFILE)[0].split(","))
+    build, final = _stages()
+    # Stage one builds the wheels of exactly the extras stage two installs, by name.
+    [built] = re.findall(r'"\.\[([a-z,]+)\]"', build)
+    [installed] = re.findall(rf'"{project["name"]}\[([a-z,]+)\]"', final)
+    extras = set(installed.split(","))
+    assert set(built.split(",")) == extras
     assert extras == {"exporter", "cli"} and extras <= set(project["optional-dependencies"])
     assert {"queue-exporter", "agentjobs"} <= set(project["scripts"])
     for command in ("queue-exporter", "agentjobs"):
         assert command in DOCKERFILE
+    # Every console script the image gets resolves to a callable in the package.
+    for target in project["scripts"].values():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
     for module in ("platform_common.jobs.worker", "platform_common.jobs.heartbeat_probe"):
         assert module in DOCKERFILE
         assert (REPO_ROOT / module.replace(".", "/")).with_suffix(".py").exists()
@@ -43,3 +53,17 @@ def test_multi_stage_slim_non_root_and_no_build_tools_at_the_end() -> None:
     assert re.search(r"^USER 10001$", final, flags=re.M)
     assert "--no-index" in final  # installs only the wheels built in stage one
     assert not re.search(r"apt-get|gcc|build-essential|setuptools", final)
+
+
+def test_the_install_line_is_the_readme_s() -> None:
+    # The image installs the package as the README tells a user to: `pip install
+    # platform-common-jobs` with named extras, each of which the README explains.
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "`pip install platform-common-jobs`" in readme
+    [installed] = re.findall(r'"platform-common-jobs\[([a-z,]+)\]"', DOCKERFILE)
+    paragraph = readme[readme.index("Install what you use") :].split("\n\n")[0]
+    install_paragraph = " ".join(paragraph.split())
+    for extra in installed.split(","):
+        assert f"`{extra}` (" in install_paragraph, extra
+    # And the README's deploy paragraph builds from this Dockerfile.
+    assert "from the repository's `Dockerfile`" in readme

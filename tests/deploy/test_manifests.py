@@ -6,6 +6,9 @@ generator."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import yaml
 from deploy.kubernetes import render_workers
 from platform_common.jobs import acl
 from platform_common.jobs.queue import QueueSettings
+from platform_common.jobs_exporter.catalogue import AGENT_TYPE, CATALOGUE
 from tests.support.paths import REPO_ROOT
 
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
@@ -142,3 +146,31 @@ def test_the_redis_example_uses_the_conf_fragment() -> None:
     assert container["args"][0] == "/etc/redis/queue.conf"
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/etc/redis/queue.conf", "/etc/redis/users.acl"} <= mounts
+
+
+def test_the_scaler_query_reads_series_the_exporter_serves() -> None:
+    # A misspelt metric is no error to KEDA: the query returns nothing and the
+    # ScaledObject sits on its fallback. Every name it reads is in the exporter's catalogue
+    # with the agent_type label it filters on.
+    served = {metric.name: metric for metric in CATALOGUE}
+    for objects in _workers():
+        [trigger] = objects["ScaledObject"]["spec"]["triggers"]
+        names = re.findall(r"([a-z_]+)\{", trigger["metadata"]["query"])
+        assert names
+        for name in names:
+            assert name in served and AGENT_TYPE in served[name].labels, name
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize built in)")
+def test_kustomize_builds_the_tree_offline() -> None:
+    # `kubectl kustomize` needs no cluster: what `kubectl apply -k` would send, object by
+    # object, is what the schemas above checked.
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(KUBERNETES)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    rendered = sorted(
+        (d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(built.stdout) if d
+    )
+    assert rendered == sorted((d["kind"], d["metadata"]["name"]) for _, d in OBJECTS)
