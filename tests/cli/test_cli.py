@@ -4,6 +4,7 @@ old module names as aliases) in child processes, against a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -106,6 +107,26 @@ def test_unreachable_redis_is_one_line_and_exit_1_unless_debugging() -> None:
         assert debugging.returncode == 1
         assert "Traceback" in debugging.stderr
         assert debugging.stderr.rstrip().splitlines()[-1].startswith("error: Redis:")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"AGENTJOBS_DEBGU": "1"}, "AGENTJOBS_DEBGU: unknown AGENTJOBS_* variable; did you "
+         "mean AGENTJOBS_DEBUG?"),
+        ({"AGENTJOBS_DEBUG": "maybe"}, "AGENTJOBS_DEBUG: must be true/false"),
+    ],
+    ids=["misspelt", "not-a-boolean"],
+)  # fmt: skip
+@pytest.mark.parametrize("command", [("acl",), ("worker", "--agent-type", "dining")])
+def test_the_clis_own_namespace_is_strict(
+    env: dict[str, str], message: str, command: tuple[str, ...]
+) -> None:
+    # The worker would fail on its missing --handler: the environment is checked first.
+    done = run(*command, env=env)
+    assert done.returncode == 2
+    assert one_error_line(done).startswith(f"error: {message}")
+    assert run("acl", "--role", "exporter", env={"AGENTJOBS_DEBUG": "off"}).returncode == 0
 
 
 REFUSALS = ("dead-port", "wrong-password", "tls-unverified")
@@ -228,6 +249,20 @@ async def test_backfill_dry_run_counts_and_writes_nothing(
     # Progress lines (stderr is no terminal here); the total is DBSIZE, an upper bound.
     assert re.search(r"^backfill: 12 / ~\d+ records$", done.stderr, re.M), done.stderr
     assert await redis_client.zcard(StoreKeys("cli-agent").index("u1")) == 0
+
+
+async def test_backfill_reports_in_json_for_scripts(redis_url: str) -> None:
+    store = RedisJobStore(redis_url, agent="cli-json-agent")  # index off: entries missing
+    for n in range(3):
+        await store.create(f"j{n}", ttl_seconds=600, owner_oid="u1")
+    await store.close()
+    env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-json-agent"}
+    done = run("backfill", "--dry-run", "--quiet", "--output", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "scanned": 3, "added": 3, "present": 0, "skipped": 0, "dry_run": True,
+        "malformed": [], "bad_buckets": [],
+    }  # fmt: skip
 
 
 async def test_backfill_names_its_target_first(redis_url: str) -> None:

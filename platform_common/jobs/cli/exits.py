@@ -7,7 +7,9 @@
     130  interrupted (Ctrl-C before a worker installed its own signal handlers)
 
 A failure is one line on stderr, `error: <what is wrong>`; `--debug` or
-AGENTJOBS_DEBUG=1 prints the traceback before it.
+AGENTJOBS_DEBUG=1 prints the traceback before it. AGENTJOBS_* is this CLI's own
+namespace, read strictly like the others: a misspelt name or a value that is not a
+boolean is a configuration error (exit 2), never silently ignored.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from ..env import parse_bool, read_namespace
 from ..errors import BackendUnavailable, ConfigurationError, JobsError, ValidationError
 
 __all__ = [
     "DEBUG_ENV",
+    "ENV_PREFIX",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -39,7 +43,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+ENV_PREFIX = "AGENTJOBS_"
 DEBUG_ENV = "AGENTJOBS_DEBUG"
+ENV_VARIABLES = frozenset({DEBUG_ENV})
 _DEBUG_HINT = f"--debug or {DEBUG_ENV}=1 shows the traceback"
 
 
@@ -78,9 +84,16 @@ def enable_debug() -> None:
     _DebugFlag.enabled = True
 
 
+def _read_environment() -> None:
+    """Check AGENTJOBS_* before the command runs: `AGENTJOBS_DEBGU=1` or
+    `AGENTJOBS_DEBUG=maybe` would otherwise leave the traceback off without a word."""
+    variables = read_namespace(os.environ, ENV_PREFIX, ENV_VARIABLES)
+    if DEBUG_ENV in variables and parse_bool(variables[DEBUG_ENV], DEBUG_ENV):
+        _DebugFlag.enabled = True
+
+
 def _debugging() -> bool:
-    flag = os.environ.get(DEBUG_ENV, "").strip().lower()
-    return _DebugFlag.enabled or flag in {"1", "true", "yes", "on"}
+    return _DebugFlag.enabled
 
 
 def _one_line(text: str) -> str:
@@ -108,6 +121,7 @@ def guarded(command: Callable[[], int]) -> int:
     """Run `command` and return its exit status; a failure becomes one line on stderr."""
     _DebugFlag.enabled = False  # per command: an earlier in-process run's --debug is over
     try:
+        _read_environment()
         return command()
     except SystemExit as exc:  # argparse and typer end with it (usage errors, --help)
         if exc.code is None or isinstance(exc.code, int):
