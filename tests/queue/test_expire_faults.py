@@ -142,12 +142,14 @@ async def test_a_shared_key_of_another_type_is_named_and_nothing_is_written(
 
 
 @pytest.mark.parametrize(
-    "value", ["many", "1.5", "1e3", "", " 7", "9223372036854775807", "1234567890123456789"]
+    "value",
+    ["many", "1.5", "1e3", "", " 7", "9223372036854775807", "1234567890123456789", "007", "-0"],
 )
 async def test_a_malformed_expired_counter_is_named_and_nothing_is_written(
     env: Env, value: str
 ) -> None:
-    """19 digits and more are refused too: adding a batch could overflow HINCRBY."""
+    """19 digits and more are refused too: adding a batch could overflow HINCRBY. So are
+    "007" and "-0": digits, but not Redis's own integer text, which HINCRBY refuses."""
     await env.raw.hset(DINING.stats, "expired", value)
     before = await env.snapshot()
     with pytest.raises(CorruptQueueState) as info:

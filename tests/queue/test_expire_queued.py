@@ -191,15 +191,23 @@ async def test_a_job_expired_by_a_claim_is_not_expired_again(env: Env) -> None:
     assert not await env.raw.exists(DINING.queued, DINING.arrived, DINING.arrivals)
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["{enq},soon,{ttl},3,n", "{enq},{exp},0{ttl},3,n", "{enq},{exp},0,3,n"],
+    ids=["expires_at-garbage", "ttl-leading-zero", "ttl-zero"],
+)
 async def test_a_packed_value_that_does_not_parse_is_expired_with_its_problem(
-    env: Env, caplog: pytest.LogCaptureFixture
+    env: Env, caplog: pytest.LogCaptureFixture, header: str
 ) -> None:
     """One poison value must not stall the cleanup of its bucket: expired all the same,
-    its result kept for CORRUPT_RESULT_TTL_SECONDS (its own ttl cannot be read)."""
+    its result kept for CORRUPT_RESULT_TTL_SECONDS (its own ttl cannot be read). A ttl
+    with a leading zero is one: SET EX refuses "0600", and would have failed the script
+    after its first write."""
     poison, healthy = await env.enqueue(2)
     await make_packed_due(env.raw, DINING, [poison, healthy])
-    enqueued_at = (await env.raw.hget(DINING.queued, poison)).split(",", 1)[0]
-    await env.raw.hset(DINING.queued, poison, f"{enqueued_at},soon,{TTL},3,n\n\n{{}}")
+    enqueued_at, expires_at = (await env.raw.hget(DINING.queued, poison)).split(",")[:2]
+    planted = header.format(enq=enqueued_at, exp=expires_at, ttl=TTL)
+    await env.raw.hset(DINING.queued, poison, f"{planted}\n\n{{}}")
     caplog.set_level(logging.WARNING, "platform_common.jobs.queue.maintenance")
 
     assert sorted(await env.queue.cleanup("dining")) == sorted([poison, healthy])
@@ -308,7 +316,9 @@ async def test_a_bucket_of_another_type_is_named_and_nothing_is_written(
     await refused(env, bucket, f"holds a {kind}, where the queue keeps a list")
 
 
-NOT_INTEGERS = ["many", "1.5", "1e3", " 7", "9223372036854775807"]
+NOT_INTEGERS = ["many", "1.5", "1e3", " 7", "9223372036854775807", "007", "-0"]
+"""Stored counts HINCRBY refuses: the last two read as integers, but Redis's own integer
+text has no leading zero and no "-0"."""
 
 
 @pytest.mark.parametrize("value", NOT_INTEGERS)
@@ -329,6 +339,19 @@ async def test_a_malformed_arrival_count_is_named_and_nothing_is_written(
     second = enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS
     await env.raw.hset(DINING.arrived, str(second), value)
     await refused(env, DINING.arrived, f"field {second} is not an integer: '{value}'")
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_TYPES))
+async def test_a_result_key_of_any_type_is_replaced_by_the_expired_result(
+    env: Env, kind: str
+) -> None:
+    due, _ = await due_pair(env)
+    await plant(env.raw, DINING.result(due[0]), kind)
+    assert sorted(await env.queue.cleanup("dining")) == sorted(due)
+    for job_id in due:
+        result = await env.queue.get_result(job_id, "dining")
+        assert result is not None and result.status == QueueState.EXPIRED
+    assert await env.counter("expired") == 2
 
 
 async def test_after_a_refusal_the_cleanup_expires_every_job(env: Env) -> None:

@@ -1,7 +1,8 @@
 """What expires when (docs/operations.md, "What expires when"): every sentence there is
-one of these tests. Jobs kept for an operator (dead letters, failed jobs) last
-dead_letter_retention and each list holds at most dead_letter_max; the cleanup prunes
-the oldest end in bounded steps; a requeue makes the job live again (no TTL)."""
+one of these tests, or one in the file its bullet names in brackets. Jobs kept for an
+operator (dead letters, failed jobs) last dead_letter_retention and each list holds at
+most dead_letter_max; the cleanup prunes the oldest end in bounded steps; a requeue
+makes the job live again (no TTL)."""
 
 from __future__ import annotations
 
@@ -218,6 +219,8 @@ async def test_entries_whose_record_passed_its_retention_are_pruned(
             )
         assert await redis_client.llen(DINING.dead) == await redis_client.llen(DINING.failed) == 1
         assert await queue.dead_letters.list("dining") == []  # an expired entry is not listed
+        assert await queue.dead_letters.count("dining") == 1  # but counts until pruned
+        assert await queue.failed_jobs.count("dining") == 1
         report = await Maintenance(queue.connection, "dining").prune_kept()
         assert (report.beyond_cap, report.expired) == (0, 2)
         assert await redis_client.llen(DINING.dead) == await redis_client.llen(DINING.failed) == 0

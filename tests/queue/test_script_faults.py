@@ -137,6 +137,9 @@ def wrong_types(*roles: tuple[str, str]) -> list[Any]:
 
 NOT_INTEGERS = ["many", "1.5", "1e3", " 7", "9223372036854775807"]
 """Stored counters HINCRBY refuses (the last would overflow)."""
+NOT_CANONICAL = ["007", "-0"]
+"""Stored counters that read as integers but that HINCRBY refuses too (Redis's integer
+text has no leading zero and no "-0"); tried on the scripts that check for them."""
 
 
 def key_of(role: str, job_id: str = "") -> str:
@@ -517,7 +520,7 @@ async def test_requeue_refuses_a_ttl_that_does_not_parse(env: Env, value: str | 
     )
 
 
-@pytest.mark.parametrize("value", NOT_INTEGERS)
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
 async def test_requeue_refuses_a_malformed_enqueued_counter(env: Env, value: str) -> None:
     job_id = await env.dead()
     await env.raw.hset(DINING.stats, "enqueued", value)
@@ -745,6 +748,7 @@ FAIL_KEYS = wrong_types(
     ("leases", "zset"),
     ("delayed", "zset"),
     ("dead", "list"),
+    ("queue", "list"),
     ("failed", "list"),
     ("expiry", "zset"),
     ("stats", "hash"),
@@ -777,7 +781,7 @@ async def test_fail_of_the_last_attempt_replaces_a_result_key_of_any_type(
     assert await env.raw.lrange(DINING.dead, 0, -1) == [claim.job_id]
 
 
-@pytest.mark.parametrize("value", NOT_INTEGERS)
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
 @pytest.mark.parametrize(
     ("mode", "field"), [("error", "retried"), ("corrupt", "dead_lettered"), ("fatal", "failed")]
 )
@@ -790,6 +794,23 @@ async def test_fail_refuses_a_malformed_counter(
         env, lambda: env.leases.fail(claim.job_id, TOKEN, "boom", mode=mode), DINING.stats
     )
     assert str(await env.counter(field)) == value
+
+
+@pytest.mark.parametrize("attempts", ["007", "-0"])
+async def test_a_release_of_a_job_whose_attempts_read_with_a_leading_zero_gives_it_back(
+    env: Env, attempts: str
+) -> None:
+    """A release gives the attempt back: written as the parsed value less one, since
+    HINCRBY would refuse the stored text after the lease was dropped."""
+    claim = await env.running()
+    await env.raw.hset(DINING.job(claim.job_id), "attempts", attempts)
+    assert await env.leases.fail(claim.job_id, TOKEN, "stopping", mode="release") == "released"
+    assert await env.raw.hmget(DINING.job(claim.job_id), ["state", "attempts", "token"]) == [
+        "queued", str(int(attempts) - 1), None,
+    ]  # fmt: skip
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [claim.job_id]
+    assert await env.raw.zscore(DINING.leases, claim.job_id) is None
+    assert await env.raw.lrange(DINING.processing, 0, -1) == []
 
 
 async def test_the_reaper_refuses_a_lapsed_lease_of_a_job_key_of_another_type(env: Env) -> None:
@@ -844,7 +865,7 @@ async def test_complete_refuses_a_wait_or_run_field_that_does_not_parse(
 
 
 @pytest.mark.parametrize("field", ["error:ValueError", "error_classes"])
-@pytest.mark.parametrize("value", NOT_INTEGERS)
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
 async def test_fail_refuses_a_malformed_error_class_counter(
     env: Env, field: str, value: str
 ) -> None:

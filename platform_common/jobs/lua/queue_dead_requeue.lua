@@ -31,7 +31,9 @@ for _, expected in ipairs({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {
     end
 end
 local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
-if enqueued and not (#enqueued <= 18 and string.find(enqueued, '^%-?%d+$')) then
+-- Redis's own integer text: HINCRBY refuses a leading zero ("007") and "-0".
+if enqueued and not (#enqueued <= 18
+        and (enqueued == '0' or string.find(enqueued, '^%-?[1-9]%d*$'))) then
     return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
 -- Each record's ttl, or false when there is no record. At most 12 digits: the new

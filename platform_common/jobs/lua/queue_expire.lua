@@ -50,8 +50,10 @@ for _, key in ipairs({{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'h
     end
 end
 local counted = redis.call('HGET', KEYS[5], 'expired')
--- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits.
-if counted and not (#counted <= 18 and string.find(counted, '^%-?%d+$')) then
+-- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits. Redis's own
+-- integer text: HINCRBY refuses a leading zero ("007") and "-0".
+if counted and not (#counted <= 18
+        and (counted == '0' or string.find(counted, '^%-?[1-9]%d*$'))) then
     return redis.error_reply('CORRUPT 5 field expired is not an integer: ' .. shown(counted))
 end
 -- A constant of the caller (expiry.py): wrong, it is a bug, not corrupt state.

@@ -36,6 +36,11 @@ end
 local function corrupt(index, text)
     return redis.error_reply('CORRUPT ' .. index .. ' ' .. text)
 end
+-- A stored count HINCRBY accepts: Redis's own integer text (it refuses "007" and "-0"),
+-- 18 digits at most so that adding to it cannot overflow 64 bits.
+local function count(value)
+    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
+end
 
 for _, key in ipairs({{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'},
         {6, 'hash'}}) do
@@ -58,7 +63,7 @@ for i = 1, n do
     end
 end
 local counted = redis.call('HGET', KEYS[4], 'expired')
-if counted and not (#counted <= 18 and string.find(counted, '^%-?%d+$')) then
+if counted and not count(counted) then
     return corrupt(4, 'field expired is not an integer: ' .. shown(counted))
 end
 
@@ -74,7 +79,9 @@ for i = 1, n do
     if value and not seen[ids[i]] then
         seen[ids[i]] = true
         local enq, ttl = string.match(value, '^(%d+),%d+,(%d+),%d+,[^\n]*\n[^\n]*\n')
-        if not enq or #ttl > 9 or tonumber(ttl) == 0 then
+        -- The ttl goes to SET EX as it is, which refuses a leading zero ("060") as well
+        -- as 0: either is a problem here, not a failure after the first write.
+        if not enq or #ttl > 9 or not string.find(ttl, '^[1-9]') then
             local problem = 'stored packed job does not parse (queue/envelope.py)'
             problems[#problems + 1] = {ids[i], problem}
             results[i] = {'{"status":"expired","result":null,"error":"expired; ' .. problem
@@ -99,7 +106,7 @@ if #seconds > 0 then
     local counts = redis.call('HMGET', KEYS[6], unpack(seconds))
     for s, second in ipairs(seconds) do
         local value = counts[s]
-        if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+        if value and not count(value) then
             return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
         end
     end

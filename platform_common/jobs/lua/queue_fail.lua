@@ -75,9 +75,10 @@ if error_class then
     fields[5] = 'error:' .. error_class
 end
 -- The refusal of stats field `name` holding `value`, when HINCRBY would refuse it (not
--- a 64-bit integer; int() above stops at 15 digits), else nil.
+-- a 64-bit integer in Redis's own text: HINCRBY refuses "007" and "-0" too; int() above
+-- stops at 15 digits), else nil.
 local function bad_counter(name, value)
-    if not value or (#value <= 20 and string.find(value, '^%-?%d+$')
+    if not value or (#value <= 20 and (value == '0' or string.find(value, '^%-?[1-9]%d*$'))
             and math.abs(tonumber(value)) < 9e18) then
         return nil
     end
@@ -161,8 +162,10 @@ else
     end
     if mode == 'release' then
         drop_lease()
+        -- HSET of the parsed value, not HINCRBY: HINCRBY refuses a field int() reads
+        -- ("007", "-0") and would fail after drop_lease's writes.
         if int(f[3]) then
-            redis.call('HINCRBY', KEYS[8], 'attempts', -1)
+            redis.call('HSET', KEYS[8], 'attempts', int(f[3]) - 1)
         end
         redis.call('HSET', KEYS[8], 'state', 'queued')
         redis.call('HDEL', KEYS[8], 'token')
