@@ -394,6 +394,37 @@ def test_bad_pool_settings(env: dict[str, str], setting: str) -> None:
     assert caught.value.setting == setting
 
 
+@pytest.mark.parametrize(
+    ("variable", "huge"),
+    [(f"QUEUE_{name}", "1e300") for name in (
+        "LEASE_SECONDS", "REAPER_INTERVAL", "PROMOTE_INTERVAL", "HEARTBEAT_INTERVAL",
+        "BLOCK_TIMEOUT", "CLEANUP_INTERVAL", "SHUTDOWN_TIMEOUT", "POOL_TIMEOUT",
+        "BACKOFF_BASE", "BACKOFF_MAX", "BACKOFF_FACTOR", "DEAD_LETTER_RETENTION",
+    )]
+    + [(f"QUEUE_{name}", str(10**9)) for name in (
+        "MAX_ATTEMPTS", "CLEANUP_BATCH", "FETCH_BATCH", "MAX_PAYLOAD_BYTES", "POOL_MIN",
+        "POOL_MAX", "DEAD_LETTER_MAX",
+    )],
+)  # fmt: skip
+def test_every_numeric_queue_setting_has_an_upper_bound(variable: str, huge: str) -> None:
+    """Defect: 1e300 s for an interval or a backoff was accepted at startup, then waited
+    forever or wrote a due time in exponent notation."""
+    with pytest.raises(ConfigurationError) as caught:
+        QueueSettings.from_env({variable: huge})
+    assert variable in str(caught.value)
+    assert re.search(r"at most|between", str(caught.value)), caught.value
+
+
+def test_the_upper_bounds_admit_generous_values() -> None:
+    settings = QueueSettings.from_env(
+        {"QUEUE_LEASE_SECONDS": "1h", "QUEUE_SHUTDOWN_TIMEOUT": "24h",
+         "QUEUE_BACKOFF_MAX": "2592000", "QUEUE_MAX_ATTEMPTS": "1000",
+         "QUEUE_FETCH_BATCH": "1000", "QUEUE_MAX_PAYLOAD_BYTES": str(16 << 20)},
+    )  # fmt: skip
+    assert (settings.lease_seconds, settings.shutdown_timeout) == (3600.0, 86_400.0)
+    assert (settings.backoff_max, settings.max_attempts) == (2_592_000.0, 1000)
+
+
 def test_range_errors_name_the_field_and_the_variable() -> None:
     with pytest.raises(ConfigurationError) as caught:
         QueueSettings.from_env({"QUEUE_MAX_ATTEMPTS": "0"})

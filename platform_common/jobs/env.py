@@ -67,9 +67,11 @@ def check_int(setting: str, value: object, *, minimum: int, maximum: int | None 
     return value
 
 
-def check_positive(setting: str, value: object) -> float:
+def check_positive(setting: str, value: object, *, maximum: float | None = None) -> float:
     if not is_finite_number(value) or value <= 0:
         raise ConfigurationError(setting, f"must be a positive number, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigurationError(setting, f"must be at most {maximum:g}, got {value!r}")
     return float(value)
 
 

@@ -38,6 +38,18 @@ DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 _POOL_SETTINGS = {"pool_max": "max_connections", "pool_timeout": "pool_timeout"}
 MAX_DEAD_LETTERS = 10_000_000
 """Bound of dead_letter_max: beyond it one list alone would hold gigabytes."""
+MAX_INTERVAL_SECONDS = 86_400.0
+"""Bound of every lease, interval and timeout: a day. Larger values are typos (a
+duration in milliseconds, say) that would leave a worker silent or a job stuck."""
+MAX_BACKOFF_SECONDS = float(MAX_TTL_SECONDS)
+"""Bound of backoff_base and backoff_max: no wait outlives the longest job TTL."""
+MAX_BACKOFF_FACTOR = 100.0
+MAX_ATTEMPTS = 1_000
+MAX_BATCH = 100_000
+"""Bound of cleanup_batch and fetch_batch: one script call's work stays bounded."""
+MAX_PAYLOAD_BYTES = 64 << 20
+"""Bound of max_payload_bytes: 64 MiB, far below Redis' 512 MB bulk limit."""
+MAX_POOL = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +116,12 @@ class QueueSettings:
             raise ConfigurationError("agent_types", "must name at least one agent type")
         if len(set(self.agent_types)) != len(self.agent_types):
             raise ConfigurationError("agent_types", "names an agent type twice")
-        for name in ("max_attempts", "cleanup_batch", "fetch_batch", "max_payload_bytes"):
-            check_int(name, getattr(self, name), minimum=1)
+        # Every setting has an upper bound too: a huge value is a typo that would pass
+        # startup and then write exponent notation or wait forever (issue: 1e300 s).
+        check_int("max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
+        for name in ("cleanup_batch", "fetch_batch"):
+            check_int(name, getattr(self, name), minimum=1, maximum=MAX_BATCH)
+        check_int("max_payload_bytes", self.max_payload_bytes, minimum=1, maximum=MAX_PAYLOAD_BYTES)
         check_int("dead_letter_max", self.dead_letter_max, minimum=1, maximum=MAX_DEAD_LETTERS)
         check_positive("dead_letter_retention", self.dead_letter_retention)
         if not 1 <= self.dead_letter_retention <= MAX_TTL_SECONDS:
@@ -113,18 +129,19 @@ class QueueSettings:
                 "dead_letter_retention",
                 f"must be between 1 and {MAX_TTL_SECONDS} s, got {self.dead_letter_retention!r}",
             )
-        check_int("pool_min", self.pool_min, minimum=0)
-        check_int("pool_max", self.pool_max, minimum=1)
-        check_positive("pool_timeout", self.pool_timeout)
+        check_int("pool_min", self.pool_min, minimum=0, maximum=MAX_POOL)
+        check_int("pool_max", self.pool_max, minimum=1, maximum=MAX_POOL)
+        check_positive("pool_timeout", self.pool_timeout, maximum=MAX_INTERVAL_SECONDS)
         if self.pool_min > self.pool_max:
             raise ConfigurationError("pool_min", f"{self.pool_min} exceeds pool_max")
         for name in (
-            "backoff_base", "backoff_max", "lease_seconds", "reaper_interval",
-            "promote_interval", "heartbeat_interval", "block_timeout", "cleanup_interval",
-            "shutdown_timeout",
+            "lease_seconds", "reaper_interval", "promote_interval", "heartbeat_interval",
+            "block_timeout", "cleanup_interval", "shutdown_timeout",
         ):  # fmt: skip
-            check_positive(name, getattr(self, name))
-        check_positive("backoff_factor", self.backoff_factor)
+            check_positive(name, getattr(self, name), maximum=MAX_INTERVAL_SECONDS)
+        for name in ("backoff_base", "backoff_max"):
+            check_positive(name, getattr(self, name), maximum=MAX_BACKOFF_SECONDS)
+        check_positive("backoff_factor", self.backoff_factor, maximum=MAX_BACKOFF_FACTOR)
         if self.backoff_factor < 1:
             raise ConfigurationError("backoff_factor", "must be >= 1")
         check_latency_buckets("latency_buckets", self.latency_buckets)
