@@ -1,7 +1,8 @@
 """The console in a real browser (headless Chromium via chromedriver) over a live queue:
 open the overview, follow a dead letter, read its traceback, requeue it and watch it run
-to success under a worker running in this test. Each page's screenshot is written to
-$CONSOLE_SCREENSHOTS_DIR (default: the test's temporary directory), never committed."""
+to success under a worker running in this test; and requeue one with the keyboard alone.
+Each page's screenshot is written to $CONSOLE_SCREENSHOTS_DIR (default: the test's
+temporary directory), never committed."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ if CHROMIUM and CHROMEDRIVER:
     from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
     from selenium.webdriver.support.wait import WebDriverWait
@@ -76,10 +78,14 @@ def follow(browser: WebDriver, element: WebElement) -> None:
     answers with an inspector error instead of "stale" (seen in CI)."""
     browser.execute_script("window.__leaving_this_page = true")
     element.click()
+    next_page(browser)
+
+
+def next_page(browser: WebDriver) -> None:
+    """Wait until a page marked as `follow` marks it was replaced and finished loading."""
     WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,)).until(
         lambda driver: driver.execute_script(
-            "return window.__leaving_this_page === undefined"
-            " && document.readyState === 'complete'"
+            "return window.__leaving_this_page === undefined && document.readyState === 'complete'"
         )
     )
 
@@ -137,3 +143,52 @@ def walk_through(browser: WebDriver, base: str, job_id: str, shots: Path) -> Non
     width = browser.execute_script("return document.documentElement.scrollWidth")
     assert width <= 390, width
     shoot(browser, shots, "7-narrow-dead-letters")
+
+
+async def test_the_dead_letters_can_be_requeued_with_the_keyboard_alone(
+    queue: JobQueue, redis_url: str, browser: WebDriver, tmp_path: Path
+) -> None:
+    [job_id] = await make_dead_letters(queue, ["no mouse here"])
+    with served_console(redis_url, tmp_path, "--read-write") as base:
+        await asyncio.to_thread(by_keyboard, browser, base, job_id)
+    assert await queue.dead_letters.count("dining") == 0
+
+
+def by_keyboard(browser: WebDriver, base: str, job_id: str) -> None:
+    browser.get(base + "types/dining/dead")
+    reached: list[str] = []
+    for _ in range(60):  # Tab through the page, as a keyboard user does
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        focused = browser.switch_to.active_element
+        reached.append(
+            f"{focused.tag_name}:{focused.get_attribute('name') or ''}:"
+            f"{focused.get_attribute('value') or focused.text}"
+        )
+        if reached[-1] == "button:do:purge:matching":
+            break
+    assert reached[0] == "a::Skip to content"  # the first stop skips the navigation
+    for control in ("input:error:", f"input:ids:{job_id}", "button:do:requeue:selected",
+                    "button:do:purge:selected", "button:do:requeue:matching",
+                    "button:do:purge:matching"):  # fmt: skip
+        assert control in reached, (control, reached)
+    # Tick the letter with Space, go on to "Requeue selected…" and press Enter.
+    box = browser.find_element(By.CSS_SELECTOR, f'input[name="ids"][value="{job_id}"]')
+    box.send_keys(Keys.SPACE)
+    assert box.is_selected()
+    for _ in range(10):
+        if browser.switch_to.active_element.get_attribute("value") == "requeue:selected":
+            break
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+    press_enter(browser)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Requeue 1 dead letter?"
+    # The confirmation's button has the focus: Enter confirms.
+    assert browser.switch_to.active_element.text == "Yes, requeue 1"
+    press_enter(browser)
+    assert "Requeued 1 of 1" in browser.find_element(By.TAG_NAME, "h1").text
+
+
+def press_enter(browser: WebDriver) -> None:
+    """Enter on the focused control, then wait for the next page as `follow` does."""
+    browser.execute_script("window.__leaving_this_page = true")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    next_page(browser)

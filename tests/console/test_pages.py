@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +26,8 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, running_worker
 from tests.support.redis_server import RedisServer
 from tests.support.stored_jobs import to_job_hash
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_overview_lists_each_type_with_counts_and_refreshes(
@@ -207,7 +211,7 @@ async def test_malformed_queries_are_refused(
     client: httpx.AsyncClient, query: dict[str, str]
 ) -> None:
     response = await client.get(f"{PREFIX}/types/dining", params=query)
-    assert response.status_code == 422
+    assert response.status_code == 400 and "Bad request" in response.text
 
 
 async def test_the_host_apps_authentication_guards_every_route(queue: JobQueue) -> None:
@@ -232,10 +236,27 @@ async def test_links_to_the_runbooks_and_grafana(queue: JobQueue) -> None:
     await make_dead_letters(queue, ["x"])
     async with client_of(console_app(queue, links=links)) as client:
         dead = (await client.get(f"{PREFIX}/types/dining/dead")).text
+        kind = (await client.get(f"{PREFIX}/types/dining")).text
         overview = (await client.get(f"{PREFIX}/")).text
+    grafana = "http://grafana:3000/d/queue-overview"
     assert 'href="http://exporter:9808/runbooks/DeadLetterDepthHigh"' in dead
-    assert 'href="http://grafana:3000/d/queue-overview?var-agent_type=dining"' in dead
-    assert 'href="http://exporter:9808/runbooks/"' in overview
+    assert f'href="{grafana}?var-agent_type=dining&amp;viewPanel=12"' in dead
+    assert 'href="http://exporter:9808/runbooks/QueueDepthHigh"' in kind
+    assert 'href="http://exporter:9808/runbooks/QueueNoActiveWorkers"' in kind
+    assert f'href="{grafana}?var-agent_type=dining"' in kind
+    assert f'href="{grafana}?var-agent_type=dining&amp;viewPanel=11"' in kind
+    assert 'href="http://exporter:9808/runbooks/"' in overview and f'href="{grafana}"' in overview
+
+
+def test_the_panels_linked_are_the_generated_dashboards() -> None:
+    dashboard = json.loads((ROOT / "dashboards/queue-overview.json").read_text())
+    titles = {panel["id"]: panel["title"] for panel in dashboard["panels"]}
+    links = ConsoleLinks(grafana_dashboard="http://grafana:3000/d/queue-overview")
+    for name, title in [("QUEUE_DEPTH", "Queue depth per agent type"),
+                        ("DEAD_LETTER_DEPTH", "Dead-letter depth")]:  # fmt: skip
+        url = links.panel("dining", name)
+        assert url is not None
+        assert titles[int(url.rsplit("viewPanel=", 1)[1])] == title
 
 
 def test_links_must_be_web_addresses() -> None:

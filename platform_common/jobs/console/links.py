@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
+from ...jobs_monitoring.dashboard_ids import QueueOverviewPanel
+
 __all__ = ["ConsoleLinks"]
 
 
@@ -40,3 +42,11 @@ class ConsoleLinks:
             return self.grafana_dashboard
         joiner = "&" if "?" in self.grafana_dashboard else "?"
         return self.grafana_dashboard + joiner + urlencode({"var-agent_type": agent_type})
+
+    def panel(self, agent_type: str, panel: str) -> str | None:
+        """One panel of the dashboard (a QueueOverviewPanel name, e.g. "DEAD_LETTER_DEPTH",
+        the ids the generated dashboard and the alerts use), showing `agent_type` alone."""
+        shown = self.dashboard(agent_type)
+        if shown is None:
+            return None
+        return shown + "&" + urlencode({"viewPanel": int(QueueOverviewPanel[panel])})

@@ -12,9 +12,21 @@ import jinja2
 
 from ..operations import Minute, formatting
 
-__all__ = ["ChartBar", "age", "chart_bars", "environment", "pretty_json", "timestamp"]
+__all__ = [
+    "MAX_SHOWN_JSON",
+    "ChartBar",
+    "ShownJson",
+    "age",
+    "chart_bars",
+    "environment",
+    "pretty_json",
+    "shown_json",
+    "timestamp",
+]
 
-"""A cell with no value."""
+MAX_SHOWN_JSON = 128 * 1024
+"""Most characters of one payload or result a job page shows: a payload may be megabytes
+(QUEUE_MAX_PAYLOAD_BYTES is a setting), and even escaped this keeps the page under 1 MiB."""
 
 
 def environment() -> jinja2.Environment:
@@ -26,7 +38,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(age=age, timestamp=timestamp, pretty_json=pretty_json)
+    env.filters.update(age=age, timestamp=timestamp, pretty_json=pretty_json, shown_json=shown_json)
     return env
 
 
@@ -43,6 +55,25 @@ def timestamp(seconds: float | None) -> str:
 def pretty_json(value: Any) -> str:
     """Indented JSON (escaped by the template like any other text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ShownJson:
+    """The start of a value's pretty JSON, and how long the whole of it is."""
+
+    text: str
+    total: int
+    """Characters of the whole pretty JSON (`text` is all of it when they match)."""
+
+    @property
+    def cut(self) -> bool:
+        return len(self.text) < self.total
+
+
+def shown_json(value: Any, limit: int = MAX_SHOWN_JSON) -> ShownJson:
+    """pretty_json(value), cut to its first `limit` characters."""
+    whole = pretty_json(value)
+    return ShownJson(whole[:limit], len(whole))
 
 
 @dataclass(frozen=True, slots=True)

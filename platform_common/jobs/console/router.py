@@ -9,13 +9,16 @@ letters, server-rendered, read through the operations layer (the one under the C
     POST /types/{type}/dead/act         do it; the page says how many were really done
     GET  /static/console.css
 
-Unknown agent types and jobs are 404, bad input 400 (or FastAPI's 422 for a malformed
-query), an unreachable Redis 503. A POST without a valid CSRF token is 403, and so is
-every POST of a read-only console.
+Unknown agent types and jobs are 404, bad input (a query or a form) 400, a stored record
+that does not parse 500, an unreachable Redis 503: each an HTML page of the console with
+its security headers. A POST without a valid CSRF token is 403, and so is every POST of
+a read-only console.
 """
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
 
+import json
+import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Annotated, Any
@@ -38,7 +41,7 @@ from ..operations import (
 from ..operations.session import redis_now
 from ..queue import JobQueue
 from .csrf import SESSION_COOKIE, CsrfTokens
-from .dead_forms import DeadLetterForms
+from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
 from .prometheus_history import PrometheusSource, last_hour
@@ -57,6 +60,9 @@ _SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 _MAX_JOB_ID = 200
+_POSITION = re.compile(r"[0-9]{1,16}")
+"""A page's cursor or start: a list position. 16 digits pass any list Redis can hold and
+stay below the 64-bit integers Redis takes (a bigger LRANGE index is a Redis error)."""
 
 
 class ConsoleError(Exception):
@@ -132,6 +138,12 @@ def console_router(
             status, problem = 400, str(exc)
         except BackendUnavailable as exc:
             status, problem = 503, f"Redis is unavailable: {exc}"
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # A record written by hand or damaged: the lists still show the job (they
+            # read no payload), so it can be purged from the dead-letter page.
+            status = 500
+            problem = f"a stored record of the queue does not parse ({exc}); the lists "
+            problem += "of its agent type still show it, and a dead letter can be purged there"
         except NoPermissionError as exc:
             # The console's Redis user lacks a right (a read-only `reader` user behind a
             # read-write console): Redis refused before writing anything.
@@ -144,6 +156,14 @@ def console_router(
         return agent_type
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
+
+    def position(name: str, raw: str | None) -> int | None:
+        """A cursor or start from the query: None when absent, else a list position."""
+        if raw is None or raw == "":
+            return None
+        if not _POSITION.fullmatch(raw):
+            raise ConsoleError(400, f"{name}: a list position of 1 to 16 digits, got {raw!r}")
+        return int(raw)
 
     @router.get("/", name="console_overview")
     async def overview(request: Request) -> Response:
@@ -172,11 +192,19 @@ def console_router(
     async def agent_type_page(
         request: Request,
         agent_type: str,
-        list_: Annotated[JobList, Query(alias="list")] = JobList.WAITING,
-        cursor: Annotated[int | None, Query(ge=0)] = None,
+        list_: Annotated[str, Query(alias="list")] = JobList.WAITING,
+        cursor: str | None = None,
     ) -> Response:
+        # The query is read here, not by FastAPI's validation, so a bad one is a page of
+        # the console (400) rather than a JSON reply that echoes the input.
         async def build() -> Response:
-            page = await list_jobs(queue, known(agent_type), list_, cursor=cursor, limit=page_size)
+            if list_ not in set(JobList):
+                choices = ", ".join(JobList)
+                raise ConsoleError(400, f"list: one of {choices}, got {list_!r}")
+            at = position("cursor", cursor)
+            page = await list_jobs(
+                queue, known(agent_type), JobList(list_), cursor=at, limit=page_size
+            )
             stats = await queue.stats(agent_type)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
@@ -184,7 +212,7 @@ def console_router(
             }  # fmt: skip
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
-                counts=counts, lists=list(JobList), first_page=cursor is None,
+                counts=counts, lists=list(JobList), first_page=at is None,
             )  # fmt: skip
 
         return await respond(request, build)
@@ -204,18 +232,21 @@ def console_router(
     async def dead_page(
         request: Request,
         agent_type: str,
-        error: Annotated[str, Query(max_length=500)] = "",
-        start: Annotated[int, Query(ge=0)] = 0,
+        error: str = "",
+        start: str | None = None,
     ) -> Response:
         async def build() -> Response:
+            if len(error) > MAX_FILTER:
+                raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
+            first = position("start", start) or 0
             listing = await list_dead_letters(
                 queue, known(agent_type), limit=page_size,
-                error_matches=forms.pattern(error), start=start,
+                error_matches=forms.pattern(error), start=first,
             )  # fmt: skip
-            following = None if listing.complete else start + listing.scanned
+            following = None if listing.complete else first + listing.scanned
             return render(
                 request, "dead.html", agent_type=agent_type, listing=listing, error=error,
-                start=start, next_start=following if listing.letters else None,
+                start=first, next_start=following if listing.letters else None,
                 listing_now=await redis_now(queue),
             )  # fmt: skip
 
