@@ -8,6 +8,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import (
     JobPayload,
@@ -174,8 +176,9 @@ async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
     queue: JobQueue, redis_client: RedisClient, exporter: InMemorySpanExporter
 ) -> None:
     job = make_job()
-    await queue.enqueue(job)
+    await queue.enqueue(job)  # no span is current: the send span starts a trace of its own
     (send,) = named(exporter, "send dining")
+    assert send.parent is None
     # Waiting, the record is the packed value: the context is its own line, apart from
     # the payload.
     fields = await stored_fields(redis_client, DINING, job["job_id"])
@@ -195,6 +198,20 @@ async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
     record = await redis_client.hgetall(DINING.job(job["job_id"]))
     assert record[TRACE_CONTEXT_FIELD] == stored
     assert json.loads(record["payload"]) == job
+
+
+async def test_an_enqueue_the_backend_refuses_is_an_error_on_its_send_span(
+    queue: JobQueue, exporter: InMemorySpanExporter
+) -> None:
+    job = make_job()
+    await queue.enqueue(job)
+    with pytest.raises(InvalidPayload):
+        await queue.enqueue(job)  # its job_id is taken: nothing is sent
+    accepted, refused = named(exporter, "send dining")
+    assert accepted.status.status_code == StatusCode.UNSET
+    assert refused.status.status_code == StatusCode.ERROR
+    assert dict(refused.attributes or {})["error.type"] == "InvalidPayload"
+    assert [e.name for e in refused.events] == ["exception"]
 
 
 async def test_jobs_of_a_batch_start_traces_of_their_own_linked_to_the_batch(
@@ -238,6 +255,7 @@ async def test_a_dead_letter_requeued_keeps_the_link_to_its_enqueue(
         processed = await spans_named(exporter, "process dining", 3)
     (send,) = named(exporter, "send dining")
     assert [parent_id(p) for p in processed] == [ids(send)[1]] * 3
+    assert [[link.context.span_id for link in p.links] for p in processed] == [[ids(send)[1]]] * 3
     assert {ids(p)[0] for p in processed} == {ids(send)[0]}
     assert [dict(p.attributes or {})["job.attempt"] for p in processed] == [1, 2, 1]
 
@@ -307,6 +325,41 @@ async def test_every_log_line_about_an_attempt_carries_its_trace_and_span_id(
             line = json.loads(JsonFormatter().format(record))
             assert (line["trace_id"], line["span_id"]) == (trace_id, span_id)
     assert messages == expected
+
+
+async def test_the_line_for_a_job_expired_at_its_ttl_carries_its_attempts_trace(
+    queue: JobQueue,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Created 57 s ago with a 60 s TTL: its TTL passes during its first attempt (3 s is
+    # ample for a worker to claim it, even on a loaded machine).
+    created = datetime.now(UTC) - timedelta(seconds=57)
+    job = make_job(created_at=created.isoformat(), ttl_seconds=60)
+    await queue.enqueue(job)
+    caplog.set_level("WARNING", logger=CONSUMER)
+
+    async def endless(payload: JobPayload) -> None:
+        await asyncio.Event().wait()  # never set: only the TTL ends this attempt
+
+    # No cleanup chore meanwhile: the worker itself must expire the job at its TTL.
+    settings = queue.settings.with_overrides(cleanup_interval=60)
+    async with working(settings, endless, provider):
+        (expire,) = await spans_named(exporter, "expire dining", 1)
+        (process,) = await spans_named(exporter, "process dining", 1)
+    assert parent_id(expire) == ids(process)[1]
+    assert dict(expire.attributes or {})["job.outcome"] == "expired"
+    assert dict(process.attributes or {})["job.outcome"] == "expired"
+    assert process.status.status_code == StatusCode.ERROR
+    (line,) = [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
+    trace_id, span_id = f"{ids(process)[0]:032x}", f"{ids(process)[1]:016x}"
+    assert line.getMessage() == (
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=1/2 outcome=expired "
+        f"trace_id={trace_id} span_id={span_id} "
+        "error=TTL passed: the job did not finish within its ttl_seconds"
+    )
+    assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
 
 
 async def test_without_an_sdk_in_the_worker_its_lines_carry_the_producers_trace(
