@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..store.backfill import BackfillProgress, run, summary
+from .operator_output import Output, OutputOption, print_json
 
 __all__ = ["backfill"]
 
@@ -64,6 +65,7 @@ def backfill(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No progress on stderr, the summary only.")
     ] = False,
+    output: OutputOption = Output.TABLE,
 ) -> None:
     """Fill the time index from the stored records (idempotent; safe under traffic).
 
@@ -84,5 +86,8 @@ def backfill(
             report = asyncio.run(
                 run(dry_run=dry_run, batch=batch, progress=progress, announce=announce)
             )
+    if output == Output.JSON:
+        print_json(report)  # the report's fields, malformed ids and bad buckets included
+        return
     # Plain stdout, not rich: the summary is read by scripts as much as by people.
     print(summary(report))
