@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from platform_common.jobs.cli.exits import DEBUG_ENV
+from platform_common.jobs.cli.exits import DEBUG_ENV, PROMETHEUS_URL_ENV
 from platform_common.jobs.queue.queue_settings import (
     DEFAULT_REDIS_URL,
     ENV_VARIABLES,
@@ -59,6 +59,9 @@ _EXTRA_MEANINGS = {
     "only after a backfill.",
     SCAN_CAP_ENV: "Records the legacy listing scan reads when the time index is off or fails.",
     DEBUG_ENV: "Add the traceback to a failing command's one line (as `--debug`).",
+    PROMETHEUS_URL_ENV: "The Prometheus scraping the exporter, e.g. `http://prometheus:9090`: "
+    "`info` reads the last minute from it, `console` the overview's last hour; the flag "
+    "`--prometheus-url` wins.",
 }
 
 
@@ -151,6 +154,9 @@ def _exporter_rows() -> Iterator[SettingRow]:
 
 def _cli_rows() -> Iterator[SettingRow]:
     yield SettingRow(DEBUG_ENV, ("agentjobs",), _value(False), _meaning(DEBUG_ENV, None))
+    yield SettingRow(
+        PROMETHEUS_URL_ENV, ("agentjobs",), "unset", _meaning(PROMETHEUS_URL_ENV, None)
+    )
 
 
 def _attribute_docs(cls: type) -> Iterator[tuple[str, str | None]]:

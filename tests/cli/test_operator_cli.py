@@ -225,7 +225,9 @@ def test_info_watch_reports_what_happened_since_its_first_reading(redis_url: str
     try:
         assert watch.stdout is not None
         first = json.loads(watch.stdout.readline())["types"][0]
-        assert first["last_minute"] == {"enqueued": 0, "completed": 0, "failed": 0, "seconds": 0.0}
+        assert first["last_minute"] == {
+            "enqueued": 0, "completed": 0, "failed": 0, "seconds": 0.0, "source": "watch",
+        }  # fmt: skip
         enqueue(redis_url, 4)
         while True:  # one line per refresh; the test's timeout bounds the wait
             latest = json.loads(watch.stdout.readline())["types"][0]

@@ -198,19 +198,21 @@ async def test_a_payload_of_megabytes_makes_a_bounded_job_page(redis_url: str) -
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
+    ("field", "value", "shown"),
     [
-        ("payload", b"\xff\xfe{"),  # not UTF-8
-        ("payload", b"{not json"),
-        ("history", b"[{not json"),
-        ("history", b"\xff"),
+        ("payload", b"\xff\xfe{", "\\xff\\xfe{"),  # not UTF-8
+        ("payload", b"{not json <script>x</script>", "{not json &lt;script&gt;x&lt;/script&gt;"),
+        ("history", b"[{not json", "[{not json"),
+        ("history", b"\xff", "\\xff"),
     ],
 )
-async def test_a_stored_record_that_does_not_parse_is_an_error_page(
-    queue: JobQueue, client: httpx.AsyncClient, redis_url: str, field: str, value: bytes
-) -> None:
-    # Damaged by hand (enqueue checks every payload): the job's page says so, and the
-    # lists, which read no payload or history, still show the letter and can purge it.
+async def test_a_stored_record_that_does_not_parse_is_shown_as_stored(
+    queue: JobQueue, client: httpx.AsyncClient, redis_url: str, field: str, value: bytes,
+    shown: str,
+) -> None:  # fmt: skip
+    # Damaged by hand (enqueue checks every payload), or what the worker dead-letters as
+    # corrupt: the job's page shows the field as its text and says why it does not
+    # parse; the lists still show the letter, and it can be purged.
     [job_id] = await make_dead_letters(queue, ["a"])
     raw = aioredis.Redis.from_url(redis_url)
     try:
@@ -218,16 +220,38 @@ async def test_a_stored_record_that_does_not_parse_is_an_error_page(
     finally:
         await raw.aclose()
     job = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
-    assert job.status_code == 500 and "does not parse" in job.text
+    assert job.status_code == 200, job.text
+    assert_inert(job.text)
+    assert f"Stored fields of this job do not parse: {field}." in job.text
+    assert "Does not parse: not " in job.text and shown in job.text
+    assert "RuntimeError: a" in job.text  # the rest of the record is all there
+    if field == "payload":
+        assert "Attempt 1: error" in job.text
+    else:
+        assert "&#34;agent_type&#34;: &#34;dining&#34;" in job.text  # the payload's JSON
     for path in ("/types/dining?list=dead", "/types/dining/dead"):
         response = await client.get(PREFIX + path)
         assert response.status_code == 200 and job_id in response.text, path
-    csrf = csrf_token((await client.get(f"{PREFIX}/types/dining/dead")).text)
+    csrf = csrf_token(job.text)
     picked = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": job_id}
     await client.post(f"{PREFIX}/types/dining/dead/confirm", data=picked)
     done = await client.post(f"{PREFIX}/types/dining/dead/act", data={**picked, "count": "1"})
     assert "Purged 1 of 1" in done.text
     assert await queue.dead_letters.count("dining") == 0
+
+
+async def test_a_damaged_packed_header_is_an_error_page(
+    queue: JobQueue, client: httpx.AsyncClient, redis_url: str
+) -> None:
+    job_id = await queue.enqueue(make_job())
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        await raw.hset(DINING.queued, job_id, "not a header")
+    finally:
+        await raw.aclose()
+    job = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
+    assert job.status_code == 500 and "does not parse" in job.text
+    assert_inert(job.text)
 
 
 async def test_a_form_of_too_many_fields_is_refused(

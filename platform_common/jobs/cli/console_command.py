@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ..operations import operator_queue
-from .exits import EXIT_USAGE, CliError, MissingExtra
+from .exits import EXIT_USAGE, PROMETHEUS_URL_ENV, CliError, MissingExtra
 from .operator_output import RedisUrlOption, help_text
 
 __all__ = ["HELP", "console"]
@@ -58,6 +58,7 @@ def console(
         str | None,
         typer.Option(
             "--prometheus-url",
+            envvar=PROMETHEUS_URL_ENV,
             help="The Prometheus scraping the exporter, e.g. http://prometheus:9090: the "
             "overview charts the last hour from it (else only the minutes it was open).",
             show_default=False,

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..operations import (
+    MAX_SCAN,
     DeadLetterAction,
     DeadLetterListing,
     JobDetail,
@@ -33,6 +34,7 @@ from .operator_output import (
     OutputOption,
     RedisUrlOption,
     command,
+    jsonable,
     print_json,
     stdout,
     text,
@@ -74,21 +76,43 @@ def list_(
         int, typer.Option("--limit", "-n", min=1, help="Show at most this many.")
     ] = 20,
     error_matches: ErrorMatchesOption = None,
+    start: Annotated[
+        int,
+        typer.Option(
+            "--start",
+            min=0,
+            help="Begin at this list position (0 = the newest; the caption "
+            "of a partial listing names the next one).",
+        ),
+    ] = 0,
+    max_scan: Annotated[
+        int,
+        typer.Option(
+            "--max-scan",
+            min=1,
+            help="With --error-matches: look at most at this many dead "
+            "letters, then stop and say where to continue.",
+        ),
+    ] = MAX_SCAN,
     output: OutputOption = Output.TABLE,
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Dead letters, newest first: id, when, attempts, last error (`dead show` for the
-    rest). With --error-matches, the list is read 500 at a time until --limit match."""
+    rest). With --error-matches, the list is read 500 at a time until --limit match or
+    --max-scan letters were looked at; the caption (JSON: "next_start") says where a
+    further search would start. `dead requeue` and `dead purge` with --error-matches
+    always cover the whole list."""
 
     async def read() -> DeadLetterListing:
         async with operator_queue(redis_url) as queue:
             return await list_dead_letters(
-                queue, agent_type, limit=limit, error_matches=error_matches
-            )
+                queue, agent_type, limit=limit, error_matches=error_matches, start=start,
+                max_scan=max_scan,
+            )  # fmt: skip
 
     listing = asyncio.run(read())
     if output == Output.JSON:
-        print_json(listing)
+        print_json({**jsonable(listing), "next_start": listing.next_start})
         return
     table = Table(caption=_caption(listing, error_matches), caption_justify="left")
     table.add_column("JOB ID", no_wrap=True)
@@ -108,12 +132,27 @@ def list_(
 def _caption(listing: DeadLetterListing, error_matches: str | None) -> str:
     shown = len(listing.letters)
     if error_matches is None:
-        return f"{shown:,} of {listing.total:,} dead letters, newest first."
-    scope = "all" if listing.complete else f"the newest {listing.scanned:,}"
-    return (
-        f"{shown:,} matching {error_matches!r} among {scope} of {listing.total:,} dead "
-        "letters, newest first."
-    )
+        caption = f"{shown:,} of {listing.total:,} dead letters, newest first."
+    else:
+        if listing.complete:
+            scope = (
+                "all"
+                if listing.start == 0
+                else f"the {listing.scanned:,} from position {listing.start:,} on"
+            )
+        elif listing.start == 0:
+            scope = f"the newest {listing.scanned:,}"
+        else:
+            scope = f"{listing.scanned:,} from position {listing.start:,}"
+        caption = (
+            f"{shown:,} matching {error_matches!r} among {scope} of {listing.total:,} dead "
+            "letters, newest first."
+        )
+    if listing.scan_limited:
+        caption += f" Stopped after looking at {listing.scanned:,} (--max-scan)."
+    if listing.next_start is not None and listing.next_start < listing.total:
+        caption += f" More: --start {listing.next_start}."
+    return caption
 
 
 @command(app, "show")

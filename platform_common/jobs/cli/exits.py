@@ -27,10 +27,12 @@ from ..errors import BackendUnavailable, ConfigurationError, JobsError, Validati
 __all__ = [
     "DEBUG_ENV",
     "ENV_PREFIX",
+    "ENV_VARIABLES",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "PROMETHEUS_URL_ENV",
     "CliError",
     "MissingExtra",
     "describe",
@@ -45,7 +47,9 @@ EXIT_INTERRUPTED = 130
 
 ENV_PREFIX = "AGENTJOBS_"
 DEBUG_ENV = "AGENTJOBS_DEBUG"
-ENV_VARIABLES = frozenset({DEBUG_ENV})
+PROMETHEUS_URL_ENV = "AGENTJOBS_PROMETHEUS_URL"
+"""The Prometheus scraping the exporter (`info` and `console` --prometheus-url)."""
+ENV_VARIABLES = frozenset({DEBUG_ENV, PROMETHEUS_URL_ENV})
 _DEBUG_HINT = f"--debug or {DEBUG_ENV}=1 shows the traceback"
 
 

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from ..operations import Overview, Recent, RecentCounts, agent_types, operator_queue, read_overview
+from ..operations import (
+    Counts,
+    Overview,
+    Recent,
+    RecentCounts,
+    agent_types,
+    operator_queue,
+    read_overview,
+)
+from ..operations.prometheus import PrometheusSource, PrometheusUnavailable, last_minute
+from .exits import EXIT_USAGE, PROMETHEUS_URL_ENV, CliError
 from .operator_output import (
+    NONE,
     Output,
     OutputOption,
     RedisUrlOption,
@@ -21,7 +34,39 @@ from .operator_output import (
     stdout,
 )
 
-__all__ = ["HELP", "info"]
+__all__ = ["HELP", "MetricsNamespaceOption", "PrometheusUrlOption", "info"]
+
+PrometheusUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prometheus-url",
+        envvar=PROMETHEUS_URL_ENV,
+        help="The Prometheus scraping the queue exporter, e.g. http://prometheus:9090.",
+        show_default=False,
+    ),
+]
+MetricsNamespaceOption = Annotated[
+    str,
+    typer.Option(
+        "--metrics-namespace",
+        help="The exporter's metric name prefix (its --namespace), for --prometheus-url.",
+    ),
+]
+
+PROMETHEUS = "prometheus"
+WATCH = "watch"
+
+
+@dataclass(frozen=True, slots=True)
+class _LastMinute:
+    """The last minute's counts shown, where they came from, and what went wrong."""
+
+    counts: dict[str, Recent]
+    """Per agent type; a type Prometheus has no series of is missing."""
+    source: str | None
+    """PROMETHEUS, WATCH (this watch's own readings) or None (totals shown instead)."""
+    problem: str | None = None
+    """Why Prometheus' counts are not shown although it was given."""
 
 
 def info(
@@ -45,18 +90,26 @@ def info(
             "--count", min=1, help="Stop after this many refreshes (--watch).", show_default=False
         ),
     ] = None,
+    prometheus_url: PrometheusUrlOption = None,
+    metrics_namespace: MetricsNamespaceOption = "",
     output: OutputOption = Output.TABLE,
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Per agent type: queued, running, delayed, dead, active workers, the oldest waiting
-    job's age, and jobs enqueued, completed and failed.
+    job's age, and jobs enqueued, completed and failed in the last minute.
 
-    The queue keeps running totals only, so a single `info` shows the totals (since the
-    queue's counters began). With --watch, the last three columns are the last minute:
-    the difference from the reading of a minute ago, kept while watching; until a minute
-    has passed they cover the time since the watch began, and the table says how long
-    (JSON: "last_minute": {..., "seconds": span}). For rates over any window without
-    watching, use the exporter's counters in Prometheus.
+    The queue keeps running totals only. The last minute comes from the Prometheus that
+    scrapes the exporter (--prometheus-url or AGENTJOBS_PROMETHEUS_URL): `max by
+    (agent_type) (increase(jobs_<counter>_total[1m]))`. Without it, a single `info` shows
+    the totals since the counters began (the columns say "total"); with --watch, the
+    difference from this watch's reading of a minute ago, which until a minute has
+    passed covers the time since the watch began (the table says how long). When
+    Prometheus does not answer, a note on stderr says why and the table falls back to
+    the totals (or the watch's readings): not a failure.
+
+    JSON: each type's "totals", and "last_minute" ({enqueued, completed, failed,
+    seconds, source}, or null); the document's "last_minute_source" is "prometheus",
+    "watch" or null, and "prometheus_problem" says why Prometheus was not used.
 
     A worker is active while its last heartbeat is within 6 heartbeat intervals
     (QUEUE_HEARTBEAT_INTERVAL; 30 s by default). --output json with --watch prints one
@@ -64,7 +117,13 @@ def info(
     """
     requested = types or []
     try:
-        asyncio.run(_info(requested, watch, interval, count, output, redis_url))
+        source = (
+            None if prometheus_url is None else PrometheusSource(prometheus_url, metrics_namespace)
+        )
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    try:
+        asyncio.run(_info(requested, watch, interval, count, source, output, redis_url))
     except KeyboardInterrupt:
         if not watch:
             raise
@@ -74,11 +133,31 @@ def info(
 HELP = help_text(info.__doc__)
 
 
+async def _from_prometheus(
+    source: PrometheusSource | None, overview: Overview
+) -> _LastMinute | None:
+    """Prometheus' last minute for the overview's types; None when no Prometheus is set."""
+    if source is None:
+        return None
+    try:
+        counts = await last_minute(source, [t.agent_type for t in overview.types])
+    except PrometheusUnavailable as exc:
+        return _LastMinute({}, None, f"Prometheus at {source.url} failed: {exc}")
+    return _LastMinute({t: Recent(c, 60.0) for t, c in counts.items()}, PROMETHEUS)
+
+
+def _note(last: _LastMinute | None, fallback: str) -> None:
+    """Prometheus' failure, one line on stderr (stdout stays the table or the JSON)."""
+    if last is not None and last.problem is not None:
+        print(f"note: {last.problem}; showing {fallback}", file=sys.stderr)
+
+
 async def _info(
     requested: list[str],
     watch: bool,
     interval: float,
     count: int | None,
+    source: PrometheusSource | None,
     output: Output,
     redis_url: str | None,
 ) -> None:
@@ -86,25 +165,38 @@ async def _info(
         chosen = agent_types(queue, requested)
         if not watch:
             overview = await read_overview(queue, chosen)
+            last = await _from_prometheus(source, overview)
+            _note(last, "the totals")
             if output == Output.JSON:
-                print_json(_document(overview, None))
+                print_json(_document(overview, last))
             else:
-                stdout().print(_table(overview, None))
+                stdout().print(_table(overview, last))
             return
         recent_counts = RecentCounts()
         console = stdout()
         live = Live(console=console, auto_refresh=False) if output == Output.TABLE else None
         refreshes = 0
+        problem = None
         try:
             if live is not None:
                 live.start()
             while True:
                 overview = await read_overview(queue, chosen)
-                recent = recent_counts.add(overview)
-                if live is not None:
-                    live.update(_table(overview, recent), refresh=True)
+                # The watch's own readings go on while Prometheus answers: the fallback.
+                own = _LastMinute(recent_counts.add(overview), WATCH)
+                last = await _from_prometheus(source, overview)
+                if last is not None and last.problem is not None:
+                    if last.problem != problem:  # one note per new cause, not per refresh
+                        _note(last, "this watch's own readings")
+                    problem = last.problem
+                    last = _LastMinute(own.counts, WATCH, last.problem)
                 else:
-                    print_json(_document(overview, recent), one_line=True)
+                    problem = None
+                shown = own if last is None else last
+                if live is not None:
+                    live.update(_table(overview, shown), refresh=True)
+                else:
+                    print_json(_document(overview, shown), one_line=True)
                 refreshes += 1
                 if count is not None and refreshes >= count:
                     return
@@ -114,17 +206,23 @@ async def _info(
                 live.stop()
 
 
-def _document(overview: Overview, recent: dict[str, Recent] | None) -> dict[str, Any]:
+def _document(overview: Overview, last: _LastMinute | None) -> dict[str, Any]:
     document: dict[str, Any] = jsonable(overview)
+    source = None if last is None else last.source
     for entry in document["types"]:
-        last = None if recent is None else recent[entry["agent_type"]]
+        recent = None if last is None else last.counts.get(entry["agent_type"])
         entry["last_minute"] = (
-            None if last is None else {**jsonable(last.counts), "seconds": last.seconds}
+            None
+            if recent is None
+            else {**jsonable(recent.counts), "seconds": recent.seconds, "source": source}
         )
+    document["last_minute_source"] = source
+    document["prometheus_problem"] = None if last is None else last.problem
     return document
 
 
-def _table(overview: Overview, recent: dict[str, Recent] | None) -> Table:
+def _table(overview: Overview, last: _LastMinute | None) -> Table:
+    recent = None if last is None or last.source is None else last
     table = Table(caption=_caption(recent), caption_justify="left")
     table.add_column("TYPE", no_wrap=True)
     for name in ("QUEUED", "RUNNING", "DELAYED", "DEAD", "WORKERS", "OLDEST WAITING"):
@@ -133,7 +231,10 @@ def _table(overview: Overview, recent: dict[str, Recent] | None) -> Table:
     for name in ("ENQUEUED", "COMPLETED", "FAILED"):
         table.add_column(f"{name} ({window})", justify="right")
     for queue in overview.types:
-        counts = queue.totals if recent is None else recent[queue.agent_type].counts
+        counts: Counts | None = queue.totals
+        if recent is not None:
+            minute = recent.counts.get(queue.agent_type)
+            counts = None if minute is None else minute.counts
         table.add_row(
             queue.agent_type,
             f"{queue.queued:,}",
@@ -142,17 +243,26 @@ def _table(overview: Overview, recent: dict[str, Recent] | None) -> Table:
             f"{queue.dead:,}",
             f"{queue.active_workers:,}",
             age(queue.oldest_waiting_seconds),
-            f"{counts.enqueued:,}",
-            f"{counts.completed:,}",
-            f"{counts.failed:,}",
+            *(
+                (NONE, NONE, NONE)
+                if counts is None
+                else (f"{counts.enqueued:,}", f"{counts.completed:,}", f"{counts.failed:,}")
+            ),
         )
     return table
 
 
-def _caption(recent: dict[str, Recent] | None) -> str:
-    if recent is None:
-        return "Counts are totals since the counters began; --watch shows the last minute."
-    span = max((r.seconds for r in recent.values()), default=0.0)
+def _caption(last: _LastMinute | None) -> str:
+    if last is None:
+        return (
+            "Counts are totals since the counters began; --prometheus-url (or "
+            "AGENTJOBS_PROMETHEUS_URL) shows the last minute, as --watch does over its run."
+        )
+    if last.source == PROMETHEUS:
+        return (
+            f"Counts over the last minute, from Prometheus ({NONE}: no series of that type there)."
+        )
+    span = max((r.seconds for r in last.counts.values()), default=0.0)
     if span == 0:
         return "Last-minute counts start at the next refresh."
     if span < RecentCounts.WINDOW:

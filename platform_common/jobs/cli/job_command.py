@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import JobNotFound
-from ..operations import JobDetail, operator_queue, show_job
+from ..operations import JobDetail, Unparsed, operator_queue, show_job
 from .exits import CliError
 from .operator_output import (
     NONE,
@@ -88,9 +88,16 @@ def render_job(console: Console, detail: JobDetail) -> None:
     rows += [("retry due", timestamp(detail.due_at))] if detail.due_at else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
+    if detail.unparsed:
+        names = ", ".join(dict.fromkeys(u.field for u in detail.unparsed))
+        rows.append(("does not parse", Text(f"{names}: shown as stored below", style="bold red")))
     for name, value in rows:
         facts.add_row(name, value)
     parts: list[RenderableType] = [facts]
+    # A field that does not parse is drawn where it would be, as its stored text.
+    unparsed = {u.field: u for u in detail.unparsed}
+    if "history" in unparsed:
+        parts.append(_unparsed(unparsed["history"]))
     for attempt in detail.history:
         body: list[RenderableType] = [
             text(f"{attempt.outcome}: {attempt.error}"),
@@ -102,12 +109,31 @@ def render_job(console: Console, detail: JobDetail) -> None:
         if attempt.traceback:
             body.append(text(attempt.traceback.rstrip()))
         parts.append(Panel(Group(*body), title=f"attempt {attempt.attempt}", title_align="left"))
-    parts.append(Panel(_json(detail.payload), title="payload", title_align="left"))
+    if "payload" in unparsed:
+        parts.append(_unparsed(unparsed["payload"]))
+    else:
+        parts.append(Panel(_json(detail.payload), title="payload", title_align="left"))
     result = detail.result
-    if result is not None:
+    if "result" in unparsed:
+        parts.append(_unparsed(unparsed["result"]))
+    elif result is not None:
         shown = {"status": result.status, "result": result.result, "error": result.error}
         parts.append(Panel(_json(shown), title="result", title_align="left"))
+    parts += [_unparsed(u) for u in detail.unparsed if u.field not in _PLACED]
     console.print(Group(*parts))
+
+
+_PLACED = ("history", "payload", "result")
+
+
+def _unparsed(field: Unparsed) -> Panel:
+    """A stored field that does not parse, as the text it holds (the worker dead-letters
+    such a job as corrupt: this is what on-call came to see)."""
+    note = f"does not parse: {field.problem}. The {field.size:,} stored bytes as text" + (
+        ", \\xNN a byte that is not UTF-8:" if field.problem.startswith("not UTF-8") else ":"
+    )
+    body = Group(Text(note, style="bold red"), text(field.raw))
+    return Panel(body, title=f"{field.field} (stored, does not parse)", title_align="left")
 
 
 def _json(value: Any) -> RenderableType:

@@ -21,6 +21,7 @@ __all__ = [
     "environment",
     "pretty_json",
     "shown_json",
+    "shown_text",
     "timestamp",
 ]
 
@@ -38,7 +39,10 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(age=age, timestamp=timestamp, pretty_json=pretty_json, shown_json=shown_json)
+    env.filters.update(
+        age=age, timestamp=timestamp, pretty_json=pretty_json, shown_json=shown_json,
+        shown_text=shown_text,
+    )  # fmt: skip
     return env
 
 
@@ -72,7 +76,11 @@ class ShownJson:
 
 def shown_json(value: Any, limit: int = MAX_SHOWN_JSON) -> ShownJson:
     """pretty_json(value), cut to its first `limit` characters."""
-    whole = pretty_json(value)
+    return shown_text(pretty_json(value), limit)
+
+
+def shown_text(whole: str, limit: int = MAX_SHOWN_JSON) -> ShownJson:
+    """`whole` (a stored value that does not parse, as text), cut as shown_json cuts."""
     return ShownJson(whole[:limit], len(whole))
 
 

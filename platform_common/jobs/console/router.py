@@ -9,15 +9,15 @@ letters, server-rendered, read through the operations layer (the one under the C
     POST /types/{type}/dead/act         do it; the page says how many were really done
     GET  /static/console.css
 
-Unknown agent types and jobs are 404, bad input (a query or a form) 400, a stored record
-that does not parse 500, an unreachable Redis 503: each an HTML page of the console with
-its security headers. A POST without a valid CSRF token is 403, and so is every POST of
+Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiting job
+whose packed header was damaged 500 (a payload, history or result that does not parse is
+shown on the job's page as stored), an unreachable Redis 503: each an HTML page of the
+console with its security headers. A POST without a valid CSRF token is 403, and so is every POST of
 a read-only console.
 """
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
 
-import json
 import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -28,7 +28,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from redis.exceptions import NoPermissionError
 
-from ..errors import BackendUnavailable, JobNotFound, ValidationError
+from ..errors import BackendUnavailable, CorruptQueueState, JobNotFound, ValidationError
 from ..operations import (
     MAX_PAGE_SIZE,
     CounterHistory,
@@ -138,9 +138,9 @@ def console_router(
             status, problem = 400, str(exc)
         except BackendUnavailable as exc:
             status, problem = 503, f"Redis is unavailable: {exc}"
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            # A record written by hand or damaged: the lists still show the job (they
-            # read no payload), so it can be purged from the dead-letter page.
+        except CorruptQueueState as exc:
+            # A packed waiting job whose header was damaged by hand (a payload or a
+            # history that does not parse is shown on the job's page, as stored).
             status = 500
             problem = f"a stored record of the queue does not parse ({exc}); the lists "
             problem += "of its agent type still show it, and a dead letter can be purged there"
@@ -243,10 +243,11 @@ def console_router(
                 queue, known(agent_type), limit=page_size,
                 error_matches=forms.pattern(error), start=first,
             )  # fmt: skip
-            following = None if listing.complete else first + listing.scanned
+            # A filtered page stops after MAX_SCAN letters (bounded however rare the
+            # match): "Older" then continues the search, even from an empty page.
             return render(
                 request, "dead.html", agent_type=agent_type, listing=listing, error=error,
-                start=first, next_start=following if listing.letters else None,
+                start=first, next_start=listing.next_start,
                 listing_now=await redis_now(queue),
             )  # fmt: skip
 

@@ -2,10 +2,13 @@
 dataclasses: the one layer under the `agentjobs` commands and the console.
 No rendering here: the CLI modules parse options and draw the results.
 
-    info        overview.read_overview, RecentCounts (the last minute, while watching)
+    info        overview.read_overview, RecentCounts (the last minute, while watching),
+                prometheus.last_minute (the last minute from Prometheus, shared with
+                the console's chart: console and cli import this layer, never the reverse)
     workers     workers.read_workers
     job show    jobs.show_job (dead show: show_dead_letter)
-    dead ...    dead_letter_ops: list, select (ids | all | error matches), requeue, purge
+    dead ...    dead_letter_ops: list (a filtered page looks at MAX_SCAN letters at most),
+                select (ids | all | error matches: the whole list), requeue, purge
     console     job_pages.list_jobs (a type's waiting/running/delayed/dead, paged),
                 history.CounterHistory (the last hour per minute, while it reads)
 
@@ -16,6 +19,7 @@ public API, and reads Redis directly only for what no API offers, in bounded pag
 from __future__ import annotations
 
 from .dead_letter_ops import (
+    MAX_SCAN,
     DeadLetterAction,
     DeadLetterLine,
     DeadLetterListing,
@@ -29,13 +33,14 @@ from .dead_letter_ops import (
 )
 from .history import CounterHistory, Minute
 from .job_pages import MAX_PAGE_SIZE, JobLine, JobList, JobPage, list_jobs
-from .jobs import Attempt, JobDetail, NotADeadLetter, show_dead_letter, show_job
+from .jobs import Attempt, JobDetail, NotADeadLetter, Unparsed, show_dead_letter, show_job
 from .overview import Counts, Overview, Recent, RecentCounts, TypeOverview, read_overview
 from .session import agent_types, operator_queue
 from .workers import WorkersReport, WorkerStatus, read_workers
 
 __all__ = [
     "MAX_PAGE_SIZE",
+    "MAX_SCAN",
     "Attempt",
     "CounterHistory",
     "Counts",
@@ -55,6 +60,7 @@ __all__ = [
     "RecentCounts",
     "SelectionKind",
     "TypeOverview",
+    "Unparsed",
     "WorkerStatus",
     "WorkersReport",
     "agent_types",

@@ -20,6 +20,7 @@ from ..queue.dead_letters import BATCH
 from .session import PAGE, read
 
 __all__ = [
+    "MAX_SCAN",
     "SAMPLE_SIZE",
     "DeadLetterAction",
     "DeadLetterLine",
@@ -34,6 +35,10 @@ __all__ = [
 ]
 
 SAMPLE_SIZE = 10
+MAX_SCAN = 5_000
+"""Most dead letters one filtered listing looks at (PAGE at a time): a rare filter over a
+100k-long list returns a partial page and where to continue, instead of reading every
+letter on each page load."""
 """Job ids a selection or an action report names (the count is always exact)."""
 
 Progress = Callable[[int, int], None]
@@ -64,6 +69,16 @@ class DeadLetterListing:
     complete: bool
     """The scan reached the end of the list (nothing more would match)."""
     letters: tuple[DeadLetterLine, ...]
+    start: int = 0
+    """The list position the listing began at (0 = the newest)."""
+    scan_limited: bool = False
+    """A filtered scan stopped after `max_scan` letters with fewer than `limit` matches:
+    more may match from `next_start` on."""
+
+    @property
+    def next_start(self) -> int | None:
+        """Where the next page begins (`start` + `scanned`); None at the list's end."""
+        return None if self.complete else self.start + self.scanned
 
 
 class SelectionKind(StrEnum):
@@ -118,23 +133,34 @@ async def list_dead_letters(
     limit: int = 20,
     error_matches: str | None = None,
     start: int = 0,
+    max_scan: int = MAX_SCAN,
 ) -> DeadLetterListing:
     """The newest `limit` dead letters (whose last error matches `error_matches`, a
     regular expression searched anywhere in it), read PAGE at a time, from position
-    `start` (0 = the newest; a next page starts at `start + scanned`)."""
+    `start` (0 = the newest; a next page starts at `next_start`).
+
+    A filtered listing looks at `max_scan` letters at most: fewer matches than `limit`
+    then come back with `scan_limited` set, and the next call continues the search from
+    `next_start`. Without a filter every letter read is listed, so `limit` bounds it."""
     if limit < 1:
         raise ValidationError("limit", f"must be at least 1, got {limit}")
     if start < 0:
         raise ValidationError("start", f"must be 0 or more, got {start}")
+    if max_scan < 1:
+        raise ValidationError("max_scan", f"must be at least 1, got {max_scan}")
     pattern = _compile(error_matches)
     keys = queue.connection.known_keys(agent_type)
     (total,) = await read(queue, [("LLEN", keys.dead)])
     found: list[DeadLetterLine] = []
     scanned = 0
     complete = False
+    limited = False
     while len(found) < limit:
-        count = PAGE if pattern else min(PAGE, limit - len(found))
-        lines = await _lines(queue, agent_type, start + scanned, count)
+        if pattern is not None and scanned >= max_scan:
+            limited = True
+            break
+        wanted = min(PAGE, max_scan - scanned) if pattern else min(PAGE, limit - len(found))
+        lines = await _lines(queue, agent_type, start + scanned, wanted)
         if lines is None:
             complete = True
             break
@@ -146,7 +172,12 @@ async def list_dead_letters(
                     break
         else:
             scanned += len(lines)
-    return DeadLetterListing(agent_type, int(total), scanned, complete, tuple(found))
+            if len(lines) < wanted:  # a short page: the list ends here
+                complete = True
+                break
+    return DeadLetterListing(
+        agent_type, int(total), scanned, complete, tuple(found), start, limited
+    )
 
 
 async def select_dead_letters(

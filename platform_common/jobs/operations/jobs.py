@@ -7,12 +7,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import JobNotFound
+from ..errors import InvalidRecord, JobNotFound
+from ..keys import QueueKeys
 from ..queue import JobQueue, JobResult, QueueState
 from ..queue.envelope import queued_record_fields
-from .session import read
+from ..queue.results import parse_result
+from .session import read_undecoded
 
-__all__ = ["Attempt", "JobDetail", "NotADeadLetter", "show_dead_letter", "show_job"]
+__all__ = ["Attempt", "JobDetail", "NotADeadLetter", "Unparsed", "show_dead_letter", "show_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,21 @@ class Attempt:
     """The traceback's last lines (bounded), when one was recorded."""
     retry_at: float | None
     """When another attempt was scheduled, if one was."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unparsed:
+    """A stored field that does not parse (the worker dead-letters such a job as
+    "corrupt"), shown as the text it holds rather than refused."""
+
+    field: str
+    """"payload", "history", "result", or a number field such as "attempts"."""
+    problem: str
+    """Why it does not parse, e.g. "not UTF-8 (byte 0: invalid start byte)"."""
+    raw: str
+    """What is stored, as text: bytes that are not UTF-8 as backslash escapes (\\xff)."""
+    size: int
+    """Bytes stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +78,19 @@ class JobDetail:
     last_error: str | None
     history: tuple[Attempt, ...]
     """Failed attempts, oldest first."""
-    payload: dict[str, Any] | None
-    """None when the record is gone (expired) and only the result is left."""
+    payload: Any
+    """The payload's JSON (an object, for any job enqueue accepted); None when the record
+    is gone (expired) and only the result is left, or when it does not parse (then
+    `unparsed` holds its text)."""
     result: JobResult | None
     """The stored outcome of a finished job (kept for its TTL)."""
+    unparsed: tuple[Unparsed, ...] = ()
+    """Stored fields that do not parse, with their text: each is shown as absent above
+    (the payload None, the history empty)."""
+
+    def unparsed_field(self, field: str) -> Unparsed | None:
+        """The stored `field` if it does not parse, else None."""
+        return next((u for u in self.unparsed if u.field == field), None)
 
 
 class NotADeadLetter(JobNotFound):
@@ -83,40 +109,51 @@ class NotADeadLetter(JobNotFound):
 
 async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     """The job's record and result; JobNotFound when neither exists (never enqueued, or
-    gone with its TTL). `agent_type` must be a configured one (ValidationError)."""
+    gone with its TTL). `agent_type` must be a configured one (ValidationError).
+
+    Read undecoded: a record the worker dead-letters as "corrupt" (a payload that is not
+    UTF-8 or not JSON, a damaged history) is exactly what on-call needs to look at, so
+    what does not parse comes back as text in `unparsed`, never as an error."""
     keys = queue.connection.known_keys(agent_type)
-    fields, packed = await read(
-        queue, [("HGETALL", keys.job(job_id)), ("HGET", keys.queued, job_id)]
+    stored, packed, stored_result = await read_undecoded(
+        queue,
+        [
+            ("HGETALL", keys.job(job_id)),
+            ("HGET", keys.queued, job_id),
+            ("GET", keys.result(job_id)),
+        ],
     )
-    fields = _as_dict(fields)
+    fields = _as_fields(stored)
     if not fields and packed is not None:  # waiting, still packed (queue/envelope.py)
-        fields = queued_record_fields(keys, job_id, str(packed))
-    result = await queue.get_result(job_id, agent_type)
+        fields = _packed_fields(keys, job_id, packed)
+    record = _Record(fields)
+    result = record.result(agent_type, job_id, stored_result)
     if not fields and result is None:
         raise JobNotFound(job_id)
     if not fields:
         assert result is not None
         return JobDetail(
             agent_type, job_id, result.status, 0, None, None, None, None, None, None, None,
-            None, result.error, (), None, result,
+            None, result.error, (), None, result, record.noted(),
         )  # fmt: skip
     return JobDetail(
         agent_type=agent_type,
         job_id=job_id,
-        state=_state(fields),
-        attempts=int(fields.get("attempts") or 0),
-        max_attempts=_int(fields.get("max_attempts")),
-        worker=fields.get("worker") or None,
-        enqueued_at=_seconds(fields.get("enqueued_at")),
-        started_at=_seconds(fields.get("started_at")),
-        finished_at=_seconds(fields.get("finished_at")),
-        expires_at=_seconds(fields.get("expires_at")),
-        due_at=_seconds(fields.get("due_at")),
-        requeued_at=_seconds(fields.get("requeued_at")),
-        last_error=fields.get("last_error") or None,
-        history=_history(fields.get("history")),
-        payload=json.loads(fields["payload"]) if "payload" in fields else None,
+        state=_state(record.text("state")),
+        attempts=record.number("attempts") or 0,
+        max_attempts=record.number("max_attempts"),
+        worker=record.text("worker") or None,
+        enqueued_at=record.seconds("enqueued_at"),
+        started_at=record.seconds("started_at"),
+        finished_at=record.seconds("finished_at"),
+        expires_at=record.seconds("expires_at"),
+        due_at=record.seconds("due_at"),
+        requeued_at=record.seconds("requeued_at"),
+        last_error=record.text("last_error") or None,
+        history=record.history(),
+        payload=record.document("payload"),
         result=result,
+        unparsed=record.noted(),
     )
 
 
@@ -128,32 +165,114 @@ async def show_dead_letter(queue: JobQueue, agent_type: str, job_id: str) -> Job
     return detail
 
 
-def _as_dict(fields: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in dict(fields).items()}
+def _as_fields(reply: Any) -> dict[str, bytes]:
+    return {_text(k): bytes(v) for k, v in dict(reply or {}).items()}
 
 
-def _state(fields: dict[str, str]) -> QueueState:
+def _packed_fields(keys: QueueKeys, job_id: str, packed: bytes) -> dict[str, bytes]:
+    # surrogateescape keeps every byte through unpacking: the payload's bytes come back
+    # as stored, to be checked like a job hash's.
+    text = packed.decode("utf-8", "surrogateescape")
+    fields = queued_record_fields(keys, job_id, text)
+    return {name: value.encode("utf-8", "surrogateescape") for name, value in fields.items()}
+
+
+def _text(raw: bytes | str | None) -> str:
+    """Stored bytes as text; bytes that are not UTF-8 as backslash escapes (\\xff)."""
+    if raw is None or isinstance(raw, str):
+        return raw or ""
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _state(raw: str) -> QueueState:
     # No `state` field is QUEUED: enqueue's hot path writes none.
-    return QueueState(fields.get("state") or QueueState.QUEUED)
+    return QueueState(raw or QueueState.QUEUED)
 
 
-def _int(raw: Any) -> int | None:
-    return None if raw in (None, "") else int(raw)
+class _Record:
+    """A job hash's stored bytes, read field by field; what does not parse is noted in
+    `unparsed` (with its text) and read as absent."""
+
+    def __init__(self, fields: dict[str, bytes]) -> None:
+        self._fields = fields
+        self.unparsed: list[Unparsed] = []
+
+    def _note(self, name: str, problem: str, raw: bytes) -> None:
+        self.unparsed.append(Unparsed(name, problem, _text(raw), len(raw)))
+
+    def noted(self) -> tuple[Unparsed, ...]:
+        """What did not parse, the payload first, then the history and the result."""
+        order = {"payload": 0, "history": 1, "result": 2}
+        return tuple(sorted(self.unparsed, key=lambda u: order.get(u.field, 3)))
+
+    def text(self, name: str) -> str:
+        return _text(self._fields.get(name))
+
+    def number(self, name: str) -> int | None:
+        raw = self._fields.get(name)
+        if raw is None or raw == b"":
+            return None
+        try:
+            return int(float(raw))
+        except ValueError:
+            self._note(name, "not a number", raw)
+            return None
+
+    def seconds(self, name: str) -> float | None:
+        """Milliseconds (as the scripts write them) -> seconds; None when absent."""
+        millis = self.number(name)
+        return None if millis is None else millis / 1000
+
+    def _json(self, name: str, raw: bytes) -> tuple[bool, Any]:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._note(name, f"not UTF-8 (byte {exc.start}: {exc.reason})", raw)
+            return False, None
+        try:
+            return True, json.loads(text)
+        except ValueError as exc:
+            self._note(name, f"not JSON ({exc})", raw)
+            return False, None
+
+    def document(self, name: str) -> Any:
+        """The field's JSON; None when absent or when it does not parse (noted)."""
+        raw = self._fields.get(name)
+        if raw is None:
+            return None
+        return self._json(name, raw)[1]
+
+    def history(self) -> tuple[Attempt, ...]:
+        raw = self._fields.get("history")
+        if not raw:
+            return ()
+        parsed, entries = self._json("history", raw)
+        if not parsed:
+            return ()
+        # Lua's cjson encodes an empty table as {}: no attempts, not a mapping of them.
+        if not isinstance(entries, list):
+            return ()
+        try:
+            return tuple(_attempt(e) for e in entries if isinstance(e, dict))
+        except (TypeError, ValueError) as exc:
+            self._note("history", f"not an attempt history ({exc})", raw)
+            return ()
+
+    def result(self, agent_type: str, job_id: str, raw: bytes | None) -> JobResult | None:
+        if raw is None:
+            return None
+        try:
+            return parse_result(agent_type, job_id, raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            self._note("result", f"not UTF-8 (byte {exc.start}: {exc.reason})", raw)
+        except InvalidRecord as exc:
+            self._note("result", exc.problem, raw)
+        return None
 
 
 def _seconds(raw_ms: Any) -> float | None:
     """Milliseconds (as the scripts write them) -> seconds; None when absent."""
     return None if raw_ms in (None, "") else int(float(raw_ms)) / 1000
-
-
-def _history(raw: str | None) -> tuple[Attempt, ...]:
-    entries = json.loads(raw) if raw else []
-    # Lua's cjson encodes an empty table as {}: no attempts, not a mapping of them.
-    return (
-        tuple(_attempt(e) for e in entries if isinstance(e, dict))
-        if isinstance(entries, list)
-        else ()
-    )
 
 
 def _attempt(entry: dict[str, Any]) -> Attempt:
@@ -164,6 +283,10 @@ def _attempt(entry: dict[str, Any]) -> Attempt:
         ended_at=_seconds(entry.get("ended_at")),
         outcome=str(entry.get("outcome") or ""),
         error=str(entry.get("error") or ""),
-        traceback=entry.get("traceback") or None,
+        traceback=_optional_text(entry.get("traceback")),
         retry_at=_seconds(entry.get("retry_at")),
     )
+
+
+def _optional_text(value: Any) -> str | None:
+    return str(value) if value else None

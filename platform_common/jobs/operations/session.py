@@ -8,9 +8,9 @@ from typing import Any
 
 from ..queue import JobQueue, QueueSettings
 from ..queue.backend_errors import backend_errors
-from ..redis.script import Command, run_pipelined
+from ..redis.script import Command, pipeline_transport, run_batch, run_pipelined
 
-__all__ = ["PAGE", "agent_types", "operator_queue", "read", "redis_now"]
+__all__ = ["PAGE", "agent_types", "operator_queue", "read", "read_undecoded", "redis_now"]
 
 PAGE = 500
 """Most list entries (and job hashes) one read fetches: a 100k-long list is paged."""
@@ -43,6 +43,19 @@ async def read(queue: JobQueue, commands: Sequence[Command]) -> list[Any]:
     """Run read commands in one pipeline (one round trip per node); an error reply raised."""
     with backend_errors(queue.settings.redis):
         replies = await run_pipelined(queue.connection.client, commands)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies)
+
+
+async def read_undecoded(queue: JobQueue, commands: Sequence[Command]) -> list[Any]:
+    """read(), with every reply as Redis holds it (bytes): for values that may not be
+    UTF-8 (a damaged record), which the decoding client would refuse as a whole."""
+    with backend_errors(queue.settings.redis):
+        replies = await run_batch(
+            pipeline_transport(queue.connection.client, lambda _: True), commands
+        )
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
