@@ -1,12 +1,26 @@
--- Claim jobs a worker has just moved into the processing list: start an attempt
--- under a lease, or expire a job past its TTL without starting it.
+-- Claim jobs: start an attempt under a lease, or expire a job past its TTL without
+-- starting it. The jobs are given (moved into the processing list by the worker's
+-- BLMOVE when the queue was empty) or taken here, off the queue list, when the worker
+-- knows it holds jobs: then the take and the claim are one call, one round trip.
 -- KEYS[1] processing list   KEYS[2] leases zset   KEYS[3] stats hash   KEYS[4] expiry zset
--- KEYS[5] queue list (only its length is read)   KEYS[6] waiting zset
+-- KEYS[5] queue list   KEYS[6] waiting zset
 -- KEYS[7] queued hash   KEYS[8] arrivals zset   KEYS[9] arrived hash
--- KEYS[8+2i] job hash of job i, KEYS[9+2i] result key of job i
 -- ARGV[1] lease ms   ARGV[2] worker id   ARGV[3] completion channel
--- ARGV[4] the arrival bucket width (ms)
--- ARGV[3+2i] job id of job i, ARGV[4+2i] the lease token the worker chose for it
+-- ARGV[4] the arrival bucket width (ms)   ARGV[5] take: how many jobs to take (0: given)
+-- Given (take 0):
+--   KEYS[8+2i] job hash of job i, KEYS[9+2i] result key of job i
+--   ARGV[4+2i] job id of job i, ARGV[5+2i] the lease token the worker chose for it
+-- Taken (take > 0): up to `take` jobs off the right of the queue list, moved into
+-- processing as LMOVE RIGHT LEFT would (the reaper sees them as it sees the worker's).
+--   KEYS[10] this call's marker hash (see below)   KEYS[11] the worker's previous one
+--   ARGV[6] job key prefix, ARGV[7] result key prefix (the key of job id x: prefix .. x;
+--   such keys are in no KEYS, so each is read before the first write: a cluster node
+--   that does not serve one refuses there, before anything is written)
+--   ARGV[7+i] the token for the i-th job taken
+--   The marker (field `ids`: the ids taken, in order, one per line) makes the call safe
+--   to send again: a replay whose first run took jobs takes none, writes nothing and
+--   hands back each job still held with its token. It expires after a lease; the
+--   worker's next take deletes its previous one (so one is kept per worker).
 -- A job still packed in the queued hash (queue/envelope.py: enqueued, never claimed) is
 -- unpacked into its job hash here, and leaves the queued hash and its arrival second;
 -- any other job (a retry, a released or requeued one, one of the previous layout)
@@ -29,14 +43,19 @@
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash that is not an integer is refused with
 -- the error reply "CORRUPT <position in KEYS> <problem>" before the first write (then no
--- job of the call is claimed: they stay in the processing list, where the reaper finds
--- them). A field of one record that does not parse is no refusal: that job is held as
--- "corrupt" above. Nothing after the first write can fail.
+-- job of the call is claimed: given ones stay in the processing list, where the reaper
+-- finds them; none is taken); a job key taken here, in no KEYS, is named instead:
+-- "CORRUPT 0 <key> <problem>". A field of one record that does not parse is no refusal:
+-- that job is held as "corrupt" above. Nothing after the first write can fail.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Written as text, formatted once: Redis formats each number argument of a command
+-- with printf, which costs more than the rest of some commands.
+local now_text = string.format('%d', now)
 local lease_ms = tonumber(ARGV[1])
+local lease_until = string.format('%d', now + lease_ms)
 local arrival_ms = tonumber(ARGV[4])
-local n = (#ARGV - 4) / 2
+local take = tonumber(ARGV[5])
 local out = {0}
 local started = 0
 local expired = 0
@@ -77,6 +96,19 @@ local function problem_of(f)
     return 'stored field ' .. field .. ' of the job does not parse: ' .. shown(raw)
 end
 
+-- The entry of a job as a replay of its claim finds it: still held with `token` (the
+-- claim's reply was lost, the call came again), or not (someone else's now: skipped).
+local function replayed(job_id, token, f)
+    if f[1] ~= 'running' or f[2] ~= token then
+        return {job_id, 'skip'}
+    end
+    local problem = problem_of(f)
+    if problem then
+        return {job_id, 'corrupt', token, problem, now}
+    end
+    return {job_id, 'run', token, f[5], f[6], f[3], f[7], now, f[8] or false}
+end
+
 local function failed(reply)
     return type(reply) == 'table' and reply.err ~= nil
 end
@@ -87,9 +119,14 @@ local function wrong_type(index, expected)
 end
 
 -- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
--- list's length (for the reply; this script never writes it) and the two counters are
--- read once, their read doubling as the type check.
-for _, key in ipairs({{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}) do
+-- list's length (for the reply, and the take) and the two counters are read once,
+-- their read doubling as the type check.
+local typed = {{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}
+if take > 0 then
+    typed[#typed + 1] = {10, 'hash'}
+    typed[#typed + 1] = {11, 'hash'}
+end
+for _, key in ipairs(typed) do
     local found = redis.call('TYPE', KEYS[key[1]]).ok
     if found ~= key[2] and found ~= 'none' then
         return wrong_type(key[1], key[2])
@@ -111,9 +148,58 @@ for c, field in ipairs({'started', 'expired'}) do
             .. shown(value))
     end
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[3 + 2 * i]
+-- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
+-- the queue list, read here and moved below, after the checks.
+local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
+-- The refusal of job i's key: by its position in KEYS when given, else by its name
+-- ("CORRUPT 0 <key> <problem>": a key taken here is in no KEYS).
+local function job_refusal(i)
+    if take == 0 then
+        return wrong_type(8 + 2 * i, 'hash')
+    end
+    return redis.error_reply('CORRUPT 0 ' .. job_keys[i] .. ' holds a '
+        .. redis.call('TYPE', job_keys[i]).ok .. ', where the queue keeps a hash')
+end
+if take == 0 then
+    for i = 1, (#ARGV - 5) / 2 do
+        ids[i], tokens[i] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+        job_keys[i], result_keys[i] = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
+    end
+else
+    -- A replay of this very call (its reply was lost, the call was sent again): the
+    -- jobs it took are in its marker, in the order they were taken.
+    local taken = redis.call('HGET', KEYS[10], 'ids')
+    if taken then
+        for job_id in string.gmatch(taken, '[^\n]+') do
+            ids[#ids + 1] = job_id
+        end
+    else
+        local tail = redis.call('LRANGE', KEYS[5], -take, -1)
+        for i = #tail, 1, -1 do
+            ids[#ids + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+        end
+    end
+    for i, job_id in ipairs(ids) do
+        tokens[i], job_keys[i], result_keys[i] = ARGV[7 + i], ARGV[6] .. job_id, ARGV[7] .. job_id
+    end
+    if taken then
+        -- Nothing is written: each job still held with its token is handed back again.
+        out[1] = left
+        for i, job_id in ipairs(ids) do
+            local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
+                'attempts', 'max_attempts', 'payload', 'trace_context')
+            if failed(f) then
+                return job_refusal(i)
+            end
+            out[i + 1] = replayed(job_id, tokens[i], f)
+        end
+        return out
+    end
+end
+local n = #ids
+if n == 0 then
+    out[1] = left
+    return out
 end
 local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
 if failed(packed) then
@@ -185,20 +271,48 @@ local records = {}
 local packed_keys = {}
 for i = 1, n do
     if unpacked[i] then
-        packed_keys[#packed_keys + 1] = KEYS[8 + 2 * i]
+        packed_keys[#packed_keys + 1] = job_keys[i]
     end
 end
-local read_packed = #packed_keys > 0 and redis.call('EXISTS', unpack(packed_keys)) > 0
+local read_packed = false
+if #packed_keys > 0 then
+    -- (pcall: a key this node does not serve, on a cluster, is refused before a write)
+    local found = redis.pcall('EXISTS', unpack(packed_keys))
+    if failed(found) then
+        return found
+    end
+    read_packed = found > 0
+end
 for i = 1, n do
     if unpacked[i] and not read_packed then
         records[i] = {}
     else
-        local f = redis.pcall('HMGET', KEYS[8 + 2 * i], 'state', 'token', 'expires_at', 'ttl',
+        local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
             'attempts', 'max_attempts', 'payload', 'trace_context')
         if failed(f) then
-            return wrong_type(8 + 2 * i, 'hash')
+            return job_refusal(i)
         end
         records[i] = f
+    end
+end
+
+-- Taken here: the result keys a job past its TTL would be written to, read first (as
+-- every key of a taken job is: not declared, they are refused before a write on a
+-- cluster node that does not serve them).
+if take > 0 then
+    local late = {}
+    for i = 1, n do
+        local job, f = unpacked[i], records[i]
+        local deadline = job and not job.problem and tonumber(job[2]) or int(f[3])
+        if deadline and now >= deadline then
+            late[#late + 1] = result_keys[i]
+        end
+    end
+    if #late > 0 then
+        local found = redis.pcall('EXISTS', unpack(late))
+        if failed(found) then
+            return found
+        end
     end
 end
 
@@ -208,43 +322,53 @@ local leases = {}
 local deadlines = {}
 local unqueued = {}
 local function lease(job_id)
-    leases[#leases + 1] = now + lease_ms
+    leases[#leases + 1] = lease_until
     leases[#leases + 1] = job_id
+end
+local function drop(job_id)
+    redis.call('LREM', KEYS[1], 1, job_id)
+end
+if take > 0 then
+    -- The take: the ids read above, moved into processing one by one as the worker's
+    -- LMOVE would (a take of several with LTRIM is a command no worker may run).
+    for _ = 1, n do
+        redis.call('LMOVE', KEYS[5], KEYS[1], 'RIGHT', 'LEFT')
+    end
 end
 local seen = {}
 for i = 1, n do
-    local job_id = ARGV[3 + 2 * i]
-    local token = ARGV[4 + 2 * i]
-    local job_key = KEYS[8 + 2 * i]
+    local job_id = ids[i]
+    local token = tokens[i]
+    local job_key = job_keys[i]
     local f = records[i]
     local state = f[1]
     local job = unpacked[i]
     if seen[job_id] then
         -- A second entry of a job this call already handled (read before that write):
         -- a stray, as below.
-        redis.call('LREM', KEYS[1], 1, job_id)
+        drop(job_id)
         out[i + 1] = {job_id, 'skip'}
     elseif job and not seen[job_id] then
         -- Enqueued and never claimed: unpack it into its job hash (or expire it).
         unqueued[#unqueued + 1] = job_id
         if job.problem then
-            redis.call('HSET', job_key, 'attempts', 1, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now, unpack(job.fields))
+            redis.call('HSET', job_key, 'attempts', '1', 'state', 'running', 'token', token,
+                'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
             lease(job_id)
             started = started + 1
             out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
         elseif now >= tonumber(job[2]) then
-            redis.call('LREM', KEYS[1], 1, job_id)
+            drop(job_id)
             redis.call('ZREM', KEYS[2], job_id)
-            redis.call('SET', KEYS[9 + 2 * i],
+            redis.call('SET', result_keys[i],
                 '{"status":"expired","result":null,"error":"not started within its ttl of '
                 .. job[3] .. ' s"}', 'EX', job[3])
             redis.call('PUBLISH', ARGV[3], job_id)
             expired = expired + 1
             out[i + 1] = {job_id, 'expired'}
         else
-            redis.call('HSET', job_key, 'state', 'running', 'attempts', 1, 'token', token,
-                'worker', ARGV[2], 'started_at', now, unpack(job.fields))
+            redis.call('HSET', job_key, 'state', 'running', 'attempts', '1', 'token', token,
+                'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
             deadlines[#deadlines + 1] = job[2]
             deadlines[#deadlines + 1] = job_id
             lease(job_id)
@@ -254,12 +378,7 @@ for i = 1, n do
         end
     elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
-        local problem = problem_of(f)
-        if problem then
-            out[i + 1] = {job_id, 'corrupt', token, problem, now}
-        else
-            out[i + 1] = {job_id, 'run', token, f[5], f[6], f[3], f[7], now, f[8] or false}
-        end
+        out[i + 1] = replayed(job_id, token, f)
     elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
         -- (a record without a 'state' field is a job queued by enqueue)
         local problem = problem_of(f)
@@ -273,10 +392,10 @@ for i = 1, n do
         if problem then
             if attempts then
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                    'worker', ARGV[2], 'started_at', now, 'attempts', attempts)
+                    'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
             else
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                    'worker', ARGV[2], 'started_at', now)
+                    'worker', ARGV[2], 'started_at', now_text)
             end
             lease(job_id)
             started = started + 1
@@ -284,11 +403,11 @@ for i = 1, n do
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
         elseif now >= int(f[3]) then
             local ttl = int(f[4])
-            redis.call('LREM', KEYS[1], 1, job_id)
+            drop(job_id)
             redis.call('ZREM', KEYS[2], job_id)
             redis.call('ZREM', KEYS[4], job_id)
             redis.call('DEL', job_key)
-            redis.call('SET', KEYS[9 + 2 * i],
+            redis.call('SET', result_keys[i],
                 '{"status":"expired","result":null,"error":"not started within its ttl of '
                 .. ttl .. ' s"}', 'EX', ttl)
             redis.call('PUBLISH', ARGV[3], job_id)
@@ -297,7 +416,7 @@ for i = 1, n do
             out[i + 1] = {job_id, 'expired'}
         else
             redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now, 'attempts', attempts)
+                'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
             lease(job_id)
             started = started + 1
             arrived[#arrived + 1] = job_id
@@ -308,13 +427,24 @@ for i = 1, n do
         -- Not claimable (gone, finished, or a stray second entry of a running job):
         -- drop this processing entry only, count nothing. The usual stray is the entry
         -- of a job expired while it waited: expiry leaves it on the queue list.
-        redis.call('LREM', KEYS[1], 1, job_id)
+        drop(job_id)
         if not f[3] then
             arrived[#arrived + 1] = job_id  -- its record is gone: it waits for nothing
         end
         out[i + 1] = {job_id, 'skip'}
     end
     seen[job_id] = true
+end
+if take > 0 then
+    -- This call's marker: a replay of it hands these jobs back instead of taking more.
+    -- It lives for a lease (a reply lost for longer finds the leases lapsed anyway);
+    -- the worker's next take deletes its previous one.
+    redis.call('HSET', KEYS[10], 'ids', table.concat(ids, '\n'))
+    redis.call('EXPIRE', KEYS[10], math.floor(lease_ms / 1000) + 1)
+    if KEYS[11] ~= KEYS[10] then
+        redis.call('HDEL', KEYS[11], 'ids')
+    end
+    left = left - n
 end
 if #unqueued > 0 then
     redis.call('HDEL', KEYS[7], unpack(unqueued))

@@ -59,6 +59,8 @@ end
 -- writes {ttl text, {latency, wait, run} seconds}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- As text, formatted once (Redis formats a number argument with printf, per command).
+local now_text = string.format('%d', now)
 local entries = {}
 local plans = {}
 local seen = {}
@@ -194,9 +196,11 @@ for i = 1, n do
         redis.call('SET', KEYS[4 + 2 * i],
             '{"status":"succeeded","result":' .. ARGV[base + 2] .. ',"error":null}',
             'EX', plan[1])
-        redis.call('HSET', KEYS[3 + 2 * i], 'state', 'succeeded', 'finished_at', now)
+        redis.call('HSET', KEYS[3 + 2 * i], 'state', 'succeeded', 'finished_at', now_text)
         redis.call('EXPIRE', KEYS[3 + 2 * i], plan[1])
-        redis.call('LREM', KEYS[1], 1, job_id)
+        -- From the tail: jobs finish roughly in the order they were taken (LMOVE puts
+        -- the newest at the head), so the entry is found within a few steps.
+        redis.call('LREM', KEYS[1], -1, job_id)
         finished[#finished + 1] = job_id
         entries[i] = {'ok'}
     end

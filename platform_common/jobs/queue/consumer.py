@@ -1,6 +1,7 @@
 """Worker: runs one agent type's jobs through a handler, N at a time, reliably.
 
-Reliable fetch (BLMOVE into processing, a claim script with a lease), fenced completion
+Reliable fetch (BLMOVE into processing and a claim script with a lease; while the queue
+holds jobs, the claim script takes them itself, one round trip), fenced completion
 and the chores (reaper, promoter, cleanup, heartbeat) run in this asyncio process; lease
 renewal runs on a thread of its own (LeaseKeeper), so a handler that blocks the loop
 cannot cost its job the lease. An `async def` handler runs on the loop, a plain `def` in
@@ -62,8 +63,15 @@ _SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounte
 _TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
 
 REFUSED_BACKOFF_SECONDS = 5.0
-"""Longest wait between fetches while claiming is refused for corrupt queue state: each
-try takes a batch into processing (the reaper returns it), and only a repair helps."""
+"""Longest wait between fetches while claiming is refused for corrupt queue state: a try
+after a BLMOVE leaves its job in processing (the reaper returns it; a take leaves
+nothing), and only a repair helps."""
+
+
+FETCH_LINGER_SECONDS = 0.0005
+"""Longest a worker with a backlog waits for more of its slots to free before taking
+jobs (it waits only while fewer than half are free and jobs run): short jobs then end
+close together and are taken and claimed as one batch."""
 
 
 class CorruptJob(Exception):
@@ -105,6 +113,16 @@ class _Attempt:
         _wake(self.waiter)
         if self.handler is not None:
             self.handler.cancel()  # a coroutine is cancelled; a thread runs on regardless
+
+
+async def _outcomes_first() -> None:
+    """Two turns of the loop, so that the attempts whose slots just freed queue their
+    outcomes before a take: the attempt resumes, then its completion batch goes into
+    the auto-pipeline, ahead of the take in the same write. The complete script then
+    runs first, and the claim finds the lease and expiry sets smaller (ZADD of a batch
+    of 32 measured 18 us instead of 39)."""
+    for _ in range(2):
+        await asyncio.sleep(0)
 
 
 def _wake(waiter: asyncio.Future[None] | None, *_: object) -> None:
@@ -169,7 +187,11 @@ class Worker:
         self._running: dict[str, _Attempt] = {}  # by lease token: unique per attempt
         self._threads: HandlerThreads | None = None
         self._redis_offset: float | None = None  # Redis time minus loop time, seconds
-        self._expect_more = True
+        self._expect_more = False
+        """The last claim left jobs on the queue: the next one takes them itself (one
+        round trip, Leases.take). The first fetch waits with BLMOVE, as on an empty queue."""
+        self._retake: list[str] | None = None  # the tokens of a take that failed
+        self._last_take: str | None = None  # the first token of the last take answered
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
@@ -270,33 +292,55 @@ class Worker:
     async def _fetch_loop(self) -> None:
         loop = asyncio.get_running_loop()
         delay = 0.05
+        # With a backlog, a take waits for half the slots (or FETCH_LINGER_SECONDS): one
+        # claim of many jobs costs Redis less per job than several small ones.
+        batch = max(1, min(self.concurrency, self.settings.fetch_batch) // 2)
+        linger_until: float | None = None
         while not self._stopping.is_set():
             free = self.concurrency - self._busy
             if free <= 0:
-                # Woken by a slot freed or by stop(): one future, no task per wait.
-                self._slot_waiter = loop.create_future()
-                try:
-                    await self._slot_waiter
-                finally:
-                    self._slot_waiter = None
+                await self._slot_freed()
                 continue
+            if self._expect_more and self._busy and free < batch:
+                if linger_until is None:
+                    linger_until = loop.time() + FETCH_LINGER_SECONDS
+                if loop.time() < linger_until:
+                    await self._slot_freed(linger_until)
+                    continue
+            linger_until = None
             taken: list[str] = []
             try:
-                taken = await self._take(min(free, self.settings.fetch_batch))
-                self.health.ok()
-                if taken:
-                    remaining, claims = await self._leases.claim(
-                        self.worker_id, [(job_id, self._new_token()) for job_id in taken]
+                want = min(free, self.settings.fetch_batch)
+                if self._expect_more:
+                    # The queue had jobs: take and claim them in one script call. After
+                    # a call that failed, the same call again (it may have run: its
+                    # replay hands back what it took).
+                    if self._running:  # attempts that may be recording their outcome
+                        await _outcomes_first()
+                    tokens = self._retake or [self._new_token() for _ in range(want)]
+                    self._retake = tokens
+                    remaining, claims = await self._leases.take(
+                        self.worker_id, tokens, self._last_take
                     )
-                    received = loop.time()
-                    self._expect_more = remaining > 0
-                    for claim in claims:
-                        self._start(claim, received)
+                    self._retake = None
+                    self._last_take = tokens[0]
+                else:
+                    taken = await self._take()
+                    remaining, claims = 0, []
+                    if taken:
+                        remaining, claims = await self._leases.claim(
+                            self.worker_id, [(job_id, self._new_token()) for job_id in taken]
+                        )
+                self.health.ok()
+                received = loop.time()
+                self._expect_more = remaining > 0
+                for claim in claims:
+                    self._start(claim, received)
                 delay = 0.05
             except CorruptQueueState as exc:
-                # The claim (or the take) refused before writing anything: the jobs
-                # taken stay in processing, where the reaper finds them (provisional
-                # lease) and returns them. Nothing to do here but wait for a repair.
+                # The claim refused before writing anything: a job BLMOVE took stays in
+                # processing, where the reaper finds it (provisional lease) and returns
+                # it; a take took nothing. Nothing to do here but wait for a repair.
                 stay = (
                     f"the {len(taken)} job(s) just taken stay in the processing list, where "
                     "the reaper returns them; " if taken else ""
@@ -308,28 +352,30 @@ class Worker:
                 delay = min(delay * 2, REFUSED_BACKOFF_SECONDS)
             except TRANSIENT as exc:
                 # Redis restarted or the connection was killed: back off and go on; a job
-                # taken but not claimed is found by the reaper (provisional lease).
+                # taken but not claimed is found by the reaper (provisional lease), and
+                # a take that may have run is sent again as it was (self._retake).
                 self.health.failed("fetching jobs", exc)
                 await self._wait_any(asyncio.sleep(delay))
                 delay = min(delay * 2, 2.0)
 
-    async def _take(self, want: int) -> list[str]:
-        """Move up to `want` job ids into processing: without blocking while the queue
-        has jobs (one pipelined round trip), else one BLMOVE on our own connection."""
+    async def _slot_freed(self, deadline: float | None = None) -> None:
+        """Wait until a slot is freed, stop() is called or the loop's clock reaches
+        `deadline`: one future, no task per wait."""
+        loop = asyncio.get_running_loop()
+        waiter = self._slot_waiter = loop.create_future()
+        timer = loop.call_at(deadline, _wake, waiter) if deadline is not None else None
+        try:
+            await waiter
+        finally:
+            self._slot_waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    async def _take(self) -> list[str]:
+        """Wait for a job (the queue was empty): one BLMOVE into processing on our own
+        connection. While the queue has jobs, the claim takes them itself (Leases.take)."""
         keys = self._keys
         moved = [keys.queue, keys.processing]
-        if self._expect_more:
-            move = ("LMOVE", *moved, "RIGHT", "LEFT")
-            replies = await self._connection.execute_many([move] * want)
-            for reply in replies:
-                if isinstance(reply, ResponseError):  # e.g. WRONGTYPE: name the key
-                    raise await self._connection.refusal(reply, moved)
-                if isinstance(reply, Exception):
-                    raise reply
-            taken = [job_id for job_id in replies if job_id is not None]
-            if taken:
-                return taken
-            self._expect_more = False
         # Redis takes a fractional block timeout; redis-py's stub says int.
         timeout: Any = self.settings.block_timeout
         try:

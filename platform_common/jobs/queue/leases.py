@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from ..errors import LeaseLost
+from ..errors import CorruptQueueState, LeaseLost
 from ..keys import ARRIVAL_BUCKET_MS, MAX_ERROR_CLASSES, QueueKeys, latency_bucket_field
 from ..status import AttemptOutcome, QueueState
 from .attempt_log import MAX_TRACEBACK_LENGTH, bounded, safe_text
@@ -67,6 +67,10 @@ class Leases:
         self._retention = settings.retention_seconds()
         keys = self.keys
         self._complete_keys = [keys.processing, keys.leases, keys.expiry, keys.stats]
+        self._claim_keys = (
+            keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue, keys.waiting,
+            keys.queued, keys.arrivals, keys.arrived,
+        )  # fmt: skip
         self._job_key_prefix = keys.job("")  # job key = prefix + id (a completion's hot path)
         self._result_key_prefix = keys.result("")
         self._fail_keys = [
@@ -91,11 +95,8 @@ class Leases:
         Returns the queue length left and the claims that run; jobs past their TTL are
         expired here (not started) and strays are dropped."""
         keys = self.keys
-        script_keys = [
-            keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue, keys.waiting,
-            keys.queued, keys.arrivals, keys.arrived,
-        ]  # fmt: skip
-        args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS]
+        script_keys = list(self._claim_keys)
+        args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
@@ -103,6 +104,40 @@ class Leases:
         reply = await self._run(self._scripts.claim, script_keys, args)
         claims = [_claim_of(entry) for entry in reply[1:] if _text(entry[1]) in _HELD]
         return int(reply[0]), claims
+
+    async def take(
+        self, worker_id: str, tokens: Sequence[str], previous: str | None = None
+    ) -> tuple[int, list[Claim]]:
+        """Take up to len(tokens) jobs off the queue and claim them, in one script call
+        (no LMOVE round trip before the claim): the i-th job taken gets tokens[i].
+        Returns what claim() does. Nothing is taken when the claim is refused
+        (CorruptQueueState), so no job waits for the reaper then.
+
+        Safe to call again with the same tokens after a lost reply (a dropped
+        connection): the call's marker, named by tokens[0], makes the second call hand
+        back the jobs the first took instead of taking more. `previous`: tokens[0] of
+        this worker's last take whose reply came (its marker is deleted)."""
+        keys = self.keys
+        marker = self.take_marker(tokens[0])
+        script_keys = [
+            *self._claim_keys,
+            marker,
+            self.take_marker(previous) if previous else marker,
+        ]
+        args: list[Any] = [
+            self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, len(tokens),
+            self._job_key_prefix, self._result_key_prefix, *tokens,
+        ]  # fmt: skip
+        try:
+            reply = await self._run(self._scripts.claim, script_keys, args)
+        except CorruptQueueState as exc:
+            raise _named_refusal(exc) from None
+        claims = [_claim_of(entry) for entry in reply[1:] if _text(entry[1]) in _HELD]
+        return int(reply[0]), claims
+
+    def take_marker(self, call: str) -> str:
+        """The key of a take's marker (see queue_claim.lua), `call` its first token."""
+        return f"{self.keys.base}:take:{call}"
 
     def complete_call(self, jobs: Sequence[tuple[str, str, str]]) -> tuple[list[str], list[Any]]:
         """(keys, args) of one complete script call for (job_id, token, result_json)s."""
@@ -273,6 +308,14 @@ def _int_or(value: Any, default: _D) -> int | _D:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _named_refusal(exc: CorruptQueueState) -> CorruptQueueState:
+    """A take's refusal of a job key (in no KEYS: "CORRUPT 0 <key> <problem>"), naming it."""
+    if exc.key or " " not in exc.problem:
+        return exc
+    key, _, problem = exc.problem.partition(" ")
+    return CorruptQueueState(key, problem)
 
 
 def check_complete_reply(job_id: str, reply: Any) -> None:

@@ -22,8 +22,9 @@ itself, so one value that is not UTF-8 costs only its own entry, never the reply
 the batch (a strict decode of the whole reply would fail all of it).
 
 Every command sent through here must be safe to repeat: a batch is re-sent after a
-dropped connection. The queue scripts recognise their own replays (by nonce or lease
-token); a repeated LMOVE at worst leaves an extra id in processing for the reaper.
+dropped connection. The queue scripts recognise their own replays (by nonce, lease
+token, or for a claim that takes jobs off the queue itself, the marker named by its
+first token); a repeated LMOVE at worst leaves an extra id in processing for the reaper.
 """
 
 from __future__ import annotations
