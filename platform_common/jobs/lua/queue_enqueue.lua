@@ -26,8 +26,6 @@
 -- error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
-local bucket_ms = tonumber(ARGV[5])
-local arrival_ms = tonumber(ARGV[6])
 local trace_context = ARGV[7 + 5 * n] or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,25 +41,24 @@ local function expect(index, kind)
     return nil
 end
 local ids = {}
+local job_keys = {}
 for i = 1, n do
     ids[i] = ARGV[7 + 5 * (i - 1)]
+    job_keys[2 * i - 1] = KEYS[4 + 3 * i]
+    job_keys[2 * i] = KEYS[5 + 3 * i]
 end
-local duplicates = {}
-local replayed = {}
 -- A waiting job of this id: ours (same nonce, our own replay) or a duplicate. The read
 -- doubles as the type check of the queued hash (a TYPE call each costs as much).
 local waiting = redis.pcall('HMGET', KEYS[3], unpack(ids))
-if type(waiting) == 'table' and waiting.err then
+if waiting.err then
     return redis.error_reply(expect(3, 'hash'))
 end
 -- One EXISTS over every job and result key: in the usual case none exists, and the
 -- per-job look (duplicate, or our own replay already claimed?) is skipped.
-local job_keys = {}
-for i = 1, n do
-    job_keys[#job_keys + 1] = KEYS[4 + 3 * i]
-    job_keys[#job_keys + 1] = KEYS[5 + 3 * i]
-end
 local existing = redis.call('EXISTS', unpack(job_keys))
+local duplicates = {}
+local replayed = {}
+local any_replayed = false
 for i = 1, n do
     local packed = waiting[i]
     if packed then
@@ -88,6 +85,7 @@ for i = 1, n do
             duplicates[#duplicates + 1] = ids[i]
         end
     end
+    any_replayed = any_replayed or replayed[i] == true
 end
 if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
@@ -98,10 +96,16 @@ end
 -- (about 8,000 values), far above the 2 x 500 of a full chunk (producer.ENQUEUE_CHUNK).
 -- LPUSH a b c pushes in order, exactly as three LPUSHes would. Everything is computed
 -- before the first write.
+-- The usual call puts every job into one expiry bucket (one job, or a batch of one TTL
+-- created within seconds): `pushed` then serves its RPUSH too, and the per-bucket
+-- tables below are made only for a call whose jobs fall into several buckets. Each
+-- table costs about as much as a command here.
+local bucket_ms = tonumber(ARGV[5])
 local packed = {}
-local pushed = {}
-local buckets = {}       -- bucket key position -> ids, in order
-local bucket_order = {}  -- bucket key positions in first-seen order
+local pushed = any_replayed and {} or ids
+local first = nil       -- position in KEYS of the first written job's bucket
+local first_start = nil -- its start (ms): its key names it, so every job in it agrees
+local spread = false    -- some written job's bucket is not the first's
 for i = 1, n do
     if not replayed[i] then
         local base = 6 + 5 * (i - 1)
@@ -118,46 +122,71 @@ for i = 1, n do
         packed[#packed + 1] = ids[i]
         packed[#packed + 1] = string.format('%d,%d,%d,%d,', now, expires_at, ttl, attempts)
             .. nonce .. '\n' .. trace_context .. '\n' .. ARGV[base + 2]
-        pushed[#pushed + 1] = ids[i]
-        local bucket = 6 + 3 * i
-        if not buckets[KEYS[bucket]] then
-            buckets[KEYS[bucket]] = {expires_at - expires_at % bucket_ms}
-            bucket_order[#bucket_order + 1] = bucket
+        if any_replayed then
+            pushed[#pushed + 1] = ids[i]
         end
-        local list = buckets[KEYS[bucket]]
-        list[#list + 1] = ids[i]
+        if not first then
+            first, first_start = 6 + 3 * i, expires_at - expires_at % bucket_ms
+        elseif not spread and KEYS[6 + 3 * i] ~= KEYS[first] then
+            spread = true
+        end
     end
 end
 local written = #pushed
 if written == 0 then
     return {'ok', 0}
 end
+-- The buckets of the call, in first-seen order: {position in KEYS, start, ids}.
+local buckets = {{first, first_start, pushed}}
+if spread then
+    buckets = {}
+    local by_key = {}
+    for i = 1, n do
+        if not replayed[i] then
+            local position = 6 + 3 * i
+            local bucket = by_key[KEYS[position]]
+            if not bucket then
+                local base = 6 + 5 * (i - 1)
+                local expires_at = tonumber(ARGV[base + 4]) + tonumber(ARGV[base + 3]) * 1000
+                bucket = {position, expires_at - expires_at % bucket_ms, {}}
+                by_key[KEYS[position]] = bucket
+                buckets[#buckets + 1] = bucket
+            end
+            bucket[3][#bucket[3] + 1] = ids[i]
+        end
+    end
+end
 -- The type checks, a TYPE call each, only of what this call writes: a bucket that exists
 -- is registered in the expiring set already, and a second that has a count is in the
 -- arrivals set (the scripts that drop one drop the other), so the usual call, into a
 -- bucket and a second of earlier jobs, writes neither set and checks neither.
 local problem = expect(1, 'list')
-local new_buckets = {}
-for _, bucket in ipairs(bucket_order) do
-    local found = redis.call('TYPE', KEYS[bucket]).ok
+local new_bucket = false
+for b = 1, #buckets do
+    local bucket = buckets[b]
+    local found = redis.call('TYPE', KEYS[bucket[1]]).ok
     if found == 'none' then
-        new_buckets[bucket] = true
+        bucket[4] = true  -- new: registered in the expiring set once written
+        new_bucket = true
     elseif found ~= 'list' and not problem then
-        problem = 'CORRUPT ' .. bucket .. ' holds a ' .. found .. ', where the queue keeps a list'
+        problem = 'CORRUPT ' .. bucket[1] .. ' holds a ' .. found
+            .. ', where the queue keeps a list'
     end
 end
-if next(new_buckets) then
+if new_bucket then
     problem = problem or expect(4, 'zset')
 end
 if problem then
     return redis.error_reply(problem)
 end
-local second = now - now % arrival_ms
+local second = now - now % tonumber(ARGV[6])
 local count = redis.pcall('HGET', KEYS[6], second)  -- its read doubles as the type check
-if type(count) == 'table' and count.err then
+if type(count) == 'table' then
     return redis.error_reply(expect(6, 'hash'))
 end
-if count and not (#count <= 18 and string.find(count, '^%-?%d+$')) then
+-- HINCRBY takes only Redis' own integer text: no leading zero, no "-0" ("007" would
+-- pass a plain digits check and then fail the HINCRBY below, after the first write).
+if count and not (#count <= 18 and (count == '0' or string.find(count, '^%-?[1-9]%d*$'))) then
     return redis.error_reply('CORRUPT 6 field ' .. second .. ' is not an integer')
 end
 if not count then
@@ -169,7 +198,7 @@ end
 -- The one write that can still fail on a value (a counter that is not an integer, a
 -- stats key of another type) goes first: failing, it leaves nothing written.
 local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', written)
-if type(counted) == 'table' and counted.err then
+if type(counted) == 'table' then
     if string.sub(counted.err, 1, 4) == 'OOM ' then
         return counted
     end
@@ -180,12 +209,11 @@ if not count then
     redis.call('ZADD', KEYS[5], second, second)
 end
 redis.call('HSET', KEYS[3], unpack(packed))
-for _, bucket in ipairs(bucket_order) do
-    local list = buckets[KEYS[bucket]]
-    local start = table.remove(list, 1)
-    redis.call('RPUSH', KEYS[bucket], unpack(list))
-    if new_buckets[bucket] then
-        redis.call('ZADD', KEYS[4], start, start)
+for b = 1, #buckets do
+    local bucket = buckets[b]
+    redis.call('RPUSH', KEYS[bucket[1]], unpack(bucket[3]))
+    if bucket[4] then
+        redis.call('ZADD', KEYS[4], bucket[2], bucket[2])
     end
 end
 redis.call('LPUSH', KEYS[1], unpack(pushed))

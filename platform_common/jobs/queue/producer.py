@@ -58,6 +58,10 @@ class Producer:
         # writes; a process prefix plus a counter is unique without a syscall per job.
         self._nonce_prefix = os.urandom(6).hex()
         self._counter = itertools.count()
+        # Per agent type, built once: the hot path of enqueue then builds only the
+        # keys and arguments of its job.
+        self._shared_keys: dict[str, list[str]] = {}
+        self._backend_errors = backend_errors(self._settings.redis)
 
     def _nonce(self) -> str:
         return f"{self._nonce_prefix}:{next(self._counter)}"
@@ -80,7 +84,7 @@ class Producer:
         prepared = self._prepare(job)
         span = self._tracing.start_send(prepared.agent_type)
         try:
-            with backend_errors(self._settings.redis):
+            with self._backend_errors:
                 return await self._enqueue(prepared, span)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
@@ -90,12 +94,16 @@ class Producer:
 
     async def _enqueue(self, prepared: PreparedJob, span: Span) -> str:
         connection = self._connection
-        keys = connection.keys(prepared.agent_type)
-        if prepared.agent_type not in connection.registered_types:
-            await self._register(prepared.agent_type)
+        agent_type = prepared.agent_type
+        keys = connection.keys(agent_type)
+        if agent_type not in connection.registered_types:
+            await self._register(agent_type)
         job_id = prepared.job_id
         self._tracing.sent(span, job_id)
-        script_keys = _shared_keys(keys) + _job_script_keys(keys, prepared)
+        shared = self._shared_keys.get(agent_type)
+        if shared is None:
+            shared = self._shared_keys[agent_type] = _shared_keys(keys)
+        script_keys = [*shared, *_job_script_keys(keys, prepared)]
         args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *_BUCKETS]
         args += self._job_args(prepared)
         args.append(self._tracing.creation_context(span))
@@ -127,7 +135,7 @@ class Producer:
             batch_size=len(prepared),
         )
         try:
-            with backend_errors(self._settings.redis):
+            with self._backend_errors:
                 return await self._enqueue_many(prepared, agent_types, span)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
