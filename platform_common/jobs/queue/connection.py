@@ -83,11 +83,14 @@ class QueueConnection:
         connection until answered, so the pool ends with at least that many open."""
         await asyncio.gather(*(self._ping() for _ in range(self.settings.pool_min)))
 
-    async def run_script(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    async def run_script(
+        self, script: Script, keys: list[str], args: list[Any], *, eager: bool = False
+    ) -> Any:
         """Run a queue script (auto-pipelined with concurrent calls); errors raised, a
-        refusal as the package's error (CorruptQueueState, BackendOutOfMemory)."""
+        refusal as the package's error (CorruptQueueState, BackendOutOfMemory).
+        `eager`: sent at once when the pipeline is idle (AutoPipeline.execute)."""
         try:
-            return await self._pipeline.execute(script.call(keys, args))
+            return await self._pipeline.execute(script.call(keys, args), eager=eager)
         except ResponseError as exc:
             raise await self.refusal(exc, keys) from exc
 

@@ -107,7 +107,11 @@ class Producer:
         args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *_BUCKETS]
         args += self._job_args(prepared)
         args.append(self._tracing.creation_context(span))
-        reply = await connection.run_script(connection.scripts.enqueue, script_keys, args)
+        # Eager: a lone enqueue goes out from this task at once (the script recognises
+        # its own replay by nonce, so a cut round trip is safe to repeat).
+        reply = await connection.run_script(
+            connection.scripts.enqueue, script_keys, args, eager=True
+        )
         if reply[0] == "duplicate":
             raise InvalidPayload({"job_id": f"job {job_id!r} already exists"})
         if reply[0] == "ahead":

@@ -136,10 +136,28 @@ class AutoPipeline:
         self._send: Send = self._held.send if self._held else pipeline_transport(client, raw)
         self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._eager_in_flight = False
 
-    async def execute(self, command: Command) -> Any:
-        """The command's reply; its error (a ResponseError, a lost connection) raised."""
-        reply = (await self.execute_many([command]))[0]
+    async def execute(self, command: Command, *, eager: bool = False) -> Any:
+        """The command's reply; its error (a ResponseError, a lost connection) raised.
+
+        `eager`: when nothing is queued or in flight, send it now, from the caller's own
+        task, instead of at the end of this turn of the loop. For a caller that issues
+        one command at a time (a producer's enqueue): it saves a task, a future and two
+        loop turns, about a tenth of a lone enqueue's client time. Commands issued
+        meanwhile queue up and go out as the next batch when it returns. Not for a
+        worker, whose take and completions should share a turn's write. Cancelling the
+        caller cuts the round trip (the connection is dropped and reconnected), as with
+        any redis-py call: only for commands that are safe to repeat or lose."""
+        if eager and self._flusher is None and not self._eager_in_flight:
+            self._eager_in_flight = True
+            try:
+                reply = (await run_batch(self._send, [command]))[0]
+            finally:
+                self._eager_in_flight = False
+                self._start_flusher()
+        else:
+            reply = (await self.execute_many([command]))[0]
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -149,11 +167,17 @@ class AutoPipeline:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Replies] = loop.create_future()
         self._waiting.append((commands, future))
-        if self._flusher is None:
+        self._start_flusher()
+        return await future
+
+    def _start_flusher(self) -> None:
+        """Start the task that sends what waits, unless one runs or an eager command is
+        in flight on the connection (it starts one when its reply is in)."""
+        if self._flusher is None and self._waiting and not self._eager_in_flight:
             # Its first step runs after the callbacks of this turn of the loop: what they
             # issue joins the batch. An empty context: the batch is no one caller's.
+            loop = asyncio.get_running_loop()
             self._flusher = loop.create_task(self._flush(), context=contextvars.Context())
-        return await future
 
     async def _flush(self) -> None:
         try:

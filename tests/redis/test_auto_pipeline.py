@@ -1,0 +1,84 @@
+"""The auto-pipeline's eager path against a real Redis: a lone command sent from its
+caller's task shares the held connection with nothing, what is issued meanwhile goes out
+next with every reply in its place, and a cancelled eager caller leaves a working
+pipeline. A blocking pop holds the eager command in flight until another client pushes:
+no timing decides these tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from platform_common.jobs.redis.auto_pipeline import AutoPipeline
+from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from tests.support.queue_runtime import eventually
+
+
+@pytest.fixture
+async def clients(redis_url: str) -> AsyncIterator[tuple[AutoPipeline, RedisClient]]:
+    """An auto-pipeline, and a second client to watch and to wake it."""
+    settings = RedisSettings.from_url(redis_url)
+    client, other = settings.make_client(), settings.make_client()
+    pipeline = AutoPipeline(client)
+    try:
+        yield pipeline, other
+    finally:
+        await pipeline.aclose()
+        await client.aclose()
+        await other.aclose()
+
+
+async def blocked(other: RedisClient) -> bool:
+    info = await other.info("clients")
+    return int(info["blocked_clients"]) == 1
+
+
+async def test_what_is_issued_during_an_eager_command_goes_next_each_reply_in_place(
+    clients: tuple[AutoPipeline, RedisClient],
+) -> None:
+    pipeline, other = clients
+    await other.mset({f"{{t}}:v{n}": f"value-{n}" for n in range(20)})
+    eager = asyncio.create_task(pipeline.execute(("BLPOP", "{t}:wake", 0), eager=True))
+    await eventually(lambda: blocked(other))
+    # Issued while the eager pop holds the connection: one batch sent after it, and a
+    # second eager call finds the pipeline busy and queues like the rest.
+    queued = [asyncio.create_task(pipeline.execute(("GET", f"{{t}}:v{n}"))) for n in range(10)]
+    queued += [
+        asyncio.create_task(pipeline.execute(("GET", f"{{t}}:v{n}"), eager=True))
+        for n in range(10, 20)
+    ]
+    await asyncio.sleep(0)
+    assert not any(task.done() for task in queued)
+    await other.lpush("{t}:wake", "go")
+    assert await eager == ["{t}:wake", "go"]
+    assert await asyncio.gather(*queued) == [f"value-{n}" for n in range(20)]
+
+
+async def test_a_cancelled_eager_command_leaves_the_pipeline_working(
+    clients: tuple[AutoPipeline, RedisClient],
+) -> None:
+    pipeline, other = clients
+    await other.set("{t}:k", "v")
+    eager = asyncio.create_task(pipeline.execute(("BLPOP", "{t}:never", 0), eager=True))
+    await eventually(lambda: blocked(other))
+    waiting = asyncio.create_task(pipeline.execute(("GET", "{t}:k")))
+    await asyncio.sleep(0)
+    eager.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await eager
+    # The cut round trip dropped the connection; what waited goes out on a new one.
+    assert await waiting == "v"
+    assert await pipeline.execute(("GET", "{t}:k"), eager=True) == "v"
+    assert await pipeline.execute_many([("GET", "{t}:k"), ("GET", "{t}:none")]) == ["v", None]
+
+
+async def test_an_eager_error_reply_is_raised_and_the_next_command_runs(
+    clients: tuple[AutoPipeline, RedisClient],
+) -> None:
+    pipeline, other = clients
+    await other.set("{t}:s", "text")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await pipeline.execute(("LPUSH", "{t}:s", "x"), eager=True)
+    assert await pipeline.execute(("GET", "{t}:s"), eager=True) == "text"
