@@ -217,3 +217,18 @@ def test_a_ttl_beyond_ten_years_is_refused_before_anything_is_written() -> None:
         assert payload_errors(make_job(ttl_seconds=ttl))["ttl_seconds"] == (
             f"must be at most {MAX_TTL_SECONDS} (10 years), got {ttl}"
         )
+
+
+def test_the_worker_reads_what_the_standard_library_reads_and_orjson_refuses() -> None:
+    """from_json parses with orjson and falls back to json for its refusals: a job
+    another producer wrote with a 100-bit integer or NaN is read, not dead-lettered."""
+    stored = json.dumps(
+        {"job_id": "j1", "session_id": "s", "orchestrator_id": "o", "agent_type": "dining",
+         "task": "t", "constraints": {"big": 2**100, "x": float("nan")},
+         "curated_shortlist": [], "result_format": "json",
+         "created_at": "2026-01-01T00:00:00Z", "ttl_seconds": 60}
+    )  # fmt: skip
+    job = JobPayload.from_json(stored)
+    assert job.constraints["big"] == 2**100 and math.isnan(job.constraints["x"])
+    with pytest.raises(json.JSONDecodeError):
+        JobPayload.from_json(stored[:-1])
