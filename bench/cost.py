@@ -1,7 +1,7 @@
 """Cost benchmark (not a test): Redis memory and CPU per job, ours vs raw Redis lists.
 
     .venv/bin/python -m bench.cost [--jobs 50000] [--sizes 200,512,2048,16384]
-        [--concurrency 32] [--write-docs]
+        [--concurrency 32] [--rounds 5] [--enqueue-rounds R] [--write-docs]
 
 Starts its own redis-server (no persistence) and, in one run, with N jobs per
 measurement (FLUSHALL between measurements, memory read once other clients are gone and
@@ -17,9 +17,16 @@ after MEMORY PURGE):
 2. Redis CPU per job (INFO used_cpu_sys + used_cpu_user delta / N) and jobs/s of
    enqueue one by one (in blocks alternated with raw LPUSH), enqueue_many, and a full
    drain by one worker process; against raw LPUSH and BRPOP one by one (asyncio
-   redis-py), and the worker's own CPU against the raw BRPOP client's.
-3. INFO commandstats per drained job (the table for issue 15's closing note).
-4. The ratios to raw against the targets (met / MISSED), and a sizing table: queued
+   redis-py), and the worker's own CPU against the raw BRPOP client's. Each in R
+   alternated rounds (--rounds, --enqueue-rounds): raw then ours, ours then raw, ...,
+   FLUSHALL before each side, the same jobs every round; printed as the median of each
+   side, the ratio of the medians, and the min-max of each side and of each round's
+   own ratio. One raw reading swings up to 2x on a shared machine (BRPOP drain 9k to
+   18k jobs/s, its Redis CPU 7 to 22 us/job, within one run): a single pair measured
+   minutes apart mostly compares noise.
+3. INFO commandstats per drained job, summed over the drain rounds (the table for
+   issue 15's closing note).
+4. The ratios of the medians against the targets (met / MISSED), and a sizing table: queued
    jobs a `maxmemory 1gb` Redis holds, drained jobs/s per Redis core. --write-docs puts
    that table and the memory table into docs/operations.md between the cost-table
    markers.
@@ -28,8 +35,8 @@ The queue is driven through its API only (JobQueue, QueueConnection, Leases, Que
 names), so the bench keeps working when the key layout changes. Memory-only readings
 (not timed) fill with enqueue_many calls of at most 8 MB of payload and drain with two
 worker processes; the timed enqueue_many is one call of N jobs. Exits 1
-when a target is missed. Progress goes to stderr; 4.5 minutes on 2 cores shared with
-other work (load average 4 to 7).
+when a target is missed. Progress goes to stderr; 3.5 minutes at the defaults on 2
+cores shared with other work (load average about 2; the rounds take 1.7 of them).
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ __all__ = [
     "CostReport",
     "CpuCost",
     "MemoryCost",
+    "Reading",
+    "Rounds",
     "measure",
     "payload_jobs",
 ]
@@ -68,6 +77,11 @@ SIZES = (200, 512, 2048, 16 * 1024)
 CPU_SIZE = 512
 """The payload size of the CPU and throughput measurements."""
 DEFAULT_CONCURRENCY = 32
+DEFAULT_ROUNDS = 6
+"""Alternated rounds of ours and raw per CPU and rate measurement. One round of each
+takes about 15 s at N = 50,000 on 2 cores; on a shared machine one raw reading swings up
+to 2x between runs (BRPOP drain 9k-17k jobs/s), so one pair is mostly noise. Even, so
+that raw-first and ours-first rounds count equally (raw read slower right after ours)."""
 AGENT_TYPE = "dining"
 NOOP_HANDLER = f"{builtin.__name__}:{builtin.noop.__name__}"
 FAILING_HANDLER = f"{always_fails.__module__}:{always_fails.__name__}"
@@ -123,29 +137,6 @@ class MemoryCost:
     ours: dict[str, float]
     raw: dict[str, float]
     """Raw lists: a queued or taken payload; nothing after success or dead-lettering."""
-
-
-@dataclass(frozen=True, slots=True)
-class CpuCost:
-    """Seconds (wall and Redis CPU) of each operation over N jobs of one payload size."""
-
-    size: int
-    enqueue_seconds: float
-    enqueue_cpu: float
-    lpush_seconds: float
-    """Raw LPUSH one by one, in the same alternated blocks as enqueue."""
-    lpush_cpu: float
-    many_seconds: float
-    many_cpu: float
-    batched_lpush_seconds: float
-    """Raw LPUSH of BATCH payloads per command: the pipelined reference."""
-    batched_lpush_cpu: float
-    brpop_seconds: float
-    brpop_cpu: float
-    brpop_client_cpu: float
-    """This process's CPU over the raw BRPOP drain."""
-    brpop_commands: dict[str, tuple[int, int]]
-    drain: WorkerDrain
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,45 +310,63 @@ def measure_memory(
 
 # -- CPU and rates ------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Paired:
-    enqueue_seconds: float
-    enqueue_cpu: float
-    lpush_seconds: float
-    lpush_cpu: float
+class Reading:
+    """One side of one round: N jobs through one operation."""
+
+    seconds: float
+    redis_cpu: float
+    """Redis's CPU seconds (used_cpu_sys + used_cpu_user delta)."""
+    process_cpu: float = 0.0
+    """The client's CPU seconds: the worker process (drain), the raw BRPOP client (this
+    process); 0 where not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """The same operation measured in alternated rounds, ours and raw: round i of `ours`
+    ran next to round i of `raw` (raw first in even rounds, ours first in odd ones), so
+    a reading's pair shared the host's load of the moment."""
+
+    ours: list[Reading]
+    raw: list[Reading]
 
 
 async def _enqueue_vs_lpush(
-    probe: RedisProbe, jobs: list[dict[str, Any]], payloads: list[bytes]
-) -> _Paired:
-    """Enqueue one by one and raw LPUSH one by one, in alternated blocks of BATCH, so the
-    host's drifting load (other processes on the machine) hits both alike."""
+    probe: RedisProbe, jobs: list[dict[str, Any]], payloads: list[bytes], *, raw_first: bool
+) -> tuple[Reading, Reading]:
+    """(ours, raw) of enqueue one by one and raw LPUSH one by one, in alternated blocks of
+    BATCH (`raw_first`: LPUSH's block first in each pair), so the host's drifting load
+    (other processes on the machine) hits both alike."""
     queue = await JobQueue.connect(QueueSettings.from_url(probe.url))
     client = aioredis.Redis.from_url(probe.url)
-    totals = [0.0, 0.0, 0.0, 0.0]
+    totals = {"ours": [0.0, 0.0], "raw": [0.0, 0.0]}
+
+    async def lpush(start: int) -> None:
+        for payload in payloads[start : start + BATCH]:
+            await _command(client, "LPUSH", RAW_QUEUE, payload)
+
+    async def enqueue(start: int) -> None:
+        for job in jobs[start : start + BATCH]:
+            await queue.enqueue(job)
+
+    order = (("raw", lpush), ("ours", enqueue))
     try:
         await _command(client, "PING")
         for start in range(0, len(jobs), BATCH):
-            cpu, began = probe.cpu_seconds(), time.perf_counter()
-            for payload in payloads[start : start + BATCH]:
-                await _command(client, "LPUSH", RAW_QUEUE, payload)
-            totals[2] += time.perf_counter() - began
-            totals[3] += probe.cpu_seconds() - cpu
-            cpu, began = probe.cpu_seconds(), time.perf_counter()
-            for job in jobs[start : start + BATCH]:
-                await queue.enqueue(job)
-            totals[0] += time.perf_counter() - began
-            totals[1] += probe.cpu_seconds() - cpu
+            for side, run in order if raw_first else order[::-1]:
+                cpu, began = probe.cpu_seconds(), time.perf_counter()
+                await run(start)
+                totals[side][0] += time.perf_counter() - began
+                totals[side][1] += probe.cpu_seconds() - cpu
     finally:
         await queue.aclose()
         await client.aclose()
-    return _Paired(*totals)
+    return Reading(*totals["ours"]), Reading(*totals["raw"])
 
 
-async def _brpop_all(
-    probe: RedisProbe, n: int
-) -> tuple[float, float, float, dict[str, tuple[int, int]]]:
-    """Raw BRPOP one by one of n payloads: (seconds, Redis CPU s, this process's CPU s,
-    commandstats delta)."""
+async def _brpop_all(probe: RedisProbe, n: int) -> tuple[Reading, dict[str, tuple[int, int]]]:
+    """Raw BRPOP one by one of n payloads: the reading (with this process's CPU) and the
+    commandstats delta."""
     client = aioredis.Redis.from_url(probe.url)
     try:
         await _command(client, "PING")
@@ -367,47 +376,94 @@ async def _brpop_all(
             if await _command(client, "BRPOP", RAW_QUEUE, 1) is None:
                 raise RuntimeError("the raw list ran dry")
         seconds, own = time.perf_counter() - began, time.process_time() - own
-        return (
-            seconds,
-            probe.cpu_seconds() - cpu,
-            own,
-            stats_delta(stats, probe.command_stats()),
-        )
+        reading = Reading(seconds, probe.cpu_seconds() - cpu, own)
+        return reading, stats_delta(stats, probe.command_stats())
     finally:
         await client.aclose()
 
 
-def measure_cpu(probe: RedisProbe, n: int, size: int, concurrency: int) -> tuple[CpuCost, _Filled]:
-    """The CPU and rate measurements; with the queued and succeeded memory readings of
-    their enqueue_many and drain, which measure_memory takes for this size."""
+def _add_stats(total: dict[str, tuple[int, int]], delta: dict[str, tuple[int, int]]) -> None:
+    for name, (calls, usec) in delta.items():
+        calls_before, usec_before = total.get(name, (0, 0))
+        total[name] = (calls_before + calls, usec_before + usec)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuCost:
+    """Seconds (wall, Redis CPU, client CPU) of each operation over N jobs of one
+    payload size, in alternated rounds of ours and raw."""
+
+    size: int
+    enqueue: Rounds
+    """Enqueue one by one vs raw LPUSH one by one, in alternated blocks within a round."""
+    many: Rounds
+    """enqueue_many (one call of N) vs raw LPUSH of BATCH payloads per command (the
+    pipelined reference): the fills of the drain rounds."""
+    drain: Rounds
+    """One worker process vs raw BRPOP one by one; process_cpu: the worker's, the BRPOP
+    client's."""
+    drain_commands: dict[str, tuple[int, int]]
+    """INFO commandstats delta summed over every round's worker drain."""
+    brpop_commands: dict[str, tuple[int, int]]
+    """The same over every raw BRPOP drain."""
+
+    @property
+    def rounds(self) -> int:
+        """Drain rounds: the commandstats sums cover N jobs per round."""
+        return len(self.drain.ours)
+
+
+def measure_cpu(
+    probe: RedisProbe, n: int, size: int, concurrency: int, rounds: int, enqueue_rounds: int
+) -> tuple[CpuCost, _Filled]:
+    """The CPU and rate measurements, each in alternated rounds of ours and raw with
+    FLUSHALL between sides (raw first in even rounds, ours first in odd ones), same
+    jobs and payloads every round; with the queued and succeeded memory readings of
+    the first round's enqueue_many and drain, which measure_memory takes for this size
+    (memory is deterministic: one reading)."""
     jobs = payload_jobs(n, size)
     payloads = [encode_payload(job) for job in jobs]
+    enqueue = Rounds([], [])
+    for index in range(enqueue_rounds):
+        _progress(
+            f"enqueue one by one vs LPUSH one by one, {n:,} jobs, "
+            f"round {index + 1}/{enqueue_rounds}"
+        )
+        probe.flush()
+        ours, raw = asyncio.run(_enqueue_vs_lpush(probe, jobs, payloads, raw_first=index % 2 == 0))
+        enqueue.ours.append(ours)
+        enqueue.raw.append(raw)
     probe.flush()
-    _progress(f"enqueue one by one vs LPUSH one by one, {n:,} jobs")
-    paired = asyncio.run(_enqueue_vs_lpush(probe, jobs, payloads))
-    _progress("raw BRPOP drain")
-    brpop_seconds, brpop_cpu, client_cpu, brpop_commands = asyncio.run(_brpop_all(probe, n))
-    probe.flush()
-    batched_seconds, batched_cpu = asyncio.run(_raw_push(probe, payloads))
-    _progress("enqueue_many, then a drain by one worker process")
-    filled = _fill_and_drain(probe, n, size, concurrency, processes=1, sliced=False)
-    cost = CpuCost(
-        size=len(payloads[0]),
-        enqueue_seconds=paired.enqueue_seconds,
-        enqueue_cpu=paired.enqueue_cpu,
-        lpush_seconds=paired.lpush_seconds,
-        lpush_cpu=paired.lpush_cpu,
-        many_seconds=filled.many_seconds,
-        many_cpu=filled.many_cpu,
-        batched_lpush_seconds=batched_seconds,
-        batched_lpush_cpu=batched_cpu,
-        brpop_seconds=brpop_seconds,
-        brpop_cpu=brpop_cpu,
-        brpop_client_cpu=client_cpu,
-        brpop_commands=brpop_commands,
-        drain=filled.drain,
-    )
-    return cost, filled
+    many, drain = Rounds([], []), Rounds([], [])
+    drain_commands: dict[str, tuple[int, int]] = {}
+    brpop_commands: dict[str, tuple[int, int]] = {}
+    first: _Filled | None = None
+    for index in range(rounds):
+        raw_first = index % 2 == 0
+        _progress(
+            f"drain, {n:,} jobs, round {index + 1}/{rounds}: "
+            + ("raw batched LPUSH + BRPOP, then ours" if raw_first else
+               "ours, then raw batched LPUSH + BRPOP")
+        )  # fmt: skip
+        for side in ("raw", "ours") if raw_first else ("ours", "raw"):
+            if side == "raw":
+                probe.flush()
+                batched_seconds, batched_cpu = asyncio.run(_raw_push(probe, payloads))
+                brpop, commands = asyncio.run(_brpop_all(probe, n))
+                probe.flush()
+                many.raw.append(Reading(batched_seconds, batched_cpu))
+                drain.raw.append(brpop)
+                _add_stats(brpop_commands, commands)
+            else:
+                filled = _fill_and_drain(probe, n, size, concurrency, processes=1, sliced=False)
+                first = first or filled
+                many.ours.append(Reading(filled.many_seconds, filled.many_cpu))
+                worker = filled.drain
+                drain.ours.append(Reading(worker.seconds, worker.redis_cpu, worker.worker_cpu))
+                _add_stats(drain_commands, worker.commands)
+    assert first is not None  # rounds >= 1
+    cost = CpuCost(len(payloads[0]), enqueue, many, drain, drain_commands, brpop_commands)
+    return cost, first
 
 
 def measure(
@@ -416,19 +472,24 @@ def measure(
     sizes: tuple[int, ...] = SIZES,
     concurrency: int = DEFAULT_CONCURRENCY,
     cpu_size: int = CPU_SIZE,
+    rounds: int = DEFAULT_ROUNDS,
+    enqueue_rounds: int = DEFAULT_ROUNDS,
 ) -> CostReport:
     """Every measurement against the Redis at `url`, which nothing else may use
-    meanwhile (it is flushed between measurements)."""
-    if n < 1 or concurrency < 1 or not sizes or min(sizes) < 1:
+    meanwhile (it is flushed between measurements); the CPU and rate measurements in
+    `rounds` (drain, enqueue_many) and `enqueue_rounds` (enqueue one by one) alternated
+    rounds of ours and raw."""
+    if n < 1 or concurrency < 1 or not sizes or min(sizes) < 1 or min(rounds, enqueue_rounds) < 1:
         raise ValueError(
-            f"need n >= 1, concurrency >= 1 and positive sizes; got n={n}, "
-            f"concurrency={concurrency}, sizes={sizes}"
+            f"need n >= 1, concurrency >= 1, rounds >= 1 and positive sizes; got n={n}, "
+            f"concurrency={concurrency}, rounds={rounds}, enqueue_rounds={enqueue_rounds}, "
+            f"sizes={sizes}"
         )
     probe = RedisProbe(url)
     load_before = os.getloadavg()[0]
     try:
         version = probe.version()
-        cpu, filled = measure_cpu(probe, n, cpu_size, concurrency)
+        cpu, filled = measure_cpu(probe, n, cpu_size, concurrency, rounds, enqueue_rounds)
         memory = []
         for size in sizes:
             _progress(f"memory per job, {size:,}-byte payloads")
@@ -462,15 +523,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="payload bytes, e.g. 200,512")
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS,
+        help="alternated rounds of ours and raw for the drain and enqueue_many "
+        "(median and min-max reported)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--enqueue-rounds", type=int, default=None,
+        help="the same for enqueue one by one vs LPUSH one by one (default: --rounds)",
+    )  # fmt: skip
+    parser.add_argument(
         "--write-docs", action="store_true",
         help=f"rewrite the cost table between the markers of {DOCS.name}",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.concurrency < 1:
-        parser.error("--jobs and --concurrency must be at least 1")
+    if args.enqueue_rounds is None:
+        args.enqueue_rounds = args.rounds
+    if min(args.jobs, args.concurrency, args.rounds, args.enqueue_rounds) < 1:
+        parser.error("--jobs, --concurrency, --rounds and --enqueue-rounds must be at least 1")
     began = time.monotonic()
     with RedisServer() as server:
-        report = measure(server.url, args.jobs, args.sizes, args.concurrency)
+        report = measure(
+            server.url, args.jobs, args.sizes, args.concurrency,
+            rounds=args.rounds, enqueue_rounds=args.enqueue_rounds,
+        )  # fmt: skip
     print(render(report))
     print(f"(measured in {time.monotonic() - began:.0f} s, {os.cpu_count()} cores)")
     if args.write_docs:

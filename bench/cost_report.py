@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.cost import BATCH, STATES, CostReport, MemoryCost
+from bench.cost import BATCH, STATES, CostReport, MemoryCost, Reading
 from bench.cost_probes import command_costs
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "DOCS",
     "END",
     "MAXMEMORY_1GB",
+    "Compared",
     "docs_section",
     "machine",
     "render",
@@ -38,8 +40,44 @@ RAW_IS = {
 }
 
 
-def _per_job_us(seconds: float, jobs: int) -> float:
-    return seconds / jobs * 1e6
+class Compared:
+    """One figure of ours and raw over the rounds: medians, their ratio, and the spread.
+
+    `paired`: round i of ours ran next to round i of raw (the same Rounds), so each
+    round's own ratio is meaningful too; the host's load drifts between rounds much more
+    than within one."""
+
+    def __init__(self, ours: list[float], raw: list[float], *, paired: bool) -> None:
+        if not ours or not raw:
+            raise ValueError("no rounds to compare")
+        self.ours, self.raw, self.paired = ours, raw, paired
+
+    @property
+    def ours_median(self) -> float:
+        return statistics.median(self.ours)
+
+    @property
+    def raw_median(self) -> float:
+        return statistics.median(self.raw)
+
+    @property
+    def ratio(self) -> float:
+        """The ratio of the medians."""
+        return self.ours_median / self.raw_median
+
+    def round_ratios(self) -> list[float]:
+        """Each round's ours / the raw reading next to it; [] when not paired."""
+        if not self.paired:
+            return []
+        return [ours / raw for ours, raw in zip(self.ours, self.raw, strict=True)]
+
+
+def _per_job_us(readings: list[Reading], jobs: int, field: str = "redis_cpu") -> list[float]:
+    return [float(getattr(reading, field)) / jobs * 1e6 for reading in readings]
+
+
+def _rates(readings: list[Reading], jobs: int) -> list[float]:
+    return [jobs / reading.seconds for reading in readings]
 
 
 def _payload(row: MemoryCost) -> str:
@@ -51,38 +89,60 @@ def _ratio(ours: float, raw: float) -> float | None:
 
 
 class _Rates:
-    """The per-job figures of a report (Redis CPU in us, rates in jobs/s)."""
+    """The per-job figures of a report over its rounds (Redis CPU in us, rates in
+    jobs/s)."""
 
     def __init__(self, report: CostReport) -> None:
         cpu, n = report.cpu, report.jobs
-        self.enqueue_us = _per_job_us(cpu.enqueue_cpu, n)
-        self.lpush_us = _per_job_us(cpu.lpush_cpu, n)
-        self.many_us = _per_job_us(cpu.many_cpu, n)
-        self.batched_us = _per_job_us(cpu.batched_lpush_cpu, n)
-        self.drain_us = _per_job_us(cpu.drain.redis_cpu, n)
-        self.brpop_us = _per_job_us(cpu.brpop_cpu, n)
-        self.worker_us = _per_job_us(cpu.drain.worker_cpu, n)
-        self.client_us = _per_job_us(cpu.brpop_client_cpu, n)
-        self.enqueue_rate = n / cpu.enqueue_seconds
-        self.lpush_rate = n / cpu.lpush_seconds
-        self.many_rate = n / cpu.many_seconds
-        self.batched_rate = n / cpu.batched_lpush_seconds
-        self.drain_rate = n / cpu.drain.seconds
-        self.brpop_rate = n / cpu.brpop_seconds
+        self.enqueue_rounds, self.rounds = len(cpu.enqueue.ours), cpu.rounds
+        self.enqueue_us = Compared(
+            _per_job_us(cpu.enqueue.ours, n), _per_job_us(cpu.enqueue.raw, n), paired=True
+        )
+        self.enqueue_rate = Compared(
+            _rates(cpu.enqueue.ours, n), _rates(cpu.enqueue.raw, n), paired=True
+        )
+        self.many_us = Compared(
+            _per_job_us(cpu.many.ours, n), _per_job_us(cpu.enqueue.raw, n), paired=False
+        )
+        self.many_rate = Compared(
+            _rates(cpu.many.ours, n), _rates(cpu.enqueue.raw, n), paired=False
+        )
+        self.batched_us = Compared(
+            _per_job_us(cpu.many.ours, n), _per_job_us(cpu.many.raw, n), paired=True
+        )
+        self.batched_rate = Compared(_rates(cpu.many.ours, n), _rates(cpu.many.raw, n), paired=True)
+        self.drain_us = Compared(
+            _per_job_us(cpu.drain.ours, n), _per_job_us(cpu.drain.raw, n), paired=True
+        )
+        self.drain_rate = Compared(_rates(cpu.drain.ours, n), _rates(cpu.drain.raw, n), paired=True)
+        self.process_us = Compared(
+            _per_job_us(cpu.drain.ours, n, "process_cpu"),
+            _per_job_us(cpu.drain.raw, n, "process_cpu"),
+            paired=True,
+        )
 
     def per_core(self) -> tuple[float, float, float, float]:
-        """Jobs/s one Redis core carries: drained (ours, raw BRPOP), then enqueued with
-        enqueue_many and drained (ours, raw batched LPUSH + BRPOP)."""
+        """Jobs/s one Redis core carries, from the medians: drained (ours, raw BRPOP),
+        then enqueued with enqueue_many and drained (ours, raw batched LPUSH + BRPOP)."""
         return (
-            1e6 / self.drain_us,
-            1e6 / self.brpop_us,
-            1e6 / (self.many_us + self.drain_us),
-            1e6 / (self.batched_us + self.brpop_us),
+            1e6 / self.drain_us.ours_median,
+            1e6 / self.drain_us.raw_median,
+            1e6 / (self.batched_us.ours_median + self.drain_us.ours_median),
+            1e6 / (self.batched_us.raw_median + self.drain_us.raw_median),
         )
 
 
+def _round_span(compared: Compared) -> str:
+    """' (rounds 1.80-2.10x)': the per-round ratios' spread, or ''."""
+    ratios = compared.round_ratios()
+    if len(ratios) < 2:
+        return ""
+    return f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
+
+
 def targets(report: CostReport) -> list[tuple[str, bool | None]]:
-    """(target with the measured ratio, met); None when this run did not measure it."""
+    """(target with the measured ratio, met); None when this run did not measure it.
+    CPU and rate targets compare the medians of the rounds."""
     rates = _Rates(report)
     checks: list[tuple[str, bool | None]] = []
     half = [row for row in report.memory if row.target == 512]
@@ -97,15 +157,21 @@ def targets(report: CostReport) -> list[tuple[str, bool | None]]:
         checks.append(
             (f"every size queued {ratio:.3f}x <= 2x raw (worst: {worst.size:,} B)", ratio <= 2)
         )
-    ratio = rates.drain_us / rates.brpop_us
-    checks.append((f"Redis CPU per drained job {ratio:.3f}x <= 1.2x raw BRPOP's", ratio <= 1.2))
-    ratio = rates.drain_rate / rates.brpop_rate
-    checks.append((f"one worker drains {ratio:.3f}x >= 1.3x raw BRPOP jobs/s", ratio >= 1.3))
-    ratio = rates.enqueue_rate / rates.lpush_rate
-    checks.append((f"single enqueue {ratio:.3f}x >= 0.75x raw LPUSH jobs/s", ratio >= 0.75))
-    checks.append(
-        (f"enqueue_many {rates.many_rate:,.0f} >= 30,000 jobs/s", rates.many_rate >= 30_000)
-    )
+    drain_us, drain_rate, enqueue_rate = rates.drain_us, rates.drain_rate, rates.enqueue_rate
+    checks.append((
+        f"Redis CPU per drained job {drain_us.ratio:.3f}x <= 1.2x raw BRPOP's"
+        f"{_round_span(drain_us)}", drain_us.ratio <= 1.2
+    ))  # fmt: skip
+    checks.append((
+        f"one worker drains {drain_rate.ratio:.3f}x >= 1.3x raw BRPOP jobs/s"
+        f"{_round_span(drain_rate)}", drain_rate.ratio >= 1.3
+    ))  # fmt: skip
+    checks.append((
+        f"single enqueue {enqueue_rate.ratio:.3f}x >= 0.75x raw LPUSH jobs/s"
+        f"{_round_span(enqueue_rate)}", enqueue_rate.ratio >= 0.75
+    ))  # fmt: skip
+    many = rates.many_rate.ours_median
+    checks.append((f"enqueue_many {many:,.0f} >= 30,000 jobs/s", many >= 30_000))
     return checks
 
 
@@ -121,6 +187,16 @@ def _load(report: CostReport) -> str:
 
 def _fmt_ratio(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
+
+
+def _span(values: list[float], spec: str) -> str:
+    """'min-max' of `values` (one value: itself; none: '-')."""
+    if not values:
+        return "-"
+    low, high = min(values), max(values)
+    if len(values) == 1:
+        return format(low, spec)
+    return f"{format(low, spec)}-{format(high, spec)}"
 
 
 def render(report: CostReport) -> str:
@@ -145,40 +221,62 @@ def render(report: CostReport) -> str:
     lines += [
         "",
         f"Redis CPU per job (us; INFO used_cpu_sys + used_cpu_user delta / N) and jobs/s, "
-        f"{cpu.size:,}-byte payloads",
+        f"{cpu.size:,}-byte payloads: medians of alternated rounds of ours and raw "
+        f"({rates.rounds} for the drain and enqueue_many, {rates.enqueue_rounds} for enqueue "
+        "one by one; FLUSHALL between), ratio = ours median / raw median",
         f"{'operation':<36} {'ours us':>8} {'raw us':>8} {'ratio':>6} {'ours/s':>9} "
         f"{'raw/s':>9} {'ratio':>6}  raw is",
     ]
     rows = [
-        ("enqueue, one by one", rates.enqueue_us, rates.lpush_us, rates.enqueue_rate,
-         rates.lpush_rate, "LPUSH one by one, alternated blocks"),
-        ("enqueue_many", rates.many_us, rates.lpush_us, rates.many_rate, rates.lpush_rate,
-         "LPUSH one by one"),
-        ("enqueue_many vs batched LPUSH", rates.many_us, rates.batched_us, rates.many_rate,
-         rates.batched_rate, f"LPUSH of {BATCH} payloads per command"),
-        (f"drain, 1 worker (concurrency {report.concurrency})", rates.drain_us, rates.brpop_us,
-         rates.drain_rate, rates.brpop_rate, "BRPOP one by one"),
-        (_PROCESS_ROW, rates.worker_us, rates.client_us, rates.drain_rate,
-         rates.brpop_rate, "the BRPOP client's CPU"),
+        ("enqueue, one by one", rates.enqueue_us, rates.enqueue_rate,
+         "LPUSH one by one, alternated blocks"),
+        ("enqueue_many", rates.many_us, rates.many_rate, "LPUSH one by one"),
+        ("enqueue_many vs batched LPUSH", rates.batched_us, rates.batched_rate,
+         f"LPUSH of {BATCH} payloads per command"),
+        (f"drain, 1 worker (concurrency {report.concurrency})", rates.drain_us,
+         rates.drain_rate, "BRPOP one by one"),
+        (_PROCESS_ROW, rates.process_us, None, "the BRPOP client's CPU"),
     ]  # fmt: skip
-    for name, ours_us, raw_us, ours_rate, raw_rate, label in rows:
+    for name, us, rate, label in rows:
         # The process CPU row's rates are the drain's: not repeated.
         rate_cells = (
-            f"{ours_rate:>9,.0f} {raw_rate:>9,.0f} {ours_rate / raw_rate:>6.2f}"
-            if name != _PROCESS_ROW
+            f"{rate.ours_median:>9,.0f} {rate.raw_median:>9,.0f} {rate.ratio:>6.2f}"
+            if rate is not None
             else f"{'':>9} {'':>9} {'':>6}"
         )
         lines.append(
-            f"{name:<36} {ours_us:>8.1f} {raw_us:>8.1f} {ours_us / raw_us:>6.2f} "
+            f"{name:<36} {us.ours_median:>8.1f} {us.raw_median:>8.1f} {us.ratio:>6.2f} "
             f"{rate_cells}  {label}"
         )
     lines += [
         "",
-        "Commands per drained job (INFO commandstats delta / N over one full drain by one "
-        "worker process)",
+        "Spread over the rounds (min-max; round ratio: each round's ours / the raw reading "
+        "next to it, '-' where ours and raw come from different rounds)",
+        f"  {'operation':<34} {'rounds':>6} {'ours us':>13} {'raw us':>13} {'round ratio':>11} "
+        f"{'ours/s':>17} {'raw/s':>17} {'round ratio':>11}",
+    ]
+    for name, us, rate, _ in rows:
+        counts = (
+            f"{len(us.ours)}" if len(us.ours) == len(us.raw) else f"{len(us.ours)}/{len(us.raw)}"
+        )
+        line = (
+            f"  {name:<34} {counts:>6} {_span(us.ours, '.1f'):>13} {_span(us.raw, '.1f'):>13} "
+            f"{_span(us.round_ratios(), '.2f'):>11}"
+        )
+        if rate is not None:
+            line += (
+                f" {_span(rate.ours, ',.0f'):>17} {_span(rate.raw, ',.0f'):>17} "
+                f"{_span(rate.round_ratios(), '.2f'):>11}"
+            )
+        lines.append(line.rstrip())
+    drained_jobs = n * cpu.rounds
+    lines += [
+        "",
+        "Commands per drained job (INFO commandstats delta summed over the "
+        f"{cpu.rounds} drains by one worker process / {drained_jobs:,} jobs)",
         f"{'command':<20} {'calls/job':>10} {'us/call':>8} {'us/job':>8}",
     ]
-    costs = command_costs(cpu.drain.commands, n)
+    costs = command_costs(cpu.drain_commands, drained_jobs)
     for cost in costs:
         if cost.calls_per_job >= _RARE:
             lines.append(
@@ -192,11 +290,11 @@ def render(report: CostReport) -> str:
             + ", ".join(cost.command for cost in rare)
             + f"; {sum(cost.usec_per_job for cost in rare):.2f} us/job)"
         )
-    raw_costs = command_costs(cpu.brpop_commands, n)
+    raw_costs = command_costs(cpu.brpop_commands, drained_jobs)
     lines += [
         "(a script's us include the commands it runs, which Redis counts in their own rows "
-        "too; Redis CPU per drained job in all: "
-        f"{rates.drain_us:.1f} us)",
+        "too; Redis CPU per drained job in all, median: "
+        f"{rates.drain_us.ours_median:.1f} us)",
         "raw BRPOP drain: "
         + ", ".join(
             f"{cost.command} {cost.calls_per_job:.3f}/job at {cost.usec_per_call:.2f} us/call"
@@ -263,7 +361,8 @@ def docs_section(report: CostReport, command: str, where: str, version: str = ""
         f"Measured by `{command}` on {day}{f' at {version}' if version else ''}: {where} "
         f"({_load(report)}), N = "
         f"{report.jobs:,} jobs per measurement, one worker process of concurrency "
-        f"{report.concurrency}.",
+        f"{report.concurrency}; jobs/s and CPU are medians of {rates.rounds} alternated "
+        "rounds of ours and raw.",
         "",
         "| payload | queued jobs a `maxmemory 1gb` Redis holds | the same payloads in a raw list |",
         "|---|---:|---:|",
@@ -275,7 +374,8 @@ def docs_section(report: CostReport, command: str, where: str, version: str = ""
         )
     lines += [
         "",
-        f"One Redis core drains **{drained:,.0f} jobs/s** ({rates.drain_us:.1f} us of Redis "
+        f"One Redis core drains **{drained:,.0f} jobs/s** ({rates.drain_us.ours_median:.1f} us "
+        "of Redis "
         f"CPU per drained job, {report.cpu.size:,}-byte payloads; raw BRPOP one by one: "
         f"{raw_drained:,.0f}), and enqueues with `enqueue_many` and drains {both:,.0f} jobs/s "
         f"(raw batched LPUSH + BRPOP: {raw_both:,.0f}).",
