@@ -38,6 +38,18 @@ Queue (one set per agent type), prefix default "jobs":
                                      costs a tenth of a sorted-set entry.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
+    jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, Leases.take): field
+                                     `ids`, the job ids one claim call took off the queue
+                                     itself (the worker held jobs, so no BLMOVE), in
+                                     order; <token> is the first lease token of that call.
+                                     It makes the call safe to send again after a lost
+                                     reply: the replay finds the marker and hands those
+                                     jobs back instead of taking more. TTL: the lease,
+                                     whole seconds, plus one (a reply lost for longer
+                                     finds the leases lapsed anyway, and the reaper
+                                     returns the jobs); the worker's next take deletes its
+                                     previous one, so about one exists per busy worker.
+                                     Built by Leases.take_marker.
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);

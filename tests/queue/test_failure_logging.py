@@ -140,7 +140,7 @@ async def test_a_corrupt_stored_job_is_dead_lettered_with_the_parse_error_alone(
     to_job_hash: a requeued job, or one of the previous layout), whose fields each have
     a name to give."""
     good = [make_job(task=f"good {i}") for i in range(3)]
-    bad_payload, bad_bytes, bad_max, bad_expiry, bad_ttl = (make_job() for _ in range(5))
+    bad_payload, bad_bytes, bad_max, bad_expiry, bad_ttl, zero_ttl = (make_job() for _ in range(6))
     bad_header, bad_range = make_job(), make_job()
     # In the packed value: what replaces the payload, or a header field by position.
     packed: dict[str, tuple[str, str | bytes, str]] = {
@@ -154,10 +154,13 @@ async def test_a_corrupt_stored_job_is_dead_lettered_with_the_parse_error_alone(
         bad_max["job_id"]: ("max_attempts", "three", "max_attempts of the job does not parse"),
         bad_expiry["job_id"]: ("expires_at", "soon", "expires_at of the job does not parse"),
         bad_ttl["job_id"]: ("ttl", "\x00\xff", "ttl of the job does not parse"),
+        # (reads as 60, but SET EX refuses it as stored: its completion could not be
+        # recorded, so the claim holds it as corrupt before the handler runs)
+        zero_ttl["job_id"]: ("ttl", "060", "ttl of the job does not parse: '060'"),
     }
     corrupt = {job_id: fault[2] for job_id, fault in (*packed.items(), *hashed.items())}
     jobs = [good[0], bad_payload, good[1], bad_bytes, bad_max, bad_expiry, bad_header]
-    jobs += [bad_ttl, bad_range, good[2]]
+    jobs += [bad_ttl, bad_range, zero_ttl, good[2]]
     await queue.enqueue_many(jobs)
     header_fields = ["enqueued_at", "expires_at", "ttl", "max_attempts", "nonce"]
     for job_id, (field, value, _) in packed.items():
@@ -204,6 +207,35 @@ async def test_a_corrupt_stored_job_is_dead_lettered_with_the_parse_error_alone(
     assert await redis_client.zcard(DINING.arrivals) == 0
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_the_line_of_a_payload_that_is_not_utf8_names_its_attempt(
+    queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim's attempt numbers parsed before the payload failed to decode: the
+    WARNING says attempt=1/N, not ?/?."""
+    job = make_job()
+    await queue.enqueue(job)
+    header, trace, _ = (await redis_client.hget(DINING.queued, job["job_id"])).split("\n", 2)
+    planted = f"{header}\n{trace}\n".encode() + b"\xff\xfe{"
+    await redis_client.hset(DINING.queued, job["job_id"], planted)  # type: ignore[arg-type]
+
+    async def echo(payload: JobPayload) -> str:
+        return payload.task
+
+    caplog.set_level("WARNING", logger=CONSUMER)
+    async with running_worker(queue.settings, echo):
+        outcome = await eventually(lambda: queue.get_result(job["job_id"]))
+    assert outcome.status == "failed"
+    (line,) = attempt_lines(caplog)
+    max_attempts = queue.settings.max_attempts
+    assert line.getMessage().startswith(
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=1/{max_attempts} "
+        "outcome=dead error=CorruptJob: stored payload of the job is not valid UTF-8"
+    ), line.getMessage()
+    assert (getattr(line, "attempt", None), getattr(line, "max_attempts", None)) == (
+        1, max_attempts,
+    )  # fmt: skip
 
 
 async def test_a_poison_flood_is_rate_limited_with_a_count_of_lines_left_out(

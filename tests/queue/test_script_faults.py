@@ -356,6 +356,7 @@ async def test_complete_replaces_a_result_key_of_any_type(env: Env, kind: str) -
         ("ttl", "sixty"),
         ("ttl", "1e3"),
         ("ttl", "9" * 16),
+        ("ttl", "060"),  # int() reads it; SET EX refuses it as stored
         ("ttl", None),
     ],
     ids=repr,
@@ -375,7 +376,7 @@ async def test_complete_refuses_a_job_field_that_does_not_parse(
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        *(("completed", value) for value in NOT_INTEGERS),
+        *(("completed", value) for value in NOT_INTEGERS + NOT_CANONICAL),
         ("latency_count", "many"),
         ("latency_le:+Inf", "1.5"),
         ("latency_sum", "fast"),
@@ -607,7 +608,7 @@ async def test_claim_refuses_a_queue_key_of_another_type(
 
 
 @pytest.mark.parametrize("field", ["started", "expired"])
-@pytest.mark.parametrize("value", NOT_INTEGERS)
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
 async def test_claim_refuses_a_malformed_counter(env: Env, field: str, value: str) -> None:
     """Both counters are checked on every claim: which one it bumps is known only
     after reading every job, and the check must come before the first write."""
@@ -616,7 +617,7 @@ async def test_claim_refuses_a_malformed_counter(env: Env, field: str, value: st
     await refused(env, lambda: env.leases.claim("worker-1", [(job_id, TOKEN)]), DINING.stats)
 
 
-@pytest.mark.parametrize("value", NOT_INTEGERS)
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL + ["01"])
 async def test_claim_refuses_an_arrival_count_that_is_not_an_integer(env: Env, value: str) -> None:
     """The count of a taken job's arrival second, which the claim lowers."""
     (job_id,) = await taken(env)
@@ -666,6 +667,9 @@ MALFORMED_PACKED: dict[str, tuple[str | bytes, str]] = {
     "ttl zero": ("ENQ,99999999999,0,3,n\n\n{}", "holds an out-of-range number"),
     "max_attempts zero": ("ENQ,99999999999,60,0,n\n\n{}", "holds an out-of-range number"),
     "expires_at of 16 digits": ("ENQ," + "9" * 16 + ",60,3,n\n\n{}", "out-of-range number"),
+    # (past its TTL: expired, it would go to SET EX as stored, which refuses "060" after
+    # the other job's writes)
+    "ttl with a leading zero": ("ENQ,99999999999,060,3,n\n\n{}", "number with a leading zero"),
     # (an expires_at still ahead: the claim expires a job past its TTL unread, and only
     # the worker, decoding the payload of a job it runs, finds it is not UTF-8)
     "payload not UTF-8": (b"ENQ," + b"9" * 15 + b",60,3,n\n\n\xff\xfe{", "not valid UTF-8"),

@@ -131,7 +131,7 @@ async def test_one_trace_holds_the_send_span_each_attempt_and_its_settle_span(
         spans_of_handler.append(current.span_id if current.is_valid else None)
         return await flaky(payload)
 
-    async with working(queue.settings, handler, provider):
+    async with working(queue.settings, handler, provider) as worker:
         await eventually(lambda: queue.get_result(job["job_id"]))
         first, second = await spans_named(exporter, "process dining", 2)
         (retry,) = await spans_named(exporter, "retry dining", 1)
@@ -170,6 +170,14 @@ async def test_one_trace_holds_the_send_span_each_attempt_and_its_settle_span(
     assert parent_id(complete) == ids(second)[1]
     assert dict(retry.attributes or {})["messaging.operation.type"] == "settle"
     assert spans_of_handler == [ids(first)[1], ids(second)[1]]
+    # The worker's spans name the Redis server it was given and the worker (messaging
+    # conventions v1.44: server.address/server.port, messaging.client.id).
+    redis = queue.settings.redis
+    for span in (first, second, retry, complete):
+        attributes = dict(span.attributes or {})
+        assert attributes["server.address"] == redis.host
+        assert attributes["server.port"] == redis.port
+        assert attributes["messaging.client.id"] == worker.worker_id
 
 
 async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
@@ -455,6 +463,78 @@ async def test_the_reapers_line_for_a_lapsed_lease_carries_the_producers_trace(
         f"trace_id={trace_id} span_id={span_id} error=lease expired: the worker stopped renewing"
     )
     assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
+
+
+async def test_the_line_for_a_job_expired_before_it_started_carries_the_producers_trace(
+    queue: JobQueue,
+    redis_client: RedisClient,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job whose TTL passed while it waited is expired by the claim, never started:
+    one line says so, with the ids of the producer's send span (no attempt ran)."""
+    job = make_job()
+    await queue.enqueue(job)
+    (send,) = named(exporter, "send dining")
+    # Its deadline past in the packed value only: the claim expires it on the spot, while
+    # the cleanup, which finds jobs by their expiry bucket, leaves it to the claim.
+    header, rest = (await redis_client.hget(DINING.queued, job["job_id"])).split("\n", 1)
+    numbers = header.split(",")
+    numbers[1] = "1"
+    await redis_client.hset(DINING.queued, job["job_id"], ",".join(numbers) + "\n" + rest)
+    caplog.set_level("WARNING", logger=CONSUMER)
+
+    def expired_lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "outcome=expired" in r.getMessage()]
+
+    async def logged() -> list[logging.LogRecord]:
+        return expired_lines()
+
+    async with working(queue.settings, lambda payload: {"ok": True}, provider) as worker:
+        (line,) = await eventually(logged)
+        assert worker.counts["succeeded"] == 0
+    outcome = await queue.get_result(job["job_id"], "dining")
+    assert outcome is not None and outcome.status == "expired"
+    trace_id, span_id = f"{ids(send)[0]:032x}", f"{ids(send)[1]:016x}"
+    assert line.getMessage() == (
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=?/? outcome=expired "
+        f"trace_id={trace_id} span_id={span_id} "
+        "error=TTL passed: the job was not started within its ttl_seconds"
+    )
+    assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
+    assert len(expired_lines()) == 1
+    assert named(exporter, "process dining") == []
+
+
+async def test_the_line_for_an_outcome_redis_refused_to_record_carries_its_trace(
+    queue: JobQueue,
+    redis_client: RedisClient,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The fail script refuses a stats counter that does not parse (it writes nothing):
+    the one ERROR line naming the job carries the attempt's trace and span ids."""
+    job = make_job()
+    await queue.enqueue(job)
+    await redis_client.hset(DINING.stats, "retried", "many")
+    caplog.set_level("WARNING", logger=CONSUMER)
+
+    def poison(payload: JobPayload) -> None:
+        raise RuntimeError("boom")
+
+    async def refused() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if f"job={job['job_id']} " in r.getMessage()]
+
+    async with working(queue.settings, poison, provider):
+        (line,) = await eventually(refused)
+        (process,) = await spans_named(exporter, "process dining", 1)
+    trace_id, span_id = f"{ids(process)[0]:032x}", f"{ids(process)[1]:016x}"
+    assert line.levelno == logging.ERROR
+    assert f"job={job['job_id']} trace_id={trace_id} span_id={span_id} (its attempt" in (
+        line.getMessage()
+    )
 
 
 def test_a_log_record_without_a_trace_has_no_trace_keys() -> None:

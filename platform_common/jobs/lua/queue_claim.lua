@@ -37,11 +37,14 @@
 --   {job_id, "corrupt", token, problem, now}: a numeric field of the record does not
 --       parse. The job is held as a run is (running, under a lease, counted started),
 --       so the worker can end it with the problem (queue_fail mode "corrupt").
---   {job_id, "expired"} or {job_id, "skip"} (unknown, finished or someone else's)
+--   {job_id, "expired", trace_context}: past its TTL, expired here without starting
+--       (trace_context as for a run: the worker logs the expiry under the producer's
+--       trace), or {job_id, "skip"} (unknown, finished or someone else's)
 -- `now` is Redis TIME in ms: the worker times the attempt's deadlines from it, never
 -- from its own clock.
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
--- `started`/`expired` counter of the stats hash that is not an integer is refused with
+-- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
+-- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
 -- the error reply "CORRUPT <position in KEYS> <problem>" before the first write (then no
 -- job of the call is claimed: given ones stay in the processing list, where the reaper
 -- finds them; none is taken); a job key taken here, in no KEYS, is named instead:
@@ -70,6 +73,13 @@ local function int(value)
     return nil
 end
 
+-- A stored count HINCRBY accepts: Redis' own integer text (HINCRBY refuses a leading
+-- zero, "007", and "-0", which the plain pattern lets through), 18 digits at most so that
+-- adding a batch to it cannot overflow 64 bits.
+local function count(value)
+    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
+end
+
 -- A stored value as a problem text shows it (bounded, printable).
 local function shown(raw)
     if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
@@ -84,7 +94,9 @@ local function problem_of(f)
     local field, raw
     if not int(f[3]) then
         field, raw = 'expires_at', f[3]
-    elseif not (int(f[4]) and int(f[4]) > 0) then
+    elseif not (int(f[4]) and int(f[4]) > 0 and string.find(f[4], '^[1-9]')) then
+        -- (a leading zero, "060", is refused too: SET EX refuses it as stored, so the
+        -- job's completion could not record it)
         field, raw = 'ttl', f[4]
     elseif f[5] and not int(f[5]) then
         field, raw = 'attempts', f[5]
@@ -141,9 +153,8 @@ if failed(counters) then
     return wrong_type(3, 'hash')
 end
 for c, field in ipairs({'started', 'expired'}) do
-    -- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits.
     local value = counters[c]
-    if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+    if value and not count(value) then
         return redis.error_reply('CORRUPT 3 field ' .. field .. ' is not an integer: '
             .. shown(value))
     end
@@ -237,6 +248,13 @@ for i = 1, n do
             if #exp > 15 or #ttl > 15 or #max > 15 or tonumber(ttl) == 0 or tonumber(max) == 0 then
                 job.problem = 'stored packed job holds an out-of-range number: ' .. shown(
                     exp .. ',' .. ttl .. ',' .. max)
+            elseif not (string.find(exp, '^[1-9]') and string.find(ttl, '^[1-9]')
+                    and string.find(max, '^[1-9]')) then
+                -- A leading zero: the text is written as it is (job hash fields, the
+                -- expiry score, SET EX of the ttl), and SET EX refuses "060" after this
+                -- call's earlier writes; a number in Redis' own form is written as parsed.
+                job.problem = 'stored packed job holds a number with a leading zero: ' .. shown(
+                    exp .. ',' .. ttl .. ',' .. max)
             end
         end
         if enq and #enq <= 15 then
@@ -258,7 +276,7 @@ if #seconds > 0 then
     end
     for s, second in ipairs(seconds) do
         local value = counts[s]
-        if value and not (#value <= 18 and string.find(value, '^%-?%d+$')) then
+        if value and not count(value) then
             return redis.error_reply('CORRUPT 9 field ' .. second .. ' is not an integer: '
                 .. shown(value))
         end
@@ -365,7 +383,7 @@ for i = 1, n do
                 .. job[3] .. ' s"}', 'EX', job[3])
             redis.call('PUBLISH', ARGV[3], job_id)
             expired = expired + 1
-            out[i + 1] = {job_id, 'expired'}
+            out[i + 1] = {job_id, 'expired', job[6] ~= '' and job[6] or false}
         else
             redis.call('HSET', job_key, 'state', 'running', 'attempts', '1', 'token', token,
                 'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
@@ -402,7 +420,9 @@ for i = 1, n do
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
         elseif now >= int(f[3]) then
-            local ttl = int(f[4])
+            -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
+            -- leading zero ("060"), which int() reads.
+            local ttl = string.format('%d', int(f[4]))
             drop(job_id)
             redis.call('ZREM', KEYS[2], job_id)
             redis.call('ZREM', KEYS[4], job_id)
@@ -413,7 +433,7 @@ for i = 1, n do
             redis.call('PUBLISH', ARGV[3], job_id)
             expired = expired + 1
             arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'expired'}
+            out[i + 1] = {job_id, 'expired', f[8] or false}
         else
             redis.call('HSET', job_key, 'state', 'running', 'token', token,
                 'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)

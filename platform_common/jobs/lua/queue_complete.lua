@@ -34,6 +34,12 @@ local function int(value, digits)
     end
     return nil
 end
+-- A stored count HINCRBY accepts: Redis' own integer text (HINCRBY refuses a leading
+-- zero, "007", and "-0", which int() reads), 18 digits at most so that adding a batch to
+-- it cannot overflow 64 bits.
+local function count(value)
+    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
+end
 -- A float as HINCRBYFLOAT accepts one (no spaces, finite), or nil.
 local function float(value)
     if type(value) ~= 'string' or not string.find(value, '^[%-%+]?[%d%.]+[eE]?[%-%+]?%d*$') then
@@ -98,7 +104,9 @@ for i = 1, n do
         if not enqueued_at then
             entries[i] = corrupt(key, 'field enqueued_at of the job does not parse: '
                 .. shown(f[3]))
-        elseif not ttl or ttl <= 0 then
+        elseif not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
+            -- (a leading zero, "060": SET EX and EXPIRE refuse it as stored; refused
+            -- here, before any write, like any ttl that does not parse)
             entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
         elseif not started_at then
             entries[i] = corrupt(key, 'field started_at of the job does not parse: '
@@ -109,7 +117,8 @@ for i = 1, n do
         else
             -- Seconds between two ms timestamps, never negative (a clock step, a
             -- hand-edited field).
-            plans[i] = {f[4], {
+            -- Numbers are written as parsed, with %d, never as the stored text.
+            plans[i] = {string.format('%d', ttl), {
                 math.max(0, now - enqueued_at) / 1000,
                 math.max(0, started_at - due_at) / 1000,
                 math.max(0, now - started_at) / 1000,
@@ -175,7 +184,7 @@ if stats.err then
         .. ', where the queue keeps a hash')
 end
 for c, field in ipairs(counters) do
-    if stats[c] and not int(stats[c], 18) then
+    if stats[c] and not count(stats[c]) then
         return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[c]))
     end
 end

@@ -47,11 +47,11 @@ from .handler_calls import (
     start_handler,
 )
 from .lease_keeper import LeaseKeeper
-from .leases import MAX_ERROR_LENGTH, Claim, Leases
+from .leases import LOST_EXPIRED, MAX_ERROR_LENGTH, Claim, Leases
 from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
-from .tracing import NO_TRACE, QueueTracing, Settle, creation_log_fields
+from .tracing import NO_TRACE, QueueTracing, Settle, creation_log_fields, server_attributes
 
 __all__ = ["Worker"]
 
@@ -61,6 +61,10 @@ log = logging.getLogger("platform_common.jobs.queue.consumer")
 _LOST = "lost"  # renewal was refused: the job belongs to someone else now
 _SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounted
 _TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
+
+TTL_PASSED = "TTL passed: the job did not finish within its ttl_seconds"
+EXPIRED_ELSEWHERE = f"{TTL_PASSED} (expired by a cleanup while it ran)"
+NOT_STARTED = "TTL passed: the job was not started within its ttl_seconds"
 
 REFUSED_BACKOFF_SECONDS = 5.0
 """Longest wait between fetches while claiming is refused for corrupt queue state: a try
@@ -179,7 +183,9 @@ class Worker:
         """One WARNING per failed attempt, rate-limited per agent type (replaceable)."""
         self.health = RedisHealth(log, settings.redis)
         """Redis outages: one line when one starts, one when it ends."""
-        self._tracing = QueueTracing(tracer_provider)
+        self._tracing = QueueTracing(
+            tracer_provider, server=server_attributes(settings.redis), client_id=self.worker_id
+        )
         self.keeper: LeaseKeeper | None = None
         self._stopping = asyncio.Event()
         self._busy = 0  # slots held (see _Attempt.holds_slot)
@@ -309,6 +315,7 @@ class Worker:
                     continue
             linger_until = None
             taken: list[str] = []
+            expired: list[tuple[str, str]] = []
             try:
                 want = min(free, self.settings.fetch_batch)
                 if self._expect_more:
@@ -320,7 +327,7 @@ class Worker:
                     tokens = self._retake or [self._new_token() for _ in range(want)]
                     self._retake = tokens
                     remaining, claims = await self._leases.take(
-                        self.worker_id, tokens, self._last_take
+                        self.worker_id, tokens, self._last_take, expired
                     )
                     self._retake = None
                     self._last_take = tokens[0]
@@ -329,13 +336,17 @@ class Worker:
                     remaining, claims = 0, []
                     if taken:
                         remaining, claims = await self._leases.claim(
-                            self.worker_id, [(job_id, self._new_token()) for job_id in taken]
+                            self.worker_id,
+                            [(job_id, self._new_token()) for job_id in taken],
+                            expired,
                         )
                 self.health.ok()
                 received = loop.time()
                 self._expect_more = remaining > 0
                 for claim in claims:
                     self._start(claim, received)
+                for job_id, trace_context in expired:
+                    self._expired_unstarted(job_id, trace_context)
                 delay = 0.05
             except CorruptQueueState as exc:
                 # The claim refused before writing anything: a job BLMOVE took stays in
@@ -385,6 +396,20 @@ class Worker:
         except ResponseError as exc:
             raise await self._connection.refusal(exc, moved) from exc
         return [job_id] if job_id is not None else []
+
+    def _expired_unstarted(self, job_id: str, trace_context: str) -> None:
+        """The claim expired this job instead of starting it (its TTL had passed while it
+        waited): one line, rate-limited with the failed attempts', under the producer's
+        trace (no attempt of it ran here). Not counted: no attempt ended."""
+        self.attempt_log.failed(
+            job_id=job_id,
+            agent_type=self.agent_type,
+            attempt=None,
+            max_attempts=None,
+            outcome=QueueState.EXPIRED,
+            error=NOT_STARTED,
+            trace=creation_log_fields(trace_context),
+        )
 
     def _new_token(self) -> str:
         return f"{self._token_prefix}{next(self._token_counter):x}"
@@ -446,7 +471,10 @@ class Worker:
         except Exception:
             # A bug of ours, not the handler's: say so; the lease then lapses and the
             # reaper retries the job.
-            log.exception("internal error running job=%s", claim.job_id)
+            log.exception(
+                "internal error running job=%s%s", claim.job_id, attempt.trace.log_text(),
+                extra=self._job_fields(attempt),
+            )  # fmt: skip
         finally:
             job_trace.end()
             attempt.settled = True
@@ -511,8 +539,10 @@ class Worker:
         """Record how the attempt ended, fenced by its lease, and count and log it."""
         reason = attempt.reason
         if reason == _LOST:
-            # Counted and logged when the loss was found; someone else owns it.
-            attempt.trace.outcome(AttemptOutcome.LOST)
+            # Renewal was refused (the handler is cancelled): say where the job is, so a
+            # job another worker's cleanup expired is counted and logged as expired.
+            state = await self._lost_state(attempt)
+            self._lost(attempt, f"renewal refused (job is {state}); handler cancelled", state)
             return
         if reason == _SHUTDOWN:
             await self._release(attempt)
@@ -587,7 +617,7 @@ class Worker:
                 if outcome is not None:
                     settle.outcome(outcome)
         except CorruptQueueState as refusal:
-            self._unrecorded(claim, refusal, f"its attempt failed with {error}")
+            self._unrecorded(attempt, refusal, f"its attempt failed with {error}")
             return
         if outcome is not None:
             self._count(outcome)
@@ -616,7 +646,7 @@ class Worker:
                 if outcome is not None:
                     settle.outcome(outcome)
         except CorruptQueueState as exc:
-            self._unrecorded(claim, exc, "the worker stops before it finished")
+            self._unrecorded(attempt, exc, "the worker stops before it finished")
             return
         if outcome is not None:
             self._count(outcome)
@@ -639,13 +669,13 @@ class Worker:
             try:
                 expired = await self._settle(attempt, lambda: self._leases.expire([claim.job_id]))
             except CorruptQueueState as exc:
-                self._unrecorded(claim, exc, "its TTL passed")
+                self._unrecorded(attempt, exc, "its TTL passed")
                 return
             if expired is None:
                 return
             if expired:
                 self.counts[QueueState.EXPIRED] += 1
-                error = "TTL passed: the job did not finish within its ttl_seconds"
+                error = TTL_PASSED
                 settle.outcome(QueueState.EXPIRED)
                 attempt.trace.outcome(QueueState.EXPIRED, error=error)
                 self.attempt_log.failed(
@@ -660,7 +690,12 @@ class Worker:
                 return
             # Not expired by this call: already settled elsewhere (another worker's
             # cleanup), or Redis's clock has not reached the TTL yet (it stepped back).
-            if not await self._still_mine(claim) or loop.time() > give_up:
+            if not await self._still_mine(claim):
+                # Said as a lost lease is: where the job is now (expired, most likely).
+                state = await self._lost_state(attempt)
+                self._lost(attempt, f"its TTL passed and the job is {state}", state)
+                return
+            if loop.time() > give_up:
                 return
             await asyncio.sleep(0.05)
 
@@ -680,7 +715,10 @@ class Worker:
         coroutine may ignore it), unless stopping."""
         if attempt.handler is None or attempt.ended or attempt.reason == _SHUTDOWN:
             return  # (no handler: the stored job did not parse, nothing was started)
-        log.debug("job=%s: waiting for its handler to return", attempt.claim.job_id)
+        log.debug(
+            "job=%s%s: waiting for its handler to return",
+            attempt.claim.job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
+        )  # fmt: skip
         attempt.end_waiter = asyncio.get_running_loop().create_future()
         await self._wait_any(attempt.end_waiter)
 
@@ -706,12 +744,8 @@ class Worker:
             try:
                 result = await operation()
             except LeaseLost as exc:
-                self.counts[AttemptOutcome.LOST] += 1
-                attempt.trace.outcome(AttemptOutcome.LOST)
-                log.warning(
-                    "lease lost job=%s%s: %s", claim.job_id, attempt.trace.log_text(), exc.reason,
-                    extra=self._job_fields(attempt),
-                )  # fmt: skip
+                expired = exc.reason == LOST_EXPIRED
+                self._lost(attempt, exc.reason, QueueState.EXPIRED if expired else "")
                 return None
             except TRANSIENT as exc:
                 if is_script_error(exc):
@@ -719,9 +753,10 @@ class Worker:
                 self.health.failed("recording a job's outcome", exc)
                 if loop.time() > give_up:
                     log.error(
-                        "gave up recording job=%s after %.0fs: %s; its lease lapses and the "
+                        "gave up recording job=%s%s after %.0fs: %s; its lease lapses and the "
                         "reaper retries it",
-                        claim.job_id, self.settings.lease_seconds, describe(exc),
+                        claim.job_id, attempt.trace.log_text(), self.settings.lease_seconds,
+                        describe(exc), extra=self._job_fields(attempt),
                     )  # fmt: skip
                     return None
                 await asyncio.sleep(delay)
@@ -740,14 +775,50 @@ class Worker:
             **attempt.trace.log_fields(),
         }
 
-    def _unrecorded(self, claim: Claim, exc: CorruptQueueState, ending: str) -> None:
+    def _lost(self, attempt: _Attempt, reason: str, state: str) -> None:
+        """The attempt's lease was lost (`reason`): count and log it where the job is now.
+        A job whose TTL passed and that was expired elsewhere (`state` "expired": another
+        worker's cleanup, while this worker's loop was held up) ended as Redis counted
+        it, expired: the expiry line then, as for an expiry of this worker's own."""
+        if state == QueueState.EXPIRED:
+            self.counts[QueueState.EXPIRED] += 1
+            attempt.trace.outcome(QueueState.EXPIRED, error=EXPIRED_ELSEWHERE)
+            claim = attempt.claim
+            self.attempt_log.failed(
+                job_id=claim.job_id,
+                agent_type=self.agent_type,
+                attempt=claim.attempt or None,
+                max_attempts=claim.max_attempts or None,
+                outcome=QueueState.EXPIRED,
+                error=EXPIRED_ELSEWHERE,
+                trace=attempt.trace.log_fields(),
+            )
+            return
+        self.counts[AttemptOutcome.LOST] += 1
+        attempt.trace.outcome(AttemptOutcome.LOST)
+        log.warning(
+            "lease lost job=%s%s: %s", attempt.claim.job_id, attempt.trace.log_text(), reason,
+            extra=self._job_fields(attempt),
+        )  # fmt: skip
+
+    async def _lost_state(self, attempt: _Attempt) -> str:
+        """Where the job of a lost lease is now (Leases.lost_state); "unknown" when
+        Redis cannot say (an outage: the loss is then counted as lost)."""
+        try:
+            return await self._leases.lost_state(attempt.claim.job_id)
+        except TRANSIENT as exc:
+            self.health.failed("reading a job", exc)
+            return "unknown"
+
+    def _unrecorded(self, attempt: _Attempt, exc: CorruptQueueState, ending: str) -> None:
         """How an attempt ended could not be recorded: the script refused corrupt queue
         state, writing nothing. The lease is left to lapse (the keeper stops renewing),
-        then the reaper retries the job: one ERROR line says so."""
+        then the reaper retries the job: one ERROR line says so, with the job's trace
+        ids in its text (RedisHealth.refused takes no per-job fields)."""
         self.health.refused(
             "recording a job's outcome", exc,
-            f"job={claim.job_id} ({ending}) stays leased until its lease lapses, then the "
-            "reaper retries it",
+            f"job={attempt.claim.job_id}{attempt.trace.log_text()} ({ending}) stays leased "
+            "until its lease lapses, then the reaper retries it",
         )  # fmt: skip
 
     def _lease_lost(self, job_id: str, token: str) -> None:
@@ -757,11 +828,8 @@ class Worker:
         # hold the job's next attempt (same job id, another token).
         if attempt is None or attempt.settled or attempt.reason is not None:
             return
-        self.counts[AttemptOutcome.LOST] += 1
-        log.warning(
-            "lease lost job=%s%s: renewal refused; cancelling the handler",
-            job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
-        )  # fmt: skip
+        # Counted and logged when the attempt is recorded (_record), once Redis said
+        # where the job is now; the handler is cancelled at once.
         attempt.abort(_LOST)
 
     # -- chores --------------------------------------------------------------------

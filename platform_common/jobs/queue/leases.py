@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +19,9 @@ from .connection import QueueConnection
 from .error_class import error_class_of
 from .expiry import expire_jobs
 
-__all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases"]
+__all__ = [
+    "LOST_EXPIRED", "MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases", "lost_reason",
+]  # fmt: skip
 
 _D = TypeVar("_D")
 
@@ -88,12 +91,17 @@ class Leases:
         )
 
     async def claim(
-        self, worker_id: str, taken: Sequence[tuple[str, str]]
+        self,
+        worker_id: str,
+        taken: Sequence[tuple[str, str]],
+        expired: list[tuple[str, str]] | None = None,
     ) -> tuple[int, list[Claim]]:
         """Start an attempt of each (job_id, token) just moved into processing.
 
         Returns the queue length left and the claims that run; jobs past their TTL are
-        expired here (not started) and strays are dropped."""
+        expired here (not started) and strays are dropped. `expired`, if given, gets
+        (job_id, trace_context) of each job expired, the creation context as stored
+        ("" if none), so the worker can log it under the producer's trace."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
@@ -102,11 +110,14 @@ class Leases:
             args += [job_id, token]
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
-        claims = [_claim_of(entry) for entry in reply[1:] if _text(entry[1]) in _HELD]
-        return int(reply[0]), claims
+        return int(reply[0]), _claims_of(reply, expired)
 
     async def take(
-        self, worker_id: str, tokens: Sequence[str], previous: str | None = None
+        self,
+        worker_id: str,
+        tokens: Sequence[str],
+        previous: str | None = None,
+        expired: list[tuple[str, str]] | None = None,
     ) -> tuple[int, list[Claim]]:
         """Take up to len(tokens) jobs off the queue and claim them, in one script call
         (no LMOVE round trip before the claim): the i-th job taken gets tokens[i].
@@ -116,7 +127,8 @@ class Leases:
         Safe to call again with the same tokens after a lost reply (a dropped
         connection): the call's marker, named by tokens[0], makes the second call hand
         back the jobs the first took instead of taking more. `previous`: tokens[0] of
-        this worker's last take whose reply came (its marker is deleted)."""
+        this worker's last take whose reply came (its marker is deleted); `expired` as
+        for claim()."""
         keys = self.keys
         marker = self.take_marker(tokens[0])
         script_keys = [
@@ -132,8 +144,7 @@ class Leases:
             reply = await self._run(self._scripts.claim, script_keys, args)
         except CorruptQueueState as exc:
             raise _named_refusal(exc) from None
-        claims = [_claim_of(entry) for entry in reply[1:] if _text(entry[1]) in _HELD]
-        return int(reply[0]), claims
+        return int(reply[0]), _claims_of(reply, expired)
 
     def take_marker(self, call: str) -> str:
         """The key of a take's marker (see queue_claim.lua), `call` its first token."""
@@ -156,6 +167,8 @@ class Leases:
         Completions issued close together (by concurrent callers) share one script call;
         each keeps its own fencing and its own outcome."""
         reply = await self._completions.submit((job_id, token, result_json))
+        if reply[0] == AttemptOutcome.LOST:
+            raise LeaseLost(job_id, lost_reason(await self.lost_state(job_id, reply[1])))
         check_complete_reply(job_id, reply)
 
     async def _complete_batch(self, jobs: list[tuple[str, str, str]]) -> list[Any]:
@@ -207,7 +220,7 @@ class Leases:
         )
         outcome = AttemptOutcome(reply[0])
         if outcome == AttemptOutcome.LOST:
-            raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
+            raise LeaseLost(job_id, lost_reason(await self.lost_state(job_id, reply[1])))
         if outcome == AttemptOutcome.REPLAY:
             return QueueState(reply[1])
         return outcome
@@ -246,6 +259,25 @@ class Leases:
         )
         return [str(job_id) for job_id in lost]
 
+    async def lost_state(self, job_id: str, state: Any = None) -> str:
+        """Where a job is whose lease this worker lost: `state`, the state a script
+        reported (read here when not given), or for a record that is gone ("missing")
+        how its result says it ended (expiry deletes the record and keeps an "expired"
+        result): so a worker whose job was expired by another worker's cleanup says
+        "expired", as Redis counted it, not "lost". Read only on a loss, never on the
+        hot path; "missing" when nothing says more."""
+        if state is None:
+            state = await self._connection.client.hget(self.keys.job(job_id), "state")  # type: ignore[misc]
+        if state is not None and _text(state) != "missing":
+            return _text(state)
+        try:
+            stored = await self._connection.client.get(self.keys.result(job_id))
+            status = json.loads(stored)["status"] if stored is not None else None
+        except (ResponseError, ValueError, TypeError, KeyError):
+            # (a result key of another type, or a value that is not the queue's JSON)
+            return "missing"
+        return status if isinstance(status, str) and status else "missing"
+
     async def expire(self, job_ids: Sequence[str]) -> list[str]:
         """Expire the given jobs if their TTL has passed; returns those expired."""
         report = await expire_jobs(self._run, self._scripts.expire, self.keys, job_ids)
@@ -256,6 +288,31 @@ _HELD = ("run", "corrupt")
 """The kinds of claim reply entry that hold a job (the others expired or were skipped)."""
 
 PAYLOAD_NOT_UTF8 = "stored payload of the job is not valid UTF-8"
+
+
+def lost_reason(state: str) -> str:
+    """The LeaseLost reason naming where the job is now."""
+    return f"lease lost (job is {state})"
+
+
+LOST_EXPIRED = lost_reason(QueueState.EXPIRED)
+"""The reason of a lease lost because the job's TTL passed and it was expired elsewhere."""
+
+
+def _claims_of(reply: list[Any], expired: list[tuple[str, str]] | None) -> list[Claim]:
+    """The claims of a claim script's reply; each job it expired added to `expired`."""
+    claims = []
+    for entry in reply[1:]:
+        kind = _text(entry[1])
+        if kind in _HELD:
+            claims.append(_claim_of(entry))
+        elif kind == "expired" and expired is not None:
+            try:
+                carried = _decoded(entry[2]) if len(entry) > 2 else None
+            except UnicodeDecodeError:
+                carried = None  # tracing never stops a job, nor its log line
+            expired.append((_text(entry[0]), carried or ""))
+    return claims
 
 
 def _claim_of(entry: list[Any]) -> Claim:
@@ -279,13 +336,17 @@ def _claim_of(entry: list[Any]) -> Claim:
         problem = f"stored field {bad!r} of the job does not parse: {shown!r:.60}"
         return Claim(job_id, token, 0, 0, 0, "", now_ms, problem)
     try:
-        payload = _decoded(entry[6])
-    except UnicodeDecodeError:
-        return Claim(job_id, token, 0, 0, 0, "", now_ms, PAYLOAD_NOT_UTF8)
-    try:
         carried = _decoded(entry[8]) if len(entry) > 8 else None
     except UnicodeDecodeError:
         carried = None
+    try:
+        payload = _decoded(entry[6])
+    except UnicodeDecodeError:
+        # The attempt numbers parsed: kept, so the log line says attempt=1/3, not ?/?.
+        return Claim(
+            job_id, token, attempt, max_attempts, expires_at_ms, "", now_ms, PAYLOAD_NOT_UTF8,
+            carried,
+        )  # fmt: skip
     return Claim(
         job_id, token, attempt, max_attempts, expires_at_ms, payload, now_ms,
         trace_context=carried,
@@ -320,4 +381,4 @@ def _named_refusal(exc: CorruptQueueState) -> CorruptQueueState:
 
 def check_complete_reply(job_id: str, reply: Any) -> None:
     if reply[0] == AttemptOutcome.LOST:
-        raise LeaseLost(job_id, f"lease lost (job is {reply[1]})")
+        raise LeaseLost(job_id, lost_reason(reply[1]))

@@ -16,6 +16,10 @@ whose schema URL the tracer declares):
     messaging.destination.name = the agent type (one queue per agent type)
     messaging.operation.type   = send | process | settle
     messaging.message.id       = the job id; messaging.batch.message_count on batches
+    server.address, server.port = the Redis server of the settings (for a cluster or
+        sentinels, the first address configured: the conventions ask for the address the
+        client was given, without a lookup), on every span when known
+    messaging.client.id        = the worker id, on a worker's process and settle spans
     job.attempt, job.max_attempts, job.outcome (the job.* names of the store's spans)
 
 The creation context (the send span's, else the caller's current one) is written by the
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import (
@@ -49,6 +53,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes
 
+if TYPE_CHECKING:
+    from ..redis.url import RedisSettings
+
 __all__ = [
     "MESSAGING_SYSTEM",
     "NO_TRACE",
@@ -59,6 +66,7 @@ __all__ = [
     "QueueTracing",
     "Settle",
     "creation_log_fields",
+    "server_attributes",
 ]
 
 INSTRUMENTATION_NAME = "platform_common.jobs"
@@ -222,10 +230,26 @@ NO_TRACE: Final = JobTrace(INVALID_SPAN)
 """The trace of an attempt without tracing and without a stored creation context."""
 
 
-class QueueTracing:
-    """The queue's tracer: spans for producers and workers, the context they pass on."""
+def server_attributes(redis: RedisSettings) -> dict[str, str | int]:
+    """`server.address` and `server.port` of the spans of a client of `redis`: its host
+    and port, for a cluster or sentinels the first configured (the one the client was
+    given; the node that answers is not looked up per span)."""
+    return {"server.address": redis.host, "server.port": redis.port}
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+
+class QueueTracing:
+    """The queue's tracer: spans for producers and workers, the context they pass on.
+
+    `server`: server_attributes() of the Redis the spans' operations go to; `client_id`:
+    the worker id (messaging.client.id), for a worker's spans."""
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        *,
+        server: dict[str, str | int] | None = None,
+        client_id: str | None = None,
+    ) -> None:
         # Whether spans may be recorded: known for a provider given; for the global one,
         # True once an SDK is set (for good: it cannot be unset), else looked at again
         # after GLOBAL_PROVIDER_RECHECK_SECONDS (the look reads os.environ: a few us).
@@ -235,6 +259,11 @@ class QueueTracing:
         self._tracer = trace.get_tracer(
             INSTRUMENTATION_NAME, schema_url=SCHEMA_URL, tracer_provider=tracer_provider
         )
+        # On every span (send: the server only; a producer has no client id).
+        self._server: dict[str, str | int] = dict(server or {})
+        self._client: dict[str, str | int] = dict(self._server)
+        if client_id:
+            self._client["messaging.client.id"] = client_id
         # Per agent type, computed once: the hot path allocates no name or attribute dict.
         self._send: dict[str, tuple[str, Attributes]] = {}
         self._process: dict[str, tuple[str, Attributes]] = {}
@@ -248,10 +277,11 @@ class QueueTracing:
         key = agent_type or ""
         named = self._send.get(key)
         if named is None:
-            attributes: dict[str, str] = {
+            attributes: dict[str, str | int] = {
                 "messaging.system": MESSAGING_SYSTEM,
                 "messaging.operation.type": "send",
                 "messaging.operation.name": "send",
+                **self._server,
             }
             if agent_type:
                 attributes["messaging.destination.name"] = agent_type
@@ -325,6 +355,7 @@ class QueueTracing:
                     "messaging.operation.type": "process",
                     "messaging.operation.name": "process",
                     "messaging.destination.name": agent_type,
+                    **self._client,
                 },
             )
         span = self._tracer.start_span(
@@ -368,6 +399,7 @@ class QueueTracing:
                 "messaging.operation.name": operation,
                 "messaging.destination.name": job.agent_type,
                 "messaging.message.id": job.job_id,
+                **self._client,
             },
         )
 
