@@ -49,7 +49,7 @@ Queue (one set per agent type), prefix default "jobs":
                                      finds the leases lapsed anyway, and the reaper
                                      returns the jobs); the worker's next take deletes its
                                      previous one, so about one exists per busy worker.
-                                     Built by Leases.take_marker.
+                                     Built by QueueKeys.take.
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
@@ -367,6 +367,10 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return f"{self.base}:job:{job_id}"
+
+    def take(self, token: str) -> str:
+        """A take's marker, named by the first lease token of its claim call."""
+        return f"{self.base}:take:{token}"
 
     def result(self, job_id: str) -> str:
         return f"{self.base}:result:{job_id}"

@@ -146,6 +146,8 @@ async def test_one_trace_holds_the_send_span_each_attempt_and_its_settle_span(
         "messaging.operation.name": "send",
         "messaging.destination.name": "dining",
         "messaging.message.id": job["job_id"],
+        "server.address": queue.settings.redis.host,
+        "server.port": queue.settings.redis.port,
     }
     for number, process in enumerate((first, second), start=1):
         assert process.kind == SpanKind.CONSUMER

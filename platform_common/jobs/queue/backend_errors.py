@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from redis.exceptions import (
@@ -207,11 +207,18 @@ class RedisHealth:
         else:
             self.logger.debug("still %s (%s: %s)", condition, activity, describe(exc))
 
-    def refused(self, activity: str, exc: CorruptQueueState, consequence: str) -> None:
+    def refused(
+        self,
+        activity: str,
+        exc: CorruptQueueState,
+        consequence: str,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
         """A queue script refused corrupt state for `activity` (it wrote nothing): one
         ERROR naming the key, the problem and `consequence` (what becomes of the work),
         rate-limited per activity as failed() is. No outage: Redis answers, but the
-        same call on the same data is refused again until someone repairs the key."""
+        same call on the same data is refused again until someone repairs the key.
+        `extra`: structured fields of the line (a job's id and trace ids)."""
         allowed, earlier = self._problems.allow(activity)
         if not allowed:
             self.logger.debug("still refused (%s): %s", activity, exc)
@@ -219,8 +226,8 @@ class RedisHealth:
         note = f" ({earlier} more since the last report)" if earlier else ""
         self.logger.error(
             "%s refused: %s; %s%s", activity, exc, consequence, note,
-            extra={"activity": activity, "key": exc.key, "problem": exc.problem,
-                   "suppressed": earlier},
+            extra={**(extra or {}), "activity": activity, "key": exc.key,
+                   "problem": exc.problem, "suppressed": earlier},
         )  # fmt: skip
 
     def ok(self, *, wrote: bool = True) -> None:

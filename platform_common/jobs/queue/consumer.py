@@ -814,11 +814,12 @@ class Worker:
         """How an attempt ended could not be recorded: the script refused corrupt queue
         state, writing nothing. The lease is left to lapse (the keeper stops renewing),
         then the reaper retries the job: one ERROR line says so, with the job's trace
-        ids in its text (RedisHealth.refused takes no per-job fields)."""
+        ids in its text and its fields."""
         self.health.refused(
             "recording a job's outcome", exc,
             f"job={attempt.claim.job_id}{attempt.trace.log_text()} ({ending}) stays leased "
             "until its lease lapses, then the reaper retries it",
+            extra=self._job_fields(attempt),
         )  # fmt: skip
 
     def _lease_lost(self, job_id: str, token: str) -> None:

@@ -148,7 +148,7 @@ class Leases:
 
     def take_marker(self, call: str) -> str:
         """The key of a take's marker (see queue_claim.lua), `call` its first token."""
-        return f"{self.keys.base}:take:{call}"
+        return self.keys.take(call)
 
     def complete_call(self, jobs: Sequence[tuple[str, str, str]]) -> tuple[list[str], list[Any]]:
         """(keys, args) of one complete script call for (job_id, token, result_json)s."""

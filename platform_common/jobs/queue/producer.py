@@ -16,7 +16,7 @@ from ..validation import MAX_CLOCK_SKEW_SECONDS
 from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
-from .tracing import QueueTracing
+from .tracing import QueueTracing, server_attributes
 
 __all__ = ["ENQUEUE_CHUNK", "ROUND_TRIP_BYTES", "Producer"]
 
@@ -53,7 +53,9 @@ class Producer:
     ) -> None:
         self._connection = connection
         self._settings = connection.settings
-        self._tracing = QueueTracing(tracer_provider)
+        self._tracing = QueueTracing(
+            tracer_provider, server=server_attributes(self._settings.redis)
+        )
         # A nonce per call lets a call retried after a lost reply recognise its own
         # writes; a process prefix plus a counter is unique without a syscall per job.
         self._nonce_prefix = os.urandom(6).hex()
