@@ -47,10 +47,12 @@ class CountedLeases(Leases):
         self.complete_calls: list[int] = []
         run = self._run
 
-        async def counted(script: Script, keys: list[str], args: list[Any]) -> Any:
+        async def counted(
+            script: Script, keys: list[str], args: list[Any], *, eager: bool = False
+        ) -> Any:
             if script is self._scripts.complete:
                 self.complete_calls.append((len(keys) - 4) // 2)
-            return await run(script, keys, args)
+            return await run(script, keys, args, eager=eager)
 
         self._run = counted
 

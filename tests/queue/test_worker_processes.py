@@ -17,10 +17,10 @@ import pytest
 import redis
 
 from platform_common.jobs.keys import QueueKeys
-from tests.support.queue_handlers import RUNS_KEY, behaviour, make_job
+from tests.support.queue_handlers import behaviour, make_job
 from tests.support.redis_server import RedisServer
 from tests.support.sync_redis import sync_reply
-from tests.support.worker_records import SyncClient, counters, result, runs
+from tests.support.worker_records import SyncClient, counters, result, run_log, runs
 from tests.support.workers import FAST_SETTINGS, ROOT, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
@@ -148,9 +148,7 @@ def test_counters_equal_ground_truth_after_a_mixed_workload(
 
     wait_until(finished, timeout=60, interval=0.1)
     stats = counters(client)
-    starts = [
-        line for line in sync_reply(client.lrange(RUNS_KEY, 0, -1)) if line.endswith(" start")
-    ]
+    starts = [entry for entry in run_log(client) if entry[3] == "start"]
     outcomes = [status(client, job["job_id"]) for job in plan]
     assert outcomes == ["succeeded"] * 25 + ["failed"] * 6 + ["expired"] * 3
     assert stats["enqueued"] == len(plan) == 34

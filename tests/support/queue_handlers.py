@@ -1,7 +1,7 @@
 """Handlers the queue tests run in worker processes, steered by the payload.
 
 `behave` reads `constraints["behaviour"]`; every run is recorded in Redis
-(RPUSH test:runs "<job_id> <pid> <attempt> <event>") so a test can count them.
+(RPUSH test:runs "<job_id> <pid> <attempt> <event> <nonce>") so a test can count them.
 Also `python -m tests.support.queue_handlers produce ...`: a producer process for the
 mixed-workload test."""
 
@@ -61,9 +61,16 @@ def _redis() -> RedisClient:
     return _client
 
 
+def run_line(job_id: str, attempt: int, event: str) -> str:
+    """One entry of the run log. The random tail makes each entry unique: a client that
+    re-sends an RPUSH whose reply was lost (the package's clients retry a timed-out
+    command) adds the same line twice, which the reader counts once; two runs of a
+    handler never share a line (worker_records.run_log)."""
+    return f"{job_id} {os.getpid()} {attempt} {event} {os.urandom(6).hex()}"
+
+
 async def record(job_id: str, event: str) -> None:
-    attempt = current_job().attempt
-    await _redis().rpush(RUNS_KEY, f"{job_id} {os.getpid()} {attempt} {event}")
+    await _redis().rpush(RUNS_KEY, run_line(job_id, current_job().attempt, event))
 
 
 async def behave(job: JobPayload) -> Any:
@@ -135,13 +142,13 @@ def behave_sync(job: JobPayload) -> Any:
     time.sleep, "fail" raises; every run is recorded like `behave` records it."""
     context = current_job()
     client = _sync_redis()
-    client.rpush(RUNS_KEY, f"{job.job_id} {os.getpid()} {context.attempt} start")
+    client.rpush(RUNS_KEY, run_line(job.job_id, context.attempt, "start"))
     behaviour = job.constraints.get("behaviour", "ok")
     if behaviour == "sleep":
         time.sleep(float(job.constraints["seconds"]))
     elif behaviour == "fail":
         raise RuntimeError(f"boom on attempt {context.attempt}")
-    client.rpush(RUNS_KEY, f"{job.job_id} {os.getpid()} {context.attempt} finish")
+    client.rpush(RUNS_KEY, run_line(job.job_id, context.attempt, "finish"))
     return {
         "pid": os.getpid(),
         "attempt": context.attempt,

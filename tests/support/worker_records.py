@@ -36,13 +36,18 @@ def sync_client(redis_url: str) -> Iterator[SyncClient]:
         client.close()
 
 
+def run_log(client: SyncClient) -> list[tuple[str, int, int, str]]:
+    """(job_id, pid, attempt, event) of every run log entry, in order; an entry a client
+    pushed twice (a retried RPUSH) counted once (queue_handlers.run_line)."""
+    lines = dict.fromkeys(sync_reply(client.lrange(RUNS_KEY, 0, -1)))
+    entries = [line.split() for line in lines]
+    return [(job_id, int(pid), int(attempt), event) for job_id, pid, attempt, event, _ in entries]
+
+
 def runs(client: SyncClient, job_id: str, event: str = "start") -> list[tuple[int, int]]:
     """(pid, attempt) of every recorded `event` of the job, in order."""
-    entries = [line.split() for line in sync_reply(client.lrange(RUNS_KEY, 0, -1))]
     return [
-        (int(pid), int(attempt))
-        for jid, pid, attempt, ev in entries
-        if (jid, ev) == (job_id, event)
+        (pid, attempt) for jid, pid, attempt, ev in run_log(client) if (jid, ev) == (job_id, event)
     ]
 
 
