@@ -50,14 +50,23 @@ def behaviour(name: str, **extra: Any) -> dict[str, Any]:
 
 
 _client: RedisClient | None = None
+_first_use = asyncio.Lock()
 
 
-def _redis() -> RedisClient:
+async def _redis() -> RedisClient:
+    """The handlers' own client, made and first used by one handler alone: redis-py's
+    cluster client, first used by several tasks at once, can fail one of them with
+    "'NoneType' object has no attribute 'writelines'" while it connects (seen as a
+    sleeper's failed first attempt on a loaded machine)."""
     global _client
     if _client is None:
-        # RedisSettings, not Redis.from_url: the URL may name a cluster (reliability tests).
-        url = os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"]
-        _client = RedisSettings.from_url(url).make_client()
+        async with _first_use:
+            if _client is None:
+                # RedisSettings, not Redis.from_url: the URL may name a cluster.
+                url = os.environ.get("QUEUE_REDIS_URL") or os.environ["REDIS_URL"]
+                client = RedisSettings.from_url(url).make_client()
+                await client.ping()
+                _client = client
     return _client
 
 
@@ -70,7 +79,7 @@ def run_line(job_id: str, attempt: int, event: str) -> str:
 
 
 async def record(job_id: str, event: str) -> None:
-    await _redis().rpush(RUNS_KEY, run_line(job_id, current_job().attempt, event))
+    await (await _redis()).rpush(RUNS_KEY, run_line(job_id, current_job().attempt, event))
 
 
 async def behave(job: JobPayload) -> Any:
