@@ -7,7 +7,9 @@ no timing decides these tests."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,55 @@ async def test_an_eager_error_reply_is_raised_and_the_next_command_runs(
     with pytest.raises(Exception, match="WRONGTYPE"):
         await pipeline.execute(("LPUSH", "{t}:s", "x"), eager=True)
     assert await pipeline.execute(("GET", "{t}:s"), eager=True) == "text"
+
+
+async def test_eager_and_batched_commands_interleaved_each_get_their_own_reply(
+    clients: tuple[AutoPipeline, RedisClient],
+) -> None:
+    """Callers mixing eager and batched commands, each yielding a varying number of
+    turns: a batch sent while an eager command is on the wire (or the reverse) would
+    hand one caller another's reply."""
+    pipeline, other = clients
+    await other.mset({f"{{t}}:m{n}": f"m-{n}" for n in range(40)})
+    rng = random.Random(7)
+    plans = [[(rng.random() < 0.5, rng.randrange(3)) for _ in range(40)] for _ in range(40)]
+
+    async def caller(n: int, plan: list[tuple[bool, int]]) -> list[str]:
+        replies = []
+        for eager, turns in plan:
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            replies.append(await pipeline.execute(("GET", f"{{t}}:m{n}"), eager=eager))
+        return replies
+
+    got = await asyncio.gather(*(caller(n, plan) for n, plan in enumerate(plans)))
+    assert got == [[f"m-{n}"] * 40 for n in range(40)]
+
+
+async def test_a_batch_waits_while_an_eager_command_issued_between_batches_is_on_the_wire(
+    clients: tuple[AutoPipeline, RedisClient],
+) -> None:
+    """Two callers answered by one batch: the first sends an eager pop at once (the
+    flusher is idle, between batches), the second queues a GET. The flusher, resuming,
+    must leave the connection to the pop; the GET goes after it, its reply its own."""
+    pipeline, other = clients
+    await other.set("{t}:g", "mine")
+    woken = asyncio.Event()
+
+    async def first() -> Any:
+        await pipeline.execute(("PING",))
+        return await pipeline.execute(("BLPOP", "{t}:go", 0), eager=True)
+
+    async def second() -> Any:
+        await pipeline.execute(("PING",))
+        woken.set()
+        return await pipeline.execute(("GET", "{t}:g"))
+
+    popped = asyncio.create_task(first())
+    got = asyncio.create_task(second())
+    await woken.wait()
+    await eventually(lambda: blocked(other))
+    assert not got.done()  # it waits for the pop, on the one connection
+    await other.lpush("{t}:go", "now")
+    assert await popped == ["{t}:go", "now"]
+    assert await got == "mine"

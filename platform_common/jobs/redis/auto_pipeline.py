@@ -137,6 +137,7 @@ class AutoPipeline:
         self._waiting: list[tuple[Sequence[Command], asyncio.Future[Replies]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._eager_in_flight = False
+        self._batch_in_flight = False
 
     async def execute(self, command: Command, *, eager: bool = False) -> Any:
         """The command's reply; its error (a ResponseError, a lost connection) raised.
@@ -149,7 +150,9 @@ class AutoPipeline:
         worker, whose take and completions should share a turn's write. Cancelling the
         caller cuts the round trip (the connection is dropped and reconnected), as with
         any redis-py call: only for commands that are safe to repeat or lose."""
-        if eager and self._flusher is None and not self._eager_in_flight:
+        # The flusher may be alive between two batches (its one turn for the callers it
+        # answered): what matters is that nothing waits and nothing is on the wire.
+        if eager and not self._waiting and not self._batch_in_flight and not self._eager_in_flight:
             self._eager_in_flight = True
             try:
                 reply = (await run_batch(self._send, [command]))[0]
@@ -181,15 +184,19 @@ class AutoPipeline:
 
     async def _flush(self) -> None:
         try:
-            while self._waiting:
+            # An eager command on the wire has the connection: wait for its end (it
+            # starts a flusher then, if this one has gone).
+            while self._waiting and not self._eager_in_flight:
                 batch, self._waiting = self._waiting, []
                 live = [(commands, future) for commands, future in batch if not future.done()]
                 if not live:
                     continue
                 merged = [command for commands, _ in live for command in commands]
+                self._batch_in_flight = True
                 try:
                     replies = await run_batch(self._send, merged)
                 except BaseException as exc:
+                    self._batch_in_flight = False
                     error = exc if isinstance(exc, Exception) else RedisConnectionError("closed")
                     for _, future in live:
                         if not future.done():
@@ -197,6 +204,7 @@ class AutoPipeline:
                     if not isinstance(exc, Exception):
                         raise
                     continue
+                self._batch_in_flight = False
                 start = 0
                 for commands, future in live:
                     part = Replies(replies[start : start + len(commands)])
