@@ -125,7 +125,9 @@ def main() -> None:
                 )
             sides["off"] = lambda single, many: measure(url, single, many, AGENT_TYPE, concurrency)
 
-            def traced(single: list[dict[str, Any]], many: list[dict[str, Any]]) -> dict[str, float]:
+            def traced(
+                single: list[dict[str, Any]], many: list[dict[str, Any]]
+            ) -> dict[str, float]:
                 rates = measure(url, single, many, AGENT_TYPE, concurrency, provider)
                 # Spans still queued would be exported by the processor's thread during
                 # the next side's round, in this process: off would pay for on's spans.
