@@ -150,13 +150,19 @@ class LeaseKeeper:
         checked = time.monotonic()
         while not stop.is_set():
             now = time.monotonic()
-            if now - checked > self.stall_after:
-                # This thread did not run either: the whole process was paused (SIGSTOP)
-                # or starved of CPU. Not the loop's fault: count its lag from now on.
-                self._beat = now
+            self.observe(now, paused=now - checked > self.stall_after)
             checked = now
-            self._check_loop(now)
             await _wait(stop, self.tick)
+
+    def observe(self, now: float, *, paused: bool = False) -> None:
+        """One look at the worker's loop at `now` (monotonic). `paused`: this thread did
+        not run either for longer than a stall: the whole process was paused (SIGSTOP)
+        or starved of CPU, not the loop's fault, so the loop's lag counts from now on.
+        Unless a stall is already reported: it goes on (restarting its count would end
+        it here and report the rest as a second stall of the same job)."""
+        if paused and self._stall is None:
+            self._beat = now
+        self._check_loop(now)
 
     def _check_loop(self, now: float) -> None:
         lag = now - self._beat
