@@ -6,12 +6,12 @@ in `malformed`, so one corrupt field cannot hide the rest of the queue's metrics
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs.redis.memory_policy import MemoryInfo
+from platform_common.jobs.redis.replies import finite_number, hash_fields
 
 from .catalogue import MAX_WORKERS_PER_TYPE
 from .server_stats import ServerStats
@@ -139,13 +139,13 @@ def type_snapshot(
     HGETALL of worker -> jobs in progress (flat or a dict; None: not read).
     """
     malformed = stats.malformed
-    workers, errors = _workers(beats, now_ms, _pairs(worker_jobs))
+    workers, errors = _workers(beats, now_ms, hash_fields(worker_jobs))
     malformed += errors
     queue, processing, delayed, dead = depths
     depth = _int(queue)
     oldest_age: float | None = 0.0
     if oldest is not None:
-        enqueued_ms = _number(oldest)
+        enqueued_ms = finite_number(oldest)
         if enqueued_ms is None or enqueued_ms < 0:
             malformed += 1
             oldest_age = None
@@ -182,7 +182,7 @@ def _workers(
     malformed = 0
     ages: list[WorkerBeat] = []
     for worker, score in beats:
-        beat_ms = _number(score)
+        beat_ms = finite_number(score)
         if beat_ms is None:
             malformed += 1
             continue
@@ -198,26 +198,8 @@ def _workers(
     return tuple(shown), malformed
 
 
-def _pairs(raw: object) -> dict[str, str]:
-    """HGETALL's reply (flat [field, value, ...] in RESP2, a dict in RESP3) as a dict."""
-    if isinstance(raw, dict):
-        return {str(k): str(v) for k, v in raw.items()}
-    if not isinstance(raw, list | tuple):
-        return {}
-    items = iter(raw)
-    return dict(zip(map(str, items), map(str, items), strict=False))
-
-
-def _number(raw: object) -> float | None:
-    try:
-        value = float(str(raw))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _heartbeat(raw: object) -> float | None:
-    value = _number(raw)
+    value = finite_number(raw)
     return None if value is None else value / 1000.0
 
 

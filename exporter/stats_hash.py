@@ -26,6 +26,7 @@ from platform_common.jobs.keys import (
     histogram_count_field,
     histogram_sum_field,
 )
+from platform_common.jobs.redis.replies import finite_number, hash_fields
 
 __all__ = ["HISTOGRAMS", "LatencyHistogram", "StatsReading", "parse_stats"]
 
@@ -68,7 +69,7 @@ def parse_stats(
 ) -> StatsReading:
     """HGETALL's reply (flat [field, value, ...] or a dict) -> StatsReading.
     `bucket_bounds` are the queue's configured latency buckets (see `_histogram`)."""
-    fields = _pairs(stats)
+    fields = hash_fields(stats)
     bounds = _configured_bounds(tuple(bucket_bounds))
     malformed = 0
     per_bound: dict[str, dict[float, int]] = {name: {} for name in HISTOGRAMS}
@@ -131,7 +132,7 @@ def _histogram(
             per_bound.setdefault(math.inf, 0)
             ordered = {bound: per_bound[bound] for bound in sorted(per_bound)}
         buckets = tuple(zip(ordered, accumulate(ordered.values()), strict=True))
-    total = _number(fields.get(_SUM_FIELDS[name], "0"))
+    total = finite_number(fields.get(_SUM_FIELDS[name], "0"))
     if total is None or total < 0:
         # Without a sum the histogram would lie about the mean: leave it out.
         return None, 1
@@ -216,26 +217,8 @@ def _configured_bounds(bucket_bounds: tuple[float, ...]) -> _Bounds:
     return bounds
 
 
-def _pairs(flat: object) -> dict[str, str]:
-    if isinstance(flat, dict):
-        return {str(k): str(v) for k, v in flat.items()}
-    if not isinstance(flat, list | tuple):
-        return {}
-    # [field, value, ...]: one shared iterator pairs them (a dangling last one is dropped).
-    items = iter(flat)
-    return dict(zip(map(str, items), map(str, items), strict=False))
-
-
-def _number(raw: object) -> float | None:
-    try:
-        value = float(str(raw))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _bound(text: str) -> float | None:
     if text == "+Inf":
         return math.inf
-    value = _number(text)
+    value = finite_number(text)
     return value if value is not None and value >= 0 else None
