@@ -15,10 +15,11 @@ venv: $(STAMP)
 # exporter/, monitoring/, dashboards/, alerts/ and runbooks/ install under the
 # platform_common namespace (pyproject's package-dir). The strict editable mode links
 # every file into one tree that Python and mypy both follow, so the install is redone
-# when a Python file is added or removed (FILE_LIST changes only then).
+# when a file is added or removed (FILE_LIST changes only then): a Python module, and
+# as much a Lua script or a page the package loads from its own directory.
 FILE_LIST := $(VENV)/.package-files
 PACKAGE_DIRS := $(wildcard platform_common exporter monitoring dashboards alerts runbooks)
-$(shell mkdir -p $(VENV) && find $(PACKAGE_DIRS) -name '*.py' -not -path '*/__pycache__/*' \
+$(shell mkdir -p $(VENV) && find $(PACKAGE_DIRS) -type f -not -path '*/__pycache__/*' \
 	| sort > $(FILE_LIST).new && (cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST)))
 
 $(STAMP): pyproject.toml $(FILE_LIST)

@@ -218,6 +218,8 @@ _WORKER_SCRIPTS = (
     "queue_promote",
     "queue_reap_scan",
     "queue_expire",
+    "queue_expire_queued",
+    "queue_expire_tail",
     "queue_dead_requeue",
     "queue_dead_purge",
     "queue_kept_prune",
@@ -231,8 +233,9 @@ def _worker_queue_commands() -> tuple[str, ...]:
         called |= script_commands(script)
     direct = {"blmove", "lmove", "lrange", "llen", "zcard", "zrangebyscore", "hgetall", "hmget"}
     direct |= {"get"}  # results, read back by operators
-    # DEL and SET get their own, narrower grants; TIME and PUBLISH are keyless.
-    return tuple(sorted((called | direct | set(_SCRIPTING)) - {"del", "set", "time", "publish"}))
+    # DEL, SET and LTRIM get their own, narrower grants; TIME and PUBLISH are keyless.
+    narrower = {"del", "set", "ltrim", "time", "publish"}
+    return tuple(sorted((called | direct | set(_SCRIPTING)) - narrower))
 
 
 # What the operator tools read (operations/: info, workers, job show, dead list/show, the
@@ -288,6 +291,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiring", write=True),
                         _queue("arrivals", write=True),
                         _queue("arrived", write=True),
+                        _queue("deadline_mark", write=True),
                         _queue("job:*", write=True),  # read only, by EXISTS/HGET below
                         _queue("result:*", write=True),  # read only, by EXISTS below
                         _queue("expiring:*", write=True),
@@ -295,8 +299,10 @@ ROLES: dict[str, AclRole] = {
                 ),
                 # What the enqueue script writes, each command on its one kind of key: a
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
-                # queue list and in its expiry bucket, and a count of its arrival second.
+                # queue list (and in its expiry bucket when out of deadline order), a count
+                # of its arrival second, and the deadline mark (keys.py).
                 Grant(("lpush",), (_queue("queue", write=True),)),
+                Grant(("get", "set"), (_queue("deadline_mark", write=True),)),
                 Grant(("rpush",), (_queue("expiring:*", write=True),)),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
                 Grant(("hincrby",), (_queue("stats", write=True), _queue("arrived", write=True))),
@@ -319,6 +325,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiring"),
                         _queue("arrivals"),
                         _queue("arrived"),
+                        _queue("deadline_mark"),
                         _queue("expiring:*"),
                         _queue("job:*"),
                     ),
@@ -345,9 +352,15 @@ ROLES: dict[str, AclRole] = {
             keyless=("time", "scan", "publish", "info"),  # info: the eviction policy check
             grants=(
                 Grant(_worker_queue_commands(), (_queue("*", write=True),)),
-                # Only records and results are ever deleted (expiry, purge), only results SET.
+                # Only records and results are ever deleted (expiry, purge); SET writes
+                # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
                 Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
-                Grant(("set",), (_queue("result:*", write=True),)),
+                Grant(
+                    ("set",), (_queue("result:*", write=True), _queue("deadline_mark", write=True))
+                ),
+                # Expiry buckets are trimmed once expired (queue_expire_queued); the queue
+                # list never is (its tail scan removes entries one by one, with LREM).
+                Grant(("ltrim",), (_queue("expiring:*", write=True),)),
                 Grant(("sadd",), (_TYPES,)),
                 _store_grant(*_STORE_SCRIPTS),
             ),

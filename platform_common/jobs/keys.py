@@ -30,12 +30,25 @@ Queue (one set per agent type), prefix default "jobs":
                                      (the field and the member go when it drops to 0), the
                                      exporter reads the oldest waiting job's age
                                      (min of this and `waiting`) without reading any job
+    jobs:{type}:deadline_mark STRING the deadline (ms, rounded up to EXPIRY_BUCKET_MS) no
+                                     job of `queued` in deadline order expires after; it
+                                     expires itself EXPIRY_BUCKET_MS after that. A job
+                                     whose deadline is no earlier than the mark minus
+                                     EXPIRY_BUCKET_MS is enqueued "in order" (",o" in
+                                     its packed header, queue/envelope.py) and raises
+                                     the mark: the ordered jobs wait on the queue list
+                                     in deadline order, so the cleanup expires them
+                                     from the list's tail (lua/queue_expire_tail.lua)
+                                     and they need no expiry bucket entry. Written by
+                                     the enqueue script, once per EXPIRY_BUCKET_MS.
     jobs:{type}:expiring      ZSET   bucket (ms) -> bucket: the expiry buckets of `queued`
-    jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` whose TTL
-                                     deadline falls in [ms, ms + EXPIRY_BUCKET_MS); the
-                                     cleanup expires a bucket once it is wholly past (an
-                                     id no longer in `queued` is skipped). A list entry
-                                     costs a tenth of a sorted-set entry.
+    jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` out of
+                                     deadline order (a shorter TTL than jobs ahead of
+                                     them) whose TTL deadline falls in
+                                     [ms, ms + EXPIRY_BUCKET_MS); the cleanup expires a
+                                     bucket once it is wholly past (an id no longer in
+                                     `queued` is skipped). Jobs of the previous layout
+                                     all have an entry here.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, Leases.take): field
@@ -175,6 +188,7 @@ _QUEUE_KEY_TYPES = {
     "arrivals": "zset",
     "arrived": "hash",
     "expiring": "zset",
+    "deadline_mark": "string",
     "processing": "list",
     "leases": "zset",
     "delayed": "zset",
@@ -324,6 +338,10 @@ class QueueKeys:
     @property
     def expiring(self) -> str:
         return f"{self.base}:expiring"
+
+    @property
+    def deadline_mark(self) -> str:
+        return f"{self.base}:deadline_mark"
 
     def expiring_bucket(self, expires_at_ms: int) -> str:
         """The expiry bucket list of a job of `queued` whose deadline is `expires_at_ms`."""

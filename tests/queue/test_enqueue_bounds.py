@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import InvalidPayload
-from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.keys import EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from platform_common.jobs.validation import MAX_CLOCK_SKEW_SECONDS, MAX_TTL_SECONDS
@@ -75,11 +75,15 @@ async def test_the_longest_ttl_is_stored_in_integer_digits(
     job_id = await queue.enqueue(make_job(ttl_seconds=MAX_TTL_SECONDS))
     # The packed header as the script wrote it (not as a parser would forgive it).
     packed = await redis_client.hget(DINING.queued, job_id)
-    enqueued_at, expires_at, ttl, _attempts, _nonce = packed.split("\n", 1)[0].split(",")
+    enqueued_at, expires_at, ttl, _attempts, _nonce, *order = packed.split("\n", 1)[0].split(",")
+    assert order == ["o"]  # the first job is in deadline order: ",o" ends its header
     assert ttl == str(MAX_TTL_SECONDS)
     assert enqueued_at.isdigit() and expires_at.isdigit()
     fields = await stored_fields(redis_client, DINING, job_id)
     assert (fields["ttl"], fields["expires_at"]) == (ttl, expires_at)
+    # The deadline mark it raised, its deadline rounded up to a bucket: integer digits too.
+    mark = await redis_client.get(DINING.deadline_mark)
+    assert mark.isdigit() and 0 < int(mark) - int(expires_at) <= EXPIRY_BUCKET_MS
     assert int(expires_at) > int((await redis_now(redis_client)).timestamp() * 1000)
 
 

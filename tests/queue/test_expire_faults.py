@@ -3,6 +3,9 @@ wrong type or a malformed value, the cleanup runs, and the outcome is either suc
 with a consistent state or the package's CorruptQueueState (naming the key) with the whole
 keyspace unchanged (DUMP and absolute expiry of every key compared). Redis does not undo
 a script that fails midway, so "unchanged" is the proof that every check ran first.
+The queue list is the exception: the cleanup's last step (the tail walk,
+lua/queue_expire_tail.lua) finds it of another type, after the steps before it have
+done their own, each atomic, work.
 
 The jobs expired here wait with a job hash (`waiting` and `expiry` entries: requeued,
 released, or enqueued by the previous layout), the form queue_expire.lua reads; a job
@@ -29,8 +32,12 @@ from redis.exceptions import ResponseError
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue
-from platform_common.jobs.queue.expiry import CORRUPT_RESULT_TTL_SECONDS, expire_jobs
+from platform_common.jobs.queue import JobQueue, Maintenance
+from platform_common.jobs.queue.expiry import (
+    CORRUPT_RESULT_TTL_SECONDS,
+    ExpireReport,
+    expire_jobs,
+)
 from platform_common.jobs.redis.script import Script
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
@@ -165,22 +172,73 @@ async def test_a_large_valid_expired_counter_is_added_to(env: Env) -> None:
     assert await env.raw.hget(DINING.stats, "expired") == "999999999999999992"
 
 
-@pytest.mark.parametrize("kind", ["list", "set", "zset", "hash", "stream"])
-async def test_the_queue_list_and_a_result_key_of_another_type_are_not_in_the_way(
-    env: Env, kind: str
-) -> None:
-    """Expiry no longer touches the queue list; a result key is overwritten by SET."""
-    await plant(env.raw, DINING.queue, kind)
-    await plant(env.raw, DINING.result(env.due[0]), kind)
-    before = await env.snapshot()
-    assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
+def expiry_writes(env: Env) -> set[bytes]:
+    """The keys expiring the due jobs writes (queue_expire.lua)."""
     expected = {DINING.expiry, DINING.waiting, DINING.stats}
     for job_id in env.due:
         expected |= {DINING.job(job_id), DINING.result(job_id)}
-    assert changed_keys(before, await env.snapshot()) == {key.encode() for key in expected}
+    return {key.encode() for key in expected}
+
+
+async def assert_due_expired(env: Env) -> None:
     for job_id in env.due:
         result = await env.queue.get_result(job_id, "dining")
         assert result is not None and result.status == "expired"
+    assert (await env.queue.stats("dining")).counters["expired"] == len(env.due)
+
+
+@pytest.mark.parametrize("kind", ["list", "set", "zset", "hash", "stream"])
+async def test_stale_queue_entries_are_trimmed_and_a_result_key_of_another_type_replaced(
+    env: Env, kind: str
+) -> None:
+    """The cleanup's tail walk (lua/queue_expire_tail.lua) removes the entries at the
+    queue list's tail that name no job; a result key of any type is overwritten by SET."""
+    await plant(env.raw, DINING.queue, "list")  # one entry, "a": no job of that id
+    await env.raw.rpush(DINING.queue, "b")
+    await plant(env.raw, DINING.result(env.due[0]), kind)
+    before = await env.snapshot()
+    assert sorted(await env.queue.cleanup("dining")) == sorted(env.due)
+    changed = changed_keys(before, await env.snapshot())
+    assert changed == expiry_writes(env) | {DINING.queue.encode()}
+    assert not await env.raw.exists(DINING.queue)
+    await assert_due_expired(env)
+
+
+@pytest.mark.parametrize("kind", ["string", "set", "zset", "hash", "stream"])
+async def test_a_queue_list_of_another_type_is_named_after_the_due_jobs_are_expired(
+    env: Env, kind: str
+) -> None:
+    """The tail walk's read of the queue list fails (WRONGTYPE): CorruptQueueState names
+    it. The steps before it in the same cleanup, each atomic, have done their work: the
+    due jobs with a job hash are expired, counted once."""
+    await plant(env.raw, DINING.queue, kind)
+    before = await env.snapshot()
+    told: list[ExpireReport] = []
+    with pytest.raises(CorruptQueueState) as info:
+        await Maintenance(env.queue.connection, "dining").expire_due(on_expired=told.append)
+    named = (DINING.queue, f"holds a {kind}, where the queue keeps a list")
+    assert (info.value.key, info.value.problem) == named
+    assert changed_keys(before, await env.snapshot()) == expiry_writes(env)
+    await assert_due_expired(env)
+    # What the first step expired was told before the tail walk raised: a worker logs a
+    # line for each of those jobs all the same.
+    assert [sorted(report.expired) for report in told] == [sorted(env.due)]
+
+
+TRACED = '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}'
+"""A job hash's trace_context field, as an enqueue inside a trace wrote it."""
+
+
+async def test_each_expired_job_comes_back_with_its_trace_context(env: Env) -> None:
+    """The worker logs each expiry under the trace its job was created in: the script
+    replies each expired job's trace_context at its id's position, '' for none."""
+    plain, traced = env.due
+    await env.raw.hset(DINING.job(traced), "trace_context", TRACED)
+    connection = env.queue.connection
+    report = await expire_jobs(
+        connection.run_script, connection.scripts.expire, DINING, [plain, traced]
+    )
+    assert report == ExpireReport(expired=(plain, traced), traces=("", TRACED))
 
 
 async def test_the_script_refuses_a_bad_fallback_ttl_before_writing(env: Env) -> None:

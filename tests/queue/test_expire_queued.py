@@ -1,7 +1,13 @@
-"""Expiry of jobs that wait packed in `queued` (enqueued, never claimed): the cleanup
-(Maintenance.cleanup -> expiry.expire_queued -> lua/queue_expire_queued.lua) expires the
-jobs of an expiry bucket once the whole bucket is past by Redis TIME, and skips the
-entries of jobs that left `queued` since (claimed, or expired by a claim). Each expired
+"""Expiry of jobs that wait packed in `queued` (enqueued, never claimed) by their expiry
+bucket: the cleanup (Maintenance.cleanup -> expiry.expire_queued ->
+lua/queue_expire_queued.lua) expires the jobs of an expiry bucket once the whole bucket
+is past by Redis TIME, and skips the entries of jobs that left `queued` since (claimed,
+or expired by a claim). Only a job enqueued out of deadline order has a bucket entry
+(lua/queue_enqueue.lua): every test here holds the deadline mark a day ahead first
+(stored_jobs.hold_deadline_mark), so its jobs, of a shorter TTL, are all out of order.
+The same cleanup then walks the queue list from its tail (lua/queue_expire_tail.lua,
+test_tail_expiry.py): it trims the entries of expired jobs off the tail, and expires a
+due job it meets there. Each expired
 job is counted once, gets its "expired" result for its TTL, and its completion event;
 its packed field and its arrival count go. Then the fault injection, as
 test_expire_faults.py does it for queue_expire.lua: a key of another type or a value
@@ -22,18 +28,24 @@ import pytest
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases, QueueState
-from platform_common.jobs.queue.expiry import CORRUPT_RESULT_TTL_SECONDS
+from platform_common.jobs.queue import JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.queue.expiry import (
+    CORRUPT_RESULT_TTL_SECONDS,
+    ExpireReport,
+    expire_in_order,
+)
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
-from tests.support.stored_jobs import make_packed_due
+from tests.support.stored_jobs import hold_deadline_mark, make_packed_due
 
 pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
 
 DINING = QueueKeys("dining")
 TTL = 600
+IN_ORDER_TTL = 2 * 86_400
+"""A TTL past the deadline mark the tests hold (a day ahead): a job in deadline order."""
 
 
 @dataclass
@@ -49,6 +61,13 @@ class Env:
 
     async def enqueue(self, count: int) -> list[str]:
         return await self.queue.enqueue_many([make_job(ttl_seconds=TTL) for _ in range(count)])
+
+    async def enqueue_in_order(self) -> str:
+        """A job in deadline order, due in days: at the list's tail, the tail walk stops
+        at it, so it reaches no job behind it."""
+        job_id: str = await self.queue.enqueue(make_job(ttl_seconds=IN_ORDER_TTL))
+        assert (await self.raw.hget(DINING.queued, job_id)).split("\n", 1)[0].endswith(",o")
+        return job_id
 
     async def counter(self, name: str) -> int:
         return (await self.queue.stats("dining")).counters[name]
@@ -77,6 +96,8 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
     raw_bytes = settings.make_client(decode_responses=False)
     try:
         await queue.connection.register_type("dining")
+        # The bucket path is what this file tests: the jobs are out of deadline order.
+        await hold_deadline_mark(raw, DINING)
         yield Env(queue, raw, raw_bytes)
     finally:
         await queue.aclose()
@@ -118,16 +139,37 @@ async def test_the_cleanup_expires_a_packed_job_once_its_bucket_is_past(env: Env
     stats = await env.queue.stats("dining")
     assert stats.queued == 2
     assert stats.counters["enqueued"] == stats.counters["expired"] + 2
-    # The queue list entries stay (lazy removal: a worker drops them, test_lazy_expiry.py).
-    assert await env.raw.llen(DINING.queue) == 5
+    # Enqueued first, their entries are at the list's tail: trimmed off it.
+    assert await env.raw.lrange(DINING.queue, 0, -1) == waits[::-1]
     assert await env.queue.cleanup("dining") == []  # nothing twice
     assert await env.counter("expired") == 3
+
+
+async def test_entries_of_expired_jobs_behind_a_waiting_job_stay_on_the_list(env: Env) -> None:
+    """Only the tail is trimmed (an LREM would cost O(list)): an expired job's entry
+    head-ward of a job that still waits stays (lazy removal: the worker that pops it
+    drops it, test_lazy_expiry.py), until the entries tail-ward of it are gone."""
+    (waits,) = await env.enqueue(1)
+    due = await env.enqueue(2)
+    await make_packed_due(env.raw, DINING, due)
+    assert sorted(await env.queue.cleanup("dining")) == sorted(due)
+    assert await env.counter("expired") == 2
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [*due[::-1], waits]
+    assert await env.raw.hkeys(DINING.queued) == [waits]
+    # The waiting job taken, the stale entries reach the tail: the next cleanup trims them.
+    assert await env.claim(waits) == [waits]
+    assert await env.queue.cleanup("dining") == []
+    assert await env.raw.lrange(DINING.queue, 0, -1) == []
+    assert await env.counter("expired") == 2
 
 
 async def test_a_bucket_not_yet_wholly_past_waits_though_its_jobs_are_due(env: Env) -> None:
     """A deadline at the start of the bucket Redis TIME is in: the job is past it (a claim
     would expire it), but the cleanup waits for the bucket's end. Tried until one try
-    runs within one bucket (a try that crosses a bucket's end proves nothing)."""
+    runs within one bucket (a try that crosses a bucket's end proves nothing). A job in
+    deadline order, not due, waits at the list's tail: the tail walk stops there, so
+    only the bucket could expire the job (at the tail, the walk would: next test)."""
+    tail = await env.enqueue_in_order()
     (job_id,) = await env.enqueue(1)
     for _ in range(20):
         now = await env.redis_ms()
@@ -145,6 +187,55 @@ async def test_a_bucket_not_yet_wholly_past_waits_though_its_jobs_are_due(env: E
     assert await env.raw.hget(DINING.queued, job_id) is not None
     assert await env.counter("expired") == 0
     assert await env.raw.lrange(DINING.expiring_bucket(start), 0, -1) == [job_id]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [job_id, tail]
+
+
+async def test_at_the_tail_a_due_job_is_expired_before_its_bucket_is_past(env: Env) -> None:
+    """The tail walk expires any packed job past its deadline it meets, bucket or not;
+    its bucket entry is then a stale one, which the bucket's expiry skips."""
+    (job_id,) = await env.enqueue(1)
+    now = await env.redis_ms()
+    deadline = await make_packed_due(
+        env.raw, DINING, [job_id], deadline_ms=now - now % EXPIRY_BUCKET_MS
+    )
+    connection = env.queue.connection
+    report = await expire_in_order(
+        connection.run_script, connection.execute_many, connection.refusal,
+        connection.scripts.expire_tail, DINING,
+    )  # fmt: skip
+    assert report.expired == (job_id,)
+    assert await env.raw.lrange(DINING.queue, 0, -1) == []
+    assert await env.raw.lrange(DINING.expiring_bucket(deadline), 0, -1) == [job_id]
+    result = await env.queue.get_result(job_id, "dining")
+    assert result is not None and result.status == QueueState.EXPIRED
+    assert await env.queue.cleanup("dining") == []  # not expired twice, whenever it runs
+    assert await env.counter("expired") == 1
+
+
+TRACED = '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}'
+"""A trace context line as the enqueue packs it (the second line of the value)."""
+
+
+async def with_trace(client: RedisClient, job_id: str, trace: str) -> None:
+    """Rewrite the trace context line of the packed `job_id`, as an enqueue inside a
+    trace would have written it."""
+    header, _, payload = (await client.hget(DINING.queued, job_id)).split("\n", 2)
+    await client.hset(DINING.queued, job_id, f"{header}\n{trace}\n{payload}")
+
+
+async def test_each_expired_job_comes_back_with_its_trace_context(env: Env) -> None:
+    """The worker logs each expiry under the trace its job was created in: the report
+    carries each expired job's trace context at its id's position, '' for none. A job in
+    deadline order, not due, at the tail stops the tail walk: the bucket expires them."""
+    tail = await env.enqueue_in_order()
+    plain, traced = await env.enqueue(2)
+    await with_trace(env.raw, traced, TRACED)
+    await make_packed_due(env.raw, DINING, [plain, traced])
+
+    report = await Maintenance(env.queue.connection, "dining").expire_due()
+    assert report == ExpireReport(expired=(plain, traced), traces=("", TRACED))
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [traced, plain, tail]
+    assert await env.counter("expired") == 2
 
 
 async def test_entries_of_jobs_claimed_since_are_skipped(env: Env) -> None:

@@ -1,6 +1,8 @@
 """Lazy removal at expiry: a job expired while it waits leaves its queue list entry (an
 LREM would scan the whole backlog inside Redis); the worker that pops the entry drops it,
-running and counting nothing. Runs on a single node and on the cluster.
+running and counting nothing. Only the run of such entries at the list's very tail is
+removed, by the cleanup's tail walk (lua/queue_expire_tail.lua, test_tail_expiry.py).
+Runs on a single node and on the cluster.
 
 A job enqueued and never claimed waits packed in `queued` (keys.py); the cleanup expires
 it once its expiry bucket is wholly past, so `make_packed_due` moves its deadline that
@@ -19,7 +21,7 @@ from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance, curren
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
-from tests.support.stored_jobs import make_packed_due
+from tests.support.stored_jobs import make_packed_due, to_job_hash
 
 DINING = QueueKeys("dining")
 
@@ -111,7 +113,8 @@ async def test_an_expired_retry_leaves_the_delayed_set_or_its_queue_entry(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     """A retry is in the delayed set (ZREM there is O(log N)) or, once promoted, on the
-    queue list, where its entry stays like a waiting job's."""
+    queue list: its entry there stays like a waiting job's, but at the list's tail the
+    same cleanup's tail walk (lua/queue_expire_tail.lua) removes it."""
     delayed, promoted = make_job(), make_job()
 
     async def fails_first(job: JobPayload) -> str:
@@ -133,7 +136,7 @@ async def test_an_expired_retry_leaves_the_delayed_set_or_its_queue_entry(
     await make_due(redis_client, ids)
     assert sorted(await queue.cleanup("dining")) == sorted(ids)
     assert await redis_client.zcard(DINING.delayed) == 0
-    assert await redis_client.lrange(DINING.queue, 0, -1) == [promoted["job_id"]]
+    assert await redis_client.lrange(DINING.queue, 0, -1) == []  # it was at the tail
     assert await redis_client.zcard(DINING.waiting) == 0
 
     handler = Recorder()
@@ -158,7 +161,12 @@ async def test_a_stale_entry_of_a_reused_id_runs_the_new_job_once(
     """Once the old "expired" result is gone, the id may be enqueued again while its stale
     entry still waits. That entry then claims the new job (any claimable record is
     claimed); the new job's own entry finds it running or finished and is dropped. The
-    job runs once, and every counter balances."""
+    job runs once, and every counter balances. A job waiting with a job hash is kept at
+    the list's tail: the cleanup's tail walk trims only the run of stale entries at the
+    very tail, so the stale entry, head-ward of it, stays."""
+    kept = make_job(ttl_seconds=600, task="the kept job")
+    await queue.enqueue(kept)
+    await to_job_hash(redis_client, DINING, kept["job_id"])  # in `waiting`: kept
     job = make_job(ttl_seconds=600)
     await queue.enqueue(job)
     await make_packed_due(redis_client, DINING, [job["job_id"]])
@@ -167,8 +175,9 @@ async def test_a_stale_entry_of_a_reused_id_runs_the_new_job_once(
 
     again = make_job(job_id=job["job_id"], task="the new job")
     await queue.enqueue(again)
-    assert await redis_client.lrange(DINING.queue, 0, -1) == [job["job_id"]] * 2
-    assert (await queue.stats("dining")).queued == 1
+    listed = await redis_client.lrange(DINING.queue, 0, -1)
+    assert listed == [job["job_id"], job["job_id"], kept["job_id"]]
+    assert (await queue.stats("dining")).queued == 2
 
     tasks: list[str] = []
 
@@ -178,11 +187,11 @@ async def test_a_stale_entry_of_a_reused_id_runs_the_new_job_once(
 
     async with running_worker(queue.settings, record):
         await eventually(lambda: drained(redis_client))
-    assert tasks == ["the new job"]
+    assert tasks == ["the kept job", "the new job"]
     result = await queue.get_result(job["job_id"], "dining")
     assert result is not None and (result.status, result.result) == ("succeeded", "done")
     counters = (await queue.stats("dining")).counters
-    assert (counters["enqueued"], counters["started"], counters["completed"]) == (2, 1, 1)
+    assert (counters["enqueued"], counters["started"], counters["completed"]) == (3, 2, 2)
     assert counters["expired"] == 1 and balanced(counters, live=0)
 
 

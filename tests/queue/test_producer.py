@@ -7,6 +7,8 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually
 from tests.support.redis_server import find_free_port
-from tests.support.stored_jobs import stored_fields, to_job_hash
+from tests.support.stored_jobs import hold_deadline_mark, stored_fields, to_job_hash
 
 DINING = QueueKeys("dining")
 
@@ -56,7 +58,7 @@ def enqueue_call(
     """KEYS and ARGV of one lua/queue_enqueue.lua call (documented at its top) for jobs
     of payload "{}", a 60 s TTL and 3 attempts, created at `created_ms`."""
     script_keys = [keys.queue, keys.stats, keys.queued, keys.expiring]
-    script_keys += [keys.arrivals, keys.arrived]
+    script_keys += [keys.arrivals, keys.arrived, keys.deadline_mark]
     args: list[object] = [nonce, len(job_ids), created_ms, 300_000]
     args += [EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS]
     for job_id in job_ids:
@@ -83,18 +85,161 @@ async def test_enqueue_writes_job_queue_counter_and_type(
     assert enqueued_at > 0
     assert await redis_client.hget(DINING.stats, "enqueued") == "1"
     assert await redis_client.smembers(QueueKeys.types_key()) == {"dining"}
-    # Its deadline's expiry bucket holds it, and its arrival second counts it.
-    bucket = expires_at - expires_at % EXPIRY_BUCKET_MS
-    assert await redis_client.lrange(DINING.expiring_bucket(expires_at), 0, -1) == [job["job_id"]]
-    assert await redis_client.zrange(DINING.expiring, 0, -1, withscores=True) == [
-        (str(bucket), bucket)
+    # The first job is in deadline order: no expiry bucket entry (the cleanup finds it
+    # from the list's tail); its arrival second counts it.
+    assert await header_of(redis_client, job["job_id"]) == [
+        str(enqueued_at),
+        str(expires_at),
+        "60",
+        "3",
+        record["nonce"],
+        "o",
     ]
+    assert not await redis_client.exists(DINING.expiring_bucket(expires_at), DINING.expiring)
     second = enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS
     assert await redis_client.hgetall(DINING.arrived) == {str(second): "1"}
     assert await redis_client.zrange(DINING.arrivals, 0, -1, withscores=True) == [
         (str(second), second)
     ]
     assert not await redis_client.exists(DINING.expiry, DINING.waiting)
+
+
+async def header_of(client: RedisClient, job_id: str) -> list[str]:
+    """The fields of a waiting job's packed header, as the script wrote them."""
+    packed: str = await client.hget(DINING.queued, job_id)
+    return packed.split("\n", 1)[0].split(",")
+
+
+async def in_order(client: RedisClient, job_id: str) -> bool:
+    """Written in deadline order: ",o" ends its header, and it has no bucket entry."""
+    ordered = (await header_of(client, job_id))[5:] == ["o"]
+    expires_at = int((await header_of(client, job_id))[1])
+    listed = job_id in await client.lrange(DINING.expiring_bucket(expires_at), 0, -1)
+    assert ordered != listed, f"{job_id}: ordered {ordered}, in its bucket {listed}"
+    return ordered
+
+
+async def redis_ms(client: RedisClient) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def rounded_up(deadline_ms: int) -> int:
+    """The mark a deadline raises: the next bucket boundary above it."""
+    return deadline_ms - deadline_ms % EXPIRY_BUCKET_MS + EXPIRY_BUCKET_MS
+
+
+class Created:
+    """Jobs created at one whole second, now, so a test knows each one's deadline."""
+
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC).replace(microsecond=0)
+        self.ms = int(self.at.timestamp()) * 1000
+
+    def job(self, ttl_seconds: int) -> dict[str, Any]:
+        return make_job(created_at=self.at.isoformat(), ttl_seconds=ttl_seconds)
+
+    def deadline(self, ttl_seconds: int) -> int:
+        return self.ms + ttl_seconds * 1000
+
+
+async def test_a_lone_job_sets_the_deadline_mark_to_its_deadline_rounded_up(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    created = Created()
+    before = await redis_ms(redis_client)
+    job_id = await queue.enqueue(created.job(60))
+    assert await in_order(redis_client, job_id)
+    mark = await redis_client.get(DINING.deadline_mark)
+    assert mark == str(rounded_up(created.deadline(60)))
+    # It expires a bucket width after the mark: every job in order under it is due then.
+    left = await redis_client.pttl(DINING.deadline_mark)
+    after = await redis_ms(redis_client)
+    assert int(mark) + EXPIRY_BUCKET_MS - after <= left <= int(mark) + EXPIRY_BUCKET_MS - before
+
+
+async def test_a_shorter_ttl_after_a_longer_one_is_out_of_order(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    """It will be due before the job ahead of it on the list: the tail walk could not
+    reach it, so it gets its expiry bucket entry, and the mark stays."""
+    created = Created()
+    long_id = await queue.enqueue(created.job(600))
+    mark = await redis_client.get(DINING.deadline_mark)
+    short_id = await queue.enqueue(created.job(60))
+    assert await in_order(redis_client, long_id)
+    assert not await in_order(redis_client, short_id)
+    assert len(await header_of(redis_client, short_id)) == 5
+    bucket = DINING.expiring_bucket(created.deadline(60))
+    assert await redis_client.lrange(bucket, 0, -1) == [short_id]
+    start = int(bucket.rsplit(":", 1)[1])
+    assert await redis_client.zrange(DINING.expiring, 0, -1, withscores=True) == [
+        (str(start), start)
+    ]
+    assert await redis_client.get(DINING.deadline_mark) == mark
+
+
+async def test_an_equal_or_later_deadline_is_in_order_and_raises_the_mark(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    created = Created()
+    first = await queue.enqueue(created.job(60))
+    equal = await queue.enqueue(created.job(60))
+    assert await redis_client.get(DINING.deadline_mark) == str(rounded_up(created.deadline(60)))
+    later = await queue.enqueue(created.job(120))
+    assert [await in_order(redis_client, job_id) for job_id in (first, equal, later)] == [
+        True, True, True,
+    ]  # fmt: skip
+    assert await redis_client.get(DINING.deadline_mark) == str(rounded_up(created.deadline(120)))
+    assert not await redis_client.exists(DINING.expiring)
+
+
+async def test_a_deadline_up_to_a_bucket_width_under_the_mark_is_in_order(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    """The ordered jobs wait in deadline order within a bucket width: a deadline at the
+    mark minus the width is in order (and leaves the mark), a second earlier is not."""
+    created = Created()
+    mark = await hold_deadline_mark(redis_client, DINING, ahead_ms=150_000)
+    edge = (mark - EXPIRY_BUCKET_MS - created.ms) // 1000
+    assert created.deadline(edge) == mark - EXPIRY_BUCKET_MS
+    at_edge = await queue.enqueue(created.job(edge))
+    under = await queue.enqueue(created.job(edge - 1))
+    assert await in_order(redis_client, at_edge)
+    assert not await in_order(redis_client, under)
+    assert await redis_client.get(DINING.deadline_mark) == str(mark)
+
+
+async def test_enqueue_many_decides_the_order_in_push_order(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    """Each job of a batch is judged against the jobs pushed before it, in the same
+    call: the first job of the batch is the one nearest the tail."""
+    created = Created()
+    ids = await queue.enqueue_many([created.job(600), created.job(60), created.job(1200)])
+    assert [await in_order(redis_client, job_id) for job_id in ids] == [True, False, True]
+    assert await redis_client.get(DINING.deadline_mark) == str(rounded_up(created.deadline(1200)))
+    await redis_client.delete(DINING.deadline_mark)
+    # The other way round, each deadline is no earlier than those ahead of it.
+    ids = await queue.enqueue_many([created.job(60), created.job(600), created.job(1200)])
+    assert [await in_order(redis_client, job_id) for job_id in ids] == [True, True, True]
+
+
+async def test_once_the_mark_expired_the_next_job_is_in_order(
+    queue: JobQueue, redis_client: RedisClient
+) -> None:
+    created = Created()
+    await queue.enqueue(created.job(600))
+    # As time would: the mark outlives its deadline by a bucket width, then goes.
+    await redis_client.pexpire(DINING.deadline_mark, 1)
+
+    async def mark_gone() -> bool:
+        return not await redis_client.exists(DINING.deadline_mark)
+
+    await eventually(mark_gone)
+    short_id = await queue.enqueue(created.job(60))
+    assert await in_order(redis_client, short_id)
+    assert await redis_client.get(DINING.deadline_mark) == str(rounded_up(created.deadline(60)))
 
 
 async def test_invalid_oversized_and_duplicate_jobs_write_nothing(
@@ -256,8 +401,10 @@ async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
     try:
         script = connection.scripts.enqueue
         assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 2]
-        # The nonce lives in the packed value, which is all a waiting job has.
+        # The nonce lives in the packed value, which is all a waiting job has; in
+        # deadline order, ",o" follows it, and the replay still reads it.
         assert (await stored_fields(redis_client, keys, "a"))["nonce"] == "first"
+        assert (await header_of(redis_client, "a"))[4:] == ["first", "o"]
         assert await connection.run_script(script, *call("first", "a", "b")) == ["ok", 0]
         assert await connection.run_script(script, *call("first", "a", "c")) == ["ok", 1]
         assert await connection.run_script(script, *call("other", "c", "d")) == [

@@ -85,11 +85,12 @@ async def test_an_unfinished_job_has_no_ttl_and_its_expired_result_lasts_its_ttl
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     job_id = await queue.enqueue(make_job(task="ok", ttl_seconds=60))
-    # Waiting unclaimed, the job is a field of `queued`; its expiry bucket times it.
+    # Waiting unclaimed, the job is a field of `queued`; the first job is in deadline
+    # order, so no expiry bucket entry: the cleanup finds it at the list's tail.
     expires_at = int((await stored_fields(redis_client, DINING, job_id))["expires_at"])
-    bucket = DINING.expiring_bucket(expires_at)
-    assert await redis_client.lrange(bucket, 0, -1) == [job_id]
-    for key in (DINING.queued, bucket, DINING.expiring, DINING.arrived, DINING.arrivals):
+    assert (await redis_client.hget(DINING.queued, job_id)).split("\n", 1)[0].endswith(",o")
+    assert not await redis_client.exists(DINING.expiring_bucket(expires_at), DINING.expiring)
+    for key in (DINING.queued, DINING.queue, DINING.arrived, DINING.arrivals):
         assert await redis_client.ttl(key) == -1, key
     assert not await redis_client.exists(DINING.job(job_id))
     # One waiting with a job hash (requeued, released; a claim writes the same) has no
@@ -102,6 +103,13 @@ async def test_an_unfinished_job_has_no_ttl_and_its_expired_result_lasts_its_ttl
     # into the past: found by the cleanup.
     late = make_job(created_at=(datetime.now(UTC) - timedelta(seconds=59.5)).isoformat())
     late_id = await queue.enqueue(late)
+    # Due before the jobs ahead of it, it is out of deadline order: its expiry bucket
+    # times it, and neither the bucket nor the expiring set has a TTL.
+    late_at = int((await stored_fields(redis_client, DINING, late_id))["expires_at"])
+    late_bucket = DINING.expiring_bucket(late_at)
+    assert await redis_client.lrange(late_bucket, 0, -1) == [late_id]
+    for key in (late_bucket, DINING.expiring):
+        assert await redis_client.ttl(key) == -1, key
     await make_packed_due(redis_client, DINING, [late_id])
     assert await eventually(lambda: queue.cleanup("dining")) == [late_id]
     assert not await redis_client.exists(DINING.job(late_id))

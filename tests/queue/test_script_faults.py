@@ -30,7 +30,7 @@ from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
-from tests.support.stored_jobs import make_packed_due
+from tests.support.stored_jobs import hold_deadline_mark, make_packed_due
 
 pytestmark = pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault"))
 
@@ -76,6 +76,11 @@ class Env:
         assert await self.leases.fail(claim.job_id, TOKEN, "boom") == QueueState.RETRYING
         await self.raw.zadd(DINING.delayed, {claim.job_id: 0}, xx=True)
         return claim.job_id
+
+    async def out_of_order(self) -> None:
+        """Jobs enqueued next are out of deadline order (a mark a day ahead), so the
+        enqueue writes their expiry bucket: the only path that touches the bucket keys."""
+        await hold_deadline_mark(self.raw, DINING)
 
     async def plant(self, key: str, kind: str) -> None:
         await self.raw.delete(key)
@@ -151,13 +156,15 @@ def key_of(role: str, job_id: str = "") -> str:
     return key
 
 
-async def refused(env: Env, operation: Callable[[], Awaitable[Any]], key: str) -> None:
-    """The operation raises CorruptQueueState naming `key` and changes nothing."""
+async def refused(env: Env, operation: Callable[[], Awaitable[Any]], key: str) -> CorruptQueueState:
+    """The operation raises CorruptQueueState naming `key` and changes nothing; returns
+    the refusal."""
     before = await env.snapshot()
     with pytest.raises(CorruptQueueState) as info:
         await operation()
     assert info.value.key == key, info.value
     assert changed_keys(before, await env.snapshot()) == set()
+    return info.value
 
 
 # -- queue_enqueue: JobQueue.enqueue and enqueue_many ------------------------------------
@@ -170,7 +177,11 @@ ENQUEUE_KEYS = wrong_types(
     ("arrivals", "zset"),
     ("arrived", "hash"),
     ("bucket", "list"),
+    ("deadline_mark", "string"),
 )
+BUCKET_ROLES = ("expiring", "bucket")
+"""The keys only a job out of deadline order is written to (a job in order has no
+bucket entry): their cases put the jobs out of order first."""
 
 
 class Created:
@@ -195,6 +206,8 @@ class Created:
 @pytest.mark.parametrize(("role", "kind"), ENQUEUE_KEYS)
 async def test_enqueue_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
     created = Created()
+    if role in BUCKET_ROLES:
+        await env.out_of_order()
     await env.plant(created.key(role), kind)
     await refused(env, lambda: env.queue.enqueue(created.job()), created.key(role))
 
@@ -204,6 +217,8 @@ async def test_enqueue_many_refuses_a_queue_key_of_another_type(
     env: Env, role: str, kind: str
 ) -> None:
     created = Created()
+    if role in BUCKET_ROLES:
+        await env.out_of_order()
     await env.plant(created.key(role), kind)
     jobs = [created.job() for _ in range(3)]
     await refused(env, lambda: env.queue.enqueue_many(jobs), created.key(role))
@@ -216,9 +231,42 @@ async def test_enqueue_many_refuses_the_bucket_of_a_later_job(env: Env, kind: st
     later = 60 + EXPIRY_BUCKET_MS // 1000
     created = Created()
     assert created.bucket(60) != created.bucket(later)
+    # Out of deadline order, every job has its bucket entry (in order, none would).
+    await env.out_of_order()
     await env.plant(created.bucket(later), kind)
     jobs = [created.job(60), created.job(60), created.job(later), created.job(60)]
     await refused(env, lambda: env.queue.enqueue_many(jobs), created.bucket(later))
+
+
+@pytest.mark.parametrize("role", BUCKET_ROLES)
+async def test_a_job_in_deadline_order_leaves_the_bucket_keys_alone(env: Env, role: str) -> None:
+    """The first job (no mark) is in deadline order: it has no bucket entry, so the
+    enqueue neither checks nor writes the bucket keys, whatever they hold."""
+    created = Created()
+    await env.plant(created.key(role), "string")
+    job_id = await env.queue.enqueue(created.job())
+    assert await env.raw.hget(DINING.queued, job_id) is not None
+    assert await env.raw.get(created.key(role)) == "not what the queue wrote"
+
+
+NOT_A_MARK = ["007", "-5", "abc", "0", "1" * 16]
+"""Deadline marks that are not a canonical positive integer of at most 15 digits (more
+would lose precision as a Lua number)."""
+
+
+@pytest.mark.parametrize("value", NOT_A_MARK)
+async def test_enqueue_refuses_a_deadline_mark_that_is_not_an_integer(env: Env, value: str) -> None:
+    """The mark decides every job's order: one that does not parse is refused before the
+    first write, alone or in a batch."""
+    await env.raw.set(DINING.deadline_mark, value)
+    created = Created()
+    for operation in (
+        lambda: env.queue.enqueue(created.job()),
+        lambda: env.queue.enqueue_many([created.job() for _ in range(3)]),
+    ):
+        refusal = await refused(env, operation, DINING.deadline_mark)
+        assert refusal.problem == "deadline mark is not an integer"
+    assert await env.raw.get(DINING.deadline_mark) == value
 
 
 async def test_enqueue_refuses_an_arrival_count_that_is_not_an_integer(env: Env) -> None:
@@ -297,6 +345,7 @@ async def test_a_new_producer_refuses_corrupt_stats_before_registering(
 
 async def test_enqueue_after_a_refusal_writes_whole_jobs(env: Env) -> None:
     created = Created()
+    await env.out_of_order()  # so the jobs use the expiring set and their bucket
     await env.plant(DINING.expiring, "string")
     with pytest.raises(CorruptQueueState):
         await env.queue.enqueue_many([created.job() for _ in range(3)])

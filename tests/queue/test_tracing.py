@@ -30,6 +30,7 @@ from platform_common.jobs.queue import (
     current_job,
 )
 from platform_common.jobs.queue.attempt_log import JsonFormatter
+from platform_common.jobs.queue.consumer import NOT_STARTED, TTL_EXPIRED
 from platform_common.jobs.queue.context import Handler
 from platform_common.jobs.queue.tracing import MESSAGING_SYSTEM, TRACE_CONTEXT_FIELD
 from platform_common.jobs.redis.url import RedisClient
@@ -476,11 +477,20 @@ async def test_the_line_for_a_job_expired_before_it_started_carries_the_producer
 ) -> None:
     """A job whose TTL passed while it waited is expired by the claim, never started:
     one line says so, with the ids of the producer's send span (no attempt ran)."""
+    # A job of a longer TTL at the list's tail, in deadline order and far from due: the
+    # cleanup's tail scan stops at it, so only the claim meets the job behind it (and
+    # the cleanup runs once only, below, while the job ahead still waits there).
+    ahead = make_job(ttl_seconds=3600)
+    await queue.enqueue(ahead)
     job = make_job()
     await queue.enqueue(job)
-    (send,) = named(exporter, "send dining")
+    (send,) = [
+        span
+        for span in named(exporter, "send dining")
+        if (span.attributes or {}).get("messaging.message.id") == job["job_id"]
+    ]
     # Its deadline past in the packed value only: the claim expires it on the spot, while
-    # the cleanup, which finds jobs by their expiry bucket, leaves it to the claim.
+    # its expiry bucket (of its real deadline) leaves it to the claim.
     header, rest = (await redis_client.hget(DINING.queued, job["job_id"])).split("\n", 1)
     numbers = header.split(",")
     numbers[1] = "1"
@@ -493,20 +503,85 @@ async def test_the_line_for_a_job_expired_before_it_started_carries_the_producer
     async def logged() -> list[logging.LogRecord]:
         return expired_lines()
 
-    async with working(queue.settings, lambda payload: {"ok": True}, provider) as worker:
+    # One cleanup run, at the start (the job ahead still at the tail), then none.
+    settings = queue.settings.with_overrides(cleanup_interval=60)
+    async with working(settings, lambda payload: {"ok": True}, provider) as worker:
         (line,) = await eventually(logged)
-        assert worker.counts["succeeded"] == 0
+        await eventually(lambda: queue.get_result(ahead["job_id"], "dining"))
+        assert worker.counts["succeeded"] == 1  # the job ahead, not this one
     outcome = await queue.get_result(job["job_id"], "dining")
     assert outcome is not None and outcome.status == "expired"
     trace_id, span_id = f"{ids(send)[0]:032x}", f"{ids(send)[1]:016x}"
-    assert line.getMessage() == (
+    # The claim's line (the cleanup's, should it have met the job first, is the next test).
+    assert line.getMessage() in {
         f"attempt failed job={job['job_id']} agent_type=dining attempt=?/? outcome=expired "
-        f"trace_id={trace_id} span_id={span_id} "
-        "error=TTL passed: the job was not started within its ttl_seconds"
-    )
+        f"trace_id={trace_id} span_id={span_id} error={error}"
+        for error in (NOT_STARTED, TTL_EXPIRED)
+    }
     assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
     assert len(expired_lines()) == 1
-    assert named(exporter, "process dining") == []
+    processed = [
+        (span.attributes or {}).get("messaging.message.id")
+        for span in named(exporter, "process dining")
+    ]
+    assert processed == [ahead["job_id"]]
+
+
+async def test_the_line_for_a_job_the_cleanup_expired_carries_the_producers_trace(
+    queue: JobQueue,
+    redis_client: RedisClient,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job that waits past its TTL while the worker's one slot is busy is expired by the
+    worker's cleanup (from the queue list's tail): one line per job, with the ids of the
+    producer's send span, beside the run's count."""
+    busy, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(payload: JobPayload) -> dict[str, bool]:
+        busy.set()
+        await release.wait()
+        return {"ok": True}
+
+    caplog.set_level("INFO", logger=CONSUMER)
+    worker = Worker(
+        queue.settings, "dining", hold, concurrency=1, tracer_provider=provider
+    )  # fmt: skip
+    task = asyncio.create_task(worker.run())
+    try:
+        await queue.enqueue(make_job(task="holds the only slot"))
+        await asyncio.wait_for(busy.wait(), 20)
+        created = datetime.now(UTC) - timedelta(seconds=60 - 0.3)
+        job = make_job(created_at=created.isoformat(), ttl_seconds=60)
+        await queue.enqueue(job)
+        (send,) = [
+            span
+            for span in named(exporter, "send dining")
+            if (span.attributes or {}).get("messaging.message.id") == job["job_id"]
+        ]
+
+        def lines() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if f"job={job['job_id']}" in r.getMessage()]
+
+        async def logged() -> list[logging.LogRecord]:
+            return lines()
+
+        (line,) = await eventually(logged)
+    finally:
+        release.set()
+        worker.stop()
+        await task
+    trace_id, span_id = f"{ids(send)[0]:032x}", f"{ids(send)[1]:016x}"
+    assert line.getMessage() == (
+        f"attempt failed job={job['job_id']} agent_type=dining attempt=?/? outcome=expired "
+        f"trace_id={trace_id} span_id={span_id} error={TTL_EXPIRED}"
+    )
+    assert (getattr(line, "trace_id", None), getattr(line, "span_id", None)) == (trace_id, span_id)
+    assert any(r.getMessage() == "cleanup expired 1 job(s)" for r in caplog.records)
+    outcome = await queue.get_result(job["job_id"], "dining")
+    assert outcome is not None and outcome.status == "expired"
+    assert len(lines()) == 1
 
 
 async def test_the_line_for_an_outcome_redis_refused_to_record_carries_its_trace(

@@ -11,10 +11,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs import JobStatus, acl, make_job_store
+from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import Completion, JobPayload, JobQueue
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.paths import REPO_ROOT
+from tests.support.previous_layout import due_in, previous_enqueue
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
@@ -217,6 +219,23 @@ async def test_each_role_does_its_whole_job_under_its_own_user(
         async with running_worker(worker_settings, fail):
             await eventually(lambda: operator.dead_letters.count("dining"))
         assert await operator.dead_letters.purge("dining") == 1
+
+        # Both ways a waiting job expires, under the worker user: its bucket (a job the
+        # previous release wrote, a minute past its deadline) and the tail scan (a job
+        # in deadline order, behind it on the list).
+        bucketed = due_in(-60)
+        await previous_enqueue(admin, QueueKeys(AGENT_TYPE), bucketed)
+        in_order = due_in(0.3)
+        await operator.enqueue(in_order)
+        expired: list[str] = []
+
+        async def both_expired() -> bool:
+            expired.extend(await operator.cleanup("dining"))
+            return len(expired) >= 2
+
+        await eventually(both_expired)
+        assert sorted(expired) == sorted([bucketed["job_id"], in_order["job_id"]])
+        assert await admin.llen(QueueKeys(AGENT_TYPE).queue) == 0
 
     # The JobStore under both application roles, time index included: a refused index
     # read would only log a warning and fall back to the legacy scan, so look for one.

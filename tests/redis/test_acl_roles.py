@@ -72,6 +72,7 @@ def script(name: str, keys: list[str], args: list[Any]) -> Step:
 def enqueue(keys: QueueKeys, job_id: str) -> Step:
     # created_at NOW_MS may lie ahead of Redis TIME: the allowance (ARGV[4]) covers it.
     shared = [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
+    shared.append(keys.deadline_mark)
     own = [keys.job(job_id), keys.result(job_id), keys.expiring_bucket(NOW_MS + 60_000)]
     return script(
         "queue_enqueue",

@@ -9,6 +9,8 @@ from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, Queue
 from platform_common.jobs.queue.envelope import unpack_queued
 
 __all__ = [
+    "DEADLINE_MARK_AHEAD_MS",
+    "hold_deadline_mark",
     "make_packed_due",
     "pack_queued",
     "stored_fields",
@@ -45,9 +47,13 @@ def pack_queued(
     max_attempts: int = 3,
     nonce: str = "test:0",
     trace_context: str = "",
+    ordered: bool = False,
 ) -> str:
-    """A packed value as lua/queue_enqueue.lua writes it: for tests that plant one."""
+    """A packed value as lua/queue_enqueue.lua writes it: for tests that plant one.
+    `ordered`: written in deadline order (",o" ends its header)."""
     header = f"{enqueued_at_ms},{expires_at_ms},{ttl_seconds},{max_attempts},{nonce}"
+    if ordered:
+        header += ",o"
     return f"{header}\n{trace_context}\n{payload}"
 
 
@@ -82,8 +88,10 @@ async def make_packed_due(
     whole expiry bucket is past: the packed value and the bucket alike, as enqueue would
     have written them for a job enqueued that long ago (validation refuses a created_at
     whose deadline is already past). The cleanup expires them on its next run, a claim
-    on the spot. `deadline_ms` sets another deadline instead. Returns the new deadline
-    (ms). `client`: asyncio, decode_responses=True."""
+    on the spot. `deadline_ms` sets another deadline instead. A job written in deadline
+    order keeps its ",o" and gets a bucket entry all the same, so the bucket's expiry
+    finds it wherever it waits on the list (the tail walk finds it only at the tail).
+    Returns the new deadline (ms). `client`: asyncio, decode_responses=True."""
     if deadline_ms is None:
         seconds, micros = await client.time()
         deadline_ms = int(seconds) * 1000 + int(micros) // 1000 - EXPIRY_BUCKET_MS - 1000
@@ -106,3 +114,23 @@ async def make_packed_due(
         start = int(bucket.rsplit(":", 1)[1])
         await client.zadd(keys.expiring, {str(start): start})
     return past
+
+
+DEADLINE_MARK_AHEAD_MS = 86_400_000
+"""How far ahead hold_deadline_mark puts the mark by default: a day, beyond any TTL a
+test enqueues with, so every job is out of deadline order."""
+
+
+async def hold_deadline_mark(
+    client: Any, keys: QueueKeys, *, ahead_ms: int = DEADLINE_MARK_AHEAD_MS
+) -> int:
+    """Set `keys.deadline_mark` `ahead_ms` past Redis' now (rounded up to a bucket
+    boundary, with the expiry the enqueue gives it), as if jobs with that long a TTL
+    waited ahead: every job enqueued next with a shorter TTL is out of deadline order,
+    so it gets its expiry bucket entry (lua/queue_enqueue.lua). For tests of the bucket
+    path. Returns the mark. `client`: asyncio, decode_responses=True."""
+    seconds, micros = await client.time()
+    ahead = int(seconds) * 1000 + int(micros) // 1000 + ahead_ms
+    mark = ahead - ahead % EXPIRY_BUCKET_MS + EXPIRY_BUCKET_MS
+    await client.set(keys.deadline_mark, str(mark), pxat=mark + EXPIRY_BUCKET_MS)
+    return mark

@@ -226,8 +226,11 @@ for i = 1, n do
     local value = packed[i]
     if value and not unpacking[ids[i]] then
         unpacking[ids[i]] = true
-        local enq, exp, ttl, max, nonce, trace, at = string.match(value,
-            '^(%d+),(%d+),(%d+),(%d+),([^\n]*)\n([^\n]*)\n()')
+        local enq, exp, ttl, max, nonce, order, trace, at = string.match(value,
+            '^(%d+),(%d+),(%d+),(%d+),([^,\n]*)([^\n]*)\n([^\n]*)\n()')
+        if order ~= '' and order ~= ',o' then
+            enq = nil  -- only ",o" (in deadline order) may follow the nonce
+        end
         local job = nil
         if not enq then
             -- Still leave its arrival second if the first field reads.

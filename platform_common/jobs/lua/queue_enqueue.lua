@@ -1,8 +1,9 @@
 -- Enqueue a batch of jobs of one agent type, all or nothing.
 -- KEYS[1] queue list   KEYS[2] stats hash   KEYS[3] queued hash   KEYS[4] expiring zset
--- KEYS[5] arrivals zset   KEYS[6] arrived hash
--- KEYS[4+3i] job hash of job i, KEYS[5+3i] its result key, KEYS[6+3i] its expiry bucket
---           list (keys.py QueueKeys.expiring_bucket of its deadline)
+-- KEYS[5] arrivals zset   KEYS[6] arrived hash   KEYS[7] deadline mark (string)
+-- KEYS[5+3i] job hash of job i, KEYS[6+3i] its result key, KEYS[7+3i] its expiry bucket
+--           list (keys.py QueueKeys.expiring_bucket of its deadline), written only if
+--           the job is not in deadline order (below)
 -- ARGV[1]   nonce: identifies this call, so a call retried after a lost reply is
 --           recognised as its own replay instead of a duplicate
 -- ARGV[2]   n, the number of jobs
@@ -15,9 +16,18 @@
 -- ARGV[7+5n] optional: the trace context of every job of the call (a JSON object of
 --           propagation headers), kept with the job; absent or "" keeps none
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
---   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>\n<trace context>\n<payload>
--- plus its id on the queue list and in its expiry bucket, and a count in its arrival
--- second: no key of its own until a worker claims it.
+--   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
+-- plus its id on the queue list and a count in its arrival second: no key of its own
+-- until a worker claims it.
+-- Deadline order: a job whose deadline is no earlier than the deadline mark (KEYS[7])
+-- minus the expiry bucket width is written "in order" (",o" in its header) and raises
+-- the mark to its deadline; the ordered jobs of the queue list then wait in deadline
+-- order (within a bucket width), so the cleanup expires them from the list's tail
+-- (lua/queue_expire_tail.lua) and they need no bucket entry. Any other job (a shorter
+-- TTL than the jobs ahead of it) gets its id into its expiry bucket, as every job did
+-- before. The mark is kept rounded up to a bucket boundary (written once per bucket
+-- width, not per job) and expires a bucket width after it: by then every ordered job
+-- under it is past its deadline, and the next job starts a new mark.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome) or
 -- {"ahead", now} (ARGV[3] lies more than ARGV[4] ahead of `now`, Redis TIME in ms); both
@@ -44,8 +54,8 @@ local ids = {}
 local job_keys = {}
 for i = 1, n do
     ids[i] = ARGV[7 + 5 * (i - 1)]
-    job_keys[2 * i - 1] = KEYS[4 + 3 * i]
-    job_keys[2 * i] = KEYS[5 + 3 * i]
+    job_keys[2 * i - 1] = KEYS[5 + 3 * i]
+    job_keys[2 * i] = KEYS[6 + 3 * i]
 end
 -- A waiting job of this id: ours (same nonce, our own replay) or a duplicate. The read
 -- doubles as the type check of the queued hash (a TYPE call each costs as much).
@@ -63,17 +73,17 @@ for i = 1, n do
     local packed = waiting[i]
     if packed then
         local header = string.match(packed, '^[^\n]*')
-        if string.match(header, '^%d+,%d+,%d+,%d+,(.*)$') == nonce then
+        if string.match(header, '^%d+,%d+,%d+,%d+,([^,]*)') == nonce then
             replayed[i] = true
         else
             duplicates[#duplicates + 1] = ids[i]
         end
     elseif existing > 0 then
-        local job_key = KEYS[4 + 3 * i]
+        local job_key = KEYS[5 + 3 * i]
         if redis.call('EXISTS', job_key) == 1 then
             local kind = redis.call('TYPE', job_key).ok
             if kind ~= 'hash' then
-                return redis.error_reply('CORRUPT ' .. (4 + 3 * i) .. ' holds a ' .. kind
+                return redis.error_reply('CORRUPT ' .. (5 + 3 * i) .. ' holds a ' .. kind
                     .. ', where the queue keeps a hash')
             end
             if redis.call('HGET', job_key, 'nonce') == nonce then
@@ -81,7 +91,7 @@ for i = 1, n do
             else
                 duplicates[#duplicates + 1] = ids[i]
             end
-        elseif redis.call('EXISTS', KEYS[5 + 3 * i]) == 1 then
+        elseif redis.call('EXISTS', KEYS[6 + 3 * i]) == 1 then
             duplicates[#duplicates + 1] = ids[i]
         end
     end
@@ -91,21 +101,30 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
+-- The deadline mark: its GET doubles as its type check.
+local mark = redis.pcall('GET', KEYS[7])
+if type(mark) == 'table' then
+    return redis.error_reply(expect(7, 'string'))
+end
+if mark then
+    if #mark > 15 or not string.find(mark, '^[1-9]%d*$') then
+        return redis.error_reply('CORRUPT 7 deadline mark is not an integer')
+    end
+    mark = tonumber(mark)
+end
+local stored_mark = mark
+
 -- One HSET, one LPUSH and one RPUSH per expiry bucket for the whole batch: a redis.call
 -- per job costs more than the command itself. unpack() is bounded by Lua's C stack
 -- (about 8,000 values), far above the 2 x 500 of a full chunk (producer.ENQUEUE_CHUNK).
--- LPUSH a b c pushes in order, exactly as three LPUSHes would. Everything is computed
--- before the first write.
--- The usual call puts every job into one expiry bucket (one job, or a batch of one TTL
--- created within seconds): `pushed` then serves its RPUSH too, and the per-bucket
--- tables below are made only for a call whose jobs fall into several buckets. Each
--- table costs about as much as a command here.
+-- LPUSH a b c pushes in order (a nearest the tail), exactly as three LPUSHes would, so
+-- the jobs are judged for deadline order in that order. Everything is computed before
+-- the first write.
 local bucket_ms = tonumber(ARGV[5])
 local packed = {}
 local pushed = any_replayed and {} or ids
-local first = nil       -- position in KEYS of the first written job's bucket
-local first_start = nil -- its start (ms): its key names it, so every job in it agrees
-local spread = false    -- some written job's bucket is not the first's
+local buckets = {}  -- of the jobs out of deadline order: {position in KEYS, start, ids}
+local by_key = {}
 for i = 1, n do
     if not replayed[i] then
         local base = 6 + 5 * (i - 1)
@@ -119,16 +138,26 @@ for i = 1, n do
         -- Integers bounded by validation (TTL, clock skew): the sum stays far below 2^53
         -- and %d writes it in integer digits.
         local expires_at = created + ttl * 1000
+        local header = string.format('%d,%d,%d,%d,', now, expires_at, ttl, attempts) .. nonce
+        if not mark or expires_at >= mark - bucket_ms then
+            header = header .. ',o'
+            if not mark or expires_at > mark then
+                mark = expires_at
+            end
+        else
+            local position = 7 + 3 * i
+            local bucket = by_key[KEYS[position]]
+            if not bucket then
+                bucket = {position, expires_at - expires_at % bucket_ms, {}}
+                by_key[KEYS[position]] = bucket
+                buckets[#buckets + 1] = bucket
+            end
+            bucket[3][#bucket[3] + 1] = ids[i]
+        end
         packed[#packed + 1] = ids[i]
-        packed[#packed + 1] = string.format('%d,%d,%d,%d,', now, expires_at, ttl, attempts)
-            .. nonce .. '\n' .. trace_context .. '\n' .. ARGV[base + 2]
+        packed[#packed + 1] = header .. '\n' .. trace_context .. '\n' .. ARGV[base + 2]
         if any_replayed then
             pushed[#pushed + 1] = ids[i]
-        end
-        if not first then
-            first, first_start = 6 + 3 * i, expires_at - expires_at % bucket_ms
-        elseif not spread and KEYS[6 + 3 * i] ~= KEYS[first] then
-            spread = true
         end
     end
 end
@@ -136,30 +165,18 @@ local written = #pushed
 if written == 0 then
     return {'ok', 0}
 end
--- The buckets of the call, in first-seen order: {position in KEYS, start, ids}.
-local buckets = {{first, first_start, pushed}}
-if spread then
-    buckets = {}
-    local by_key = {}
-    for i = 1, n do
-        if not replayed[i] then
-            local position = 6 + 3 * i
-            local bucket = by_key[KEYS[position]]
-            if not bucket then
-                local base = 6 + 5 * (i - 1)
-                local expires_at = tonumber(ARGV[base + 4]) + tonumber(ARGV[base + 3]) * 1000
-                bucket = {position, expires_at - expires_at % bucket_ms, {}}
-                by_key[KEYS[position]] = bucket
-                buckets[#buckets + 1] = bucket
-            end
-            bucket[3][#bucket[3] + 1] = ids[i]
-        end
+-- Rounded up to a bucket boundary: the next bucket width of jobs leaves it as it is.
+local new_mark = nil
+if mark and (not stored_mark or mark > stored_mark) then
+    new_mark = mark - mark % bucket_ms + bucket_ms
+    if stored_mark and new_mark <= stored_mark then
+        new_mark = nil
     end
 end
 -- The type checks, a TYPE call each, only of what this call writes: a bucket that exists
 -- is registered in the expiring set already, and a second that has a count is in the
--- arrivals set (the scripts that drop one drop the other), so the usual call, into a
--- bucket and a second of earlier jobs, writes neither set and checks neither.
+-- arrivals set (the scripts that drop one drop the other), so the usual call, of jobs in
+-- deadline order in a second of earlier jobs, writes neither set and checks neither.
 local problem = expect(1, 'list')
 local new_bucket = false
 for b = 1, #buckets do
@@ -209,6 +226,9 @@ if not count then
     redis.call('ZADD', KEYS[5], second, second)
 end
 redis.call('HSET', KEYS[3], unpack(packed))
+if new_mark then
+    redis.call('SET', KEYS[7], new_mark, 'PXAT', new_mark + bucket_ms)
+end
 for b = 1, #buckets do
     local bucket = buckets[b]
     redis.call('RPUSH', KEYS[bucket[1]], unpack(bucket[3]))

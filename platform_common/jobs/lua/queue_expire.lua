@@ -9,7 +9,8 @@
 -- KEYS[5+2i] job hash of job i, KEYS[6+2i] result key of job i
 -- ARGV[1] completion channel  ARGV[2] seconds to keep the result of a job whose stored
 -- ttl does not parse  ARGV[2+i] job id of job i
--- Returns {{expired job id...}, {job id, problem}...}: the jobs expired by this call,
+-- Returns {{expired job id...}, {trace context...}, {job id, problem}...}: the jobs
+-- expired by this call, the trace context each carries ('' if none: for its log line),
 -- then those of them whose record did not parse (expired all the same, the problem in
 -- their result).
 -- All-or-nothing: a shared key of another type or an `expired` counter that is not an
@@ -69,13 +70,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The plan: what happens to each job, decided before anything is written.
 local seen = {}
 local drop = {}    -- job ids to take out of the expiry and waiting sets
-local expire = {}  -- {index, job id, ttl, problem or nil, state}
+local expire = {}  -- {index, job id, ttl, problem or nil, state, unknown, trace context}
 for i = 1, #ARGV - 2 do
     local job_id = ARGV[2 + i]
     if not seen[job_id] then
         seen[job_id] = true
         local job_key = KEYS[5 + 2 * i]
-        local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'ttl')
+        local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'ttl', 'trace_context')
         -- unknown: the record is there but its state cannot be told (state stays nil)
         local state, expires_at, ttl, problem, gone, unknown
         if failed(f) then
@@ -109,7 +110,9 @@ for i = 1, #ARGV - 2 do
         elseif deadline and now >= deadline then
             drop[#drop + 1] = job_id -- no longer waits, whatever it was doing
             if not FINISHED[state] then
-                expire[#expire + 1] = {i, job_id, ttl or fallback_ttl, problem, state, unknown}
+                local trace = (not failed(f) and f[4]) or ''
+                expire[#expire + 1] = {i, job_id, ttl or fallback_ttl, problem, state, unknown,
+                    trace}
             end
         end
     end
@@ -120,7 +123,8 @@ for _, job_id in ipairs(drop) do
     redis.call('ZREM', KEYS[6], job_id)
 end
 local expired = {}
-local reply = {expired}
+local traces = {}  -- the trace context each expired job carries ('' if none), for its log line
+local reply = {expired, traces}
 for _, job in ipairs(expire) do
     local i, job_id, ttl, problem, state, unknown = job[1], job[2], job[3], job[4], job[5], job[6]
     -- queued: its queue list entry stays (see above). retrying: in the delayed set, or
@@ -145,6 +149,7 @@ for _, job in ipairs(expire) do
         'EX', ttl)
     redis.call('PUBLISH', ARGV[1], job_id)
     expired[#expired + 1] = job_id
+    traces[#traces + 1] = job[7]
 end
 if #expired > 0 then
     redis.call('HINCRBY', KEYS[5], 'expired', #expired)

@@ -10,8 +10,9 @@
 -- as the caller read them
 -- Returns {"later"} (the bucket is not wholly past by Redis TIME), {"moved"} (the list's
 -- head is no longer what the caller read: another worker took it; read again), or
--- {{expired job id...}, {job id, problem}...}: the jobs expired (each counted, its result
--- stored, published), then those whose packed value did not parse (expired all the same).
+-- {{expired job id...}, {trace context...}, {job id, problem}...}: the jobs expired (each
+-- counted, its result stored, published), the trace context each carries ('' if none:
+-- for its log line), then those whose packed value did not parse (expired all the same).
 -- All-or-nothing: a key of another type or a counter that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 local t = redis.call('TIME')
@@ -69,6 +70,7 @@ end
 
 local packed = n > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
 local expired = {}
+local traces = {}
 local problems = {}
 local results = {}  -- i -> {result JSON, ttl}
 local leaving = {}  -- arrival second -> jobs of it expired here
@@ -92,6 +94,7 @@ for i = 1, n do
                 .. ' ttl of ' .. ttl .. ' s"}', ttl}
         end
         expired[#expired + 1] = ids[i]
+        traces[#traces + 1] = string.match(value, '^[^\n]*\n([^\n]*)\n') or ''
         if enq and #enq <= 15 then
             local second = tonumber(enq) - tonumber(enq) % arrival_ms
             if not leaving[second] then
@@ -135,7 +138,7 @@ end
 if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('ZREM', KEYS[1], start)
 end
-local out = {expired}
+local out = {expired, traces}
 for _, problem in ipairs(problems) do
     out[#out + 1] = problem
 end

@@ -38,6 +38,7 @@ from .backend_errors import (
 )
 from .connection import QueueConnection
 from .context import Handler, JobContext, NonRetryableError, set_current_job
+from .expiry import ExpireReport
 from .handler_calls import (
     HandlerThreads,
     Outcome,
@@ -65,6 +66,7 @@ _TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finis
 TTL_PASSED = "TTL passed: the job did not finish within its ttl_seconds"
 EXPIRED_ELSEWHERE = f"{TTL_PASSED} (expired by a cleanup while it ran)"
 NOT_STARTED = "TTL passed: the job was not started within its ttl_seconds"
+TTL_EXPIRED = "TTL passed: the cleanup expired the job (not started or not finished in time)"
 
 REFUSED_BACKOFF_SECONDS = 5.0
 """Longest wait between fetches while claiming is refused for corrupt queue state: a try
@@ -853,9 +855,24 @@ class Worker:
         now_ms = None
         if self._redis_offset is not None:
             now_ms = int((asyncio.get_running_loop().time() + self._redis_offset) * 1000)
-        expired = await self._chores.cleanup(now_ms=now_ms)
-        if expired:
-            log.info("cleanup expired %d job(s)", len(expired))
+        done = await self._chores.expire_due(now_ms=now_ms, on_expired=self._log_expired)
+        if done.expired:
+            log.info("cleanup expired %d job(s)", len(done.expired))
+
+    def _log_expired(self, step: ExpireReport) -> None:
+        """One line per job the cleanup expired, as for a job the claim expires, under
+        the trace its producer started; rate-limited with the failed attempts' (a run may
+        expire thousands; the run's count is never suppressed)."""
+        for job_id, carried in zip(step.expired, step.traces, strict=False):
+            self.attempt_log.failed(
+                job_id=job_id,
+                agent_type=self.agent_type,
+                attempt=None,
+                max_attempts=None,
+                outcome=QueueState.EXPIRED,
+                error=TTL_EXPIRED,
+                trace=creation_log_fields(carried),
+            )
 
     async def _heartbeat(self) -> None:
         redis_ms = await self._chores.heartbeat(self.worker_id, len(self._running))

@@ -1,13 +1,20 @@
 """A waiting job packed into one value of the `queued` hash (keys.py), as
 lua/queue_enqueue.lua writes it and lua/queue_claim.lua unpacks it:
 
-    <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>\\n<trace context>\\n<payload>
+    <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>[,o]\\n
+    <trace context>\\n<payload>
+
+(one value: the line break after `[,o]` is only this page's).
 
 Why packed: a waiting job used to be a hash key of its own (payload, timestamps, nonce)
 plus two sorted-set entries. A payload over `hash-max-listpack-value` (64 bytes) turns
 that hash into a real hashtable, so a 0.5 KiB job cost 2.5-3x its payload in Redis
 memory. One field of one per-type hash costs the payload plus about 150 bytes. The claim
 turns it into the job hash every later step reads, so only waiting jobs use this form.
+
+A header ending in ",o" marks a job enqueued in deadline order (keys.py,
+`deadline_mark`): it has no expiry bucket entry, the cleanup expires it from the queue
+list's tail. Jobs of the previous layout have no such field.
 
 The trace context is the producer's JSON of propagation headers (no newline in it), or
 empty. The header is digits and the nonce (hex, ':' and digits), so neither holds a
@@ -35,6 +42,8 @@ class QueuedJob:
     nonce: str
     trace_context: str | None
     payload: str
+    ordered: bool = False
+    """Enqueued in deadline order: expired from the queue list's tail, no bucket entry."""
 
     def record_fields(self) -> dict[str, str]:
         """The fields its job hash would hold, as the claim writes them (before its
@@ -60,9 +69,12 @@ def unpack_queued(value: str) -> QueuedJob:
         raise ValueError("a queued job's packed value lacks its header lines")
     header, trace_context, payload = parts
     fields = header.split(",")
-    if len(fields) != 5:
-        raise ValueError(f"a queued job's header has {len(fields)} fields, not 5")
-    enqueued, expires, ttl, max_attempts, nonce = fields
+    ordered = len(fields) == 6 and fields[5] == "o"
+    if len(fields) != 5 and not ordered:
+        raise ValueError(
+            f"a queued job's header has {len(fields)} fields, not 5 (or 6 ending in 'o')"
+        )
+    enqueued, expires, ttl, max_attempts, nonce = fields[:5]
     numbers = {"enqueued_at": enqueued, "expires_at": expires, "ttl": ttl}
     numbers["max_attempts"] = max_attempts
     for name, text in numbers.items():
@@ -76,6 +88,7 @@ def unpack_queued(value: str) -> QueuedJob:
         nonce=nonce,
         trace_context=trace_context or None,
         payload=payload,
+        ordered=ordered,
     )
 
 

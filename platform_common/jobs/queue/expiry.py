@@ -1,5 +1,8 @@
-"""Expire jobs past their TTL (lua/queue_expire.lua): the cost grows with the jobs
-expired, never with the backlog queued behind them."""
+"""Expire jobs past their TTL: those with a job hash (lua/queue_expire.lua), those packed
+in `queued` by their expiry bucket (lua/queue_expire_queued.lua) or, written in deadline
+order with no bucket, from the queue list's tail (lua/queue_expire_tail.lua). The cost
+grows with the jobs expired (and the entries passed over, bounded per run), never with
+the backlog queued behind them."""
 
 from __future__ import annotations
 
@@ -12,12 +15,20 @@ from redis.exceptions import ResponseError
 from ..keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from ..redis.script import Script
 
-__all__ = ["CORRUPT_RESULT_TTL_SECONDS", "ExpireReport", "expire_jobs", "expire_queued"]
+__all__ = [
+    "CORRUPT_RESULT_TTL_SECONDS",
+    "ExpireReport",
+    "expire_in_order",
+    "expire_jobs",
+    "expire_queued",
+]
 
 CORRUPT_RESULT_TTL_SECONDS = 86_400
 """How long the "expired" result of a job whose stored ttl does not parse is kept."""
 
 RunScript = Callable[[Script, list[str], list[Any]], Awaitable[Any]]
+Read = Callable[[Sequence[Sequence[Any]]], Awaitable[list[Any]]]
+Refusal = Callable[[ResponseError, list[str]], Awaitable[BaseException]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +41,14 @@ class ExpireReport:
     """(job_id, problem) of the expired jobs whose stored record did not parse: expired
     all the same (the problem is in their result), so one such record cannot stall
     every later cleanup run."""
+    traces: tuple[str, ...] = ()
+    """The creation context (tracing.TRACE_CONTEXT_FIELD) each job of `expired` carried,
+    in the same order, "" where none: the log line about its expiry carries its ids."""
+
+    def __add__(self, other: ExpireReport) -> ExpireReport:
+        return ExpireReport(
+            self.expired + other.expired, self.corrupt + other.corrupt, self.traces + other.traces
+        )
 
 
 async def expire_jobs(
@@ -53,9 +72,10 @@ async def expire_jobs(
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     args: list[Any] = [keys.channel, CORRUPT_RESULT_TTL_SECONDS, *job_ids]
-    expired, *corrupt = await run_script(script, script_keys, args)
+    expired, traces, *corrupt = await run_script(script, script_keys, args)
     return ExpireReport(
         expired=tuple(str(job_id) for job_id in expired),
+        traces=_texts(traces),
         corrupt=tuple((str(job_id), str(problem)) for job_id, problem in corrupt),
     )
 
@@ -73,8 +93,8 @@ this many jobs per cleanup interval per worker."""
 
 async def expire_queued(
     run_script: RunScript,
-    read: Callable[[Sequence[Sequence[Any]]], Awaitable[list[Any]]],
-    refusal: Callable[[ResponseError, list[str]], Awaitable[BaseException]],
+    read: Read,
+    refusal: Refusal,
     script: Script,
     keys: QueueKeys,
     now_ms: int,
@@ -90,6 +110,7 @@ async def expire_queued(
     an integer; nothing of that call is written then."""
     expired: list[str] = []
     corrupt: list[tuple[str, str]] = []
+    traces: list[str] = []
     looked = 0
     while looked < limit:
         (due,) = await read(
@@ -122,11 +143,93 @@ async def expire_queued(
                 continue
             progressed = True
             looked += len(ids)
-            done, *problems = reply
+            done, carried, *problems = reply
             expired += [str(job_id) for job_id in done]
+            traces += _texts(carried)
             corrupt += [(str(job_id), str(problem)) for job_id, problem in problems]
             if looked >= limit:
                 break
         if not progressed:
             break
-    return ExpireReport(expired=tuple(expired), corrupt=tuple(corrupt))
+    return ExpireReport(expired=tuple(expired), corrupt=tuple(corrupt), traces=tuple(traces))
+
+
+FIRST_TAIL_WINDOW = 16
+"""Entries the tail scan reads first; later windows double, up to BUCKET_CHUNK."""
+
+
+async def expire_in_order(
+    run_script: RunScript,
+    read: Read,
+    refusal: Refusal,
+    script: Script,
+    keys: QueueKeys,
+    *,
+    limit: int = MAX_BUCKET_ENTRIES_PER_RUN,
+    window: int = BUCKET_CHUNK,
+) -> ExpireReport:
+    """Expire the jobs packed in `queued` that wait past their deadline (by Redis TIME),
+    walking the queue list from its tail (lua/queue_expire_tail.lua), `window` entries
+    per script call, up to `limit` entries per run.
+
+    What it guarantees: a job written "in order" (lua/queue_enqueue.lua: no expiry
+    bucket) that waits past its deadline is expired at most EXPIRY_BUCKET_MS plus one
+    cleanup interval late, as long as every job tail-ward of it on the list is ordered,
+    expired or a stale entry. The walk stops at the first ordered job not yet due: the
+    ordered jobs behind it are due no earlier, within EXPIRY_BUCKET_MS. Kept entries (a
+    job that waits with a job hash, which queue_expire.lua expires; an unordered job,
+    which its bucket expires; a value that does not parse, which the claim deals with)
+    are passed over, up to `limit` entries per run; expired and stale entries at the
+    list's very tail are trimmed off it. The run also ends when a worker takes from the
+    tail meanwhile (the window moved): a busy worker expires due jobs at claim anyway.
+
+    `read` and `refusal` as for expire_queued. CorruptQueueState (naming the key) if a
+    key holds another type or a count is not an integer; nothing of that call is
+    written then."""
+    expired: list[str] = []
+    traces: list[str] = []
+    offset = looked = 0
+    # The usual run finds a job not yet due at the very tail: a few ids tell, so the
+    # first window is small and each next one doubles (a run passing many entries
+    # still reads `window` ids per call).
+    size = min(FIRST_TAIL_WINDOW, window)
+    while looked < limit:
+        wanted = min(size, limit - looked)
+        size = min(size * 2, window)
+        (ids,) = await read([("LRANGE", keys.queue, -(offset + wanted), -(offset + 1))])
+        if isinstance(ids, ResponseError):
+            raise await refusal(ids, [keys.queue])
+        if isinstance(ids, Exception):
+            raise ids
+        if not ids:
+            break
+        reply = await run_script(script, _tail_keys(keys, ids), _tail_args(keys, offset, ids))
+        if reply and reply[0] == "moved":
+            break
+        done, trimmed, stopped, carried = reply
+        expired += [str(job_id) for job_id in done]
+        traces += _texts(carried)
+        looked += len(ids)
+        if int(stopped) or len(ids) < wanted:
+            break  # an ordered job not yet due, or the list's head reached
+        # Trimmed entries left the tail: the entries not trimmed are skipped next time.
+        offset += len(ids) - int(trimmed)
+    return ExpireReport(expired=tuple(expired), traces=tuple(traces))
+
+
+def _texts(values: Sequence[Any]) -> tuple[str, ...]:
+    """Reply strings as str (a client without decode_responses answers bytes)."""
+    return tuple(v.decode() if isinstance(v, bytes) else str(v) for v in values)
+
+
+def _tail_keys(keys: QueueKeys, ids: Sequence[str]) -> list[str]:
+    script_keys = [
+        keys.queue, keys.queued, keys.waiting, keys.stats, keys.arrivals, keys.arrived,
+    ]  # fmt: skip
+    for job_id in ids:
+        script_keys += [keys.job(job_id), keys.result(job_id)]
+    return script_keys
+
+
+def _tail_args(keys: QueueKeys, offset: int, ids: Sequence[str]) -> list[Any]:
+    return [keys.channel, offset, ARRIVAL_BUCKET_MS, CORRUPT_RESULT_TTL_SECONDS, *ids]

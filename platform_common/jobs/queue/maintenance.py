@@ -6,13 +6,14 @@ change is re-checked inside its script), so no leader election is needed."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.exceptions import ResponseError
 
 from ..status import AttemptOutcome
 from .connection import QueueConnection
-from .expiry import expire_jobs, expire_queued
+from .expiry import ExpireReport, expire_in_order, expire_jobs, expire_queued
 from .leases import Leases
 from .retention import PruneReport, Retention
 
@@ -97,7 +98,23 @@ class Maintenance:
         )
 
     async def cleanup(self, limit: int | None = None, *, now_ms: int | None = None) -> list[str]:
-        """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL.
+        """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL;
+        the ids of the jobs expired (expire_due says more)."""
+        return list((await self.expire_due(limit, now_ms=now_ms)).expired)
+
+    async def expire_due(
+        self,
+        limit: int | None = None,
+        *,
+        now_ms: int | None = None,
+        on_expired: Callable[[ExpireReport], None] | None = None,
+    ) -> ExpireReport:
+        """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL,
+        and say which, with the trace context each carried (for its log line). The run
+        has three steps, each atomic per script call: claimed jobs, waiting jobs by
+        their expiry bucket, waiting jobs in deadline order from the queue list's tail.
+        `on_expired` hears each step's report as soon as it is done, so what an earlier
+        step expired is told even when a later one raises (CorruptQueueState).
 
         Candidates are picked by Redis's clock: `now_ms` if the caller knows it (a worker
         estimates it from Redis TIME it saw), else one TIME call; this machine's clock
@@ -115,17 +132,28 @@ class Maintenance:
             # WRONGTYPE: CorruptQueueState worded as queue_expire.lua's refusal.
             raise await self._connection.refusal(exc, [self.keys.expiry]) from exc
         connection = self._connection
-        report = await expire_jobs(connection.run_script, connection.scripts.expire, self.keys, due)
-        waited = await expire_queued(
-            connection.run_script, connection.execute_many, connection.refusal,
-            connection.scripts.expire_queued, self.keys, now_ms,
-        )  # fmt: skip
-        for job_id, problem in (*report.corrupt, *waited.corrupt):
-            log.warning(
-                "expired job=%s whose stored record does not parse: %s", job_id, problem,
-                extra={"job_id": job_id, "agent_type": self.keys.agent_type, "problem": problem},
-            )  # fmt: skip
-        return [*report.expired, *waited.expired]
+        done = ExpireReport()
+
+        def told(step: ExpireReport) -> None:
+            nonlocal done
+            done += step
+            for job_id, problem in step.corrupt:
+                log.warning(
+                    "expired job=%s whose stored record does not parse: %s", job_id, problem,
+                    extra={
+                        "job_id": job_id, "agent_type": self.keys.agent_type, "problem": problem,
+                    },
+                )  # fmt: skip
+            if on_expired is not None and step.expired:
+                on_expired(step)
+
+        run, read, refusal = connection.run_script, connection.execute_many, connection.refusal
+        scripts = connection.scripts
+        told(await expire_jobs(run, scripts.expire, self.keys, due))
+        told(await expire_queued(run, read, refusal, scripts.expire_queued, self.keys, now_ms))
+        # The jobs written in deadline order have no expiry bucket: found from the tail.
+        told(await expire_in_order(run, read, refusal, scripts.expire_tail, self.keys))
+        return done
 
     async def prune_kept(self) -> PruneReport:
         """Bound the dead-letter and failed lists (see retention.py); one bounded step."""

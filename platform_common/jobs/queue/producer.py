@@ -36,11 +36,15 @@ _BUCKETS = (EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS)
 
 def _shared_keys(keys: QueueKeys) -> list[str]:
     """The enqueue script's keys shared by every job of a call."""
-    return [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
+    return [
+        keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived,
+        keys.deadline_mark,
+    ]  # fmt: skip
 
 
 def _job_script_keys(keys: QueueKeys, job: PreparedJob) -> list[str]:
-    """The enqueue script's keys of one job: its record, result and expiry bucket."""
+    """The enqueue script's keys of one job: its record, result and expiry bucket (used
+    only if the job is out of deadline order)."""
     expires_at_ms = job.created_at_ms + job.ttl_seconds * 1000
     return [keys.job(job.job_id), keys.result(job.job_id), keys.expiring_bucket(expires_at_ms)]
 

@@ -19,6 +19,7 @@ class QueueScripts:
     promote = Script.named("queue_promote")
     expire = Script.named("queue_expire")
     expire_queued = Script.named("queue_expire_queued")
+    expire_tail = Script.named("queue_expire_tail")
     heartbeat = Script.named("queue_heartbeat")
     dead_requeue = Script.named("queue_dead_requeue")
     dead_purge = Script.named("queue_dead_purge")
