@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, current_job
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.queue.envelope import unpack_queued
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.previous_layout import due_in, previous_enqueue
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
 
@@ -35,15 +35,6 @@ async def _header_of(client: RedisClient, job_id: str) -> Any:
     packed = await client.hget(DINING.queued, job_id)
     assert packed is not None, f"{job_id} is not packed in the queued hash"
     return unpack_queued(packed.decode() if isinstance(packed, bytes) else str(packed))
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    async def __call__(self, job: JobPayload) -> str:
-        self.ran.append(current_job().job_id)
-        return "ok"
 
 
 async def test_previous_jobs_keep_their_buckets_and_new_ones_are_in_order(
@@ -72,7 +63,7 @@ async def test_previous_and_new_jobs_run_once_each(
         await previous_enqueue(redis_client, DINING, job)
     expected = sorted([*(job["job_id"] for job in previous), *new])
 
-    recorder = Recorder()
+    recorder = RanJobs()
     async with running_worker(fast_settings(redis_url), recorder):
 
         async def all_done() -> bool:

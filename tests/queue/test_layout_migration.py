@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, current_job
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
 LEGACY_ENQUEUE = (Path(__file__).parent / "legacy" / "queue_enqueue_v1.lua").read_text()
@@ -46,15 +46,6 @@ async def legacy_enqueue(client: RedisClient, job: dict[str, Any]) -> None:
     assert reply == ["ok", 1]
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    async def __call__(self, job: JobPayload) -> str:
-        self.ran.append(current_job().job_id)
-        return "ok"
-
-
 async def test_jobs_of_the_previous_layout_run_once_beside_new_ones(
     queue: JobQueue, redis_url: str, redis_client: RedisClient
 ) -> None:
@@ -71,7 +62,7 @@ async def test_jobs_of_the_previous_layout_run_once_beside_new_ones(
     assert record is not None and record.payload is not None
     assert record.payload["job_id"] == old_ids[0]
 
-    recorder = Recorder()
+    recorder = RanJobs()
     async with running_worker(fast_settings(redis_url), recorder):
 
         async def all_done() -> bool:

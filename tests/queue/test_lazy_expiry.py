@@ -20,7 +20,7 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance, current_job
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 from tests.support.stored_jobs import make_packed_due, to_job_hash
 
 DINING = QueueKeys("dining")
@@ -49,17 +49,6 @@ def balanced(counters: dict[str, int], live: int) -> bool:
     """The invariant of keys.py: every job enqueued ended exactly one way, or still lives."""
     ended = counters["completed"] + counters["failed"] + counters["expired"]
     return counters["enqueued"] == ended + live
-
-
-class Recorder:
-    """A handler that records the job ids it ran."""
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    async def __call__(self, job: JobPayload) -> str:
-        self.ran.append(current_job().job_id)
-        return "ok"
 
 
 async def drained(client: RedisClient) -> bool:
@@ -93,7 +82,7 @@ async def test_expired_waiting_jobs_leave_entries_that_a_worker_skips_without_ch
     assert stats.queued == 5  # ...but the depth counts the jobs that wait
     assert stats.counters["expired"] == 3 and balanced(stats.counters, live=5)
 
-    handler = Recorder()
+    handler = RanJobs()
     async with running_worker(queue.settings, handler) as worker:
         await eventually(lambda: drained(redis_client))
     assert sorted(handler.ran) == sorted(longer)  # the stale entries ran nothing
@@ -139,7 +128,7 @@ async def test_an_expired_retry_leaves_the_delayed_set_or_its_queue_entry(
     assert await redis_client.lrange(DINING.queue, 0, -1) == []  # it was at the tail
     assert await redis_client.zcard(DINING.waiting) == 0
 
-    handler = Recorder()
+    handler = RanJobs()
     async with running_worker(queue.settings, handler):
         await eventually(lambda: drained(redis_client))
     assert handler.ran == []

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from platform_common.jobs.queue import QueueSettings, Worker
+from platform_common.jobs.queue import JobPayload, QueueSettings, Worker, current_job
 from platform_common.jobs.queue.context import Handler
 
-__all__ = ["eventually", "fast_settings", "running_worker"]
+__all__ = ["RanJobs", "eventually", "fast_settings", "running_worker"]
 
 T = TypeVar("T")
 
@@ -65,3 +65,14 @@ async def running_worker(
     finally:
         worker.stop()
         await task
+
+
+class RanJobs:
+    """A handler that records the job id of every attempt it ran, in order."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    async def __call__(self, job: JobPayload) -> str:
+        self.ran.append(current_job().job_id)
+        return "ok"

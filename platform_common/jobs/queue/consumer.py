@@ -399,17 +399,18 @@ class Worker:
             raise await self._connection.refusal(exc, moved) from exc
         return [job_id] if job_id is not None else []
 
-    def _expired_unstarted(self, job_id: str, trace_context: str) -> None:
-        """The claim expired this job instead of starting it (its TTL had passed while it
-        waited): one line, rate-limited with the failed attempts', under the producer's
-        trace (no attempt of it ran here). Not counted: no attempt ended."""
+    def _expired_unstarted(self, job_id: str, trace_context: str, error: str = NOT_STARTED) -> None:
+        """The claim (or the cleanup: `error`) expired this job instead of running it to
+        its end (its TTL had passed): one line, rate-limited with the failed attempts',
+        under the producer's trace (no attempt of it runs here). Not counted: no attempt
+        ended."""
         self.attempt_log.failed(
             job_id=job_id,
             agent_type=self.agent_type,
             attempt=None,
             max_attempts=None,
             outcome=QueueState.EXPIRED,
-            error=NOT_STARTED,
+            error=error,
             trace=creation_log_fields(trace_context),
         )
 
@@ -864,15 +865,7 @@ class Worker:
         the trace its producer started; rate-limited with the failed attempts' (a run may
         expire thousands; the run's count is never suppressed)."""
         for job_id, carried in zip(step.expired, step.traces, strict=False):
-            self.attempt_log.failed(
-                job_id=job_id,
-                agent_type=self.agent_type,
-                attempt=None,
-                max_attempts=None,
-                outcome=QueueState.EXPIRED,
-                error=TTL_EXPIRED,
-                trace=creation_log_fields(carried),
-            )
+            self._expired_unstarted(job_id, carried, TTL_EXPIRED)
 
     async def _heartbeat(self) -> None:
         redis_ms = await self._chores.heartbeat(self.worker_id, len(self._running))
