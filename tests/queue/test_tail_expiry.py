@@ -24,7 +24,6 @@ from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue, Maintenance, QueueState
 from platform_common.jobs.queue.expiry import (
-    CORRUPT_RESULT_TTL_SECONDS,
     ExpireReport,
     expire_in_order,
 )
@@ -112,7 +111,7 @@ class Env:
         ]  # fmt: skip
         for job_id in ids:
             keys += [DINING.job(job_id), DINING.result(job_id)]
-        args = [DINING.channel, offset, ARRIVAL_BUCKET_MS, CORRUPT_RESULT_TTL_SECONDS, *ids]
+        args = [DINING.channel, offset, ARRIVAL_BUCKET_MS, *ids]
         connection = self.queue.connection
         return await connection.run_script(connection.scripts.expire_tail, keys, args)
 

@@ -25,9 +25,6 @@ local arrival_ms = tonumber(ARGV[4])
 local fallback_ttl = ARGV[5]
 local n = #ARGV - 5
 
-local function failed(reply)
-    return type(reply) == 'table' and reply.err ~= nil
-end
 local function shown(raw)
     if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
         return "'" .. raw .. "'"

@@ -10,8 +10,7 @@
 -- KEYS[5+2i] job hash key of window entry i, KEYS[6+2i] its result key
 -- ARGV[1] completion channel   ARGV[2] offset: entries at the list's tail skipped (the
 -- window is LRANGE queue -(offset+n) -(offset+1))   ARGV[3] arrival bucket width (ms)
--- ARGV[4] unused (the result TTL of a value that does not parse: such a value is kept)
--- ARGV[4+i] the id of window entry i, in list order (head to tail), as the caller read it
+-- ARGV[3+i] the id of window entry i, in list order (head to tail), as the caller read it
 -- Entries, from the tail: a packed job past its deadline is expired (counted, its result
 -- stored with its ttl, published, its field and arrival count gone); an ordered job not
 -- past it stops the walk; an unordered one (it has its bucket), a value that does not
@@ -30,7 +29,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local offset = tonumber(ARGV[2])
 local arrival_ms = tonumber(ARGV[3])
-local n = #ARGV - 4
+local n = #ARGV - 3
 
 local function shown(raw)
     if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
@@ -81,7 +80,7 @@ if n == 0 then
 end
 local ids = {}
 for i = 1, n do
-    ids[i] = ARGV[4 + i]
+    ids[i] = ARGV[3 + i]
 end
 local window = redis.call('LRANGE', KEYS[1], -(offset + n), -(offset + 1))
 if #window ~= n then

@@ -348,7 +348,7 @@ class Worker:
                 for claim in claims:
                     self._start(claim, received)
                 for job_id, trace_context in expired:
-                    self._expired_unstarted(job_id, trace_context)
+                    self._log_expired_job(job_id, trace_context)
                 delay = 0.05
             except CorruptQueueState as exc:
                 # The claim refused before writing anything: a job BLMOVE took stays in
@@ -399,7 +399,7 @@ class Worker:
             raise await self._connection.refusal(exc, moved) from exc
         return [job_id] if job_id is not None else []
 
-    def _expired_unstarted(self, job_id: str, trace_context: str, error: str = NOT_STARTED) -> None:
+    def _log_expired_job(self, job_id: str, trace_context: str, error: str = NOT_STARTED) -> None:
         """The claim (or the cleanup: `error`) expired this job instead of running it to
         its end (its TTL had passed): one line, rate-limited with the failed attempts',
         under the producer's trace (no attempt of it runs here). Not counted: no attempt
@@ -865,7 +865,7 @@ class Worker:
         the trace its producer started; rate-limited with the failed attempts' (a run may
         expire thousands; the run's count is never suppressed)."""
         for job_id, carried in zip(step.expired, step.traces, strict=False):
-            self._expired_unstarted(job_id, carried, TTL_EXPIRED)
+            self._log_expired_job(job_id, carried, TTL_EXPIRED)
 
     async def _heartbeat(self) -> None:
         redis_ms = await self._chores.heartbeat(self.worker_id, len(self._running))

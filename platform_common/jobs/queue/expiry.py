@@ -232,4 +232,5 @@ def _tail_keys(keys: QueueKeys, ids: Sequence[str]) -> list[str]:
 
 
 def _tail_args(keys: QueueKeys, offset: int, ids: Sequence[str]) -> list[Any]:
-    return [keys.channel, offset, ARRIVAL_BUCKET_MS, CORRUPT_RESULT_TTL_SECONDS, *ids]
+    # No result TTL for a value that does not parse: the walk keeps such a job.
+    return [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
