@@ -307,6 +307,10 @@ ROLES: dict[str, AclRole] = {
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
                 Grant(("hincrby",), (_queue("stats", write=True), _queue("arrived", write=True))),
                 Grant(("zadd",), (_queue("expiring", write=True), _queue("arrivals", write=True))),
+                # A refused enqueue undoes its own arrival count (its first write): back to
+                # no count, out of the arrivals set. No more than HINCRBY already allows.
+                Grant(("hdel",), (_queue("arrived", write=True),)),
+                Grant(("zrem",), (_queue("arrivals", write=True),)),
                 Grant(("hset",), (_queue("queued", write=True),)),
                 # Reads: duplicate check and job state, results, depths and counters.
                 Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),

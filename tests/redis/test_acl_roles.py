@@ -425,3 +425,28 @@ async def test_each_role_gets_exactly_its_cell(
         assert await _everything(admin) == before, "a refused operation changed a key"
     else:  # "allowed", or "gap": allowed, and the docs say why an ACL cannot refuse it
         assert outcomes == ["allowed"] * len(operation.steps), outcomes
+
+
+@pytest.mark.parametrize("corrupt", ["enqueued counter", "arrivals set"])
+async def test_a_producers_refused_enqueue_undoes_its_arrival_count_under_its_acl(
+    matrix_server: RedisServer, admin: aioredis.Redis, corrupt: str
+) -> None:
+    """The enqueue script writes the arrival count first and undoes it (HINCRBY back,
+    HDEL, ZREM) when the stats counter or the arrivals set turns out corrupt: the undo
+    must run as the producer too, or the refusal would be a permission error with the
+    count left behind."""
+    if corrupt == "enqueued counter":
+        await admin.hset(OWN.stats, "enqueued", "not a number")
+    else:
+        await admin.set(OWN.arrivals, "not a sorted set")
+    before = await _everything(admin)
+    client = aioredis.Redis.from_url(
+        matrix_server.url_for("producer", PASSWORD), decode_responses=True
+    )
+    try:
+        with pytest.raises(ResponseError, match=r"^CORRUPT (2|5) ") as info:
+            await enqueue(OWN, "n1")(client)
+    finally:
+        await client.aclose()
+    assert not _refused(info.value), info.value
+    assert await _everything(admin) == before

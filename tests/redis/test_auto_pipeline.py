@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from platform_common.jobs.redis.auto_pipeline import AutoPipeline
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
@@ -136,3 +138,54 @@ async def test_a_batch_waits_while_an_eager_command_issued_between_batches_is_on
     await other.lpush("{t}:go", "now")
     assert await popped == ["{t}:go", "now"]
     assert await got == "mine"
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "batched"])
+async def test_a_round_trip_past_the_socket_timeout_raises_a_timeout_and_the_pipeline_recovers(
+    redis_url: str, eager: bool
+) -> None:
+    """A reply that never comes (a pop on an empty list stands in for a stalled Redis):
+    the round trip is cut after socket_timeout, re-sent (RETRIES), then raised as a
+    Redis TimeoutError; the caller's task carries no cancel of ours, and the next
+    command runs on a new connection. Quick round trips first: the one timer that
+    watches every round trip must re-arm for the one that stalls."""
+    settings = RedisSettings.from_url(f"{redis_url}?socket_timeout=150ms")
+    client = settings.make_client()
+    pipeline = AutoPipeline(client)
+    try:
+        for n in range(50):
+            assert await pipeline.execute(("ECHO", f"e{n}"), eager=eager) == f"e{n}"
+        with pytest.raises(RedisTimeoutError, match=r"no reply from Redis within 0\.15 s"):
+            await pipeline.execute(("BLPOP", "{t}:never", 0), eager=eager)
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        assert await pipeline.execute(("ECHO", "after"), eager=eager) == "after"
+    finally:
+        await pipeline.aclose()
+        await client.aclose()
+
+
+async def test_a_caller_cancelled_as_its_round_trip_times_out_stays_cancelled(
+    redis_url: str,
+) -> None:
+    """Both in one turn of the loop: the caller is cancelled from outside and the reply
+    deadline has passed (the loop was blocked past it). The caller's cancel must win: a
+    timeout would swallow it, and the round trip would be re-sent."""
+    settings = RedisSettings.from_url(f"{redis_url}?socket_timeout=100ms")
+    client, other = settings.make_client(), settings.make_client()
+    pipeline = AutoPipeline(client)
+    try:
+        caller = asyncio.create_task(pipeline.execute(("BLPOP", "{t}:never", 0), eager=True))
+        await eventually(lambda: blocked(other))
+        time.sleep(0.15)  # noqa: ASYNC251 (a blocked loop: the deadline passes, no timer runs)
+        # This task resumes first in the next turn and cancels the caller; the overdue
+        # timer runs right after, in the same turn, and cancels it too.
+        await asyncio.sleep(0)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert await pipeline.execute(("ECHO", "after"), eager=True) == "after"
+    finally:
+        await pipeline.aclose()
+        await client.aclose()
+        await other.aclose()

@@ -32,8 +32,10 @@
 -- record or its result exists: a new job must never read an old job's outcome) or
 -- {"ahead", now} (ARGV[3] lies more than ARGV[4] ahead of `now`, Redis TIME in ms); both
 -- write nothing.
--- A key of another type or a stats counter that is not an integer is refused with the
--- error reply "CORRUPT <position in KEYS> <problem>" before the first write.
+-- A key of another type or a count that is not an integer is refused with the error
+-- reply "CORRUPT <position in KEYS> <problem>", nothing written: before the first write,
+-- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
+-- wrote of them.
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
@@ -174,9 +176,9 @@ if mark and (not stored_mark or mark > stored_mark) then
     end
 end
 -- The type checks, a TYPE call each, only of what this call writes: a bucket that exists
--- is registered in the expiring set already, and a second that has a count is in the
--- arrivals set (the scripts that drop one drop the other), so the usual call, of jobs in
--- deadline order in a second of earlier jobs, writes neither set and checks neither.
+-- is registered in the expiring set already, so the usual call, of jobs in deadline
+-- order, writes neither and checks neither. (The arrival count and the arrivals set are
+-- checked by their own writes, below.)
 local problem = expect(1, 'list')
 local new_bucket = false
 for b = 1, #buckets do
@@ -196,34 +198,49 @@ end
 if problem then
     return redis.error_reply(problem)
 end
+-- The writes that can still fail on what is stored go first, each undone if a later one
+-- fails, so a refusal leaves nothing written. The arrival count is the first write of all
+-- (also the one Redis refuses at maxmemory): its HINCRBY checks the hash's type and the
+-- count's integer text itself, where a read before it would cost a call per enqueue.
 local second = now - now % tonumber(ARGV[6])
-local count = redis.pcall('HGET', KEYS[6], second)  -- its read doubles as the type check
+local count = redis.pcall('HINCRBY', KEYS[6], second, written)
 if type(count) == 'table' then
-    return redis.error_reply(expect(6, 'hash'))
+    local err = count.err
+    if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
+        local value = redis.call('HGET', KEYS[6], second)
+        return redis.error_reply('CORRUPT 6 field ' .. second .. " is not an integer: '"
+            .. tostring(value) .. "'")
+    end
+    if string.sub(err, 1, 10) == 'WRONGTYPE ' then
+        return redis.error_reply(expect(6, 'hash'))
+    end
+    return count  -- Redis at maxmemory (OOM), or another refusal: as Redis said it
 end
--- HINCRBY takes only Redis' own integer text: no leading zero, no "-0" ("007" would
--- pass a plain digits check and then fail the HINCRBY below, after the first write).
-if count and not (#count <= 18 and (count == '0' or string.find(count, '^%-?[1-9]%d*$'))) then
-    return redis.error_reply('CORRUPT 6 field ' .. second .. ' is not an integer')
-end
-if not count then
-    problem = expect(5, 'zset')
-    if problem then
-        return redis.error_reply(problem)
+-- A new second (no count before: the scripts that drop a count at 0 drop its entry in
+-- the arrivals set too) is registered there.
+local registered = 0
+local function undo_arrival()
+    -- Back to no count (a count is never left at 0), and out of the arrivals set if
+    -- this call put it there.
+    if redis.call('HINCRBY', KEYS[6], second, -written) == 0 then
+        redis.call('HDEL', KEYS[6], second)
+    end
+    if registered == 1 then
+        redis.call('ZREM', KEYS[5], second)
     end
 end
--- The one write that can still fail on a value (a counter that is not an integer, a
--- stats key of another type) goes first: failing, it leaves nothing written.
+if count == written then
+    local added = redis.pcall('ZADD', KEYS[5], second, second)
+    if type(added) == 'table' then
+        undo_arrival()
+        return redis.error_reply(expect(5, 'zset') or added.err)
+    end
+    registered = added
+end
 local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', written)
 if type(counted) == 'table' then
-    if string.sub(counted.err, 1, 4) == 'OOM ' then
-        return counted
-    end
+    undo_arrival()
     return redis.error_reply('CORRUPT 2 field enqueued: ' .. counted.err)
-end
-redis.call('HINCRBY', KEYS[6], second, written)
-if not count then
-    redis.call('ZADD', KEYS[5], second, second)
 end
 redis.call('HSET', KEYS[3], unpack(packed))
 if new_mark then

@@ -42,11 +42,32 @@ def _shared_keys(keys: QueueKeys) -> list[str]:
     ]  # fmt: skip
 
 
-def _job_script_keys(keys: QueueKeys, job: PreparedJob) -> list[str]:
-    """The enqueue script's keys of one job: its record, result and expiry bucket (used
-    only if the job is out of deadline order)."""
-    expires_at_ms = job.created_at_ms + job.ttl_seconds * 1000
-    return [keys.job(job.job_id), keys.result(job.job_id), keys.expiring_bucket(expires_at_ms)]
+class _ScriptKeys:
+    """The enqueue script's keys of one agent type, built once: the shared ones, and the
+    prefixes each job's own keys are concatenated from (building them with QueueKeys's
+    f-strings cost three times as much, for every job of a lone enqueue)."""
+
+    __slots__ = ("bucket", "job", "result", "shared")
+
+    def __init__(self, keys: QueueKeys) -> None:
+        self.shared = _shared_keys(keys)
+        self.job = keys.job("")
+        self.result = keys.result("")
+        self.bucket = keys.expiring_bucket(0).removesuffix("0")
+        sample = PreparedJob("j", keys.agent_type, b"", 1_234_567, 60)
+        expected = [keys.job("j"), keys.result("j"), keys.expiring_bucket(1_294_567)]
+        if self.own(sample) != expected:
+            raise AssertionError("keys.py changed its layout: update producer._ScriptKeys")
+
+    def own(self, job: PreparedJob) -> list[str]:
+        """The keys of `job`: its record, result and expiry bucket (used only if the job
+        is out of deadline order)."""
+        expires_at_ms = job.created_at_ms + job.ttl_seconds * 1000
+        return [
+            self.job + job.job_id,
+            self.result + job.job_id,
+            self.bucket + str(expires_at_ms - expires_at_ms % EXPIRY_BUCKET_MS),
+        ]
 
 
 class Producer:
@@ -66,7 +87,7 @@ class Producer:
         self._counter = itertools.count()
         # Per agent type, built once: the hot path of enqueue then builds only the
         # keys and arguments of its job.
-        self._shared_keys: dict[str, list[str]] = {}
+        self._script_keys: dict[str, _ScriptKeys] = {}
         self._backend_errors = backend_errors(self._settings.redis)
 
     def _nonce(self) -> str:
@@ -101,18 +122,17 @@ class Producer:
     async def _enqueue(self, prepared: PreparedJob, span: Span) -> str:
         connection = self._connection
         agent_type = prepared.agent_type
-        keys = connection.keys(agent_type)
         if agent_type not in connection.registered_types:
             await self._register(agent_type)
         job_id = prepared.job_id
         self._tracing.sent(span, job_id)
-        shared = self._shared_keys.get(agent_type)
-        if shared is None:
-            shared = self._shared_keys[agent_type] = _shared_keys(keys)
-        script_keys = [*shared, *_job_script_keys(keys, prepared)]
+        type_keys = self._type_keys(agent_type)
+        script_keys = [*type_keys.shared, *type_keys.own(prepared)]
         args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *_BUCKETS]
         args += self._job_args(prepared)
-        args.append(self._tracing.creation_context(span))
+        context = self._tracing.creation_context(span)
+        if context:  # none at all is no argument (the script keeps none either way)
+            args.append(context)
         # Eager: a lone enqueue goes out from this task at once (the script recognises
         # its own replay by nonce, so a cut round trip is safe to repeat).
         reply = await connection.run_script(
@@ -229,14 +249,21 @@ class Producer:
         """The enqueue script's (keys, args) per chunk, built only when it is sent; every
         job of the batch carries the batch's trace context."""
         for agent_type, chunk in chunks:
-            keys = self._connection.keys(agent_type)
-            script_keys = _shared_keys(keys)
+            type_keys = self._type_keys(agent_type)
+            script_keys = list(type_keys.shared)
             args: list[Any] = [self._nonce(), len(chunk), latest_created_ms, _SKEW_MS, *_BUCKETS]
             for _, job in chunk:
-                script_keys += _job_script_keys(keys, job)
+                script_keys += type_keys.own(job)
                 args += self._job_args(job)
             args.append(trace_context)
             yield script_keys, args
+
+    def _type_keys(self, agent_type: str) -> _ScriptKeys:
+        type_keys = self._script_keys.get(agent_type)
+        if type_keys is None:
+            keys = self._connection.keys(agent_type)
+            type_keys = self._script_keys[agent_type] = _ScriptKeys(keys)
+        return type_keys
 
     def _job_args(self, job: PreparedJob) -> list[Any]:
         return [

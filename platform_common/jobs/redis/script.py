@@ -75,7 +75,7 @@ def _script(name: str) -> Script:
     return Script(name, source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per call, and a frozen init costs 2x
 class ScriptCall:
     """A script with its KEYS and ARGV. `readonly` uses EVALSHA_RO/EVAL_RO, which a
     read-only ACL user (the exporter's) may run and a replica may serve. `send_source`
