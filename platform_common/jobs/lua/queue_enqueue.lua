@@ -52,12 +52,23 @@ local function expect(index, kind)
     end
     return nil
 end
+-- (Tables and strings are made only where needed: a lone enqueue is one job, and its
+-- script's own work costs about as much as its Redis calls.)
 local ids = {}
-local job_keys = {}
-for i = 1, n do
-    ids[i] = ARGV[7 + 5 * (i - 1)]
-    job_keys[2 * i - 1] = KEYS[5 + 3 * i]
-    job_keys[2 * i] = KEYS[6 + 3 * i]
+local existing
+if n == 1 then
+    ids[1] = ARGV[7]
+    existing = redis.call('EXISTS', KEYS[8], KEYS[9])
+else
+    -- One EXISTS over every job and result key: in the usual case none exists, and the
+    -- per-job look (duplicate, or our own replay already claimed?) is skipped.
+    local job_keys = {}
+    for i = 1, n do
+        ids[i] = ARGV[7 + 5 * (i - 1)]
+        job_keys[2 * i - 1] = KEYS[5 + 3 * i]
+        job_keys[2 * i] = KEYS[6 + 3 * i]
+    end
+    existing = redis.call('EXISTS', unpack(job_keys))
 end
 -- A waiting job of this id: ours (same nonce, our own replay) or a duplicate. The read
 -- doubles as the type check of the queued hash (a TYPE call each costs as much).
@@ -65,39 +76,38 @@ local waiting = redis.pcall('HMGET', KEYS[3], unpack(ids))
 if waiting.err then
     return redis.error_reply(expect(3, 'hash'))
 end
--- One EXISTS over every job and result key: in the usual case none exists, and the
--- per-job look (duplicate, or our own replay already claimed?) is skipped.
-local existing = redis.call('EXISTS', unpack(job_keys))
 local duplicates = {}
 local replayed = {}
 local any_replayed = false
-for i = 1, n do
-    local packed = waiting[i]
-    if packed then
-        local header = string.match(packed, '^[^\n]*')
-        if string.match(header, '^%d+,%d+,%d+,%d+,([^,]*)') == nonce then
-            replayed[i] = true
-        else
-            duplicates[#duplicates + 1] = ids[i]
-        end
-    elseif existing > 0 then
-        local job_key = KEYS[5 + 3 * i]
-        if redis.call('EXISTS', job_key) == 1 then
-            local kind = redis.call('TYPE', job_key).ok
-            if kind ~= 'hash' then
-                return redis.error_reply('CORRUPT ' .. (5 + 3 * i) .. ' holds a ' .. kind
-                    .. ', where the queue keeps a hash')
-            end
-            if redis.call('HGET', job_key, 'nonce') == nonce then
+if n > 1 or existing > 0 or waiting[1] then
+    for i = 1, n do
+        local packed = waiting[i]
+        if packed then
+            local header = string.match(packed, '^[^\n]*')
+            if string.match(header, '^%d+,%d+,%d+,%d+,([^,]*)') == nonce then
                 replayed[i] = true
             else
                 duplicates[#duplicates + 1] = ids[i]
             end
-        elseif redis.call('EXISTS', KEYS[6 + 3 * i]) == 1 then
-            duplicates[#duplicates + 1] = ids[i]
+        elseif existing > 0 then
+            local job_key = KEYS[5 + 3 * i]
+            if redis.call('EXISTS', job_key) == 1 then
+                local kind = redis.call('TYPE', job_key).ok
+                if kind ~= 'hash' then
+                    return redis.error_reply('CORRUPT ' .. (5 + 3 * i) .. ' holds a ' .. kind
+                        .. ', where the queue keeps a hash')
+                end
+                if redis.call('HGET', job_key, 'nonce') == nonce then
+                    replayed[i] = true
+                else
+                    duplicates[#duplicates + 1] = ids[i]
+                end
+            elseif redis.call('EXISTS', KEYS[6 + 3 * i]) == 1 then
+                duplicates[#duplicates + 1] = ids[i]
+            end
         end
+        any_replayed = any_replayed or replayed[i] == true
     end
-    any_replayed = any_replayed or replayed[i] == true
 end
 if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
@@ -126,7 +136,7 @@ local bucket_ms = tonumber(ARGV[5])
 local packed = {}
 local pushed = any_replayed and {} or ids
 local buckets = {}  -- of the jobs out of deadline order: {position in KEYS, start, ids}
-local by_key = {}
+local by_key = nil
 for i = 1, n do
     if not replayed[i] then
         local base = 6 + 5 * (i - 1)
@@ -140,14 +150,15 @@ for i = 1, n do
         -- Integers bounded by validation (TTL, clock skew): the sum stays far below 2^53
         -- and %d writes it in integer digits.
         local expires_at = created + ttl * 1000
-        local header = string.format('%d,%d,%d,%d,', now, expires_at, ttl, attempts) .. nonce
-        if not mark or expires_at >= mark - bucket_ms then
-            header = header .. ',o'
+        local header = string.format('%d,%d,%d,%d,%s', now, expires_at, ttl, attempts, nonce)
+        local ordered = not mark or expires_at >= mark - bucket_ms
+        if ordered then
             if not mark or expires_at > mark then
                 mark = expires_at
             end
         else
             local position = 7 + 3 * i
+            by_key = by_key or {}
             local bucket = by_key[KEYS[position]]
             if not bucket then
                 bucket = {position, expires_at - expires_at % bucket_ms, {}}
@@ -157,7 +168,8 @@ for i = 1, n do
             bucket[3][#bucket[3] + 1] = ids[i]
         end
         packed[#packed + 1] = ids[i]
-        packed[#packed + 1] = header .. '\n' .. trace_context .. '\n' .. ARGV[base + 2]
+        packed[#packed + 1] = header .. (ordered and ',o\n' or '\n') .. trace_context .. '\n'
+            .. ARGV[base + 2]
         if any_replayed then
             pushed[#pushed + 1] = ids[i]
         end
