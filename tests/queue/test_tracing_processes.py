@@ -64,8 +64,10 @@ async def test_the_worker_process_spans_join_the_producers_trace(
     traced_workers.start(concurrency=1)
 
     async def settled() -> list[dict[str, Any]] | None:
+        # A process span ends after the complete span inside it: both must be written.
         spans = worker_spans(spans_file, job["job_id"])
-        return spans if [s["name"] for s in spans].count("complete dining") else None
+        names = [s["name"] for s in spans]
+        return spans if "complete dining" in names and names.count("process dining") == 2 else None
 
     spans = await eventually(settled, within=30)
     by_name = {name: [s for s in spans if s["name"] == name] for name in {s["name"] for s in spans}}

@@ -1,0 +1,255 @@
+-- End an attempt that did not succeed: retry it after a backoff, dead-letter it after
+-- its last attempt, fail it for good, or give it back unstarted.
+-- KEYS[1] processing list  KEYS[2] leases zset  KEYS[3] delayed zset  KEYS[4] dead list
+-- KEYS[5] queue list       KEYS[6] expiry zset  KEYS[7] stats hash    KEYS[8] job hash
+-- KEYS[9] result key       KEYS[10] waiting zset (a job given back to the queue list
+--                          waits again; ZADD NX keeps the arrival of one that never
+--                          left it, i.e. taken but never claimed)
+-- KEYS[11] failed list     (optional: where a job failed for good by mode "fatal" is
+--                          kept for an operator; absent: it is kept in no list)
+-- ARGV[1] job id
+-- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
+--               "fatal"   the handler raised a non-retryable error; fail now
+--               "corrupt" the stored job does not parse (payload or a field): dead-
+--                         letter now (retrying cannot help; kept for an operator)
+--               "release" a worker shutting down gives the attempt back (not counted)
+--               "lost"    the reaper: the lease expired, so the worker is gone; the
+--                         crash counts as an attempt. Fenced by the expired lease.
+-- ARGV[3] lease token (ignored in mode "lost")  ARGV[4] error text
+-- ARGV[5] completion channel
+-- ARGV[6] backoff base ms  ARGV[7] backoff factor  ARGV[8] backoff max ms
+-- ARGV[9] traceback text, kept with the error in the history entry ("" or absent: none)
+-- ARGV[10] retention, whole seconds >= 1 (optional): a job that ends dead or failed keeps
+--          its record and result for the longer of its own TTL and this, then Redis
+--          drops both (the dead/failed list entry is pruned by retention.py). Absent:
+--          a dead letter is kept without a TTL, a failed job for its own TTL.
+-- ARGV[11] the exception's class (optional; "" or absent: not counted by class). Every
+--          attempt that ends in an error (any mode but "release"; "lost" included)
+--          bumps stats field error:<class>; a class that is not [%w_.]{1,100} counts as
+--          "other". Bounded: with ARGV[12] classes already holding a field (stats field
+--          error_classes counts them), a new class is counted as error:other instead.
+-- ARGV[12] that cap, an integer >= 0 (required with ARGV[11])
+-- All-or-nothing: every key's type, the counters this call may bump and ARGV[10] are
+-- checked before the first write. A key of another type or a counter that is not an
+-- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>"
+-- (nothing written; the lease stays, so the reaper tries again once it lapses).
+-- A numeric field of the record that does not parse never makes this script fail: the
+-- attempt then ends dead-lettered.
+-- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
+--         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
+--         attempt's replies also carry the record's trace_context ("" if none), for the
+--         reaper's log line: {"retrying", due_ms, trace_context} {"dead", trace_context}
+local job_id = ARGV[1]
+local mode = ARGV[2]
+
+-- An integer field as Redis stores it (what HINCRBY accepts), or nil.
+local function int(value)
+    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
+        return tonumber(value)
+    end
+    return nil
+end
+
+local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
+    'list'}
+for i = 1, 11 do
+    if kinds[i] and KEYS[i] then
+        local kind = redis.call('TYPE', KEYS[i])['ok']
+        if kind ~= 'none' and kind ~= kinds[i] then
+            return redis.error_reply('CORRUPT ' .. i .. ' holds a ' .. kind
+                .. ', where the queue keeps a ' .. kinds[i])
+        end
+    end
+end
+-- The class field this call would bump (decided before any write), or nil.
+local error_class = nil
+if ARGV[11] and ARGV[11] ~= '' and mode ~= 'release' then
+    error_class = ARGV[11]
+    if #error_class > 100 or not string.find(error_class, '^[%w_.]+$') then
+        error_class = 'other'
+    end
+end
+local fields = {'retried', 'failed', 'dead_lettered'}
+if error_class then
+    fields[4] = 'error_classes'
+    fields[5] = 'error:' .. error_class
+end
+-- The refusal of stats field `name` holding `value`, when HINCRBY would refuse it (not
+-- a 64-bit integer; int() above stops at 15 digits), else nil.
+local function bad_counter(name, value)
+    if not value or (#value <= 20 and string.find(value, '^%-?%d+$')
+            and math.abs(tonumber(value)) < 9e18) then
+        return nil
+    end
+    local shown = 'unprintable'
+    if #value <= 40 and string.find(value, '^[%w%p ]*$') then
+        shown = "'" .. value .. "'"
+    end
+    return redis.error_reply('CORRUPT 7 field ' .. name .. ' is not an integer: ' .. shown)
+end
+local counters = redis.call('HMGET', KEYS[7], unpack(fields))
+for i, name in ipairs(fields) do
+    local refusal = bad_counter(name, counters[i])
+    if refusal then
+        return refusal
+    end
+end
+local new_class = false
+if error_class and error_class ~= 'other' and not counters[5] then
+    local cap = int(ARGV[12] or '')
+    if not cap or cap < 0 then
+        return redis.error_reply('ERR the error class cap must be an integer >= 0, got '
+            .. tostring(ARGV[12]) .. '; nothing was changed')
+    end
+    if (tonumber(counters[4]) or 0) < cap then
+        new_class = true
+    else
+        error_class = 'other'
+        local refusal = bad_counter('error:other', redis.call('HGET', KEYS[7], 'error:other'))
+        if refusal then
+            return refusal
+        end
+    end
+end
+local retention = nil
+if ARGV[10] and ARGV[10] ~= '' then
+    retention = int(ARGV[10])
+    if not retention or retention < 1 then
+        return redis.error_reply('ERR retention must be whole seconds >= 1, got '
+            .. ARGV[10] .. '; nothing was changed')
+    end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context')
+local state = f[1]
+if f[9] and not state then
+    state = 'queued'  -- enqueue writes no 'state' field
+end
+
+local function drop_lease()
+    redis.call('LREM', KEYS[1], 1, job_id)
+    redis.call('ZREM', KEYS[2], job_id)
+end
+
+if mode == 'lost' then
+    local deadline = redis.call('ZSCORE', KEYS[2], job_id)
+    if not deadline or tonumber(deadline) > now then
+        return {'skip'}  -- renewed meanwhile, or already handled
+    end
+    if state == 'queued' or state == 'retrying' then
+        -- Taken with BLMOVE by a worker that died before claiming it: not an attempt.
+        drop_lease()
+        redis.call('RPUSH', KEYS[5], job_id)
+        redis.call('ZADD', KEYS[10], 'NX', now, job_id)
+        return {'requeued'}
+    end
+    if state ~= 'running' then
+        drop_lease()
+        return {'skip'}
+    end
+    -- The stale worker must not be able to complete, fail or replay this attempt.
+    redis.call('HDEL', KEYS[8], 'token')
+else
+    if f[2] ~= ARGV[3] then
+        return {'lost', state or 'missing'}
+    end
+    if state ~= 'running' then
+        return {'replay', state}
+    end
+    if mode == 'release' then
+        drop_lease()
+        if int(f[3]) then
+            redis.call('HINCRBY', KEYS[8], 'attempts', -1)
+        end
+        redis.call('HSET', KEYS[8], 'state', 'queued')
+        redis.call('HDEL', KEYS[8], 'token')
+        redis.call('RPUSH', KEYS[5], job_id)
+        redis.call('ZADD', KEYS[10], 'NX', now, job_id)
+        return {'released'}
+    end
+end
+
+local attempts = int(f[3])
+local max_attempts = int(f[4])
+local ttl = int(f[5])
+if ttl and ttl <= 0 then
+    ttl = nil
+end
+local error_text = ARGV[4]
+-- Only the reaper wants it (a worker knows its trace); nil leaves other replies unchanged.
+local carried = nil
+if mode == 'lost' then
+    carried = f[10] or ''
+end
+-- int(), not tonumber(): 'inf' or 'nan' would make cjson.encode fail after the writes above.
+local entry = {attempt = attempts, worker = f[6] or '', started_at = int(f[7]),
+    ended_at = now, error = error_text, outcome = mode}
+if ARGV[9] and ARGV[9] ~= '' then
+    entry.traceback = ARGV[9]
+end
+local outcome
+if mode == 'fatal' then
+    outcome = 'failed'
+elseif mode ~= 'corrupt' and attempts and max_attempts and attempts < max_attempts then
+    local delay = tonumber(ARGV[6]) * tonumber(ARGV[7]) ^ (attempts - 1)
+    delay = math.floor(math.min(delay, tonumber(ARGV[8])))
+    entry.retry_at = now + delay
+    outcome = 'retrying'
+else
+    outcome = 'dead'
+end
+if error_class then
+    redis.call('HINCRBY', KEYS[7], 'error:' .. error_class, 1)
+    if new_class then
+        redis.call('HINCRBY', KEYS[7], 'error_classes', 1)
+    end
+end
+local encoded = cjson.encode(entry)
+local history = f[8]
+if history then
+    history = string.sub(history, 1, -2) .. ',' .. encoded .. ']'
+else
+    history = '[' .. encoded .. ']'
+end
+drop_lease()
+redis.call('HSET', KEYS[8], 'state', outcome, 'last_error', error_text, 'history', history)
+
+if outcome == 'retrying' then
+    redis.call('ZADD', KEYS[3], entry.retry_at, job_id)
+    redis.call('HSET', KEYS[8], 'due_at', entry.retry_at)
+    redis.call('HINCRBY', KEYS[7], 'retried', 1)
+    return {'retrying', entry.retry_at, carried}
+end
+
+redis.call('HSET', KEYS[8], 'finished_at', now)
+redis.call('ZREM', KEYS[6], job_id)
+-- Kept for an operator: for the retention (never shorter than a success's result would
+-- live); without a retention, a dead letter until requeued or purged.
+local keep = ttl
+if retention then
+    keep = math.max(ttl or 0, retention)
+elseif outcome == 'dead' then
+    keep = nil
+end
+local result = '{"status":"failed","result":null,"error":' .. cjson.encode(error_text) .. '}'
+if keep then
+    redis.call('SET', KEYS[9], result, 'EX', keep)
+    redis.call('PEXPIRE', KEYS[8], string.format('%d', keep * 1000))
+else
+    redis.call('SET', KEYS[9], result)
+end
+redis.call('HINCRBY', KEYS[7], 'failed', 1)
+if outcome == 'dead' then
+    redis.call('LPUSH', KEYS[4], job_id)
+    redis.call('HINCRBY', KEYS[7], 'dead_lettered', 1)
+elseif KEYS[11] then
+    redis.call('LPUSH', KEYS[11], job_id)
+end
+redis.call('PUBLISH', ARGV[5], job_id)
+if carried then
+    return {outcome, carried}
+end
+return {outcome}
