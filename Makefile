@@ -40,7 +40,7 @@ typecheck: venv
 # One pytest-xdist worker per core (at most 4), each with its own servers; worksteal
 # evens out the long tests. A single file runs alone with plain `pytest`.
 unit: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist worksteal
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist worksteal --durations=20
 
 # SITE=path/to/site.yaml overlays a site's settings on monitoring/site.defaults.yaml;
 # OUT=dir writes the bundle there instead of this repository's folders.

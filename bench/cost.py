@@ -10,7 +10,7 @@ after MEMORY PURGE):
 1. Redis memory per job (INFO used_memory delta / N) for payloads of about 0.2, 0.5, 2
    and 16 KiB (encoded; the spec's fields with a filler in `constraints`), queued
    (JobQueue.enqueue_many), running (taken with LMOVE as the worker does, claimed with
-   Leases.claim, no handler run), after success (drained by a worker process with the
+   AttemptCalls.claim, no handler run), after success (drained by a worker process with the
    no-op handler) and after dead-lettering (max_attempts 1, bench.handlers:always_fails);
    against raw LPUSH of the same payload JSON to one list, and LMOVE into a processing
    list.
@@ -31,7 +31,7 @@ after MEMORY PURGE):
    that table and the memory table into docs/operations.md between the cost-table
    markers.
 
-The queue is driven through its API only (JobQueue, QueueConnection, Leases, QueueKeys
+The queue is driven through its API only (JobQueue, QueueConnection, AttemptCalls, QueueKeys
 names), so the bench keeps working when the key layout changes. Memory-only readings
 (not timed) fill with enqueue_many calls of at most 8 MB of payload and drain with two
 worker processes; the timed enqueue_many is one call of N jobs. Exits 1
@@ -56,8 +56,9 @@ import redis.asyncio as aioredis
 
 from bench.cost_probes import RedisProbe, WorkerDrain, drain_with_worker, stats_delta
 from bench.handlers import always_fails
-from platform_common.jobs.queue import JobQueue, Leases, QueueConnection, QueueSettings, builtin
+from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings, builtin
 from platform_common.jobs.queue.payload import encode_payload
+from platform_common.jobs.worker import AttemptCalls
 from tests.support.redis_server import RedisServer
 
 __all__ = [
@@ -172,10 +173,10 @@ async def _enqueue_many(
 
 async def _claim_all(url: str, n: int) -> None:
     """Take the n queued jobs into processing and claim them under a lease, the worker's
-    way (Consumer._take's LMOVE, then Leases.claim), without running a handler."""
+    way (Consumer._take's LMOVE, then AttemptCalls.claim), without running a handler."""
     connection = await QueueConnection.open(QueueSettings.from_url(url))
     try:
-        leases = Leases(connection, AGENT_TYPE)
+        leases = AttemptCalls(connection, AGENT_TYPE)
         move = ("LMOVE", leases.keys.queue, leases.keys.processing, "RIGHT", "LEFT")
         tokens = itertools.count()
         claimed = 0

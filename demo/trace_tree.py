@@ -22,7 +22,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, Worker, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, current_job
+from platform_common.jobs.worker import Worker
 
 from .processes import ProcessGroup, free_port
 from .servers import start_redis

@@ -51,7 +51,7 @@ Queue (one set per agent type), prefix default "jobs":
                                      all have an entry here.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
-    jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, Leases.take): field
+    jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, AttemptCalls.take): field
                                      `ids`, the job ids one claim call took off the queue
                                      itself (the worker held jobs, so no BLMOVE), in
                                      order; <token> is the first lease token of that call.

@@ -43,7 +43,9 @@ def test_the_image_installs_the_extras_its_commands_need() -> None:
         assert callable(getattr(importlib.import_module(module), function)), target
     for module in ("platform_common.jobs.worker", "platform_common.jobs.heartbeat_probe"):
         assert module in DOCKERFILE
-        assert (REPO_ROOT / module.replace(".", "/")).with_suffix(".py").exists()
+        path = REPO_ROOT / module.replace(".", "/")
+        # A module, or a package that `python -m` runs by its __main__.py.
+        assert path.with_suffix(".py").exists() or (path / "__main__.py").exists()
 
 
 def test_multi_stage_slim_non_root_and_no_build_tools_at_the_end() -> None:

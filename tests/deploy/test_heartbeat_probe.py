@@ -12,8 +12,9 @@ import redis
 from platform_common.jobs import acl
 from platform_common.jobs.heartbeat_probe import check, main
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import QueueSettings, Worker
+from platform_common.jobs.queue import QueueSettings
 from platform_common.jobs.queue.builtin import noop
+from platform_common.jobs.worker import Worker
 from tests.support.redis_server import RedisServer
 from tests.support.sync_redis import sync_reply
 

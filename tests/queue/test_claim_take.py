@@ -1,4 +1,4 @@
-"""Leases.take: the claim script takes the jobs off the queue list itself (one call, one
+"""AttemptCalls.take: the claim script takes the jobs off the queue list itself (one call, one
 round trip), as a worker does while the queue holds jobs. The jobs end where LMOVE plus
 claim left them (processing, a lease each); a refusal takes nothing; and the call is safe
 to send again after a lost reply: its marker makes the replay hand back what the first
@@ -24,7 +24,7 @@ from tests.queue.test_script_faults import (
 from tests.support.stored_jobs import make_packed_due
 
 env = faults.env
-"""The fault tests' fixture: a queue, its Leases and raw clients (single node and cluster)."""
+"""The fault tests' fixture: a queue, its AttemptCalls and raw clients (single node and cluster)."""
 
 
 async def test_take_claims_the_oldest_jobs_into_processing(env: Env) -> None:

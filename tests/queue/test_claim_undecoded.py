@@ -10,9 +10,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases
-from platform_common.jobs.queue.leases import PAYLOAD_NOT_UTF8
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls
+from platform_common.jobs.worker.attempt_calls import PAYLOAD_NOT_UTF8
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 from tests.support.stored_jobs import to_job_hash
@@ -21,7 +22,7 @@ DINING = QueueKeys("dining")
 
 
 @pytest.fixture
-async def setup(redis_url: str) -> AsyncIterator[tuple[JobQueue, Leases, RedisClient]]:
+async def setup(redis_url: str) -> AsyncIterator[tuple[JobQueue, AttemptCalls, RedisClient]]:
     settings = fast_settings(redis_url)
     raw: RedisClient = (
         RedisSettings.from_url(redis_url).make_client()
@@ -30,7 +31,7 @@ async def setup(redis_url: str) -> AsyncIterator[tuple[JobQueue, Leases, RedisCl
     )
     queue = await JobQueue.connect(settings)
     try:
-        yield queue, Leases(queue.connection, "dining"), raw
+        yield queue, AttemptCalls(queue.connection, "dining"), raw
     finally:
         await queue.aclose()
         await raw.aclose()
@@ -43,7 +44,7 @@ async def take(raw: RedisClient, count: int) -> None:
 
 @pytest.mark.parametrize("layout", ["packed", "job hash"])
 async def test_one_bad_payload_or_trace_context_costs_only_its_own_job(
-    setup: tuple[JobQueue, Leases, RedisClient], layout: str
+    setup: tuple[JobQueue, AttemptCalls, RedisClient], layout: str
 ) -> None:
     queue, leases, raw = setup
     healthy, bad_payload, bad_trace = (make_job(task=f"job {i}") for i in range(3))

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from platform_common.jobs.queue.coalescer import Coalescer
+from platform_common.jobs.worker.coalescer import Coalescer
 
 
 class Recorder:

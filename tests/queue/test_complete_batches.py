@@ -12,9 +12,10 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState, LeaseLost
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.redis.script import Script
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 
@@ -39,8 +40,8 @@ async def raw(redis_url: str, queue: JobQueue) -> AsyncIterator[RedisClient]:
     await client.aclose()
 
 
-class CountedLeases(Leases):
-    """Leases whose complete script calls are counted (how many calls, how many jobs)."""
+class CountedLeases(AttemptCalls):
+    """AttemptCalls whose complete script calls are counted (how many calls, how many jobs)."""
 
     def __init__(self, queue: JobQueue) -> None:
         super().__init__(queue.connection, "dining")
@@ -57,7 +58,7 @@ class CountedLeases(Leases):
         self._run = counted
 
 
-async def running(queue: JobQueue, raw: RedisClient, leases: Leases, n: int) -> list[str]:
+async def running(queue: JobQueue, raw: RedisClient, leases: AttemptCalls, n: int) -> list[str]:
     """n jobs taken and claimed, job i under token t<i>."""
     ids: list[str] = await queue.enqueue_many([make_job() for _ in range(n)])
     taken = [await raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") for _ in ids]
@@ -208,7 +209,7 @@ async def test_the_same_completion_twice_in_one_call_counts_once(
 async def test_a_batch_sent_again_after_a_lost_reply_is_a_replay(
     queue: JobQueue, raw: RedisClient
 ) -> None:
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     ids = await running(queue, raw, leases, 3)
     jobs = [(job_id, f"t{i}", "1") for i, job_id in enumerate(ids)]
     keys, args = leases.complete_call(jobs)
@@ -223,7 +224,7 @@ async def test_a_batch_sent_again_after_a_lost_reply_is_a_replay(
 async def test_completions_past_the_batch_bound_go_in_several_calls(
     queue: JobQueue, raw: RedisClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("platform_common.jobs.queue.leases.MAX_COMPLETE_BATCH", 4)
+    monkeypatch.setattr("platform_common.jobs.worker.attempt_calls.MAX_COMPLETE_BATCH", 4)
     leases = CountedLeases(queue)
     ids = await running(queue, raw, leases, 10)
     await asyncio.gather(*(leases.complete(job_id, f"t{i}", "1") for i, job_id in enumerate(ids)))

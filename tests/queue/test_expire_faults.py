@@ -32,7 +32,7 @@ from redis.exceptions import ResponseError
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Maintenance
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.queue.expiry import (
     CORRUPT_RESULT_TTL_SECONDS,
     ExpireReport,
@@ -40,6 +40,7 @@ from platform_common.jobs.queue.expiry import (
 )
 from platform_common.jobs.redis.script import Script
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import Chores
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
@@ -215,7 +216,7 @@ async def test_a_queue_list_of_another_type_is_named_after_the_due_jobs_are_expi
     before = await env.snapshot()
     told: list[ExpireReport] = []
     with pytest.raises(CorruptQueueState) as info:
-        await Maintenance(env.queue.connection, "dining").expire_due(on_expired=told.append)
+        await Chores(env.queue.connection, "dining").expire_due(on_expired=told.append)
     named = (DINING.queue, f"holds a {kind}, where the queue keeps a list")
     assert (info.value.key, info.value.problem) == named
     assert changed_keys(before, await env.snapshot()) == expiry_writes(env)
@@ -286,7 +287,7 @@ async def test_a_poison_record_is_expired_with_its_problem_and_the_others_with_i
                 await env.raw.hdel(DINING.job(job_id), name)
             else:
                 await env.raw.hset(DINING.job(job_id), name, value)
-    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.maintenance")
+    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.expiry")
 
     expired = await env.queue.cleanup("dining")
     assert sorted(expired) == sorted([*env.due, *poisoned])

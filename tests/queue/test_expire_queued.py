@@ -1,5 +1,5 @@
 """Expiry of jobs that wait packed in `queued` (enqueued, never claimed) by their expiry
-bucket: the cleanup (Maintenance.cleanup -> expiry.expire_queued ->
+bucket: the cleanup (Chores.cleanup -> expiry.expire_queued ->
 lua/queue_expire_queued.lua) expires the jobs of an expiry bucket once the whole bucket
 is past by Redis TIME, and skips the entries of jobs that left `queued` since (claimed,
 or expired by a claim). Only a job enqueued out of deadline order has a bucket entry
@@ -28,13 +28,14 @@ import pytest
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.queue.expiry import (
     CORRUPT_RESULT_TTL_SECONDS,
     ExpireReport,
     expire_in_order,
 )
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
@@ -84,7 +85,9 @@ class Env:
         """Take `job_id` off the queue list as a worker does and claim it: the ids of the
         claims that run."""
         assert await self.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
-        _, claims = await Leases(self.queue.connection, "dining").claim("w-1", [(job_id, token)])
+        _, claims = await AttemptCalls(self.queue.connection, "dining").claim(
+            "w-1", [(job_id, token)]
+        )
         return [claim.job_id for claim in claims]
 
 
@@ -232,7 +235,7 @@ async def test_each_expired_job_comes_back_with_its_trace_context(env: Env) -> N
     await with_trace(env.raw, traced, TRACED)
     await make_packed_due(env.raw, DINING, [plain, traced])
 
-    report = await Maintenance(env.queue.connection, "dining").expire_due()
+    report = await Chores(env.queue.connection, "dining").expire_due()
     assert report == ExpireReport(expired=(plain, traced), traces=("", TRACED))
     assert await env.raw.lrange(DINING.queue, 0, -1) == [traced, plain, tail]
     assert await env.counter("expired") == 2
@@ -299,7 +302,7 @@ async def test_a_packed_value_that_does_not_parse_is_expired_with_its_problem(
     enqueued_at, expires_at = (await env.raw.hget(DINING.queued, poison)).split(",")[:2]
     planted = header.format(enq=enqueued_at, exp=expires_at, ttl=TTL)
     await env.raw.hset(DINING.queued, poison, f"{planted}\n\n{{}}")
-    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.maintenance")
+    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.expiry")
 
     assert sorted(await env.queue.cleanup("dining")) == sorted([poison, healthy])
     result = await env.queue.get_result(poison, "dining")

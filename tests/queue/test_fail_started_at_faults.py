@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 
@@ -27,8 +28,8 @@ TOKEN = "token-1"
 @dataclass
 class Env:
     queue: JobQueue
-    leases: Leases
-    chores: Maintenance
+    leases: AttemptCalls
+    chores: Chores
     raw: RedisClient
 
     async def running(self) -> str:
@@ -45,7 +46,7 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
     raw = RedisSettings.from_url(redis_url).make_client(decode_responses=True)
     try:
         yield Env(
-            queue, Leases(queue.connection, "dining"), Maintenance(queue.connection, "dining"), raw
+            queue, AttemptCalls(queue.connection, "dining"), Chores(queue.connection, "dining"), raw
         )
     finally:
         await queue.aclose()

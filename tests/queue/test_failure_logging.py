@@ -16,22 +16,19 @@ from typing import Any
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Worker, current_job
-from platform_common.jobs.queue.attempt_log import (
-    MAX_TRACEBACK_LENGTH,
-    AttemptLog,
-    JsonFormatter,
-    RateLimit,
-)
-from platform_common.jobs.queue.leases import MAX_ERROR_LENGTH
+from platform_common.jobs.queue import JobPayload, JobQueue, current_job
+from platform_common.jobs.queue.log_text import MAX_TRACEBACK_LENGTH, RateLimit
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import Worker
+from platform_common.jobs.worker.attempt_calls import MAX_ERROR_LENGTH
+from platform_common.jobs.worker.attempt_log import AttemptLog, JsonFormatter
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.stored_jobs import to_job_hash
 from tests.support.workers import FAST_SETTINGS, ROOT, wait_until
 
 DINING = QueueKeys("dining")
-CONSUMER = "platform_common.jobs.queue.consumer"
+CONSUMER = "platform_common.jobs.worker"
 
 
 @pytest.fixture
@@ -286,7 +283,7 @@ def test_rate_limit_reports_what_it_left_out_on_the_next_line() -> None:
 
 def test_json_lines_carry_the_same_fields_and_survive_any_text() -> None:
     record = logging.LogRecord(
-        "platform_common.jobs.queue.consumer", logging.WARNING, __file__, 1,
+        "platform_common.jobs.worker", logging.WARNING, __file__, 1,
         "attempt failed job=%s error=%s", ("j1", "bad \udc80"), None,
     )  # fmt: skip
     record.job_id, record.attempt = "j1", 2

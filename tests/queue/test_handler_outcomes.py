@@ -173,7 +173,7 @@ async def test_a_loop_blocking_handler_is_named_and_keeps_its_lease(
 
     job = make_job()
     await queue.enqueue(job)
-    caplog.set_level("INFO", logger="platform_common.jobs.queue.consumer")
+    caplog.set_level("INFO", logger="platform_common.jobs.worker")
     async with running_worker(queue.settings, blocking) as worker:
         result = await eventually(lambda: queue.get_result(job["job_id"]))
     assert result.ok and result.result == 1

@@ -1,5 +1,5 @@
 """Fault injection for `queue_kept_prune.lua` (retention of the dead-letter and failed
-lists, Maintenance.prune_kept): each key the pruning touches is planted with the wrong
+lists, Chores.prune_kept): each key the pruning touches is planted with the wrong
 type or an unexpected value, the pruning runs, and the outcome is either success with a
 consistent state or the package's CorruptQueueState naming the key with the whole
 keyspace unchanged (DUMP and absolute expiry of every key compared). Redis does not undo
@@ -25,10 +25,11 @@ from redis.exceptions import ResponseError
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases, Maintenance
-from platform_common.jobs.queue.retention import PruneReport, Retention
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
 from platform_common.jobs.status import AttemptOutcome
+from platform_common.jobs.worker import AttemptCalls, Chores
+from platform_common.jobs.worker.retention import PruneReport, Retention
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
@@ -47,8 +48,8 @@ OTHER = {"dead": "failed", "failed": "dead"}
 @dataclass
 class Env:
     queue: JobQueue
-    leases: Leases
-    chores: Maintenance
+    leases: AttemptCalls
+    chores: Chores
     raw: RedisClient
     """Decodes replies (for setting up and reading back)."""
     raw_bytes: RedisClient
@@ -89,8 +90,8 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
     try:
         yield Env(
             queue,
-            Leases(queue.connection, "dining"),
-            Maintenance(queue.connection, "dining"),
+            AttemptCalls(queue.connection, "dining"),
+            Chores(queue.connection, "dining"),
             raw,
             raw_bytes,
         )
@@ -182,7 +183,7 @@ async def test_an_entry_whose_job_key_holds_another_type_is_pruned_beyond_the_ca
 ) -> None:
     oldest, *kept = await env.kept(role, CAP + 1)
     await plant(env.raw, DINING.job(oldest), kind)
-    caplog.set_level(logging.WARNING, "platform_common.jobs.queue.retention")
+    caplog.set_level(logging.WARNING, "platform_common.jobs.worker.retention")
     before = await env.snapshot()
     assert await env.chores.prune_kept() == PruneReport(beyond_cap=1, expired=0)
     # Only the entry: the foreign key, and the result (it has its retention TTL), stay.

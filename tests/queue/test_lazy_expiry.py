@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 from tests.support.stored_jobs import make_packed_due, to_job_hash
@@ -117,7 +118,7 @@ async def test_an_expired_retry_leaves_the_delayed_set_or_its_queue_entry(
         await eventually(lambda: _in_delayed(redis_client, 2))
     # Promote one by hand: due now, then on the queue list with state "retrying".
     await redis_client.zadd(DINING.delayed, {promoted["job_id"]: 0})
-    assert await Maintenance(queue.connection, "dining").promote() == 1
+    assert await Chores(queue.connection, "dining").promote() == 1
     assert await redis_client.lrange(DINING.queue, 0, -1) == [promoted["job_id"]]
     assert await redis_client.hget(DINING.job(promoted["job_id"]), "state") == "retrying"
 
@@ -195,7 +196,7 @@ async def test_a_stale_entry_taken_by_a_worker_that_died_is_dropped_by_the_reape
     assert await queue.cleanup("dining") == [job["job_id"]]
     await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
     before = (await queue.stats("dining")).counters
-    chores = Maintenance(queue.connection, "dining")
+    chores = Chores(queue.connection, "dining")
 
     async def reaped() -> bool:
         await chores.reap()

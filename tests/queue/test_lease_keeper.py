@@ -14,7 +14,7 @@ import pytest
 
 from platform_common.jobs.queue import QueueSettings
 from platform_common.jobs.queue.backend_errors import RedisHealth
-from platform_common.jobs.queue.lease_keeper import LeaseKeeper
+from platform_common.jobs.worker.lease_keeper import LeaseKeeper
 
 LOGGER = "tests.lease_keeper"
 

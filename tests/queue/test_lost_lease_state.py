@@ -12,14 +12,15 @@ import pytest
 
 from platform_common.jobs.errors import LeaseLost
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Leases
-from platform_common.jobs.queue.leases import LOST_EXPIRED, lost_reason
+from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import AttemptCalls
+from platform_common.jobs.worker.attempt_calls import LOST_EXPIRED, lost_reason
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
-CONSUMER = "platform_common.jobs.queue.consumer"
+CONSUMER = "platform_common.jobs.worker"
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ async def expire_elsewhere(queue: JobQueue, redis_client: RedisClient, job_id: s
     """Another worker's cleanup expires the running job: its TTL is made to have passed
     (the record's deadline, by which the expire script decides), then expire runs."""
     await redis_client.hset(DINING.job(job_id), "expires_at", "1")
-    assert await Leases(queue.connection, "dining").expire([job_id]) == [job_id]
+    assert await AttemptCalls(queue.connection, "dining").expire([job_id]) == [job_id]
 
 
 async def test_a_completion_after_the_job_expired_elsewhere_says_it_is_expired(
@@ -43,7 +44,7 @@ async def test_a_completion_after_the_job_expired_elsewhere_says_it_is_expired(
 ) -> None:
     job = make_job()
     await queue.enqueue(job)
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
     _, (claim,) = await leases.claim("worker-1", [(job["job_id"], "t-1")])
     await expire_elsewhere(queue, redis_client, job["job_id"])
@@ -58,7 +59,7 @@ async def test_a_completion_after_the_job_expired_elsewhere_says_it_is_expired(
 async def test_a_job_never_seen_is_missing_and_a_live_one_is_in_its_state(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     assert await leases.lost_state("no-such-job") == "missing"
     await redis_client.set(DINING.result("odd"), "not the queue's JSON")
     assert await leases.lost_state("odd") == "missing"

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from platform_common.jobs import queue as queue_package
+from platform_common.jobs import worker as worker_package
 from platform_common.jobs.errors import ConfigurationError, InvalidPayload
 from platform_common.jobs.queue import DEFAULT_AGENT_TYPES, JobPayload, QueueSettings
 from platform_common.jobs.queue.payload import payload_errors, prepare_job
@@ -204,9 +205,13 @@ def test_bad_settings_fail_loudly_naming_the_setting(env: dict[str, str], settin
 def test_public_api_is_exported() -> None:
     for name in queue_package.__all__:
         assert getattr(queue_package, name) is not None
-    assert {"JobQueue", "Worker", "QueueSettings", "JobPayload", "NonRetryableError"} <= set(
+    assert {"JobQueue", "QueueSettings", "JobPayload", "NonRetryableError"} <= set(
         queue_package.__all__
     )
+    # The consumer side is a package of its own; the queue package never imports it.
+    for name in worker_package.__all__:
+        assert getattr(worker_package, name) is not None
+    assert {"Worker", "Chores", "AttemptCalls", "Claim"} <= set(worker_package.__all__)
 
 
 def test_a_ttl_beyond_ten_years_is_refused_before_anything_is_written() -> None:

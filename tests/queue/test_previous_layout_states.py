@@ -31,7 +31,7 @@ LEGACY_FAIL = (LEGACY / "queue_fail_v1.lua").read_text()
 OLD_WORKER = "old-host:4242:0a1b2c"
 """The previous version's worker that took the jobs (it is gone: no heartbeat)."""
 OLD_BACKOFF_MS = [200, 2.0, 300_000]
-"""(base ms, factor, max ms), as its Leases passed settings.backoff_ms()."""
+"""(base ms, factor, max ms), as its AttemptCalls passed settings.backoff_ms()."""
 OLD_RETENTION_S = 14 * 86_400
 """Its dead_letter_retention default, as settings.retention_seconds() passed it."""
 OLD_MAX_ERROR_CLASSES = 20

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
@@ -43,7 +44,7 @@ async def test_a_packed_job_taken_by_a_worker_that_died_goes_back_and_runs_once(
     job_ids = await queue.enqueue_many([make_job() for _ in range(3)])
     for _ in job_ids:  # a worker takes them all, then dies before claiming
         await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
-    chores = Maintenance(queue.connection, "dining")
+    chores = Chores(queue.connection, "dining")
     assert (await chores.reap()).requeued == 0  # provisional leases, not yet expired
 
     async def given_back() -> int:

@@ -13,14 +13,15 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 
 from platform_common.jobs.errors import BackendUnavailable
-from platform_common.jobs.queue import JobPayload, JobQueue, Worker
+from platform_common.jobs.queue import JobPayload, JobQueue
+from platform_common.jobs.worker import Worker
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings
 from tests.support.redis_server import RedisServer, find_free_port
 from tests.support.workers import ROOT
 
 PASSWORD = "s3cret-pw"
-CONSUMER = "platform_common.jobs.queue.consumer"
+CONSUMER = "platform_common.jobs.worker"
 
 
 @pytest.fixture

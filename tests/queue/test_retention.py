@@ -15,10 +15,10 @@ import pytest
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, QueueSettings
-from platform_common.jobs.queue.maintenance import Maintenance
-from platform_common.jobs.queue.retention import Retention
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.status import QueueState
+from platform_common.jobs.worker.chores import Chores
+from platform_common.jobs.worker.retention import Retention
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.stored_jobs import make_packed_due, stored_fields, to_job_hash
@@ -188,7 +188,7 @@ async def test_the_count_cap_prunes_the_oldest_with_record_and_result(
     assert len(newest_first) == 5  # nothing pruned yet
     before = (await queue.stats("dining")).counters
     async with await JobQueue.connect(capped) as capped_queue:
-        report = await Maintenance(capped_queue.connection, "dining").prune_kept()
+        report = await Chores(capped_queue.connection, "dining").prune_kept()
     assert (report.beyond_cap, report.expired) == (2, 0)
     assert await redis_client.lrange(DINING.dead, 0, -1) == newest_first[:3]
     for job_id in newest_first[3:]:
@@ -229,7 +229,7 @@ async def test_entries_whose_record_passed_its_retention_are_pruned(
         assert await queue.dead_letters.list("dining") == []  # an expired entry is not listed
         assert await queue.dead_letters.count("dining") == 1  # but counts until pruned
         assert await queue.failed_jobs.count("dining") == 1
-        report = await Maintenance(queue.connection, "dining").prune_kept()
+        report = await Chores(queue.connection, "dining").prune_kept()
         assert (report.beyond_cap, report.expired) == (0, 2)
         assert await redis_client.llen(DINING.dead) == await redis_client.llen(DINING.failed) == 0
         await assert_balanced(queue)
@@ -257,7 +257,7 @@ async def test_silent_workers_heartbeats_are_forgotten_the_counters_never_expire
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
     await run_to_the_end(queue, [make_job(task="ok")])
-    maintenance = Maintenance(queue.connection, "dining")
+    maintenance = Chores(queue.connection, "dining")
     now_ms = await maintenance.redis_time_ms()
     prune_ms = int(queue.settings.heartbeat_interval * 10 * 1000)
     await redis_client.zadd(DINING.workers, {"silent": now_ms - prune_ms - 1000, "recent": now_ms})

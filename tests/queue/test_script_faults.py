@@ -25,8 +25,9 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import Claim, JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls, Chores, Claim
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -41,8 +42,8 @@ TOKEN = "token-1"
 @dataclass
 class Env:
     queue: JobQueue
-    leases: Leases
-    chores: Maintenance
+    leases: AttemptCalls
+    chores: Chores
     raw: RedisClient
     """Decodes replies (for setting up and reading back)."""
     raw_bytes: RedisClient
@@ -107,8 +108,8 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
         await queue.connection.register_type("dining")
         yield Env(
             queue,
-            Leases(queue.connection, "dining"),
-            Maintenance(queue.connection, "dining"),
+            AttemptCalls(queue.connection, "dining"),
+            Chores(queue.connection, "dining"),
             raw,
             raw_bytes,
         )
@@ -361,7 +362,7 @@ async def test_enqueue_after_a_refusal_writes_whole_jobs(env: Env) -> None:
     assert await env.counter("enqueued") == "3"
 
 
-# -- queue_complete: Leases.complete -----------------------------------------------------
+# -- queue_complete: AttemptCalls.complete -----------------------------------------------------
 COMPLETE_KEYS = wrong_types(
     ("processing", "list"), ("leases", "zset"), ("expiry", "zset"), ("stats", "hash")
 )
@@ -467,7 +468,7 @@ async def test_a_worker_fails_a_job_its_completion_cannot_count(redis_url: str, 
     assert outcome is not None and outcome.status == "failed"
 
 
-# -- queue_renew: Leases.renew -----------------------------------------------------------
+# -- queue_renew: AttemptCalls.renew -----------------------------------------------------------
 @pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
 async def test_renew_refuses_a_leases_key_of_another_type(env: Env, kind: str) -> None:
     claim = await env.running()
@@ -490,7 +491,7 @@ async def test_renew_reports_a_job_key_of_another_type_lost_and_renews_the_rest(
     assert (await env.raw.zscore(DINING.leases, healthy.job_id) or 0) > 1
 
 
-# -- queue_heartbeat: Maintenance.heartbeat ----------------------------------------------
+# -- queue_heartbeat: Chores.heartbeat ----------------------------------------------
 @pytest.mark.parametrize("leaving", [False, True], ids=["beat", "leave"])
 @pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
 async def test_heartbeat_refuses_a_workers_key_of_another_type(
@@ -500,7 +501,7 @@ async def test_heartbeat_refuses_a_workers_key_of_another_type(
     await refused(env, lambda: env.chores.heartbeat("worker-1", leaving=leaving), DINING.workers)
 
 
-# -- queue_promote: Maintenance.promote --------------------------------------------------
+# -- queue_promote: Chores.promote --------------------------------------------------
 @pytest.mark.parametrize(
     ("role", "kind"), wrong_types(("delayed", "zset"), ("queue", "list"), ("waiting", "zset"))
 )
@@ -518,7 +519,7 @@ async def test_promote_moves_every_due_retry_in_one_step(env: Env) -> None:
     assert sorted(await env.raw.zrange(DINING.waiting, 0, -1)) == sorted(ids)
 
 
-# -- queue_reap_scan: Maintenance.reap ---------------------------------------------------
+# -- queue_reap_scan: Chores.reap ---------------------------------------------------
 @pytest.mark.parametrize(
     ("role", "kind"),
     wrong_types(("processing", "list"), ("leases", "zset"), ("queued", "hash"), ("queue", "list")),
@@ -619,7 +620,7 @@ async def test_purge_deletes_a_record_or_result_of_any_type(env: Env, role: str,
     assert not await env.raw.exists(DINING.dead, DINING.job(job_id), DINING.result(job_id))
 
 
-# -- queue_claim: Leases.claim -----------------------------------------------------------
+# -- queue_claim: AttemptCalls.claim -----------------------------------------------------------
 CLAIM_SHARED = [
     ("processing", "list"),
     ("leases", "zset"),
@@ -795,7 +796,7 @@ async def test_claim_after_a_refusal_claims_every_job(env: Env) -> None:
         assert await env.raw.hmget(DINING.job(job_id), ["state", "attempts"]) == ["running", "1"]
 
 
-# -- queue_fail: Leases.fail -------------------------------------------------------------
+# -- queue_fail: AttemptCalls.fail -------------------------------------------------------------
 FAIL_KEYS = wrong_types(
     ("processing", "list"),
     ("leases", "zset"),

@@ -9,9 +9,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.keys import MAX_ERROR_CLASSES, QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases, Maintenance, QueueState
+from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.queue.error_class import error_class_of
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 
@@ -39,7 +40,7 @@ async def raw(redis_url: str, queue: JobQueue) -> AsyncIterator[RedisClient]:
 async def running(queue: JobQueue, raw: RedisClient, token: str = "t1") -> str:
     job_id: str = await queue.enqueue(make_job())
     assert await raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
-    _, claims = await Leases(queue.connection, "dining").claim("w1", [(job_id, token)])
+    _, claims = await AttemptCalls(queue.connection, "dining").claim("w1", [(job_id, token)])
     assert [claim.job_id for claim in claims] == [job_id]
     return job_id
 
@@ -58,7 +59,7 @@ async def test_wait_and_run_split_the_latency_of_a_first_attempt(
     await raw.hset(DINING.job(job_id), mapping={
         "enqueued_at": started - 4500, "started_at": started - 1500,
     })  # fmt: skip
-    await Leases(queue.connection, "dining").complete(job_id, "t1", "1")
+    await AttemptCalls(queue.connection, "dining").complete(job_id, "t1", "1")
     fields = await stats(raw)
     assert float(fields["wait_sum"]) == 3.0
     assert fields["wait_le:5"] == "1" and fields["wait_count"] == "1"
@@ -73,11 +74,11 @@ async def test_wait_and_run_split_the_latency_of_a_first_attempt(
 
 
 async def test_wait_of_a_retry_counts_from_its_due_time(queue: JobQueue, raw: RedisClient) -> None:
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     job_id = await running(queue, raw)
     assert await leases.fail(job_id, "t1", "TimeoutError: slow") == QueueState.RETRYING
     await raw.zadd(DINING.delayed, {job_id: 0}, xx=True)
-    assert await Maintenance(queue.connection, "dining").promote() == 1
+    assert await Chores(queue.connection, "dining").promote() == 1
     assert await raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
     await leases.claim("w1", [(job_id, "t2")])
     started = int(await raw.hget(DINING.job(job_id), "started_at"))
@@ -91,7 +92,7 @@ async def test_wait_of_a_retry_counts_from_its_due_time(queue: JobQueue, raw: Re
 async def test_failed_attempts_are_counted_by_exception_class(
     queue: JobQueue, raw: RedisClient
 ) -> None:
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     first = await running(queue, raw, "a")
     assert await leases.fail(first, "a", "ValueError: bad input") == QueueState.RETRYING
     second = await running(queue, raw, "b")
@@ -112,13 +113,13 @@ async def test_the_reaper_counts_a_lapsed_lease_as_lease_expired(
 ) -> None:
     job_id = await running(queue, raw)
     await raw.zadd(DINING.leases, {job_id: 1})  # lapsed: the worker stopped renewing
-    report = await Maintenance(queue.connection, "dining").reap()
+    report = await Chores(queue.connection, "dining").reap()
     assert report.retried == 1
     assert (await stats(raw))["error:LeaseExpired"] == "1"
 
 
 async def test_classes_past_the_cap_count_as_other(queue: JobQueue, raw: RedisClient) -> None:
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     await raw.hset(DINING.stats, mapping={"error_classes": MAX_ERROR_CLASSES - 1})
     for index, error in enumerate(["KeyError: 'a'", "OSError: b", "KeyError: 'c'", "E.F: d"]):
         job_id = await running(queue, raw, f"t{index}")

@@ -1,4 +1,4 @@
-"""Expiry from the queue list's tail (Maintenance.cleanup -> expiry.expire_in_order ->
+"""Expiry from the queue list's tail (Chores.cleanup -> expiry.expire_in_order ->
 lua/queue_expire_tail.lua) of the jobs packed in `queued` that were written in deadline
 order (",o" in their header) and so have no expiry bucket: the walk from the tail
 expires every job past its deadline, passes over the entries it must keep (an unordered
@@ -22,12 +22,13 @@ import pytest
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobQueue, Maintenance, QueueState
+from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.queue.expiry import (
     ExpireReport,
     expire_in_order,
 )
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import Chores
 from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_runtime import fast_settings
 
@@ -266,7 +267,7 @@ async def test_each_expired_job_comes_back_with_its_trace_context(env: Env) -> N
     await env.plant("traced-2", DUE, trace=TRACED)
     await env.raw.lrem(DINING.queue, 1, "wait")  # the new jobs are at the tail now
     await env.raw.lpush(DINING.queue, "wait")
-    report = await Maintenance(env.queue.connection, "dining").expire_due()
+    report = await Chores(env.queue.connection, "dining").expire_due()
     assert report == ExpireReport(expired=("plain-2", "traced-2"), traces=("", TRACED))
     await assert_expired(env, ["traced", "plain", "plain-2", "traced-2"])
 

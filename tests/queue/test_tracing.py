@@ -20,26 +20,20 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import (
-    JobPayload,
-    JobQueue,
-    Leases,
-    Maintenance,
-    QueueSettings,
-    Worker,
-    current_job,
-)
-from platform_common.jobs.queue.attempt_log import JsonFormatter
-from platform_common.jobs.queue.consumer import NOT_STARTED, TTL_EXPIRED
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, current_job
 from platform_common.jobs.queue.context import Handler
 from platform_common.jobs.queue.tracing import MESSAGING_SYSTEM, TRACE_CONTEXT_FIELD
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import AttemptCalls, Chores, Worker
+from platform_common.jobs.worker.attempt_log import JsonFormatter
+from platform_common.jobs.worker.chores import TTL_EXPIRED
+from platform_common.jobs.worker.run_loop import NOT_STARTED
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings
 from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
-CONSUMER = "platform_common.jobs.queue.consumer"
+CONSUMER = "platform_common.jobs.worker"
 
 
 @pytest.fixture
@@ -204,7 +198,7 @@ async def test_the_trace_context_lives_in_the_job_record_not_in_its_payload(
     assert packed.split("\n", 2)[1] == stored
     # Claimed, the job hash keeps it in its own field.
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
-    _, (claim,) = await Leases(queue.connection, "dining").claim("w", [(job["job_id"], "t")])
+    _, (claim,) = await AttemptCalls(queue.connection, "dining").claim("w", [(job["job_id"], "t")])
     assert claim.trace_context == stored
     record = await redis_client.hgetall(DINING.job(job["job_id"]))
     assert record[TRACE_CONTEXT_FIELD] == stored
@@ -419,7 +413,9 @@ async def test_without_any_trace_log_lines_are_unchanged(
 async def lapse_lease(queue: JobQueue, redis_client: RedisClient, job_id: str) -> None:
     """Take and claim the job as a worker that then dies: its lease has lapsed."""
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
-    _, claims = await Leases(queue.connection, "dining").claim("gone-worker", [(job_id, "t-1")])
+    _, claims = await AttemptCalls(queue.connection, "dining").claim(
+        "gone-worker", [(job_id, "t-1")]
+    )
     assert [claim.job_id for claim in claims] == [job_id]
     await redis_client.zadd(DINING.leases, {job_id: 0})
 
@@ -437,7 +433,7 @@ async def test_the_reaper_reports_the_trace_context_of_each_attempt_it_ends(
     assert TRACE_CONTEXT_FIELD not in await stored_fields(redis_client, DINING, untraced["job_id"])
     for job in (traced, untraced):
         await lapse_lease(queue, redis_client, job["job_id"])
-    report = await Maintenance(queue.connection, "dining").reap()
+    report = await Chores(queue.connection, "dining").reap()
     assert sorted(report.ended) == sorted([
         (traced["job_id"], "retrying", stored),
         (untraced["job_id"], "dead", ""),

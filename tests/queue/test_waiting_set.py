@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Leases, Maintenance, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
@@ -74,7 +75,7 @@ async def test_a_claim_lowers_its_jobs_arrival_count_and_drops_an_emptied_second
     enqueued_at = int((await redis_client.hget(DINING.queued, ids[0])).split(",", 1)[0])
     second = enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS
     assert before[second] >= 1
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == ids[0]
     _, claims = await leases.claim("worker-1", [(ids[0], "token-1")])
     assert [claim.job_id for claim in claims] == [ids[0]]
@@ -85,13 +86,13 @@ async def test_a_claim_lowers_its_jobs_arrival_count_and_drops_an_emptied_second
 
 async def test_a_retry_waits_again_once_due(queue: JobQueue, redis_client: RedisClient) -> None:
     job_id = await queue.enqueue(make_job())
-    leases = Leases(queue.connection, "dining")
+    leases = AttemptCalls(queue.connection, "dining")
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
     _, (claim,) = await leases.claim("worker-1", [(job_id, "token-1")])
     assert await leases.fail(job_id, "token-1", "first attempt fails") == "retrying"
     await redis_client.zadd(DINING.delayed, {job_id: 0}, xx=True)  # due now
     seconds, _ = await redis_client.time()
-    assert await Maintenance(queue.connection, "dining").promote() == 1
+    assert await Chores(queue.connection, "dining").promote() == 1
     # Back on the queue with its job hash: in the waiting set, with the time it arrived.
     (arrival,) = (await waiting(redis_client)).values()
     assert abs(arrival / 1000 - int(seconds)) < 60

@@ -17,13 +17,12 @@ from platform_common.jobs.keys import STATS_COUNTERS, QueueKeys, latency_bucket_
 from platform_common.jobs.queue import (
     JobPayload,
     JobQueue,
-    Leases,
-    Maintenance,
     NonRetryableError,
     QueueConnection,
     current_job,
 )
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
@@ -207,7 +206,7 @@ async def test_a_lost_lease_fences_out_the_old_token(
 async def fence_scenario(
     queue: JobQueue, redis_client: RedisClient, connection: QueueConnection
 ) -> None:
-    leases, chores = Leases(connection, "dining"), Maintenance(connection, "dining")
+    leases, chores = AttemptCalls(connection, "dining"), Chores(connection, "dining")
 
     async def reaped() -> int:
         return (await chores.reap()).retried
@@ -269,7 +268,7 @@ async def test_renewal_skips_attempts_its_own_token_ended_and_reports_stolen_one
     token changed hands still is."""
     connection = await QueueConnection.open(queue.settings)
     try:
-        leases = Leases(connection, "dining")
+        leases = AttemptCalls(connection, "dining")
         jobs = [make_job() for _ in range(3)]
         await queue.enqueue_many(jobs)
         taken = [
@@ -316,7 +315,7 @@ async def test_many_short_jobs_under_a_short_lease_never_lose_one(
     settings = queue.settings.with_overrides(
         lease_seconds=0.6, backoff_base=0.01, promote_interval=0.01
     )
-    caplog.set_level("WARNING", logger="platform_common.jobs.queue.consumer")
+    caplog.set_level("WARNING", logger="platform_common.jobs.worker")
 
     async def all_done() -> bool:
         return (await counters(queue))["completed"] >= len(jobs)

@@ -15,8 +15,9 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue, Maintenance
+from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.worker import Chores
 from tests.support.keyspace import changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -35,7 +36,7 @@ WRONG_TYPES: dict[str, tuple[str, ...]] = {
 @dataclass
 class Env:
     queue: JobQueue
-    chores: Maintenance
+    chores: Chores
     raw: RedisClient
     raw_bytes: RedisClient
 
@@ -61,7 +62,7 @@ async def env(redis_url: str) -> AsyncIterator[Env]:
         raw_bytes = aioredis.Redis.from_url(redis_url)
     queue = await JobQueue.connect(settings)
     try:
-        yield Env(queue, Maintenance(queue.connection, "dining"), raw, raw_bytes)
+        yield Env(queue, Chores(queue.connection, "dining"), raw, raw_bytes)
     finally:
         await queue.aclose()
         await raw.aclose()

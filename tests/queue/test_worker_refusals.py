@@ -14,17 +14,18 @@ import pytest
 from redis.exceptions import OutOfMemoryError
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, Leases
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.queue.backend_errors import RedisHealth
-from platform_common.jobs.queue.lease_keeper import LeaseKeeper
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.worker import AttemptCalls
+from platform_common.jobs.worker.lease_keeper import LeaseKeeper
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 _T = TypeVar("_T")
-CONSUMER = "platform_common.jobs.queue.consumer"
+CONSUMER = "platform_common.jobs.worker"
 
 
 @pytest.fixture
@@ -160,7 +161,7 @@ async def test_a_renewal_that_wrote_nothing_does_not_end_out_of_memory(
 
         job_id = await queue.enqueue(make_job())
         await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
-        await Leases(queue.connection, "dining").claim("worker-1", [(job_id, "token-b")])
+        await AttemptCalls(queue.connection, "dining").claim("worker-1", [(job_id, "token-b")])
         keeper.hold(job_id, "token-b")
         await eventually(lambda: _async(not health.down))
     finally:

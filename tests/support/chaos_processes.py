@@ -25,7 +25,8 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from platform_common.jobs.errors import InvalidPayload
-from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, Worker, current_job
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings, current_job
+from platform_common.jobs.worker import Worker
 
 TYPES = ("dining", "flights", "dmc")
 CONCURRENCY = 8

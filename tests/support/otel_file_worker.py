@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from platform_common.jobs.worker import main as worker_main
+from platform_common.jobs.worker.__main__ import main as worker_main
 
 SPANS_FILE_ENV = "OTEL_SPANS_FILE"
 

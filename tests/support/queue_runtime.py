@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from platform_common.jobs.queue import JobPayload, QueueSettings, Worker, current_job
+from platform_common.jobs.queue import JobPayload, QueueSettings, current_job
 from platform_common.jobs.queue.context import Handler
+from platform_common.jobs.worker import Worker
 
 __all__ = ["RanJobs", "eventually", "fast_settings", "running_worker"]
 

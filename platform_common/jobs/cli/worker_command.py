@@ -28,9 +28,11 @@ from collections.abc import Sequence
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
 from ..errors import BackendUnavailable, ConfigurationError
-from ..queue import QueueSettings, Worker
-from ..queue.attempt_log import JsonFormatter, bounded
+from ..queue import QueueSettings
 from ..queue.context import Handler
+from ..queue.log_text import bounded
+from ..worker import Worker
+from ..worker.attempt_log import JsonFormatter
 from .exits import EXIT_FAILURE, EXIT_OK, CliError, enable_debug
 
 __all__ = ["SUMMARY", "load_handler", "parser", "run"]

@@ -1,5 +1,6 @@
-"""The Redis job queue: per-agent-type queues, reliable workers, retries, dead letters,
-results and completion events. Key layout and counters: see platform_common.jobs.keys."""
+"""The Redis job queue, the producer side: enqueue, results, completion events, dead
+letters and the operator's view. The consumer side is `platform_common.jobs.worker`;
+key layout and counters: `platform_common.jobs.keys`."""
 
 from __future__ import annotations
 
@@ -7,11 +8,8 @@ from ..status import AttemptOutcome, QueueState
 from .api import JobQueue, QueueStats
 from .completions import Completion, Completions
 from .connection import QueueConnection
-from .consumer import Worker
 from .context import AsyncHandler, Handler, JobContext, NonRetryableError, SyncHandler, current_job
 from .dead_letters import DeadLetter, DeadLetters
-from .leases import Claim, Leases
-from .maintenance import Maintenance, ReapReport
 from .payload import JobPayload, payload_errors
 from .producer import Producer
 from .queue_settings import DEFAULT_AGENT_TYPES, QueueSettings
@@ -21,7 +19,6 @@ __all__ = [
     "DEFAULT_AGENT_TYPES",
     "AsyncHandler",
     "AttemptOutcome",
-    "Claim",
     "Completion",
     "Completions",
     "DeadLetter",
@@ -31,17 +28,13 @@ __all__ = [
     "JobPayload",
     "JobQueue",
     "JobResult",
-    "Leases",
-    "Maintenance",
     "NonRetryableError",
     "Producer",
     "QueueConnection",
     "QueueSettings",
     "QueueState",
     "QueueStats",
-    "ReapReport",
     "SyncHandler",
-    "Worker",
     "current_job",
     "payload_errors",
 ]

@@ -18,7 +18,7 @@ from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
 from .dead_letters import BATCH, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
-from .maintenance import Maintenance
+from .expiry import expire_due
 from .producer import Job, Producer
 from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
@@ -112,7 +112,8 @@ class JobQueue:
         """Expire up to `limit` jobs of `agent_type` past their TTL (workers do this
         periodically; safe to call from anywhere at any time)."""
         with backend_errors(self.settings.redis):
-            return await Maintenance(self.connection, agent_type).cleanup(limit)
+            keys = self.connection.keys(agent_type)
+            return list((await expire_due(self.connection, keys, limit)).expired)
 
     async def stats(self, agent_type: str) -> QueueStats:
         """Depths and counters of one agent type, read in one pipelined round trip.

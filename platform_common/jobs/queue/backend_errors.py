@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import BackendBusy, BackendOutOfMemory, BackendUnavailable, CorruptQueueState
 from ..redis.url import RedisSettings
-from .attempt_log import RateLimit, describe
+from .log_text import RateLimit, describe
 
 __all__ = [
     "CORRUPT_REPLY",

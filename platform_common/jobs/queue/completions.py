@@ -27,9 +27,9 @@ from ..errors import BackendUnavailable
 from ..keys import COMPLETION_PATTERN, QueueKeys
 from ..redis.url import RedisClient
 from ..status import QUEUE_TERMINAL
-from .attempt_log import describe
 from .backend_errors import is_outage, unreachable
 from .connection import QueueConnection
+from .log_text import describe
 from .results import JobResult, parse_result
 
 __all__ = ["Completion", "Completions"]

@@ -6,6 +6,7 @@ the backlog queued behind them."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,14 +15,19 @@ from redis.exceptions import ResponseError
 
 from ..keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from ..redis.script import Script
+from .connection import QueueConnection
 
 __all__ = [
     "CORRUPT_RESULT_TTL_SECONDS",
     "ExpireReport",
+    "expire_due",
     "expire_in_order",
     "expire_jobs",
     "expire_queued",
+    "redis_time_ms",
 ]
+
+log = logging.getLogger("platform_common.jobs.queue.expiry")
 
 CORRUPT_RESULT_TTL_SECONDS = 86_400
 """How long the "expired" result of a job whose stored ttl does not parse is kept."""
@@ -234,3 +240,61 @@ def _tail_keys(keys: QueueKeys, ids: Sequence[str]) -> list[str]:
 def _tail_args(keys: QueueKeys, offset: int, ids: Sequence[str]) -> list[Any]:
     # No result TTL for a value that does not parse: the walk keeps such a job.
     return [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
+
+
+async def expire_due(
+    connection: QueueConnection,
+    keys: QueueKeys,
+    limit: int | None = None,
+    *,
+    now_ms: int | None = None,
+    on_expired: Callable[[ExpireReport], None] | None = None,
+) -> ExpireReport:
+    """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL,
+    and say which, with the trace context each carried (for its log line). The run
+    has three steps, each atomic per script call: claimed jobs, waiting jobs by
+    their expiry bucket, waiting jobs in deadline order from the queue list's tail.
+    `on_expired` hears each step's report as soon as it is done, so what an earlier
+    step expired is told even when a later one raises (CorruptQueueState).
+
+    Candidates are picked by Redis's clock: `now_ms` if the caller knows it (a worker
+    estimates it from Redis TIME it saw), else one TIME call; this machine's clock
+    is never used (the script decides with Redis TIME anyway). Stale results need no
+    sweep: every result and finished record is written with its TTL, so Redis drops
+    it; dead and failed jobs get theirs too (dead_letter_retention), see prune_kept."""
+    batch = limit or connection.settings.cleanup_batch
+    if now_ms is None:
+        now_ms = await redis_time_ms(connection)
+    try:
+        due = await connection.client.zrangebyscore(keys.expiry, "-inf", now_ms, start=0, num=batch)
+    except ResponseError as exc:
+        # WRONGTYPE: CorruptQueueState worded as queue_expire.lua's refusal.
+        raise await connection.refusal(exc, [keys.expiry]) from exc
+    done = ExpireReport()
+
+    def told(step: ExpireReport) -> None:
+        nonlocal done
+        done += step
+        for job_id, problem in step.corrupt:
+            log.warning(
+                "expired job=%s whose stored record does not parse: %s", job_id, problem,
+                extra={
+                    "job_id": job_id, "agent_type": keys.agent_type, "problem": problem,
+                },
+            )  # fmt: skip
+        if on_expired is not None and step.expired:
+            on_expired(step)
+
+    run, read, refusal = connection.run_script, connection.execute_many, connection.refusal
+    scripts = connection.scripts
+    told(await expire_jobs(run, scripts.expire, keys, due))
+    told(await expire_queued(run, read, refusal, scripts.expire_queued, keys, now_ms))
+    # The jobs written in deadline order have no expiry bucket: found from the tail.
+    told(await expire_in_order(run, read, refusal, scripts.expire_tail, keys))
+    return done
+
+
+async def redis_time_ms(connection: QueueConnection) -> int:
+    """Redis TIME in ms (one round trip)."""
+    seconds, micros = await connection.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000

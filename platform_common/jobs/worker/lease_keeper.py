@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 
 from ..errors import CorruptQueueState
-from .backend_errors import TRANSIENT, RedisHealth
-from .connection import QueueConnection
-from .leases import Leases
-from .queue_settings import QueueSettings
+from ..queue.backend_errors import TRANSIENT, RedisHealth
+from ..queue.connection import QueueConnection
+from ..queue.queue_settings import QueueSettings
+from .attempt_calls import AttemptCalls
 
 __all__ = ["LeaseKeeper"]
 
@@ -107,7 +107,7 @@ class LeaseKeeper:
         self._stop = stop = asyncio.Event()
         self._started.set()
         connection = QueueConnection(self._settings)
-        leases = Leases(connection, self._agent_type)
+        leases = AttemptCalls(connection, self._agent_type)
         watcher = asyncio.create_task(self._watch(stop))
         try:
             while not stop.is_set():
@@ -118,7 +118,7 @@ class LeaseKeeper:
             await asyncio.gather(watcher, return_exceptions=True)
             await connection.aclose()
 
-    async def _renew(self, leases: Leases) -> None:
+    async def _renew(self, leases: AttemptCalls) -> None:
         with self._lock:
             held = [(job_id, token) for token, job_id in self._held.items()]
         if not held:

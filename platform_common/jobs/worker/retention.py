@@ -13,14 +13,14 @@ import logging
 from dataclasses import dataclass
 
 from ..errors import CorruptQueueState
-from .connection import QueueConnection
+from ..queue.connection import QueueConnection
 
 __all__ = ["PRUNE_BATCH", "PruneReport", "Retention"]
 
 PRUNE_BATCH = 500
 """Oldest entries of each list one run looks at (bounded work per run)."""
 
-log = logging.getLogger("platform_common.jobs.queue.retention")
+log = logging.getLogger("platform_common.jobs.worker.retention")
 
 
 @dataclass(frozen=True, slots=True)

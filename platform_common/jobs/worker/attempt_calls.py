@@ -11,16 +11,21 @@ from redis.exceptions import ResponseError
 
 from ..errors import CorruptQueueState, LeaseLost
 from ..keys import ARRIVAL_BUCKET_MS, MAX_ERROR_CLASSES, QueueKeys, latency_bucket_field
+from ..queue.backend_errors import is_script_error
+from ..queue.connection import QueueConnection
+from ..queue.error_class import error_class_of
+from ..queue.expiry import expire_jobs
+from ..queue.log_text import MAX_TRACEBACK_LENGTH, bounded, safe_text
 from ..status import AttemptOutcome, QueueState
-from .attempt_log import MAX_TRACEBACK_LENGTH, bounded, safe_text
-from .backend_errors import is_script_error
 from .coalescer import Coalescer
-from .connection import QueueConnection
-from .error_class import error_class_of
-from .expiry import expire_jobs
 
 __all__ = [
-    "LOST_EXPIRED", "MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "Claim", "Leases", "lost_reason",
+    "LOST_EXPIRED",
+    "MAX_ERROR_LENGTH",
+    "MAX_TRACEBACK_LENGTH",
+    "AttemptCalls",
+    "Claim",
+    "lost_reason",
 ]  # fmt: skip
 
 _D = TypeVar("_D")
@@ -56,7 +61,7 @@ class Claim:
     """The producer's trace context as the record keeps it (see queue.tracing), or None."""
 
 
-class Leases:
+class AttemptCalls:
     """The fenced operations on one agent type's jobs."""
 
     def __init__(self, connection: QueueConnection, agent_type: str) -> None:

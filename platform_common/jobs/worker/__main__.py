@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .cli import main as cli_main
-from .cli.worker_command import load_handler
+from ..cli import main as cli_main
+from ..cli.worker_command import load_handler
 
 __all__ = ["load_handler", "main"]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .context import AsyncHandler, Handler, SyncHandler
-from .payload import JobPayload
+from ..queue.context import AsyncHandler, Handler, SyncHandler
+from ..queue.payload import JobPayload
 
 __all__ = ["HandlerThreads", "Outcome", "Raised", "Returned", "is_async_handler", "start_handler"]
 

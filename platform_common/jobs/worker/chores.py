@@ -1,0 +1,275 @@
+"""The periodic chores every worker runs: reaper, retry promoter, TTL cleanup, pruning
+of kept jobs, heartbeat (Chores: one bounded step each; ChoreLoop: each on its interval).
+
+Each is one bounded step, safe to run from any number of processes at once (every
+change is re-checked inside its script), so no leader election is needed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorruptQueueState
+from ..queue.backend_errors import TRANSIENT, RedisHealth
+from ..queue.connection import QueueConnection
+from ..queue.expiry import ExpireReport, expire_due, redis_time_ms
+from ..queue.queue_settings import QueueSettings
+from ..queue.tracing import creation_log_fields
+from ..status import AttemptOutcome
+from .attempt_calls import AttemptCalls
+from .attempt_log import AttemptLog, log
+from .lease_keeper import LeaseKeeper
+from .retention import PruneReport, Retention
+from .settlement import wait_or_stop
+
+__all__ = ["ChoreLoop", "Chores", "ReapReport", "RedisClock"]
+
+
+PROCESSING_SCAN = 1000
+"""Oldest processing entries the reaper inspects for a missing lease, per run."""
+PROMOTE_BATCH = 1000
+"""Most due retries moved to the queue per promoter run."""
+LEASE_EXPIRED = "lease expired: the worker stopped renewing"
+TTL_EXPIRED = "TTL passed: the cleanup expired the job (not started or not finished in time)"
+"""The error the reaper records for an attempt whose worker died, hung or lost Redis."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    """What one reaper run did, by outcome of the expired leases it found."""
+
+    retried: int = 0
+    dead: int = 0
+    requeued: int = 0
+    """Entries taken with BLMOVE by a worker that died before claiming: not an attempt."""
+    ended: tuple[tuple[str, str, str], ...] = ()
+    """(job_id, outcome, trace_context) of each attempt this run ended (retrying or
+    dead), to log them; trace_context is the job record's ("" if it has none)."""
+
+
+class Chores:
+    """The chores for one agent type."""
+
+    def __init__(self, connection: QueueConnection, agent_type: str) -> None:
+        self._connection = connection
+        self._settings = connection.settings
+        self._leases = AttemptCalls(connection, agent_type)
+        self._retention = Retention(connection, agent_type)
+        self.keys = self._leases.keys
+
+    async def reap(self, limit: int = 100) -> ReapReport:
+        """Return jobs whose lease expired: a retry (a crash is an attempt) or a dead
+        letter after the last attempt. Jobs taken but never claimed go back unchanged."""
+        keys = self.keys
+        lease_ms = int(self._settings.lease_seconds * 1000)
+        given_back, *expired = await self._connection.run_script(
+            self._connection.scripts.reap_scan,
+            [keys.processing, keys.leases, keys.queued, keys.queue],
+            [lease_ms, PROCESSING_SCAN, limit],
+        )
+        if not expired:
+            return ReapReport(requeued=int(given_back))
+        calls = [self._leases.fail_call(job_id, "", LEASE_EXPIRED, "lost") for job_id in expired]
+        replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
+        outcomes, carried = [], []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            outcomes.append(reply[0])
+            # The ended attempt's replies end with the record's trace context (mode "lost").
+            ended_reply = reply[0] in (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
+            carried.append(str(reply[-1]) if ended_reply and len(reply) > 1 else "")
+        ended = (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
+        return ReapReport(
+            retried=outcomes.count(AttemptOutcome.RETRYING),
+            dead=outcomes.count(AttemptOutcome.DEAD),
+            requeued=int(given_back) + outcomes.count(AttemptOutcome.REQUEUED),
+            ended=tuple(
+                (str(job_id), str(outcome), trace_context)
+                for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
+                if outcome in ended
+            ),
+        )
+
+    async def promote(self) -> int:
+        """Move retries whose backoff elapsed to the front of the queue."""
+        keys = self.keys
+        return int(
+            await self._connection.run_script(
+                self._connection.scripts.promote,
+                [keys.delayed, keys.queue, keys.waiting],
+                [PROMOTE_BATCH],
+            )
+        )
+
+    async def cleanup(self, limit: int | None = None, *, now_ms: int | None = None) -> list[str]:
+        """Expire up to `limit` (default cleanup_batch) unfinished jobs past their TTL;
+        the ids of the jobs expired (expire_due says more)."""
+        return list((await self.expire_due(limit, now_ms=now_ms)).expired)
+
+    async def expire_due(
+        self,
+        limit: int | None = None,
+        *,
+        now_ms: int | None = None,
+        on_expired: Callable[[ExpireReport], None] | None = None,
+    ) -> ExpireReport:
+        """See queue.expiry.expire_due."""
+        return await expire_due(
+            self._connection, self.keys, limit, now_ms=now_ms, on_expired=on_expired
+        )
+
+    async def prune_kept(self) -> PruneReport:
+        """Bound the dead-letter and failed lists (see retention.py); one bounded step."""
+        return await self._retention.prune()
+
+    async def redis_time_ms(self) -> int:
+        """Redis TIME in ms (one round trip)."""
+        return await redis_time_ms(self._connection)
+
+    async def heartbeat(
+        self, worker_id: str, in_progress: int = 0, *, leaving: bool = False
+    ) -> int:
+        """Record that `worker_id` is alive with `in_progress` jobs running (or gone, its
+        count with it); returns the Redis time in ms."""
+        # bool is an int: a True here is a caller's mistake, not one job.
+        if type(in_progress) is not int:
+            raise TypeError(f"in_progress must be an int (jobs running), got {in_progress!r}")
+        if in_progress < 0:
+            raise ValueError(f"in_progress must be >= 0 (jobs running), got {in_progress}")
+        prune_ms = int(self._settings.heartbeat_interval * 10 * 1000)
+        return int(
+            await self._connection.run_script(
+                self._connection.scripts.heartbeat,
+                [self.keys.workers, self.keys.worker_jobs],
+                [worker_id, "leave" if leaving else "beat", prune_ms, in_progress],
+            )
+        )
+
+
+class RedisClock:
+    """Redis time as this worker last saw it (a claim's or a heartbeat's TIME), carried
+    forward on the loop's monotonic clock: the cleanup picks its candidates by it
+    without a TIME round trip (its script decides by Redis TIME anyway)."""
+
+    def __init__(self) -> None:
+        self._offset: float | None = None  # Redis time minus loop time, seconds
+
+    def saw(self, redis_ms: int, loop_time: float) -> None:
+        self._offset = redis_ms / 1000 - loop_time
+
+    def now_ms(self) -> int | None:
+        if self._offset is None:
+            return None
+        return int((asyncio.get_running_loop().time() + self._offset) * 1000)
+
+
+class ChoreLoop:
+    """Runs each chore on its interval until `stopping` is set. Any number of workers
+    run them at once: each step is safe to repeat (see Chores)."""
+
+    def __init__(
+        self,
+        chores: Chores,
+        settings: QueueSettings,
+        *,
+        worker_id: str,
+        health: RedisHealth,
+        attempt_log: AttemptLog,
+        stopping: asyncio.Event,
+        clock: RedisClock,
+        running: Callable[[], int],
+        on_expired: Callable[[str, str, str], None],
+    ) -> None:
+        self.chores = chores
+        self.settings = settings
+        self.worker_id = worker_id
+        self.health = health
+        self.attempt_log = attempt_log
+        self.stopping = stopping
+        self.clock = clock
+        self._running = running
+        self._on_expired = on_expired
+        """Logs one job the cleanup expired: (job_id, trace context, error)."""
+
+    def start(self, keeper: LeaseKeeper) -> list[asyncio.Task[None]]:
+        settings, chores = self.settings, self.chores
+        every = self._every
+        return [
+            asyncio.create_task(self._beat(keeper)),
+            every(settings.reaper_interval, self.reap, "reaping expired leases"),
+            every(settings.promote_interval, chores.promote, "promoting retries"),
+            every(settings.cleanup_interval, self.cleanup, "expiring jobs"),
+            every(settings.cleanup_interval, chores.prune_kept, "pruning kept jobs"),
+            every(settings.heartbeat_interval, self.heartbeat, "heartbeat", always_writes=True),
+        ]
+
+    async def reap(self) -> None:
+        report = await self.chores.reap()
+        for job_id, outcome, trace_context in report.ended:
+            self.attempt_log.failed(
+                job_id=job_id,
+                agent_type=self.chores.keys.agent_type,
+                attempt=None,
+                max_attempts=None,
+                outcome=outcome,
+                error=LEASE_EXPIRED,
+                trace=creation_log_fields(trace_context),
+            )
+        if report.requeued:
+            log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)
+
+    async def cleanup(self) -> None:
+        done = await self.chores.expire_due(now_ms=self.clock.now_ms(), on_expired=self._told)
+        if done.expired:
+            log.info("cleanup expired %d job(s)", len(done.expired))
+
+    def _told(self, step: ExpireReport) -> None:
+        """One line per job the cleanup expired, as for a job the claim expires, under
+        the trace its producer started; rate-limited with the failed attempts' (a run may
+        expire thousands; the run's count is never suppressed)."""
+        for job_id, carried in zip(step.expired, step.traces, strict=False):
+            self._on_expired(job_id, carried, TTL_EXPIRED)
+
+    async def heartbeat(self) -> None:
+        redis_ms = await self.chores.heartbeat(self.worker_id, self._running())
+        self.clock.saw(redis_ms, asyncio.get_running_loop().time())
+        self.attempt_log.flush()
+
+    async def _beat(self, keeper: LeaseKeeper) -> None:
+        """Tell the keeper the loop is alive, every tick (its loop-stall monitor)."""
+        while True:
+            keeper.beat()
+            await asyncio.sleep(keeper.tick)
+
+    def _every(
+        self,
+        interval: float,
+        step: Callable[[], Awaitable[Any]],
+        activity: str,
+        always_writes: bool = False,
+    ) -> asyncio.Task[None]:
+        return asyncio.create_task(self._repeat(interval, step, activity, always_writes))
+
+    async def _repeat(
+        self,
+        interval: float,
+        step: Callable[[], Awaitable[Any]],
+        activity: str,
+        always_writes: bool,
+    ) -> None:
+        # A chore with nothing to do only reads, which Redis allows at maxmemory: only one
+        # that always writes (the heartbeat) may say Redis accepts writes again.
+        while not self.stopping.is_set():
+            try:
+                await step()
+                self.health.ok(wrote=always_writes)
+            except CorruptQueueState as exc:
+                # A queue key holds another type or a counter does not parse (the script
+                # wrote nothing). Reported, and retried: an operator may repair the key.
+                self.health.refused(activity, exc, f"retrying every {interval:g}s")
+            except TRANSIENT as exc:
+                self.health.failed(activity, exc)
+            await wait_or_stop(self.stopping, asyncio.sleep(interval))

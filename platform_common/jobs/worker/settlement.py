@@ -1,0 +1,523 @@
+"""One attempt, from its handler's start to its recorded outcome: a state machine read
+top to bottom in `Settlement.run`.
+
+    run the handler ─┬─ returned ──────────── complete (fenced by the lease token)
+                     ├─ raised ────────────── fail: retry with backoff, dead letter, or
+                     │                        failed for good (NonRetryableError, corrupt)
+                     ├─ lease lost ────────── counted lost (or expired, if it was)
+                     ├─ TTL passed ────────── expire (by Redis TIME)
+                     └─ worker stopping ───── release: back to the queue, uncounted
+
+Every write is one fenced script call (worker.attempt_calls), retried through Redis
+outages until the lease would have lapsed anyway; a refused one (corrupt queue state)
+leaves the lease to lapse, so the reaper retries the job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import CorruptQueueState, LeaseLost
+from ..queue.backend_errors import TRANSIENT, RedisHealth, is_script_error
+from ..queue.connection import QueueConnection
+from ..queue.context import Handler, JobContext, NonRetryableError, set_current_job
+from ..queue.log_text import bounded, describe, format_traceback
+from ..queue.payload import JobPayload
+from ..queue.queue_settings import QueueSettings
+from ..queue.tracing import NO_TRACE, QueueTracing, Settle
+from ..status import AttemptOutcome, QueueState
+from .attempt_calls import LOST_EXPIRED, MAX_ERROR_LENGTH, AttemptCalls, Claim
+from .attempt_log import AttemptLog, log
+from .handler_calls import HandlerThreads, Outcome, Raised, Returned, start_handler
+from .lease_keeper import LeaseKeeper
+
+__all__ = ["LOST", "SHUTDOWN", "TTL", "Attempt", "CorruptJob", "Settlement", "wait_or_stop", "wake"]
+
+# Why the worker itself ended an attempt (None: the handler ended it).
+LOST = "lost"  # renewal was refused: the job belongs to someone else now
+SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounted
+TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
+
+TTL_PASSED = "TTL passed: the job did not finish within its ttl_seconds"
+EXPIRED_ELSEWHERE = f"{TTL_PASSED} (expired by a cleanup while it ran)"
+
+
+class CorruptJob(Exception):
+    """The stored job cannot be run (its payload or a field does not parse)."""
+
+
+class Attempt:
+    """One attempt this worker runs: its claim, its handler call and how it ended."""
+
+    __slots__ = (
+        "claim", "deadline", "end_waiter", "ended", "handler", "holds_slot", "reason",
+        "settled", "task", "trace", "waiter",
+    )  # fmt: skip
+
+    def __init__(self, claim: Claim, deadline: float) -> None:
+        self.claim = claim
+        self.deadline = deadline
+        """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
+        self.reason: str | None = None
+        self.ended = False
+        """The handler call really returned."""
+        self.end_waiter: asyncio.Future[None] | None = None
+        """Done when it does, for a worker that waits for that (see Settlement._linger)."""
+        self.handler: asyncio.Future[Outcome] | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        """Done when the handler returned, the attempt was aborted or its TTL passed."""
+        self.holds_slot = False
+        """One of the worker's `concurrency` slots is this attempt's until its handler
+        returned (or, when none was started, until the attempt ended)."""
+        self.settled = False
+        self.task: asyncio.Task[None] | None = None
+        self.trace = NO_TRACE
+        """Its process span and the trace ids its log lines carry (see queue.tracing)."""
+
+    def abort(self, reason: str) -> None:
+        """End the attempt for `reason` (the first reason given stands)."""
+        if self.reason is None:
+            self.reason = reason
+        wake(self.waiter)
+        if self.handler is not None:
+            self.handler.cancel()  # a coroutine is cancelled; a thread runs on regardless
+
+
+def wake(waiter: asyncio.Future[None] | None, *_: object) -> None:
+    """Resolve `waiter` unless it is already done (any of several events may come first)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+async def wait_or_stop(stopping: asyncio.Event, awaitable: Awaitable[Any]) -> None:
+    """Wait for `awaitable` or for `stopping`, whichever comes first."""
+    waiter = asyncio.ensure_future(awaitable)
+    stopper = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, stopper):
+            task.cancel()
+
+
+_RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""How a handler's return value is stored (one encoder: json.dumps with options builds a
+new one per call)."""
+
+
+class Settlement:
+    """Runs and settles the attempts of one worker (see the module's docstring)."""
+
+    def __init__(
+        self,
+        *,
+        settings: QueueSettings,
+        agent_type: str,
+        handler: Handler,
+        handler_is_async: bool,
+        worker_id: str,
+        connection: QueueConnection,
+        calls: AttemptCalls,
+        keeper: LeaseKeeper,
+        threads: HandlerThreads | None,
+        tracing: QueueTracing,
+        counts: dict[str, int],
+        attempt_log: AttemptLog,
+        health: RedisHealth,
+        stopping: asyncio.Event,
+        on_handler_end: Callable[[Attempt], None],
+    ) -> None:
+        self.settings = settings
+        self.agent_type = agent_type
+        self.handler = handler
+        self.handler_is_async = handler_is_async
+        self.worker_id = worker_id
+        self.connection = connection
+        self.calls = calls
+        self.keeper = keeper
+        self.threads = threads
+        self.tracing = tracing
+        self.counts = counts
+        """How attempts ended, as Redis recorded them (the worker's counts)."""
+        self.attempt_log = attempt_log
+        self.health = health
+        self.stopping = stopping
+        self._on_handler_end = on_handler_end
+
+    async def run(self, attempt: Attempt) -> None:
+        claim = attempt.claim
+        job_trace = attempt.trace = self.tracing.process(
+            self.agent_type, claim.job_id, claim.attempt, claim.max_attempts, claim.trace_context
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "started job=%s agent_type=%s attempt=%d/%d%s",
+                claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+                job_trace.log_text(), extra=self._job_fields(attempt),
+            )  # fmt: skip
+        try:
+            outcome = await self._outcome(attempt)
+            await self._record(attempt, outcome)
+            job_trace.end()
+            attempt.settled = True
+            self._drop_lease(claim)
+            await self._linger(attempt)
+        except asyncio.CancelledError:
+            # run() itself was cancelled (the worker's own shutdown aborts instead).
+            attempt.abort(SHUTDOWN)
+            if not attempt.settled:
+                await self._release(attempt)
+            raise
+        except Exception:
+            # A bug of ours, not the handler's: say so; the lease then lapses and the
+            # reaper retries the job.
+            log.exception(
+                "internal error running job=%s%s", claim.job_id, attempt.trace.log_text(),
+                extra=self._job_fields(attempt),
+            )  # fmt: skip
+        finally:
+            job_trace.end()
+            attempt.settled = True
+            self._drop_lease(claim)
+
+    def _drop_lease(self, claim: Claim) -> None:
+        if self.keeper is not None:
+            self.keeper.drop(claim.token)
+
+    async def _outcome(self, attempt: Attempt) -> Outcome | None:
+        """Run the handler until it ends, the TTL passes or the worker aborts the
+        attempt; its outcome, or None when the worker ended it (see attempt.reason)."""
+        claim = attempt.claim
+        if claim.problem is not None:
+            return Raised(CorruptJob(claim.problem))
+        try:
+            payload = JobPayload.from_json(claim.payload)
+        except Exception as exc:
+            corrupt = CorruptJob(f"payload does not parse: {describe(exc)}")
+            corrupt.__cause__ = exc
+            return Raised(corrupt)
+        context = JobContext(
+            claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
+        )  # fmt: skip
+        if attempt.reason is not None:
+            return None  # aborted before it started (its lease was lost meanwhile)
+        # One future for whichever comes first: the handler's end (_handler_ended),
+        # abort(), the TTL (the timer below).
+        loop = asyncio.get_running_loop()
+        waiter = attempt.waiter = loop.create_future()
+        job_context = contextvars.copy_context()
+        job_context.run(set_current_job, context)
+        if attempt.trace.recording:
+            job_context.run(attempt.trace.enter)
+        handler = attempt.handler = start_handler(
+            self.handler,
+            payload,
+            run_async=self.handler_is_async,
+            context=job_context,
+            threads=self.threads,
+            # What the loop monitor names when this call blocks the event loop.
+            name=f"job={claim.job_id} attempt={claim.attempt}/{claim.max_attempts}",
+            on_end=lambda: self._on_handler_end(attempt),
+        )
+        timer = loop.call_at(attempt.deadline, wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+        if attempt.reason is None and handler.done() and not handler.cancelled():
+            return handler.result()
+        # Cancelled by someone else than us: asyncio.run ending, i.e. the worker stopping.
+        attempt.abort(SHUTDOWN if handler.cancelled() else TTL)
+        return None
+
+    async def _record(self, attempt: Attempt, outcome: Outcome | None) -> None:
+        """Record how the attempt ended, fenced by its lease, and count and log it."""
+        reason = attempt.reason
+        if reason == LOST:
+            # Renewal was refused (the handler is cancelled): say where the job is, so a
+            # job another worker's cleanup expired is counted and logged as expired.
+            state = await self._lost_state(attempt)
+            self._lost(attempt, f"renewal refused (job is {state}); handler cancelled", state)
+            return
+        if reason == SHUTDOWN:
+            await self._release(attempt)
+            return
+        if reason == TTL:
+            await self._expire(attempt)
+            return
+        assert outcome is not None
+        if isinstance(outcome, Raised):
+            error = outcome.error
+            attempt.trace.failed(error)
+            mode = (
+                "corrupt" if isinstance(error, CorruptJob)
+                else "fatal" if isinstance(error, NonRetryableError)
+                else "error"
+            )  # fmt: skip
+            await self._fail(attempt, error, mode)
+            return
+        await self._complete(attempt, outcome)
+
+    async def _complete(self, attempt: Attempt, outcome: Returned) -> None:
+        claim = attempt.claim
+        try:
+            result_json = _RESULT_ENCODER.encode(outcome.value)
+        except Exception as exc:  # TypeError, ValueError, RecursionError, a broken default
+            error = f"result is not JSON-serialisable: {describe(exc)}"
+            attempt.trace.failed(exc)
+            await self._fail(attempt, exc, "fatal", error=error)
+            return
+
+        async def complete() -> str:
+            await self.calls.complete(claim.job_id, claim.token, result_json)
+            return QueueState.SUCCEEDED
+
+        try:
+            with attempt.trace.settle("complete") as settle:
+                recorded = await self._settle(attempt, complete)
+                if recorded is not None:
+                    settle.outcome(recorded)
+        except TRANSIENT as exc:  # only a script error gets here (_settle retries the rest)
+            # The complete script could not read the job's record: a stored field is
+            # corrupt. Retrying cannot help; record that instead of letting the lease lapse.
+            error = f"recording the result failed on the stored job: {describe(exc)}"
+            await self._fail(attempt, exc, "corrupt", error=error)
+            return
+        if recorded is not None:
+            self.counts[QueueState.SUCCEEDED] += 1
+
+    async def _fail(
+        self, attempt: Attempt, exc: BaseException, mode: str, *, error: str | None = None
+    ) -> None:
+        claim = attempt.claim
+        error = bounded(error or describe(exc), MAX_ERROR_LENGTH)
+        trace = format_traceback(exc)
+        # The failures-by-class breakdown counts the handler's exception class; a corrupt
+        # stored job is counted as such (error_class derives it), not as a script error.
+        error_class = None if mode == "corrupt" else type(exc).__name__
+
+        async def fail() -> str:
+            return await self.calls.fail(
+                claim.job_id,
+                claim.token,
+                error,
+                mode=mode,
+                traceback=trace,
+                error_class=error_class,
+            )
+
+        try:
+            with attempt.trace.settle("fail") as settle:
+                outcome = await self._settle(attempt, fail)
+                if outcome is not None:
+                    settle.outcome(outcome)
+        except CorruptQueueState as refusal:
+            self._unrecorded(attempt, refusal, f"its attempt failed with {error}")
+            return
+        if outcome is not None:
+            self._count(outcome)
+        self.attempt_log.failed(
+            job_id=claim.job_id,
+            agent_type=self.agent_type,
+            attempt=claim.attempt or None,
+            max_attempts=claim.max_attempts or None,
+            outcome=str(outcome) if outcome is not None else "unrecorded",
+            error=error,
+            exc=exc,
+            trace=attempt.trace.log_fields(),
+        )
+
+    async def _release(self, attempt: Attempt) -> None:
+        """Give the attempt back uncounted (the worker stops before the job finished)."""
+        claim = attempt.claim
+
+        async def release() -> str:
+            error = "worker shut down before the job finished"
+            return await self.calls.fail(claim.job_id, claim.token, error, mode="release")
+
+        try:
+            with attempt.trace.settle("release") as settle:
+                outcome = await self._settle(attempt, release)
+                if outcome is not None:
+                    settle.outcome(outcome)
+        except CorruptQueueState as exc:
+            self._unrecorded(attempt, exc, "the worker stops before it finished")
+            return
+        if outcome is not None:
+            self._count(outcome)
+            log.info(
+                "released job=%s%s: the worker stops before it finished",
+                claim.job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
+            )  # fmt: skip
+
+    async def _expire(self, attempt: Attempt) -> None:
+        """Expire the job at its TTL (the handler was cancelled, or its thread left to
+        finish on its own). The script decides by Redis TIME, like the deadline did."""
+        with attempt.trace.settle("expire") as settle:
+            await self._expire_job(attempt, settle)
+
+    async def _expire_job(self, attempt: Attempt, settle: Settle) -> None:
+        claim = attempt.claim
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settings.lease_seconds
+        while True:
+            try:
+                expired = await self._settle(attempt, lambda: self.calls.expire([claim.job_id]))
+            except CorruptQueueState as exc:
+                self._unrecorded(attempt, exc, "its TTL passed")
+                return
+            if expired is None:
+                return
+            if expired:
+                self.counts[QueueState.EXPIRED] += 1
+                error = TTL_PASSED
+                settle.outcome(QueueState.EXPIRED)
+                attempt.trace.outcome(QueueState.EXPIRED, error=error)
+                self.attempt_log.failed(
+                    job_id=claim.job_id,
+                    agent_type=self.agent_type,
+                    attempt=claim.attempt,
+                    max_attempts=claim.max_attempts,
+                    outcome=QueueState.EXPIRED,
+                    error=error,
+                    trace=attempt.trace.log_fields(),
+                )
+                return
+            # Not expired by this call: already settled elsewhere (another worker's
+            # cleanup), or Redis's clock has not reached the TTL yet (it stepped back).
+            if not await self._still_mine(claim):
+                # Said as a lost lease is: where the job is now (expired, most likely).
+                state = await self._lost_state(attempt)
+                self._lost(attempt, f"its TTL passed and the job is {state}", state)
+                return
+            if loop.time() > give_up:
+                return
+            await asyncio.sleep(0.05)
+
+    async def _still_mine(self, claim: Claim) -> bool:
+        try:
+            state, token = await self.connection.client.hmget(
+                self.calls.keys.job(claim.job_id), ["state", "token"]
+            )  # type: ignore[misc]
+        except TRANSIENT as exc:
+            self.health.failed("reading a job", exc)
+            return True
+        return bool(state == QueueState.RUNNING and token == claim.token)
+
+    async def _linger(self, attempt: Attempt) -> None:
+        """Keep the attempt running (shutdown waits for it; its slot stays taken) while its
+        handler still runs after the attempt ended (a thread cannot be cancelled; a
+        coroutine may ignore it), unless stopping."""
+        if attempt.handler is None or attempt.ended or attempt.reason == SHUTDOWN:
+            return  # (no handler: the stored job did not parse, nothing was started)
+        log.debug(
+            "job=%s%s: waiting for its handler to return",
+            attempt.claim.job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
+        )  # fmt: skip
+        attempt.end_waiter = asyncio.get_running_loop().create_future()
+        await wait_or_stop(self.stopping, attempt.end_waiter)
+
+    def _count(self, outcome: str) -> None:
+        # fail() reports where the job went (retrying, dead, failed, released), or for a
+        # replay the state the first call left it in.
+        if outcome in self.counts:
+            self.counts[outcome] += 1
+
+    async def _settle(
+        self, attempt: Attempt, operation: Callable[[], Awaitable[Any]]
+    ) -> Any | None:
+        """Run a fenced operation, retrying through Redis outages until the lease would
+        have expired anyway (the scripts recognise their own replays, so retrying a
+        call whose reply was lost is safe). Its result, or None when it could not be
+        recorded: LeaseLost (logged, counted) or an outage that outlasted the lease. A
+        script error is raised: running it again on the same data cannot help."""
+        claim = attempt.claim
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settings.lease_seconds
+        delay = 0.05
+        while True:
+            try:
+                result = await operation()
+            except LeaseLost as exc:
+                expired = exc.reason == LOST_EXPIRED
+                self._lost(attempt, exc.reason, QueueState.EXPIRED if expired else "")
+                return None
+            except TRANSIENT as exc:
+                if is_script_error(exc):
+                    raise
+                self.health.failed("recording a job's outcome", exc)
+                if loop.time() > give_up:
+                    log.error(
+                        "gave up recording job=%s%s after %.0fs: %s; its lease lapses and the "
+                        "reaper retries it",
+                        claim.job_id, attempt.trace.log_text(), self.settings.lease_seconds,
+                        describe(exc), extra=self._job_fields(attempt),
+                    )  # fmt: skip
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            self.health.ok()
+            return result
+
+    def _job_fields(self, attempt: Attempt) -> dict[str, Any]:
+        """The `extra=` fields of a log line about one attempt (JSON logs show them)."""
+        claim = attempt.claim
+        return {
+            "job_id": claim.job_id,
+            "agent_type": self.agent_type,
+            "attempt": claim.attempt,
+            **attempt.trace.log_fields(),
+        }
+
+    def _lost(self, attempt: Attempt, reason: str, state: str) -> None:
+        """The attempt's lease was lost (`reason`): count and log it where the job is now.
+        A job whose TTL passed and that was expired elsewhere (`state` "expired": another
+        worker's cleanup, while this worker's loop was held up) ended as Redis counted
+        it, expired: the expiry line then, as for an expiry of this worker's own."""
+        if state == QueueState.EXPIRED:
+            self.counts[QueueState.EXPIRED] += 1
+            attempt.trace.outcome(QueueState.EXPIRED, error=EXPIRED_ELSEWHERE)
+            claim = attempt.claim
+            self.attempt_log.failed(
+                job_id=claim.job_id,
+                agent_type=self.agent_type,
+                attempt=claim.attempt or None,
+                max_attempts=claim.max_attempts or None,
+                outcome=QueueState.EXPIRED,
+                error=EXPIRED_ELSEWHERE,
+                trace=attempt.trace.log_fields(),
+            )
+            return
+        self.counts[AttemptOutcome.LOST] += 1
+        attempt.trace.outcome(AttemptOutcome.LOST)
+        log.warning(
+            "lease lost job=%s%s: %s", attempt.claim.job_id, attempt.trace.log_text(), reason,
+            extra=self._job_fields(attempt),
+        )  # fmt: skip
+
+    async def _lost_state(self, attempt: Attempt) -> str:
+        """Where the job of a lost lease is now (AttemptCalls.lost_state); "unknown" when
+        Redis cannot say (an outage: the loss is then counted as lost)."""
+        try:
+            return await self.calls.lost_state(attempt.claim.job_id)
+        except TRANSIENT as exc:
+            self.health.failed("reading a job", exc)
+            return "unknown"
+
+    def _unrecorded(self, attempt: Attempt, exc: CorruptQueueState, ending: str) -> None:
+        """How an attempt ended could not be recorded: the script refused corrupt queue
+        state, writing nothing. The lease is left to lapse (the keeper stops renewing),
+        then the reaper retries the job: one ERROR line says so, with the job's trace
+        ids in its text and its fields."""
+        self.health.refused(
+            "recording a job's outcome", exc,
+            f"job={attempt.claim.job_id}{attempt.trace.log_text()} ({ending}) stays leased "
+            "until its lease lapses, then the reaper retries it",
+            extra=self._job_fields(attempt),
+        )  # fmt: skip
