@@ -70,14 +70,15 @@ def script(name: str, keys: list[str], args: list[Any]) -> Step:
 
 
 def enqueue(keys: QueueKeys, job_id: str) -> Step:
-    # created_at NOW_MS may lie ahead of Redis TIME: the allowance (ARGV[4]) covers it.
+    # A window (ARGV[3], ARGV[4]) any Redis TIME lies in: created_at NOW_MS is neither
+    # too far ahead of it nor past, whatever the date.
     shared = [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
     shared.append(keys.deadline_mark)
     own = [keys.job(job_id), keys.result(job_id), keys.expiring_bucket(NOW_MS + 60_000)]
     return script(
         "queue_enqueue",
         [*shared, *own],
-        ["nonce-1", 1, NOW_MS, NOW_MS, EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,
+        ["nonce-1", 1, 0, 2 * NOW_MS, EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,
          job_id, PAYLOAD, 60, NOW_MS, 3],
     )  # fmt: skip
 

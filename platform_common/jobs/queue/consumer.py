@@ -52,6 +52,7 @@ from .leases import LOST_EXPIRED, MAX_ERROR_LENGTH, Claim, Leases
 from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
+from .results import ResultTooLarge
 from .tracing import NO_TRACE, QueueTracing, Settle, creation_log_fields, server_attributes
 
 __all__ = ["Worker"]
@@ -574,6 +575,12 @@ class Worker:
             error = f"result is not JSON-serialisable: {describe(exc)}"
             attempt.trace.failed(exc)
             await self._fail(attempt, exc, "fatal", error=error)
+            return
+        # ASCII (the encoder escapes the rest): its length is its size in bytes.
+        if len(result_json) > self.settings.max_result_bytes:
+            too_large = ResultTooLarge(len(result_json), self.settings.max_result_bytes)
+            attempt.trace.failed(too_large)
+            await self._fail(attempt, too_large, "fatal")
             return
 
         async def complete() -> str:
