@@ -1,7 +1,8 @@
 """`console`: the queue console served on its own (uvicorn), for a quick local look.
 
 Bound to 127.0.0.1 and read-only unless told otherwise: it has no authentication of
-its own (an agent's app mounts `console_router` behind its own instead)."""
+its own (an agent's app mounts `console_router` behind its own instead). It answers only
+to the Host names it was started for (DNS rebinding)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ def console(
             "--host", help="Address to bind (anything but loopback is reachable by others)."
         ),
     ] = "127.0.0.1",
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="Another name it answers to as a request's Host, e.g. the one a proxy "
+            "forwards (repeatable). Without it, only the --host address (and localhost "
+            "on loopback or 0.0.0.0): another site's name resolved to it is refused (400).",
+            show_default=False,
+        ),
+    ] = None,
     read_write: Annotated[
         bool,
         typer.Option(
@@ -83,8 +94,10 @@ def console(
         except ImportError:
             raise MissingExtra("console", "console", name) from None
     from ..console import ConsoleLinks, PrometheusSource
+    from ..console.hosts import served_hosts
 
     try:
+        hosts = served_hosts(host, allowed_host or ())
         links = ConsoleLinks(runbooks=runbook_url, grafana_dashboard=grafana_url)
         prometheus = (
             None if prometheus_url is None else PrometheusSource(prometheus_url, metrics_namespace)
@@ -97,19 +110,26 @@ def console(
             f"port {port} can requeue and purge dead letters",
             file=sys.stderr,
         )
-    asyncio.run(_serve(host, port, read_write, links, prometheus, redis_url))
+    asyncio.run(_serve(host, port, hosts, read_write, links, prometheus, redis_url))
 
 
 HELP = help_text(console.__doc__)
 
 
 async def _serve(
-    host: str, port: int, read_write: bool, links: Any, prometheus: Any, redis_url: str | None
+    host: str,
+    port: int,
+    hosts: frozenset[str],
+    read_write: bool,
+    links: Any,
+    prometheus: Any,
+    redis_url: str | None,
 ) -> None:
     import uvicorn
     from fastapi import FastAPI
 
     from ..console import console_router
+    from ..console.hosts import AllowedHosts
 
     async with operator_queue(redis_url) as queue:
         app = FastAPI(title="agentjobs console", docs_url=None, redoc_url=None, openapi_url=None)
@@ -123,9 +143,14 @@ async def _serve(
             )
         )
         mode = "read-write" if read_write else "read-only"
-        print(f"console ({mode}): http://{_url_host(host)}:{port}/", file=sys.stderr, flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-        await server.serve()
+        print(
+            f"console ({mode}): http://{_url_host(host)}:{port}/ "
+            f"(answers to Host {', '.join(sorted(hosts))})",
+            file=sys.stderr,
+            flush=True,
+        )
+        config = uvicorn.Config(AllowedHosts(app, hosts), host=host, port=port, log_level="warning")
+        await uvicorn.Server(config).serve()
 
 
 def _nobody() -> None:

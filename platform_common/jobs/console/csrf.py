@@ -1,6 +1,6 @@
 """Cross-site request forgery protection: a random session cookie and, in every form, a
 token that is the HMAC of that session, the mount's path and the queue's identity under
-the console's secret.
+the console's secret; and a check of a POST's Origin header.
 
 A forged form from another site cannot know the token (it cannot read the console's
 pages or cookie, and the token is bound to the session), and the cookie is SameSite=Strict
@@ -15,15 +15,17 @@ import hmac
 import json
 import secrets
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
 from ..queue import QueueSettings
 
-__all__ = ["SESSION_COOKIE", "CsrfTokens", "queue_identity"]
+__all__ = ["SESSION_COOKIE", "CsrfTokens", "foreign_origin", "queue_identity"]
 
 SESSION_COOKIE = "agentjobs_console_session"
 _SESSION_BYTES = 24
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def queue_identity(settings: QueueSettings) -> str:
@@ -79,3 +81,29 @@ class CsrfTokens:
             return False
         assert session is not None
         return hmac.compare_digest(self.token(request, session), token)
+
+
+def foreign_origin(request: Request) -> str | None:
+    """The request's Origin header when it is present and not the console's own origin
+    (the scheme, host and port the request was made to), else None."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return None
+    own = request.url
+    if _origin_of(origin) == (own.scheme, own.hostname, own.port or _DEFAULT_PORTS.get(own.scheme)):
+        return None
+    return origin
+
+
+def _origin_of(origin: str) -> tuple[str, str | None, int | None] | None:
+    """An Origin header's scheme, host and port; None for "null" or one that does not
+    parse (a sandboxed or privacy-redirected page: never this console's)."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname:
+        return None
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname, port or _DEFAULT_PORTS.get(scheme)

@@ -13,7 +13,7 @@ Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiti
 whose packed header was damaged 500 (a payload, history or result that does not parse is
 shown on the job's page as stored), an unreachable Redis 503: each an HTML page of the
 console with its security headers. A POST without a valid CSRF token is 403, and so is every POST of
-a read-only console.
+a read-only console and every POST whose Origin header names another site.
 
 Every link, form and the session cookie of a page belong to the mount that drew it (its
 route names are its own, so `url_for` finds this mount's routes, not those of another
@@ -45,7 +45,7 @@ from ..operations import (
 )
 from ..operations.session import redis_now
 from ..queue import JobQueue
-from .csrf import SESSION_COOKIE, CsrfTokens, queue_identity
+from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
@@ -192,6 +192,12 @@ def console_router(
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
 
+    def same_origin(request: Request) -> None:
+        """A form posted by a page of another site is refused, whatever it carries."""
+        origin = foreign_origin(request)
+        if origin is not None:
+            raise ConsoleError(403, f"the form was posted from another site ({origin}): refused")
+
     def position(name: str, raw: str | None) -> int | None:
         """A cursor or start from the query: None when absent, else a list position."""
         if raw is None or raw == "":
@@ -291,6 +297,7 @@ def console_router(
     @router.post("/types/{agent_type}/dead/confirm", name=named("console_dead_confirm"))
     async def dead_confirm(request: Request, agent_type: str) -> Response:
         async def build() -> Response:
+            same_origin(request)
             confirmation = await forms.confirm(request, agent_type)
             return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
 
@@ -299,6 +306,7 @@ def console_router(
     @router.post("/types/{agent_type}/dead/act", name=named("console_dead_act"))
     async def dead_act(request: Request, agent_type: str) -> Response:
         async def build() -> Response:
+            same_origin(request)
             report = await forms.act(request, agent_type)
             return render(request, "done.html", agent_type=agent_type, report=report)
 
