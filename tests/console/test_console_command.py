@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ from platform_common.jobs.console.hosts import host_name, served_hosts
 from platform_common.jobs.queue import JobQueue
 from tests.cli.runner import one_error_line, run
 from tests.console.conftest import csrf_token, make_dead_letters, served_console
+from tests.support.redis_server import find_free_port
 
 
 async def test_read_only_by_default(queue: JobQueue, redis_url: str, tmp_path: Path) -> None:
@@ -93,6 +95,34 @@ async def test_a_form_from_another_origin_is_refused(
             )
     assert done.status_code == 200 and "Purged 1 of 1" in done.text
     assert await queue.dead_letters.count("dining") == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "problem"),
+    [
+        ("256.1.1.1", "not an IP address or a name this machine resolves"),
+        ("192.0.2.1", "not an address of this machine"),  # TEST-NET-1: nobody's
+    ],
+)
+def test_a_host_it_cannot_serve_is_one_line_and_exit_2(
+    redis_url: str, host: str, problem: str
+) -> None:
+    done = run("console", "--host", host, "--port", str(find_free_port()),
+               "--redis-url", redis_url)  # fmt: skip
+    line = one_error_line(done)
+    assert done.returncode == 2, done.stderr
+    assert f"--host {host!r}" in line and problem in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run("console", "--port", str(port), "--redis-url", redis_url)
+    line = one_error_line(done)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot serve on 127.0.0.1 port {port}" in line
 
 
 @pytest.mark.parametrize("value", ["http://console.internal", "console.internal:8090", "*.x"])
