@@ -205,9 +205,9 @@ class Worker:
 
     @property
     def trace_context_dropped(self) -> dict[str, int]:
-        """Stored trace contexts this worker dropped, by cause: ones it would not parse
-        (too long, not a flat JSON object of strings; see queue.trace_context). Each drop
-        is also logged, rate-limited."""
+        """Stored trace contexts (or parts) this worker dropped, by cause: ones it would
+        not parse (too long, not a flat JSON object of strings) and what lay beyond W3C's
+        limits (see queue.trace_context). Each drop is also logged, rate-limited."""
         return self._tracing.dropped
 
     def stop(self) -> None:

@@ -24,19 +24,19 @@ whose schema URL the tracer declares):
 
 The creation context (the send span's, else the caller's current one) is written by the
 API's propagator (W3C `traceparent`/`tracestate` by default) as a JSON object into the
-job record's TRACE_CONTEXT_FIELD, never into the payload. It stays there through retries
-and dead-letter requeues. A worker reads a stored one only within queue.trace_context's
-bounds and only if it is a flat JSON object of strings; anything else is dropped,
-counted in `dropped` and logged, and the job runs without it. A job enqueued alone is
-processed as a child of its send span; a job of an enqueue_many batch starts a trace of
-its own, linked to the batch's send span (RELATION_KEY = "link"), so one batch does not
-make one trace of thousands of jobs. Every process span links to its creation context,
-as the conventions ask.
+job record's TRACE_CONTEXT_FIELD, never into the payload, bounded to W3C's limits
+(queue.trace_context: what a propagator wrote beyond them is dropped, counted in
+`dropped` and logged; the job is never refused for it). It stays there through retries
+and dead-letter requeues. A worker reads a stored one only within the same bounds and
+only if it is a flat JSON object of strings; anything else is dropped the same way and
+the job runs without it. A job enqueued alone is processed as a child of its send span;
+a job of an enqueue_many batch starts a trace of its own, linked to the batch's send span
+(RELATION_KEY = "link"), so one batch does not make one trace of thousands of jobs. Every
+process span links to its creation context, as the conventions ask.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from types import TracebackType
@@ -58,7 +58,7 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import Attributes
 
 from .attempt_log import describe
-from .trace_context import UNPARSABLE, TraceContextDrops, read_stored
+from .trace_context import UNPARSABLE, TraceContextDrops, bounded_json, read_stored, trim_to_w3c
 
 if TYPE_CHECKING:
     from ..redis.url import RedisSettings
@@ -87,6 +87,9 @@ RELATION_KEY = "relation"
 GLOBAL_PROVIDER_RECHECK_SECONDS = 1.0
 """How long a worker without a tracer provider goes on without looking whether an SDK
 was set up globally since."""
+PRODUCER_DROP_LINES = 1
+"""WARNING lines per drop cause and minute of a producer: each repeats what its
+propagator writes beyond the limits, the count goes on regardless."""
 WORKER_DROP_LINES = 10
 """WARNING lines per drop cause and minute of a worker: each names the job whose stored
 trace context was dropped (as many as the failed attempts' lines)."""
@@ -281,12 +284,15 @@ class QueueTracing:
         # Per agent type, computed once: the hot path allocates no name or attribute dict.
         self._send: dict[str, tuple[str, Attributes]] = {}
         self._process: dict[str, tuple[str, Attributes]] = {}
-        self.drops = TraceContextDrops(log, limit=WORKER_DROP_LINES)
+        self.drops = TraceContextDrops(
+            log, limit=WORKER_DROP_LINES if client_id else PRODUCER_DROP_LINES
+        )
 
     @property
     def dropped(self) -> dict[str, int]:
-        """Stored trace contexts dropped by the bounds so far, by cause
-        (queue.trace_context): `oversized`, `unparsable`."""
+        """Trace contexts (or parts) dropped by the bounds so far, by cause
+        (queue.trace_context): `traceparent`, `tracestate`, `baggage`, `other_headers`
+        when sent; when read, those and `oversized`, `unparsable`."""
         return dict(self.drops.counts)
 
     # -- producer ------------------------------------------------------------------
@@ -312,11 +318,11 @@ class QueueTracing:
             span.set_attribute("messaging.batch.message_count", batch_size)
         return span
 
-    @staticmethod
-    def creation_context(span: Span, *, batch: bool = False) -> str:
+    def creation_context(self, span: Span, *, batch: bool = False) -> str:
         """The TRACE_CONTEXT_FIELD value for jobs sent under `span`: its context if it
         has one, else the caller's current one (a trace started elsewhere goes on even
-        without an SDK here); "" when there is no trace at all (nothing is stored)."""
+        without an SDK here), within the bounds (queue.trace_context); "" when there is
+        no trace at all (nothing is stored)."""
         if span.get_span_context().is_valid:
             carried = trace.set_span_in_context(span)
         elif trace.get_current_span().get_span_context().is_valid:
@@ -329,7 +335,12 @@ class QueueTracing:
             return ""
         if batch:
             headers[RELATION_KEY] = "link"
-        return json.dumps(headers, separators=(",", ":"))
+        stored, dropped = bounded_json(headers, keep=RELATION_KEY)
+        for cause, what in dropped.items():
+            self.drops.dropped(cause, f"trace context of an enqueue: {what}; the rest is stored")
+        if dropped and headers.keys() <= {RELATION_KEY}:
+            return ""  # nothing of the trace is left
+        return stored
 
     @staticmethod
     def sent(span: Span, job_id: str) -> None:
@@ -458,12 +469,12 @@ class _About:
         self.agent_type = agent_type
         self.consequence = consequence
 
-    def dropped(self, drops: TraceContextDrops, cause: str, what: str) -> None:
-        """Count and log the drop of a stored context."""
+    def dropped(self, drops: TraceContextDrops, cause: str, what: str, *, whole: bool) -> None:
+        """Count and log a drop: of the `whole` context, or of `what` beyond the limits."""
         drops.dropped(
             cause,
             f"trace context of job={self.job_id} agent_type={self.agent_type} {what}; "
-            f"{self.consequence}",
+            f"{self.consequence if whole else 'the rest is read'}",
             job_id=self.job_id,
             agent_type=self.agent_type,
         )
@@ -478,16 +489,18 @@ def _creation_ids(stored: str, drops: TraceContextDrops, about: _About) -> SpanC
 def _extract(stored: str, drops: TraceContextDrops, about: _About) -> tuple[context.Context, bool]:
     """The context a job carries and whether it is a batch's (link only). A value not
     read (over the length bound, not a flat JSON object of strings: another writer, a
-    damaged or hostile field) is no context: dropped, counted and logged. Never raises:
-    tracing never fails a job."""
+    damaged or hostile field) is no context; it and anything beyond W3C's limits is
+    dropped, counted and logged. Never raises: tracing never fails a job."""
     headers, cause, why = read_stored(stored)
     if headers is None:
-        about.dropped(drops, cause, f"dropped: {why}")
+        about.dropped(drops, cause, f"dropped: {why}", whole=True)
         return _EMPTY_CONTEXT, False
     linked = headers.pop(RELATION_KEY, None) == "link"
+    for cause, what in trim_to_w3c(headers).items():
+        about.dropped(drops, cause, f"read: {what}", whole=False)
     try:
         return propagate.extract(headers, context=_EMPTY_CONTEXT), linked
     except Exception as exc:  # a propagator's own failure is no reason to fail the job
         failed = f"dropped: the propagator failed on it: {describe(exc)}"
-        about.dropped(drops, UNPARSABLE, failed)
+        about.dropped(drops, UNPARSABLE, failed, whole=True)
         return _EMPTY_CONTEXT, False
