@@ -53,7 +53,7 @@ from .maintenance import LEASE_EXPIRED, Maintenance
 from .payload import JobPayload
 from .queue_settings import QueueSettings
 from .results import ResultTooLarge
-from .tracing import NO_TRACE, QueueTracing, Settle, creation_log_fields, server_attributes
+from .tracing import NO_TRACE, QueueTracing, Settle, server_attributes
 
 __all__ = ["Worker"]
 
@@ -203,6 +203,13 @@ class Worker:
         self._last_take: str | None = None  # the first token of the last take answered
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
+
+    @property
+    def trace_context_dropped(self) -> dict[str, int]:
+        """Stored trace contexts (or parts) this worker dropped, by cause: ones it would
+        not parse (too long, not a flat JSON object of strings) and what lay beyond W3C's
+        limits (see queue.trace_context). Each drop is also logged, rate-limited."""
+        return self._tracing.dropped
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler)."""
@@ -412,7 +419,7 @@ class Worker:
             max_attempts=None,
             outcome=QueueState.EXPIRED,
             error=error,
-            trace=creation_log_fields(trace_context),
+            trace=self._tracing.creation_log_fields(trace_context, job_id, self.agent_type),
         )
 
     def _new_token(self) -> str:
@@ -450,16 +457,19 @@ class Worker:
     # -- running one job -----------------------------------------------------------
     async def _run_job(self, attempt: _Attempt) -> None:
         claim = attempt.claim
-        job_trace = attempt.trace = self._tracing.process(
-            self.agent_type, claim.job_id, claim.attempt, claim.max_attempts, claim.trace_context
-        )
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "started job=%s agent_type=%s attempt=%d/%d%s",
-                claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
-                job_trace.log_text(), extra=self._job_fields(attempt),
-            )  # fmt: skip
         try:
+            # In the try: whatever fails here is logged and frees the slot and the lease,
+            # rather than leaving the job leased until its TTL with no line at all.
+            job_trace = attempt.trace = self._tracing.process(
+                self.agent_type, claim.job_id, claim.attempt, claim.max_attempts,
+                claim.trace_context,
+            )  # fmt: skip
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "started job=%s agent_type=%s attempt=%d/%d%s",
+                    claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+                    job_trace.log_text(), extra=self._job_fields(attempt),
+                )  # fmt: skip
             outcome = await self._outcome(attempt)
             await self._record(attempt, outcome)
             job_trace.end()
@@ -480,7 +490,7 @@ class Worker:
                 extra=self._job_fields(attempt),
             )  # fmt: skip
         finally:
-            job_trace.end()
+            attempt.trace.end()
             attempt.settled = True
             self._drop_lease(claim)
             self._running.pop(claim.token, None)
@@ -854,7 +864,7 @@ class Worker:
                 max_attempts=None,
                 outcome=outcome,
                 error=LEASE_EXPIRED,
-                trace=creation_log_fields(trace_context),
+                trace=self._tracing.creation_log_fields(trace_context, job_id, self.agent_type),
             )
         if report.requeued:
             log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)

@@ -90,6 +90,12 @@ class Producer:
         self._script_keys: dict[str, _ScriptKeys] = {}
         self._backend_errors = backend_errors(self._settings.redis)
 
+    @property
+    def trace_context_dropped(self) -> dict[str, int]:
+        """What the trace context bounds dropped of the contexts this producer sent, by
+        cause (see queue.trace_context; each drop is also logged, rate-limited)."""
+        return self._tracing.dropped
+
     def _nonce(self) -> str:
         return f"{self._nonce_prefix}:{next(self._counter)}"
 
