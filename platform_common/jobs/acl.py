@@ -157,7 +157,12 @@ class AclRole:
             "types": _names(agent_types, "agent_types"),
             "agents": _names(store_agents, "store_agents"),
         }
-        prefixes = {"queue": queue_prefix, "store": store_prefix}
+        # By the queue's own rule for its prefix (QueueSettings): no glob character (`*`
+        # would match every prefix's keys) and no space (it would split a rule in two).
+        prefixes = {
+            "queue": validate_name(queue_prefix, "queue_prefix"),
+            "store": validate_name(store_prefix, "store_prefix"),
+        }
         keyless = sorted(set(CONNECT_COMMANDS) | set(self.keyless))
         channels = {
             "none": [],

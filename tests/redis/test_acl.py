@@ -98,6 +98,12 @@ def test_scopes_are_checked() -> None:
         acl.rules("worker", agent_types=["din*"])  # a glob would match other types
     with pytest.raises(ValueError, match="no JobStore"):
         acl.rules("operator", agent_types=["dining"], store_agents=["orders"])
+    # The prefixes by the queue's own rule: a glob or a space would widen or split a rule.
+    for prefixes in ({"queue_prefix": "*"}, {"queue_prefix": "a b"}, {"store_prefix": "x?"}):
+        with pytest.raises(ValueError, match="must be 1-63 chars"):
+            acl.rules("producer", **prefixes)
+    with pytest.raises(ValueError, match="queue_prefix"):
+        acl.markdown(queue_prefix="jobs:*")
 
 
 async def _categories(admin: aioredis.Redis) -> dict[str, set[str]]:
