@@ -29,9 +29,11 @@ MetricType = Literal["gauge", "counter", "histogram"]
 AGENT_TYPE = "agent_type"
 ERROR_CLASS = "error_class"
 """The exception class of a failed attempt: bounded by the queue (keys.MAX_ERROR_CLASSES
-per agent type, the first seen; later ones count as `other`)."""
+per agent type, the first seen; later ones count as `other`), and in length
+(label_values.MAX_LABEL_VALUE_BYTES)."""
 WORKER = "worker"
-"""A worker's id, for at most MAX_WORKERS_PER_TYPE workers per agent type."""
+"""A worker's id, for at most MAX_WORKERS_PER_TYPE workers per agent type, bounded in
+length (label_values.MAX_LABEL_VALUE_BYTES)."""
 MAX_WORKERS_PER_TYPE = 50
 """Workers per agent type with a series of their own: the stalest heartbeats, the ones
 on-call looks for (a bounded label whatever the fleet's size)."""

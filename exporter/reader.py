@@ -43,7 +43,7 @@ from platform_common.jobs.redis.url import RedisClient
 from .discovery import scan_count, select_types
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
-from .snapshot import Snapshot, TypeSnapshot, type_snapshot
+from .snapshot import Snapshot, TypeSnapshot, type_snapshot, within_clock_tolerance
 from .stats_hash import StatsReading, parse_stats
 from .type_reads import TYPE_COMMAND_COUNT, TypeReplies, type_commands
 from .wire import pack, send_and_read
@@ -213,7 +213,7 @@ class SnapshotReader:
             read = TypeReplies.of(own)
             stats = self._stats_of(agent_type, read.stats)
             beats = _pairs_of(read.heartbeats)
-            active, newest = _heartbeats(beats, since_ms)
+            active, newest = _heartbeats(beats, now_ms, since_ms)
             oldest = first_score(read.oldest_waiting)
             depths = (read.queue_depth, read.in_progress, read.delayed_depth,
                       read.dead_letter_depth)  # fmt: skip
@@ -277,10 +277,13 @@ def _pairs_of(raw: Any) -> list[tuple[Any, Any]]:
     return list(zip(items[::2], items[1::2], strict=True))
 
 
-def _heartbeats(pairs: Sequence[tuple[Any, Any]], since_ms: int) -> tuple[int, object | None]:
+def _heartbeats(
+    pairs: Sequence[tuple[Any, Any]], now_ms: int, since_ms: int
+) -> tuple[int, object | None]:
     """(workers whose beat is newer than `since_ms`, the newest beat's score as Redis sent
-    it)."""
-    scores = [score for _, score in pairs]
+    it), of the beats not dated in the future (snapshot.HEARTBEAT_CLOCK_TOLERANCE_MS):
+    such a beat says nothing of whether its worker is alive."""
+    scores = [score for _, score in pairs if within_clock_tolerance(float(score), now_ms)]
     active = sum(1 for score in scores if float(score) > since_ms)
     newest = max(scores, key=float) if scores else None
     return active, newest

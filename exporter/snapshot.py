@@ -7,24 +7,41 @@ in `malformed`, so one corrupt field cannot hide the rest of the queue's metrics
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
 from .catalogue import MAX_WORKERS_PER_TYPE
+from .label_values import capped_label_value
 from .server_stats import ServerStats
 from .stats_hash import LatencyHistogram, StatsReading, parse_stats
 
 __all__ = [
+    "HEARTBEAT_CLOCK_TOLERANCE_MS",
     "LatencyHistogram",
     "Snapshot",
     "TypeSnapshot",
     "WorkerBeat",
     "parse_type_reply",
     "type_snapshot",
+    "within_clock_tolerance",
 ]
+
+HEARTBEAT_CLOCK_TOLERANCE_MS = 2_000
+"""How far past the scrape's Redis TIME a heartbeat may be dated and still be believed
+(a beat written between TIME and the read, or by a cluster node whose clock runs a
+little ahead). A later one proves nothing of its worker (Redis' clock stepped back, or
+the score was written by hand): it does not count as active nor as the newest
+heartbeat, and has no age series; it is counted as malformed. A live worker's next
+beat replaces it."""
+
+
+def within_clock_tolerance(beat_ms: float, now_ms: int) -> bool:
+    """A heartbeat dated `beat_ms` is believed at Redis TIME `now_ms` (see
+    HEARTBEAT_CLOCK_TOLERANCE_MS)."""
+    return beat_ms <= now_ms + HEARTBEAT_CLOCK_TOLERANCE_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +70,16 @@ class TypeSnapshot:
     run: LatencyHistogram | None = None
     """The succeeding attempt's start -> completion; None when unusable."""
     error_classes: Mapping[str, int] = field(default_factory=dict)
-    """Failed attempts by exception class (the queue caps the classes, see keys.py)."""
+    """Failed attempts by exception class (the queue caps the classes, see keys.py; the
+    names are capped label values, label_values.py)."""
     oldest_age_seconds: float | None = 0.0
     """Age of the oldest waiting job, by its arrival time (type_reads.py); 0 when none
     waits, None when unknown (jobs wait but none has an arrival time)."""
     active_workers: int = 0
-    """Workers whose heartbeat is newer than the configured window (Redis TIME)."""
+    """Workers whose heartbeat is newer than the configured window (Redis TIME), and
+    not in the future (HEARTBEAT_CLOCK_TOLERANCE_MS)."""
     last_heartbeat_seconds: float | None = None
-    """Unix time of the newest heartbeat; None when no worker ever beat."""
+    """Unix time of the newest heartbeat not in the future; None when there is none."""
     workers: tuple[WorkerBeat, ...] = ()
     """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
 
@@ -68,7 +87,8 @@ class TypeSnapshot:
 @dataclass(frozen=True, slots=True)
 class WorkerBeat:
     worker: str
-    """The worker's id (host:pid:... as the worker names itself)."""
+    """The worker's id (host:pid:... as the worker names itself), as a label value:
+    capped (label_values.py)."""
     age_seconds: float
     """Seconds since its last heartbeat, by Redis TIME (never negative)."""
     jobs_in_progress: int | None = None
@@ -178,23 +198,25 @@ def _workers(
     beats: Sequence[tuple[object, object]], now_ms: int, jobs: Mapping[str, str]
 ) -> tuple[tuple[WorkerBeat, ...], int]:
     """Each heartbeat's age and jobs in progress, stalest first (the ones on-call looks
-    for), capped: a worker's count is shown for exactly the workers whose age is."""
+    for), capped: a worker's count is shown for exactly the workers whose age is. A
+    heartbeat that does not parse or lies in the future is skipped and counted."""
     malformed = 0
-    ages: list[WorkerBeat] = []
+    ages: list[tuple[float, str]] = []
     for worker, score in beats:
         beat_ms = finite_number(score)
-        if beat_ms is None:
+        if beat_ms is None or not within_clock_tolerance(beat_ms, now_ms):
             malformed += 1
             continue
-        ages.append(WorkerBeat(str(worker), max(0.0, (now_ms - beat_ms) / 1000.0)))
-    ages.sort(key=lambda beat: (-beat.age_seconds, beat.worker))
+        ages.append((max(0.0, (now_ms - beat_ms) / 1000.0), str(worker)))
+    ages.sort(key=lambda age_worker: (-age_worker[0], age_worker[1]))
     shown = []
-    for beat in ages[:MAX_WORKERS_PER_TYPE]:
-        raw = jobs.get(beat.worker)
+    for age, worker in ages[:MAX_WORKERS_PER_TYPE]:
+        raw = jobs.get(worker)  # the hash is keyed by the full id, not the label value
         if raw is not None and not (raw.isascii() and raw.isdigit()):
             malformed += 1
             raw = None
-        shown.append(beat if raw is None else replace(beat, jobs_in_progress=int(raw)))
+        count = None if raw is None else int(raw)
+        shown.append(WorkerBeat(capped_label_value(worker), age, count))
     return tuple(shown), malformed
 
 

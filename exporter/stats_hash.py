@@ -28,6 +28,8 @@ from platform_common.jobs.keys import (
 )
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
+from .label_values import capped_label_value
+
 __all__ = ["HISTOGRAMS", "LatencyHistogram", "StatsReading", "parse_stats"]
 
 HISTOGRAMS = ("latency", "wait", "run")
@@ -59,7 +61,8 @@ class StatsReading:
     histograms: Mapping[str, LatencyHistogram | None]
     """HISTOGRAMS name -> histogram; None when its fields are unusable."""
     error_classes: Mapping[str, int]
-    """Failed attempts by exception class (capped, see `_error_classes`)."""
+    """Failed attempts by exception class (bounded in number and length, see
+    `_error_classes`)."""
     malformed: int
     """Values of the hash skipped because they did not parse."""
 
@@ -147,14 +150,15 @@ def _histogram(
 def _error_classes(error_fields: Sequence[tuple[str, str]]) -> tuple[dict[str, int], int]:
     """Failed attempts by class, from the hash's `error:<class>` fields. The queue caps the
     classes; a hash holding more (written by hand) has the excess folded into `other`,
-    in field-name order, so the label stays bounded here too."""
+    in field-name order, so the label stays bounded here too. A class name too long
+    for a label is capped (label_values.py)."""
     malformed = 0
     counts: dict[str, int] = {}
     for name, raw in sorted(error_fields):
         if not raw.isdigit():
             malformed += 1
             continue
-        error_class = name[len(ERROR_CLASS_PREFIX) :]
+        error_class = capped_label_value(name[len(ERROR_CLASS_PREFIX) :])
         named = len(counts) - (OTHER_ERROR_CLASS in counts)
         if error_class != OTHER_ERROR_CLASS and named >= MAX_ERROR_CLASSES:
             error_class = OTHER_ERROR_CLASS

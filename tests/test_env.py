@@ -402,8 +402,8 @@ def test_bad_pool_settings(env: dict[str, str], setting: str) -> None:
         "BACKOFF_BASE", "BACKOFF_MAX", "BACKOFF_FACTOR", "DEAD_LETTER_RETENTION",
     )]
     + [(f"QUEUE_{name}", str(10**9)) for name in (
-        "MAX_ATTEMPTS", "CLEANUP_BATCH", "FETCH_BATCH", "MAX_PAYLOAD_BYTES", "POOL_MIN",
-        "POOL_MAX", "DEAD_LETTER_MAX",
+        "MAX_ATTEMPTS", "CLEANUP_BATCH", "FETCH_BATCH", "MAX_PAYLOAD_BYTES", "MAX_RESULT_BYTES",
+        "POOL_MIN", "POOL_MAX", "DEAD_LETTER_MAX",
     )],
 )  # fmt: skip
 def test_every_numeric_queue_setting_has_an_upper_bound(variable: str, huge: str) -> None:

@@ -157,7 +157,12 @@ class AclRole:
             "types": _names(agent_types, "agent_types"),
             "agents": _names(store_agents, "store_agents"),
         }
-        prefixes = {"queue": queue_prefix, "store": store_prefix}
+        # By the queue's own rule for its prefix (QueueSettings): no glob character (`*`
+        # would match every prefix's keys) and no space (it would split a rule in two).
+        prefixes = {
+            "queue": validate_name(queue_prefix, "queue_prefix"),
+            "store": validate_name(store_prefix, "store_prefix"),
+        }
         keyless = sorted(set(CONNECT_COMMANDS) | set(self.keyless))
         channels = {
             "none": [],
@@ -227,15 +232,89 @@ _WORKER_SCRIPTS = (
 )
 
 
-def _worker_queue_commands() -> tuple[str, ...]:
-    called: set[str] = set()
-    for script in _WORKER_SCRIPTS:
-        called |= script_commands(script)
-    direct = {"blmove", "lmove", "lrange", "llen", "zcard", "zrangebyscore", "hgetall", "hmget"}
-    direct |= {"get"}  # results, read back by operators
-    # DEL, SET and LTRIM get their own, narrower grants; TIME and PUBLISH are keyless.
-    narrower = {"del", "set", "ltrim", "time", "publish"}
-    return tuple(sorted((called | direct | set(_SCRIPTING)) - narrower))
+# What a worker reads, on any key of its types (read only): its own plain reads (BLMOVE's
+# pages, depths and counters, job state, results, the cleanup's candidates, a refusal's
+# TYPE of each key), and its scripts' reads, TYPE checks first.
+_WORKER_READS = (
+    "exists", "get", "hexists", "hget", "hgetall", "hlen", "hmget", "llen", "lrange",
+    "type", "zcard", "zrangebyscore", "zscore",
+)  # fmt: skip
+
+# What its scripts (and BLMOVE) write, each command on the kinds of key they write it to,
+# and nothing else: no TTL, no field deletion and no HSET on the queue list, the queued
+# hash or the stats hash, whose loss would take waiting jobs or the counters with it.
+_WORKER_WRITES = (
+    # Take (BLMOVE, the claim's LMOVE): one command spans both lists.
+    Grant(("blmove", "lmove"), (_queue("queue", write=True), _queue("processing", write=True))),
+    # Entries leave processing (claim, complete, fail, expiry, reaper), the dead and failed
+    # lists (requeue, purge, pruning) and the queue list (its tail's expiry scan).
+    Grant(
+        ("lrem",),
+        (
+            _queue("queue", write=True),
+            _queue("processing", write=True),
+            _queue("dead", write=True),
+            _queue("failed", write=True),
+        ),
+    ),
+    # In: the queue list (enqueue, requeue, retry, promotion, reaper), the dead and failed
+    # lists (fail), an expiry bucket of `queued` (enqueue); a past bucket is trimmed.
+    Grant(
+        ("lpush",),
+        (_queue("queue", write=True), _queue("dead", write=True), _queue("failed", write=True)),
+    ),
+    Grant(("rpush",), (_queue("queue", write=True), _queue("expiring:*", write=True))),
+    Grant(("ltrim",), (_queue("expiring:*", write=True),)),
+    # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
+    # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
+    # worker's jobs in progress (heartbeat).
+    Grant(
+        ("hset",),
+        (
+            _queue("job:*", write=True),
+            _queue("take:*", write=True),
+            _queue("queued", write=True),
+            _queue("worker_jobs", write=True),
+        ),
+    ),
+    Grant(
+        ("hdel",),
+        (
+            _queue("job:*", write=True),
+            _queue("take:*", write=True),
+            _queue("queued", write=True),
+            _queue("arrived", write=True),
+            _queue("worker_jobs", write=True),
+        ),
+    ),
+    # Counters and the latency histograms; arrival counts; a requeued job's numbers.
+    Grant(
+        ("hincrby",),
+        (_queue("stats", write=True), _queue("arrived", write=True), _queue("job:*", write=True)),
+    ),
+    Grant(("hincrbyfloat",), (_queue("stats", write=True),)),
+    Grant(
+        ("zadd", "zrem"),
+        (
+            _queue("leases", write=True),
+            _queue("expiry", write=True),
+            _queue("waiting", write=True),
+            _queue("delayed", write=True),
+            _queue("arrivals", write=True),
+            _queue("expiring", write=True),
+            _queue("workers", write=True),
+        ),
+    ),
+    Grant(("zremrangebyscore",), (_queue("workers", write=True),)),
+    # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
+    # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
+    Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
+    Grant(("set",), (_queue("result:*", write=True), _queue("deadline_mark", write=True))),
+    # TTLs: a finished job's record (complete: EXPIRE, fail: PEXPIRE), a take's marker
+    # (claim), and a requeued dead letter's record, live again (PERSIST).
+    Grant(("expire",), (_queue("job:*", write=True), _queue("take:*", write=True))),
+    Grant(("pexpire", "persist"), (_queue("job:*", write=True),)),
+)
 
 
 # What the operator tools read (operations/: info, workers, job show, dead list/show, the
@@ -355,16 +434,11 @@ ROLES: dict[str, AclRole] = {
             scripts=(*_WORKER_SCRIPTS, *_STORE_SCRIPTS),
             keyless=("time", "scan", "publish", "info"),  # info: the eviction policy check
             grants=(
-                Grant(_worker_queue_commands(), (_queue("*", write=True),)),
-                # Only records and results are ever deleted (expiry, purge); SET writes
-                # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
-                Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
-                Grant(
-                    ("set",), (_queue("result:*", write=True), _queue("deadline_mark", write=True))
-                ),
-                # Expiry buckets are trimmed once expired (queue_expire_queued); the queue
-                # list never is (its tail scan removes entries one by one, with LREM).
-                Grant(("ltrim",), (_queue("expiring:*", write=True),)),
+                # Its scripts, with every key of its types (each command they call is
+                # checked against the grants below all the same).
+                Grant(_SCRIPTING, (_queue("*", write=True),)),
+                Grant(_WORKER_READS, (_queue("*"),)),
+                *_WORKER_WRITES,
                 Grant(("sadd",), (_TYPES,)),
                 _store_grant(*_STORE_SCRIPTS),
             ),
@@ -413,8 +487,8 @@ ROLES: dict[str, AclRole] = {
             name="operator",
             summary=(
                 "reads what the reader reads, and requeues and purges dead letters (the "
-                "read-write console, dead requeue and purge); cannot enqueue, take, "
-                "claim, complete or fail jobs"
+                "read-write console, dead requeue and purge); cannot enqueue, write a "
+                "job's payload (no HSET), take, claim, complete or fail jobs"
             ),
             scripts=_DEAD_LETTER_SCRIPTS,
             keyless=("time", "info"),
@@ -453,7 +527,10 @@ ROLES: dict[str, AclRole] = {
                 Grant(("lpush",), (_queue("queue", write=True),)),
                 Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
                 Grant(("hincrby",), (_queue("stats", write=True),)),
-                Grant(("hdel", "hset", "persist"), (_queue("job:*", write=True),)),
+                # A requeued record: its state and old numbers deleted, each number added
+                # back at its new value. No HSET: it could write a payload, so a job no
+                # one enqueued (a hash of numbers alone is failed as corrupt, unrun).
+                Grant(("hdel", "hincrby", "persist"), (_queue("job:*", write=True),)),
                 # One DEL takes a record and its result: one selector for both.
                 Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
             ),

@@ -131,7 +131,9 @@ def validate_text(value: object, field: str, max_bytes: int = MAX_TEXT_BYTES) ->
 def json_bounds_problem(
     value: object, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
 ) -> str | None:
-    """What makes `value` too deep, too large or not encodable text, or None.
+    """What makes `value` too deep, too large, not encodable text or an object with a key
+    that is not a string (json would write 1 and True as "1" and "true", merging keys),
+    or None.
 
     One iterative walk (no recursion, so no depth can overflow the stack). It counts a
     lower bound of the encoded size as it goes and stops as soon as that passes
@@ -140,6 +142,7 @@ def json_bounds_problem(
     and stops at `max_depth`. Types JSON cannot encode are left to the encoder."""
     budget = max_bytes
     stack: list[Iterator[tuple[object, object]]] = []
+    in_dict: list[bool] = []  # per level of `stack`: its keys are an object's, not positions
     path: list[object] = []
     node: object = value
     while True:
@@ -148,6 +151,7 @@ def json_bounds_problem(
                 return f"nested deeper than {max_depth} levels at {_where(path)}"
             budget -= 1 + max(len(node), 1)  # brackets and separators
             stack.append(iter(node.items()) if isinstance(node, dict) else enumerate(node))
+            in_dict.append(isinstance(node, dict))
             path.append(None)
         elif isinstance(node, str):
             budget -= len(node) + 2
@@ -163,12 +167,18 @@ def json_bounds_problem(
             if step is not None:
                 break
             stack.pop()
+            in_dict.pop()
             path.pop()
         else:
             return None
         key, node = step
         path[-1] = key
-        if isinstance(key, str):  # a dict key (list positions are ints)
+        if in_dict[-1]:
+            if not isinstance(key, str):
+                return (
+                    f"must be a JSON object (string keys): {type(key).__name__} key "
+                    f"{_brief(key)} at {_where(path[:-1])}"
+                )
             budget -= len(key) + 3
             problem = text_problem(key)
             if problem is not None:
@@ -203,6 +213,12 @@ def encode_json(
 
 def _where(path: list[object]) -> str:
     return "$" + "".join(f"[{key!r}]" for key in path if key is not None)
+
+
+def _brief(value: object, limit: int = 40) -> str:
+    """repr(value), cut to `limit` characters: an error names a key, never echoes a blob."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def validate_owner_oid(owner_oid: object) -> str:

@@ -47,6 +47,10 @@ def test_scoped_rules_are_the_libraries() -> None:
         (["--role", "exporter", "--agent-types", "dining"], "error: the exporter role reads"),
         (["--agent-types", "dining"], "error: --agent-types needs --role"),
         (["--user", "w1"], "error: --user needs --role"),
+        # A glob would match every prefix's keys; a space would split a rule in two.
+        (["--queue-prefix", "*"], "error: --queue-prefix: '*' must be"),
+        (["--role", "worker", "--queue-prefix", "a b"], "error: --queue-prefix: 'a b' must be"),
+        (["--role", "producer", "--store-prefix", "agent*"], "error: --store-prefix: 'agent*'"),
     ],
 )
 def test_bad_scopes_are_refused_in_one_line(args: list[str], message: str) -> None:

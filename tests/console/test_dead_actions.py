@@ -212,3 +212,36 @@ async def test_unknown_agent_type_posts_are_404(client: httpx.AsyncClient) -> No
         f"{PREFIX}/types/nope/dead/confirm", data={"csrf": csrf, "do": "purge:matching"}
     )
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["https://attacker.example", "null", "http://console.test:8080", "https://console.test"],
+)
+async def test_a_form_posted_from_another_origin_is_refused(
+    queue: JobQueue, client: httpx.AsyncClient, origin: str
+) -> None:
+    [job_id] = await make_dead_letters(queue, ["a"])
+    csrf = await token(client)  # the session's own token: only the Origin is foreign
+    fields = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": job_id, "count": "1"}
+    for path in ("confirm", "act"):
+        response = await client.post(f"{DEAD}/{path}", data=fields, headers={"origin": origin})
+        assert response.status_code == 403, response.text
+        assert "posted from another site" in response.text
+    assert await queue.dead_letters.count("dining") == 1
+
+
+@pytest.mark.parametrize("origin", ["http://console.test", "HTTP://Console.Test:80"])
+async def test_a_form_posted_from_the_consoles_own_origin_is_accepted(
+    queue: JobQueue, client: httpx.AsyncClient, origin: str
+) -> None:
+    [job_id] = await make_dead_letters(queue, ["a"])
+    csrf = await token(client)
+    fields = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": job_id}
+    confirm = await client.post(f"{DEAD}/confirm", data=fields, headers={"origin": origin})
+    assert confirm.status_code == 200 and "Purge 1 dead letter?" in confirm.text
+    done = await client.post(
+        f"{DEAD}/act", data={**fields, "count": "1"}, headers={"origin": origin}
+    )
+    assert "Purged 1 of 1" in done.text
+    assert await queue.dead_letters.count("dining") == 0

@@ -5,6 +5,8 @@ bounded, never a server error."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 import redis.asyncio as aioredis
@@ -262,3 +264,33 @@ async def test_a_form_of_too_many_fields_is_refused(
     fields = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": ["x"] * 1001}
     response = await client.post(f"{PREFIX}/types/dining/dead/confirm", data=fields)
     assert response.status_code == 400 and "malformed form" in response.text
+
+
+async def test_a_damaged_field_is_shown_once_and_the_title_stays_plain_text(
+    queue: JobQueue, client: httpx.AsyncClient, redis_url: str
+) -> None:
+    # A field beside the payload, history and result (here a count) that does not parse
+    # gets its own section, once, in the page; the title names the job, as text.
+    [job_id] = await make_dead_letters(queue, ["a"])
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        await raw.hset(DINING.job(job_id), "attempts", MARKUP)
+    finally:
+        await raw.aclose()
+    job = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
+    assert job.status_code == 200, job.text
+    assert_inert(job.text)
+    [title] = re.findall(r"<title>(.*?)</title>", job.text, re.DOTALL)
+    assert title == f"Job {job_id} · agentjobs console"
+    assert job.text.count("<h2>Other stored fields</h2>") == 1
+    assert job.text.count("<h3>attempts</h3>") == 1
+
+
+async def test_a_long_job_id_is_cut_in_the_title(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    job_id = await queue.enqueue(make_job(job_id="b" * 120))
+    job = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
+    assert job.status_code == 200 and f'<h1 class="id">{job_id}</h1>' in job.text
+    [title] = re.findall(r"<title>(.*?)</title>", job.text, re.DOTALL)
+    assert title == f"Job {'b' * 59}… · agentjobs console"

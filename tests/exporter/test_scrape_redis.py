@@ -19,9 +19,11 @@ from redis.asyncio.connection import Connection
 
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
 from platform_common.jobs_exporter.app import create_app
+from platform_common.jobs_exporter.label_values import MAX_LABEL_VALUE_BYTES
 from platform_common.jobs_exporter.reader import make_exporter_client
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
+from platform_common.jobs_exporter.snapshot import HEARTBEAT_CLOCK_TOLERANCE_MS
 from tests.support.exporter_data import of, parse, seed_type
 from tests.support.prometheus import promtool
 from tests.support.sync_redis import sync_reply
@@ -271,13 +273,68 @@ async def test_per_worker_heartbeat_ages_against_redis_time(
     seed_type(admin, "dining", waiting=0, stats={})
     seconds, micros = sync_reply(admin.time())
     now_ms = seconds * 1000 + micros // 1000
-    admin.zadd(keys.workers, {"host-a:1": now_ms + 60_000, "host-b:2": now_ms - 90_000})
+    admin.zadd(keys.workers, {"host-a:1": now_ms + 500, "host-b:2": now_ms - 90_000})
     result = await exporter.scrape()
     assert result.snapshot is not None
     [dining] = result.snapshot.types
     ages = {beat.worker: beat.age_seconds for beat in dining.workers}
     assert list(ages) == ["host-b:2", "host-a:1"]  # stalest first
     assert ages["host-b:2"] >= 90 and ages["host-a:1"] == 0  # a clock ahead is never negative
+    assert dining.active_workers == 1
+
+
+async def test_a_heartbeat_dated_in_the_future_is_not_an_active_worker(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    # Beats past Redis' clock (a clock stepped back after they were written, or written
+    # by hand, up to +inf) say nothing of their workers: the queue never prunes them, so
+    # believed they would keep a dead fleet "active" until the clock caught up, forever.
+    keys = QueueKeys("dining")
+    seed_type(admin, "dining", waiting=0, stats={})
+    seconds, micros = sync_reply(admin.time())
+    now_ms = seconds * 1000 + micros // 1000
+    ahead_ms = now_ms + HEARTBEAT_CLOCK_TOLERANCE_MS + 3_600_000
+    admin.zadd(keys.workers, {"alive": now_ms, "ahead": ahead_ms, "ghost": "+inf"})
+    admin.hset(keys.worker_jobs, mapping={"alive": 1, "ahead": 2, "ghost": 3})
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    [dining] = result.snapshot.types
+    assert dining.active_workers == 1
+    assert dining.last_heartbeat_seconds == now_ms / 1000
+    assert [beat.worker for beat in dining.workers] == ["alive"]
+    assert result.snapshot.malformed == 2  # counted, so the malformed-values alert says so
+    samples = parse(exporter.render(result, None)[0].decode())
+    assert of(samples, "active_workers", agent_type="dining") == 1
+    assert of(samples, "worker_heartbeat_age_seconds", agent_type="dining", worker="ahead") is None
+    assert of(samples, "worker_jobs_in_progress", agent_type="dining", worker="ahead") is None
+
+
+async def test_long_worker_ids_and_error_classes_are_capped_and_stay_distinct(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    keys = QueueKeys("dining")
+    head = "pod-" + "é" * 150  # multi-byte: the cut must fall between characters
+    workers = {f"{head}-one": 5_000, f"{head}-two": 1_000, "host:1:abc": 0}
+    errors = {f"error:Err{'x' * 300}A": 1, f"error:Err{'x' * 300}B": 2, "error:KeyError": 4}
+    seed_type(admin, "dining", stats=errors, heartbeats_age_ms=workers)
+    admin.hset(keys.worker_jobs, mapping={f"{head}-one": 3, f"{head}-two": 7})
+    result = await exporter.scrape()
+    samples = parse(exporter.render(result, None)[0].decode())
+    ages = {dict(labels)["worker"]: value for (name, labels), value in samples.items()
+            if name == "worker_heartbeat_age_seconds"}  # fmt: skip
+    jobs = {dict(labels)["worker"]: value for (name, labels), value in samples.items()
+            if name == "worker_jobs_in_progress"}  # fmt: skip
+    failed = {dict(labels)["error_class"]: value for (name, labels), value in samples.items()
+              if name == "jobs_attempts_failed_total"}  # fmt: skip
+    assert len(ages) == 3 and len(failed) == 3  # distinct values stay distinct series
+    for label in [*ages, *failed]:
+        assert len(label.encode()) <= MAX_LABEL_VALUE_BYTES, label
+    assert "host:1:abc" in ages and failed["KeyError"] == 4  # short ones as they are
+    pods = [label for label in ages if label.startswith("pod-")]
+    [newer, older] = sorted(pods, key=ages.__getitem__)
+    assert older.startswith("pod-é") and "~" in older  # the head, then the digest
+    assert (jobs[older], jobs[newer]) == (3, 7)  # counts found by the full id
+    assert sorted(failed.values()) == [1, 2, 4]
 
 
 async def test_jobs_in_progress_per_worker_for_the_workers_shown(

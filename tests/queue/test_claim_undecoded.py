@@ -1,5 +1,5 @@
 """The claim script returns payloads and trace contexts unchecked; the worker decodes
-each (queue/leases.py): a payload that is not UTF-8 holds only its own job as corrupt,
+each (worker/attempt_calls.py): a payload that is not UTF-8 holds only its own job as corrupt,
 a trace context that is not is dropped, and the claim's other jobs run."""
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """The bounds of a queued job, checked before anything is written: ttl_seconds at most
-MAX_TTL_SECONDS (checked in Python), and created_at at most MAX_CLOCK_SKEW_SECONDS ahead
-of Redis' clock (checked by the enqueue script against Redis TIME)."""
+MAX_TTL_SECONDS (checked in Python), created_at at most MAX_CLOCK_SKEW_SECONDS ahead of
+Redis' clock, and created_at + ttl_seconds not already past by Redis' clock (both
+checked by the enqueue script against Redis TIME, whatever the producer's clock says)."""
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis.asyncio as aioredis
 
+from platform_common.jobs import clock
 from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue
@@ -130,3 +133,49 @@ async def test_a_created_at_within_the_skew_is_accepted(
     created = await redis_now(redis_client) + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS // 2)
     job_id = await queue.enqueue(make_job(created_at=created.isoformat(), ttl_seconds=60))
     assert await redis_client.lrange(DINING.queue, 0, -1) == [job_id]
+
+
+def skew_clock(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The producer's wall clock runs `seconds` off (the package's clock reads time.time)."""
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + seconds)
+    assert abs(clock.now() - real_time() - seconds) < 1
+
+
+async def test_a_producer_clock_behind_redis_cannot_enqueue_a_job_already_past(
+    queue: JobQueue,
+    keyspace: RedisClient,
+    redis_client: RedisClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Defect: a producer 120 s behind Redis stamped created_at by its own clock; with a
+    60 s TTL the job was accepted though already past by Redis' clock, and expired unrun."""
+    skew_clock(monkeypatch, -120.0)
+    created = datetime.fromtimestamp(clock.now(), UTC)  # the producer's "now"
+    job = make_job(created_at=created.isoformat(), ttl_seconds=60)
+    before = await snapshot(keyspace)
+    with pytest.raises(InvalidPayload) as info:
+        await queue.enqueue(job)
+    assert list(info.value.errors) == ["ttl_seconds"]
+    problem = info.value.errors["ttl_seconds"]
+    assert job["job_id"] in problem and "already in the past" in problem
+    past = re.search(r"(\d+) s before Redis' clock", problem)
+    assert past is not None and abs(int(past[1]) - 60) < 5
+    with pytest.raises(InvalidPayload) as many:
+        await queue.enqueue_many([make_job(), job])
+    assert many.value.errors["jobs[0].ttl_seconds"].startswith("not written")
+    assert "already in the past" in many.value.errors["jobs[1].ttl_seconds"]
+    assert await snapshot(keyspace) == before
+
+
+async def test_a_producer_clock_ahead_of_redis_enqueues_a_job_redis_has_time_for(
+    queue: JobQueue, redis_client: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other way round: 30 s of TTL left by Redis' clock is 90 s past by a producer
+    clock 120 s ahead; Redis' clock decides, and the job waits with its 30 s."""
+    skew_clock(monkeypatch, 120.0)
+    created = await redis_now(redis_client) - timedelta(seconds=30)
+    jobs = [make_job(created_at=created.isoformat(), ttl_seconds=60) for _ in range(2)]
+    job_id = await queue.enqueue(jobs[0])
+    assert await queue.enqueue_many(jobs[1:]) == [jobs[1]["job_id"]]
+    assert await redis_client.lrange(DINING.queue, 0, -1) == [jobs[1]["job_id"], job_id]

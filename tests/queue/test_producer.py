@@ -59,7 +59,7 @@ def enqueue_call(
     of payload "{}", a 60 s TTL and 3 attempts, created at `created_ms`."""
     script_keys = [keys.queue, keys.stats, keys.queued, keys.expiring]
     script_keys += [keys.arrivals, keys.arrived, keys.deadline_mark]
-    args: list[object] = [nonce, len(job_ids), created_ms, 300_000]
+    args: list[object] = [nonce, len(job_ids), created_ms - 300_000, created_ms + 60_000]
     args += [EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS]
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
@@ -418,5 +418,37 @@ async def test_a_replayed_enqueue_call_is_recognised_by_its_nonce(
         assert await redis_client.lrange(keys.queue, 0, -1) == ["c", "b", "a"]
         assert await redis_client.hget(keys.stats, "enqueued") == "3"
         assert sorted(await redis_client.hkeys(keys.queued)) == ["a", "c"]
+    finally:
+        await connection.aclose()
+
+
+async def test_a_replay_after_the_deadline_passed_is_answered_as_written(
+    redis_url: str, redis_client: RedisClient
+) -> None:
+    """A call whose reply was lost is re-sent; if its jobs' deadline passed meanwhile, the
+    replay must still say "ok" (they were written in time), while a new call past its
+    deadline is refused and writes nothing."""
+    connection = await QueueConnection.open(QueueSettings.from_url(redis_url))
+    keys = connection.keys("dining")
+    created = int(time.time() * 1000)
+
+    def past_deadline(nonce: str, job_id: str) -> tuple[list[str], list[object]]:
+        script_keys, args = enqueue_call(keys, nonce, [job_id], created)
+        args[3] = created - 60_000  # the batch's earliest deadline, as if a minute ago
+        return script_keys, args
+
+    try:
+        script = connection.scripts.enqueue
+        assert await connection.run_script(
+            script, *enqueue_call(keys, "first", ["a"], created)
+        ) == [
+            "ok",
+            1,
+        ]
+        before = await snapshot(redis_client)
+        assert await connection.run_script(script, *past_deadline("first", "a")) == ["ok", 0]
+        reply = await connection.run_script(script, *past_deadline("other", "b"))
+        assert reply[0] == "expired" and int(reply[1]) >= created
+        assert await snapshot(redis_client) == before
     finally:
         await connection.aclose()

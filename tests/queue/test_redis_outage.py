@@ -8,12 +8,14 @@ import asyncio
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
 from platform_common.jobs.errors import BackendUnavailable
 from platform_common.jobs.queue import JobPayload, JobQueue
+from platform_common.jobs.queue.backend_errors import TRANSIENT, RedisHealth
 from platform_common.jobs.worker import Worker
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings
@@ -117,6 +119,36 @@ async def test_a_worker_reports_an_outage_once_when_it_starts_and_once_when_it_e
     assert all(PASSWORD not in r.getMessage() for r in caplog.records)
     # The failures in between went to DEBUG.
     assert sum("still unreachable" in r.getMessage() for r in caplog.records) >= 14
+
+
+async def test_an_outage_is_reported_from_its_first_failed_call(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a worker loop reports its calls, through the worker's own client: the first
+    # failed call spends the client's reconnects and backoff before it fails, and the
+    # outage it reports must cover that time too.
+    settings = fast_settings(url_of(server))
+    health = RedisHealth(logging.getLogger(CONSUMER), settings.redis)
+    client = settings.redis.make_client()
+    caplog.set_level("WARNING", logger=CONSUMER)
+    try:
+        await client.ping()
+        health.ok()
+        server.stop()
+        first_call = time.monotonic()
+        with pytest.raises(TRANSIENT) as failure:
+            await client.ping()
+        health.failed("pinging", failure.value)
+        server.start()
+        await client.ping()
+        recovered = time.monotonic()
+        health.ok()
+    finally:
+        await client.aclose()
+    [up] = [r for r in caplog.records if "reachable again after" in r.getMessage()]
+    reported = float(up.__dict__["outage_seconds"])  # the line's structured field
+    # round() is monotonic: the field is rounded to ms, so is what it must cover.
+    assert reported >= round(recovered - first_call, 3), (reported, recovered - first_call)
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])

@@ -54,7 +54,7 @@ async def test_a_skewed_worker_clock_changes_no_outcome_and_no_counter(
     flaky = make_job(constraints={"kind": "flaky"})  # must be retried once, then succeed
     endless = ttl_left(2.0, constraints={"kind": "endless"})  # must expire at its TTL
     await queue.enqueue_many([plenty, flaky, endless])
-    # Only now (the producer validated created_at with the true clock): the worker's
+    # Only now (the jobs were made with the true clock): the worker's
     # wall clock is `skew` seconds off, through the package's clock and time.time.
     real_time = time.time
     monkeypatch.setattr(time, "time", lambda: real_time() + skew)

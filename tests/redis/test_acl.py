@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -12,7 +13,13 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs import JobStatus, acl, make_job_store
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import Completion, JobPayload, JobQueue
+from platform_common.jobs.queue import (
+    Completion,
+    JobPayload,
+    JobQueue,
+    NonRetryableError,
+    current_job,
+)
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.paths import REPO_ROOT
@@ -98,6 +105,12 @@ def test_scopes_are_checked() -> None:
         acl.rules("worker", agent_types=["din*"])  # a glob would match other types
     with pytest.raises(ValueError, match="no JobStore"):
         acl.rules("operator", agent_types=["dining"], store_agents=["orders"])
+    # The prefixes by the queue's own rule: a glob or a space would widen or split a rule.
+    for prefixes in ({"queue_prefix": "*"}, {"queue_prefix": "a b"}, {"store_prefix": "x?"}):
+        with pytest.raises(ValueError, match="must be 1-63 chars"):
+            acl.rules("producer", **prefixes)
+    with pytest.raises(ValueError, match="queue_prefix"):
+        acl.markdown(queue_prefix="jobs:*")
 
 
 async def _categories(admin: aioredis.Redis) -> dict[str, set[str]]:
@@ -268,6 +281,67 @@ async def test_each_role_does_its_whole_job_under_its_own_user(
     [dining] = [t for t in scrape.snapshot.types if t.agent_type == "dining"]
     assert dining.counters["completed"] == 3
     assert dining.counters["dead_lettered"] == 2
+
+
+async def by_kind(job: JobPayload) -> str:
+    kind = job.constraints.get("kind")
+    if kind == "fatal":
+        raise NonRetryableError("malformed")
+    if kind == "flaky":
+        raise RuntimeError("try again")
+    if kind == "slow":
+        await asyncio.sleep(1.5)  # longer than the lease: the lease keeper renews it
+    return current_job().job_id
+
+
+async def test_a_worker_user_walks_every_path_of_its_scripts(
+    acl_server: RedisServer, admin: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each write a worker's scripts make, on the key it makes it to, under the worker's
+    own user (its grants name each command on its kinds of key only): takes of several
+    jobs (their marker), renewals, retries promoted from the delayed set, a job taken
+    by BLMOVE and never claimed (the reaper), jobs failed for good and dead-lettered,
+    both lists pruned past their cap, and a requeue and a purge of the failed list."""
+    caplog.set_level(logging.WARNING, logger="platform_common.jobs")
+    keys = QueueKeys(AGENT_TYPE)
+    settings = fast_settings(
+        role_url(acl_server, "worker"), agent_types=(AGENT_TYPE,), max_attempts=2,
+        dead_letter_max=1, fetch_batch=8, backoff_base=0.05,
+    )  # fmt: skip
+    kinds = ["ok"] * 24 + ["slow", "fatal", "fatal", "flaky", "flaky"]
+    jobs = [make_job(task=f"{k} {i}", constraints={"kind": k}) for i, k in enumerate(kinds)]
+    async with await JobQueue.connect(settings) as queue:
+        stray = make_job(task="taken, never claimed", constraints={"kind": "ok"})
+        await queue.enqueue(stray)
+        # A worker's BLMOVE whose claim never came: the reaper gives it back.
+        await admin.lmove(keys.queue, keys.processing, "RIGHT", "LEFT")
+        await queue.enqueue_many(jobs)
+
+        async def settled() -> bool:
+            stats = await admin.hgetall(keys.stats)
+            ended = sum(int(stats.get(name, 0)) for name in ("completed", "failed"))
+            return ended == len(jobs) + 1
+
+        async with running_worker(settings, by_kind, concurrency=8):
+            await eventually(settled)
+            # Both kept lists pruned to their cap of one (entry, record and result).
+            await eventually(lambda: _lengths_are(admin, [keys.dead, keys.failed], 1))
+        stats = await admin.hgetall(keys.stats)
+        # Every ok job, the slow one (renewed, never lost) and the stray one completed.
+        assert (stats["completed"], stats["failed"], stats["dead_lettered"]) == ("26", "4", "2")
+        [fatal] = await admin.lrange(keys.failed, 0, -1)
+        assert await queue.failed_jobs.requeue(AGENT_TYPE, [fatal]) == [fatal]
+        async with running_worker(settings, by_kind):
+            await eventually(lambda: _lengths_are(admin, [keys.failed], 1))
+        assert await queue.failed_jobs.purge(AGENT_TYPE) == 1
+    assert await admin.exists(keys.job(fatal), keys.result(fatal)) == 0
+    # Nothing but the handlers' own failures: no chore refused, no lease lost.
+    logged = [r.getMessage() for r in caplog.records]
+    assert [line for line in logged if not line.startswith("attempt failed ")] == []
+
+
+async def _lengths_are(admin: aioredis.Redis, lists: list[str], length: int) -> bool:
+    return all([await admin.llen(key) == length for key in lists])
 
 
 async def _take(iterator: AsyncIterator[Completion], count: int) -> AsyncIterator[Completion]:

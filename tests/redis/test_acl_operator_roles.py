@@ -25,7 +25,7 @@ from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings
 from platform_common.jobs.redis.script import Script
 from tests.console.conftest import PREFIX, client_of, console_app, csrf_token
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
 
 ADMIN_PASSWORD = "admin-pw-operator-roles-5e2a"
@@ -268,7 +268,8 @@ async def test_an_operator_requeues_and_purges_dead_letters(
     first, second = scene.dead
     requeued = await agentjobs("operator", ["dead", "requeue", "dining", "--id", first])
     assert requeued.code == 0, requeued.err
-    assert await admin.hget(DINING.job(first), "state") == "queued"
+    assert await admin.hget(DINING.job(first), "state") is None  # queued: no state
+    assert await admin.lrange(DINING.queue, 0, -1) == [first]
     assert await admin.lrange(DINING.dead, 0, -1) == [second]
     matched = await agentjobs(
         "operator", ["dead", "purge", "dining", "--error-matches", "timeout", "--yes"]
@@ -368,6 +369,48 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
     assert await everything(admin) == before
 
 
+async def test_no_job_an_operator_writes_runs(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene
+) -> None:
+    """A requeue needs LPUSH of the queue list and ZADD of the expiry and waiting sets,
+    so an operator can put any id there; what it cannot write is a job: no HSET of a
+    job hash or of the queued hash, and a job hash it makes of numbers alone (HINCRBY)
+    has no payload, which the worker fails as corrupt without running a handler."""
+    seconds, micros = await admin.time()
+    deadline = seconds * 1000 + micros // 1000 + 60_000
+    operator = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)
+    forged = ("forged-hash", "forged-packed", "forged-numbers")
+    try:
+        for command in (
+            ("HSET", DINING.job(forged[0]), "payload", json.dumps(make_job()),
+             "expires_at", deadline, "ttl", 60, "max_attempts", 1),
+            ("HSET", DINING.queued, forged[1], f"{deadline - 60_000},{deadline},60,1,\n\n{{}}"),
+        ):  # fmt: skip
+            with pytest.raises(NoPermissionError):
+                await operator.execute_command(*command)  # type: ignore[no-untyped-call]
+        for field, number in (("expires_at", deadline), ("ttl", 60), ("max_attempts", 1)):
+            await operator.hincrby(DINING.job(forged[2]), field, number)
+        for job_id in forged:
+            await operator.zadd(DINING.expiry, {job_id: deadline})
+            await operator.zadd(DINING.waiting, {job_id: deadline - 60_000})
+            await operator.lpush(DINING.queue, job_id)
+    finally:
+        await operator.aclose()
+    ran = RanJobs()
+    settings = admin_settings(server)
+    async with await JobQueue.connect(settings) as queue, running_worker(settings, ran):
+        result = await eventually(lambda: queue.get_result(forged[2], "dining"))
+        await eventually(lambda: _drained(admin))
+    assert not result.ok and "payload" in (result.error or ""), result
+    assert ran.ran == []  # the scene's one waiting job is delayed, for minutes
+    for job_id in forged[:2]:
+        assert await admin.exists(DINING.job(job_id), DINING.result(job_id)) == 0
+
+
+async def _drained(admin: aioredis.Redis) -> bool:
+    return bool(await admin.llen(DINING.queue) == await admin.llen(DINING.processing) == 0)
+
+
 # -- the console ------------------------------------------------------------------------
 def _pages(scene: Scene) -> dict[str, str]:
     """Each GET page, and a text it must show."""
@@ -421,7 +464,8 @@ async def test_a_read_write_console_requeues_as_the_operator(
     ):
         done = await _requeue_through_the_console(browser, scene.dead[0])
     assert done.status_code == 200 and "Requeued 1 of 1" in done.text
-    assert await admin.hget(DINING.job(scene.dead[0]), "state") == "queued"
+    assert await admin.hget(DINING.job(scene.dead[0]), "state") is None  # queued
+    assert await admin.lrange(DINING.queue, 0, -1) == [scene.dead[0]]
 
 
 async def test_a_read_write_console_under_the_reader_changes_nothing(

@@ -70,14 +70,15 @@ def script(name: str, keys: list[str], args: list[Any]) -> Step:
 
 
 def enqueue(keys: QueueKeys, job_id: str) -> Step:
-    # created_at NOW_MS may lie ahead of Redis TIME: the allowance (ARGV[4]) covers it.
+    # A window (ARGV[3], ARGV[4]) any Redis TIME lies in: created_at NOW_MS is neither
+    # too far ahead of it nor past, whatever the date.
     shared = [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
     shared.append(keys.deadline_mark)
     own = [keys.job(job_id), keys.result(job_id), keys.expiring_bucket(NOW_MS + 60_000)]
     return script(
         "queue_enqueue",
         [*shared, *own],
-        ["nonce-1", 1, NOW_MS, NOW_MS, EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,
+        ["nonce-1", 1, 0, 2 * NOW_MS, EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,
          job_id, PAYLOAD, 60, NOW_MS, 3],
     )  # fmt: skip
 
@@ -104,6 +105,23 @@ def dead_requeue(keys: QueueKeys, job_id: str) -> Step:
          keys.result(job_id)],
         [job_id],
     )  # fmt: skip
+
+
+def inject(keys: QueueKeys, job_id: str) -> Step:
+    """A job no one enqueued: its job hash with a payload, its deadline and wait in the
+    expiry and waiting sets, its id on the queue (all a claim needs to run it). Each
+    write is sent only if the one before it was let through (a refusal raises)."""
+    deadline = NOW_MS + 60_000
+
+    async def run(client: aioredis.Redis) -> None:
+        job = {"payload": PAYLOAD, "enqueued_at": NOW_MS, "expires_at": deadline, "ttl": 60,
+               "max_attempts": 3, "attempts": 0}  # fmt: skip
+        await client.hset(keys.job(job_id), mapping=job)
+        await client.zadd(keys.expiry, {job_id: deadline})
+        await client.zadd(keys.waiting, {job_id: NOW_MS})
+        await client.lpush(keys.queue, job_id)
+
+    return run
 
 
 def store_create(keys: StoreKeys, job_id: str) -> Step:
@@ -207,24 +225,46 @@ OPERATIONS = (
     Operation("Delete a job hash or a result of its type (DEL)",
               (command("DEL", OWN.job("d1")), command("DEL", OWN.result("done1"))),
               "refused", "allowed", "refused", "refused", "allowed"),
+    Operation("Set or drop the TTL of the queue, the queued hash or the stats hash (EXPIRE, "
+              "PEXPIRE, PERSIST)",
+              tuple(command(verb, key, *ttl) for key in (OWN.queue, OWN.queued, OWN.stats)
+                    for verb, *ttl in (("EXPIRE", 1), ("PEXPIRE", 200), ("PERSIST",))),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Delete a counter (HDEL of the stats hash)",
+              (command("HDEL", OWN.stats, "enqueued", "failed"),),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Set a TTL on a job hash (EXPIRE, PEXPIRE)",
+              (command("EXPIRE", OWN.job("d1"), 60), command("PEXPIRE", OWN.job("d1"), 60_000)),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Drop a job hash's TTL (PERSIST)", (command("PERSIST", OWN.job("d1")),),
+              "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Trim or pop a queue (LTRIM, LPOP, RPOP)",
               (command("LTRIM", OWN.queue, 1, 0), command("LPOP", OWN.queue),
                command("RPOP", OWN.queue)),
               "refused", "refused", "refused", "refused", "refused"),
-    Operation("Remove a job from the queue or the expiry set (LREM, ZREM)",
-              (command("LREM", OWN.queue, 0, "q1"), command("ZREM", OWN.expiry, "q1")),
+    Operation("Remove a job from the queue, the queued hash or the expiry set (LREM, HDEL, "
+              "ZREM)",
+              (command("LREM", OWN.queue, 0, "q1"), command("HDEL", OWN.queued, "p1"),
+               command("ZREM", OWN.expiry, "q1")),
               "refused", "gap", "refused", "refused", "refused", note=1),
     Operation("Forge a counter (HINCRBY stats completed 1000000)",
               (command("HINCRBY", OWN.stats, "completed", 1_000_000),),
               "gap", "gap", "refused", "refused", "gap", note=1),
-    # (LPUSH of its id alone does not: the claim skips an entry of a running job.)
-    Operation("Re-run a running job (HSET state=queued, then LPUSH its id)",
-              (command("HSET", OWN.job("r1"), "state", "queued"),),
+    # (LPUSH of its id alone does not: the claim skips an entry of a running job. A job
+    # hash without a state is a queued job's, which the claim runs.)
+    Operation("Re-run a running job (HDEL its state, then LPUSH its id)",
+              (command("HDEL", OWN.job("r1"), "state"),),
               "refused", "gap", "refused", "refused", "gap", note=1),
-    Operation("Force-expire a claimed job (HSET expires_at=0, ZADD expiry 0)",
-              (command("HSET", OWN.job("q1"), "expires_at", 0),
-               command("ZADD", OWN.expiry, 0, "q1")),
+    # (The operator has no HSET of a job hash: it sets a number with HDEL, then HINCRBY.)
+    Operation("Force-expire a claimed job (HDEL and HINCRBY its expires_at to 1, ZADD "
+              "expiry 1)",
+              (command("HDEL", OWN.job("q1"), "expires_at"),
+               command("HINCRBY", OWN.job("q1"), "expires_at", 1),
+               command("ZADD", OWN.expiry, 1, "q1")),
               "refused", "gap", "refused", "refused", "gap", note=1),
+    Operation("Inject a job: a new job hash with its payload (HSET), its id in the expiry "
+              "and waiting sets (ZADD) and on the queue (LPUSH)", (inject(OWN, "x1"),),
+              "refused", "gap", "refused", "refused", "refused", note=1),
     Operation("Force-expire a waiting job (HSET its packed field in the queued hash)",
               (command("HSET", OWN.queued, "q1", "0,0,1,1,forged\n\n{}"),),
               "gap", "gap", "refused", "refused", "refused", note=1),
@@ -368,7 +408,9 @@ async def _seed(admin: aioredis.Redis) -> None:
             },  # as the claim writes it
         )
         await admin.hset(keys.job("d1"), mapping={**job, "state": "dead", "attempts": 3})
-        await admin.lpush(keys.queue, "q1")
+        await admin.lpush(keys.queue, "q1", "p1")
+        # p1 waits packed (queue/envelope.py); the matrix only needs the field there.
+        await admin.hset(keys.queued, "p1", f"{NOW_MS},{deadline},60,3,\n\n{{}}")
         await admin.lpush(keys.processing, "r1")
         await admin.zadd(keys.leases, {"r1": deadline})
         await admin.zadd(keys.expiry, {"q1": deadline, "r1": deadline})

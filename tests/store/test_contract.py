@@ -118,6 +118,36 @@ async def test_payload_must_be_a_json_object(
     assert await store.get("j") is None
 
 
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ({1: "a", "1": "b"}, "int key 1 at $"),
+        ({True: "x"}, "bool key True at $"),
+        ({"a": [{"b": {None: 1}}]}, "NoneType key None at $['a'][0]['b']"),
+        ({"f": {1.5: 0}}, "float key 1.5 at $['f']"),
+    ],
+    ids=["int-beside-its-string", "bool", "nested-none", "float"],
+)
+async def test_non_string_keys_are_refused_at_any_depth(
+    store: BaseJobStore, value: dict[Any, Any], where: str
+) -> None:
+    """Defect: {1: 'a', '1': 'b'} was stored as {'1': 'b'} ('a' lost) and {True: 'x'} as
+    {'true': 'x'}. Refused as the queue refuses such constraints, naming where."""
+    problem = f"must be a JSON object (string keys): {where}"
+    with pytest.raises(ValidationError) as info:
+        await store.create("j", value, ttl_seconds=60)
+    assert (info.value.field, info.value.problem) == ("payload", problem)
+    assert await store.get("j") is None
+    created = await store.create("j", {"ok": 1}, ttl_seconds=60)
+    with pytest.raises(ValidationError) as info:
+        await store.update("j", payload=value)
+    assert (info.value.field, info.value.problem) == ("payload", problem)
+    with pytest.raises(ValidationError) as info:
+        await store.update("j", result=value)
+    assert (info.value.field, info.value.problem) == ("result", problem)
+    assert await store.get("j") == created
+
+
 async def test_payload_comes_back_as_json_would(store: BaseJobStore) -> None:
     await store.create("j", {"tuple": (1, 2), "nested": {"u": "é"}}, ttl_seconds=5)
     assert (await store.get("j")).payload == {"tuple": [1, 2], "nested": {"u": "é"}}  # type: ignore[union-attr]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 
@@ -20,7 +21,9 @@ from platform_common.jobs import (
 )
 from platform_common.jobs.redis.url import RedisSettings
 from platform_common.jobs.store import redis_store as redis_store_module
+from platform_common.jobs.store.redis_index import INDEX_SKIP_LOG_INTERVAL, IndexSkipLog
 from tests.support.redis_server import RedisServer, find_free_port
+from tests.support.stores import FakeClock
 
 AGENT = "redis-agent"
 
@@ -203,6 +206,38 @@ async def test_stores_share_one_pool_per_url_and_the_last_close_releases_it(redi
     assert shared == {}
     assert await first.ping()  # a closed store lazily reconnects if used again
     await first.close()
+
+
+async def test_a_corrupt_time_index_is_logged_once_then_counted_per_interval(
+    redis_url: str, redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = RedisJobStore(redis_url, agent=AGENT, time_index=True)
+    clock = FakeClock(0.0)  # the interval passes when the test says so
+    store._index_skip_log = IndexSkipLog(AGENT, clock=clock)
+    await redis_client.set(store.keys.index("u1"), "not a sorted set")
+    caplog.set_level(logging.WARNING, logger="platform_common.jobs.store.redis_store")
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "time index of agent" in r.getMessage()]
+
+    async def create(numbers: range) -> None:
+        for n in numbers:
+            await store.create(f"job-{n}", {"n": n}, ttl_seconds=60, owner_oid="u1")
+
+    try:
+        await create(range(100))
+        [first] = lines()
+        assert "bucket 'u1', is not a sorted set: create went on" in first
+        assert "more since" not in first
+        clock.advance(INDEX_SKIP_LOG_INTERVAL)
+        await create(range(100, 101))
+        assert len(lines()) == 2 and lines()[1].endswith("(99 more since the last report)")
+        await create(range(101, 106))  # within the interval: counted, not logged
+        assert len(lines()) == 2
+    finally:
+        await store.close()
+    assert len(lines()) == 3 and ": 5 more creates or deletes went on" in lines()[2]
+    assert len(await redis_client.keys("agentjobs:{redis-agent}:job-*")) == 106  # none lost
 
 
 async def test_list_ids_never_returns_index_keys(redis_url: str) -> None:

@@ -92,6 +92,9 @@ def acl(
 
     With --role, only that role's tokens: ACL SETUSER <user> reset on ><password> <tokens>.
     """
+    # The queue's rule for its prefix, as acl.rules applies it, named by the option here.
+    validate_name(queue_prefix, "--queue-prefix")
+    validate_name(store_prefix, "--store-prefix")
     types = _names("--agent-types", agent_types)
     agents = _names("--store-agents", store_agents)
     if role is None:

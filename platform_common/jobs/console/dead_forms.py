@@ -19,7 +19,7 @@ from ..operations import (
     select_dead_letters,
 )
 from ..queue import JobQueue
-from .csrf import SESSION_COOKIE, CsrfTokens
+from .csrf import CsrfTokens
 from .forms import read_form
 
 __all__ = ["ACTIONS", "Confirmation", "DeadLetterForms"]
@@ -109,8 +109,7 @@ class DeadLetterForms:
     ) -> _Request:
         form = form if form is not None else await self._form(request)
         self._known(agent_type)
-        session = request.cookies.get(SESSION_COOKIE)
-        if not self._tokens.verify(session, _one(form, "csrf")):
+        if not self._tokens.verify(request, _one(form, "csrf")):
             raise self._refuse(
                 403, "the form's security token is missing or stale: load the page again"
             )

@@ -13,11 +13,16 @@ Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiti
 whose packed header was damaged 500 (a payload, history or result that does not parse is
 shown on the job's page as stored), an unreachable Redis 503: each an HTML page of the
 console with its security headers. A POST without a valid CSRF token is 403, and so is every POST of
-a read-only console.
+a read-only console and every POST whose Origin header names another site.
+
+Every link, form and the session cookie of a page belong to the mount that drew it (its
+route names are its own, so `url_for` finds this mount's routes, not those of another
+console_router in the same app), and a form token is good on that mount only.
 """
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
 
+import itertools
 import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -25,7 +30,7 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse
 from redis.exceptions import NoPermissionError
 
 from ..errors import BackendUnavailable, CorruptQueueState, JobNotFound, ValidationError
@@ -40,7 +45,7 @@ from ..operations import (
 )
 from ..operations.session import redis_now
 from ..queue import JobQueue
-from .csrf import SESSION_COOKIE, CsrfTokens
+from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
@@ -63,6 +68,8 @@ _MAX_JOB_ID = 200
 _POSITION = re.compile(r"[0-9]{1,16}")
 """A page's cursor or start: a list position. 16 digits pass any list Redis can hold and
 stay below the 64-bit integers Redis takes (a bigger LRANGE index is a Redis error)."""
+_ROUTERS = itertools.count(1)
+"""Numbers each console_router's route names: two mounts in one app never share one."""
 
 
 class ConsoleError(Exception):
@@ -72,6 +79,10 @@ class ConsoleError(Exception):
         self.status = status
         self.problem = problem
         super().__init__(problem)
+
+
+class _IncludedTwice(Exception):
+    """One router included at two paths: its routes' names cannot tell them apart."""
 
 
 def console_router(
@@ -89,12 +100,31 @@ def console_router(
     and form). `read_only` hides every change and refuses it (403). `secret` signs the
     CSRF tokens (default: random per process; pass one shared by every replica).
     `links` adds the runbook and Grafana links. `prometheus` fills the overview's last
-    hour from the exporter's counters there (else: only the minutes the console read)."""
+    hour from the exporter's counters there (else: only the minutes the console read).
+
+    Call it once for each mount (each include_router): a page's links, forms and session
+    cookie belong to its own mount, and a form token of one mount is refused by another."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be 1 to {MAX_PAGE_SIZE}, got {page_size}")
     if refresh_seconds < 1:
         raise ValueError(f"refresh_seconds must be at least 1, got {refresh_seconds}")
-    tokens = CsrfTokens(secret)
+    number = next(_ROUTERS)
+
+    def named(route: str) -> str:
+        return f"{route}:{number}"
+
+    def mount_root(request: Request) -> str:
+        """This mount's root path as the client sees it (the app's root_path included)."""
+        root = request.url_for(named("console_overview")).path
+        if not request.url.path.startswith(root):
+            raise _IncludedTwice(
+                f"this console router answers {request.url.path!r} but its routes resolve "
+                f"under {root!r}: it is included at more than one path; call "
+                "console_router once for each mount"
+            )
+        return root
+
+    tokens = CsrfTokens(secret, queue_identity(queue.settings), mount_root)
     env = environment()
     history = CounterHistory()
     links = links or ConsoleLinks()
@@ -108,24 +138,29 @@ def console_router(
         assert session is not None
 
         def url(name: str, query: dict[str, Any] | None = None, **path: str) -> str:
-            href = request.url_for(name, **path).path
+            href = request.url_for(named(name), **path).path
             shown = {k: v for k, v in (query or {}).items() if v not in (None, "")}
             return f"{href}?{urlencode(shown)}" if shown else href
 
         html = env.get_template(template).render(
-            url=url, csrf=tokens.token(session), read_only=read_only, links=links,
+            url=url, csrf=tokens.token(request, session), read_only=read_only, links=links,
             agent_types=queue.settings.agent_types, **context,
         )  # fmt: skip
         response = HTMLResponse(html, status, headers=_SECURITY_HEADERS)
         if fresh:
             response.set_cookie(
-                SESSION_COOKIE, session, path=url("console_overview"), httponly=True,
+                SESSION_COOKIE, session, path=mount_root(request), httponly=True,
                 samesite="strict", secure=request.url.scheme == "https",
             )  # fmt: skip
         return response
 
     async def respond(request: Request, build: Callable[[], Awaitable[Response]]) -> Response:
         """`build()`'s page, or the error page its failure calls for."""
+        try:
+            mount_root(request)
+        except _IncludedTwice as exc:
+            # No page: its links and cookie would belong to the other path.
+            return PlainTextResponse(str(exc), 500, headers=_SECURITY_HEADERS)
         try:
             return await build()
         except ConsoleError as exc:
@@ -157,6 +192,12 @@ def console_router(
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
 
+    def same_origin(request: Request) -> None:
+        """A form posted by a page of another site is refused, whatever it carries."""
+        origin = foreign_origin(request)
+        if origin is not None:
+            raise ConsoleError(403, f"the form was posted from another site ({origin}): refused")
+
     def position(name: str, raw: str | None) -> int | None:
         """A cursor or start from the query: None when absent, else a list position."""
         if raw is None or raw == "":
@@ -165,7 +206,7 @@ def console_router(
             raise ConsoleError(400, f"{name}: a list position of 1 to 16 digits, got {raw!r}")
         return int(raw)
 
-    @router.get("/", name="console_overview")
+    @router.get("/", name=named("console_overview"))
     async def overview(request: Request) -> Response:
         async def build() -> Response:
             read = await read_overview(queue, queue.settings.agent_types)
@@ -188,7 +229,7 @@ def console_router(
 
         return await respond(request, build)
 
-    @router.get("/types/{agent_type}", name="console_agent_type")
+    @router.get("/types/{agent_type}", name=named("console_agent_type"))
     async def agent_type_page(
         request: Request,
         agent_type: str,
@@ -217,7 +258,7 @@ def console_router(
 
         return await respond(request, build)
 
-    @router.get("/types/{agent_type}/jobs/{job_id}", name="console_job")
+    @router.get("/types/{agent_type}/jobs/{job_id}", name=named("console_job"))
     async def job_page(request: Request, agent_type: str, job_id: str) -> Response:
         async def build() -> Response:
             if not job_id or len(job_id) > _MAX_JOB_ID:
@@ -228,7 +269,7 @@ def console_router(
 
         return await respond(request, build)
 
-    @router.get("/types/{agent_type}/dead", name="console_dead")
+    @router.get("/types/{agent_type}/dead", name=named("console_dead"))
     async def dead_page(
         request: Request,
         agent_type: str,
@@ -253,17 +294,19 @@ def console_router(
 
         return await respond(request, build)
 
-    @router.post("/types/{agent_type}/dead/confirm", name="console_dead_confirm")
+    @router.post("/types/{agent_type}/dead/confirm", name=named("console_dead_confirm"))
     async def dead_confirm(request: Request, agent_type: str) -> Response:
         async def build() -> Response:
+            same_origin(request)
             confirmation = await forms.confirm(request, agent_type)
             return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
 
         return await respond(request, build)
 
-    @router.post("/types/{agent_type}/dead/act", name="console_dead_act")
+    @router.post("/types/{agent_type}/dead/act", name=named("console_dead_act"))
     async def dead_act(request: Request, agent_type: str) -> Response:
         async def build() -> Response:
+            same_origin(request)
             report = await forms.act(request, agent_type)
             return render(request, "done.html", agent_type=agent_type, report=report)
 
@@ -271,7 +314,7 @@ def console_router(
 
     stylesheet = resources.files(__package__).joinpath("static/console.css").read_text()
 
-    @router.get("/static/console.css", name="console_static")
+    @router.get("/static/console.css", name=named("console_static"))
     async def console_css() -> Response:
         return Response(
             stylesheet, media_type="text/css",

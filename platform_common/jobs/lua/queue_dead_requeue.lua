@@ -7,6 +7,10 @@
 -- ARGV[i] job id of job i
 -- Returns the job ids requeued (ids not in the list, or whose record is gone, are not;
 -- the entry of a record that is gone is dropped).
+-- The record is rewritten without HSET, so that the operator role, which runs this
+-- script, needs none (an HSET could write a payload, a whole job no one enqueued): its
+-- state is deleted (a job hash without one is a queued job's), each number is deleted
+-- and then added (HINCRBY) at its new value.
 -- A key of another type, a record's ttl or the enqueued counter that does not parse is
 -- refused with the error reply "CORRUPT <position in KEYS> <problem>" before the first
 -- write: every record is read and checked first, then everything is written.
@@ -60,10 +64,14 @@ for i = 1, #ARGV do
     local job_id = ARGV[i]
     local job_key = KEYS[4 + 2 * i]
     if redis.call('LREM', KEYS[1], 1, job_id) == 1 and ttls[i] then
-        local expires_at = now + ttls[i] * 1000
-        redis.call('HSET', job_key, 'state', 'queued', 'attempts', 0, 'enqueued_at', now,
-            'expires_at', expires_at, 'requeued_at', now)
-        redis.call('HDEL', job_key, 'token', 'due_at', 'finished_at')
+        -- (%d: HINCRBY takes plain integer digits only, never a Lua number's 1e+15)
+        local at, expires_at = string.format('%d', now), string.format('%d', now + ttls[i] * 1000)
+        redis.call('HDEL', job_key, 'state', 'token', 'due_at', 'finished_at', 'attempts',
+            'enqueued_at', 'expires_at', 'requeued_at')
+        redis.call('HINCRBY', job_key, 'attempts', 0)
+        redis.call('HINCRBY', job_key, 'enqueued_at', at)
+        redis.call('HINCRBY', job_key, 'expires_at', expires_at)
+        redis.call('HINCRBY', job_key, 'requeued_at', at)
         redis.call('PERSIST', job_key)  -- live again: drop the dead letter's retention TTL
         redis.call('DEL', KEYS[5 + 2 * i])
         redis.call('ZADD', KEYS[3], expires_at, job_id)

@@ -7,9 +7,11 @@
 -- ARGV[1]   nonce: identifies this call, so a call retried after a lost reply is
 --           recognised as its own replay instead of a duplicate
 -- ARGV[2]   n, the number of jobs
--- ARGV[3]   the latest created_at (ms) of the whole enqueue_many batch, so every chunk
---           of a batch refuses a created_at too far ahead together
--- ARGV[4]   how far (ms) a created_at may lie ahead of Redis TIME
+-- ARGV[3]   the earliest Redis TIME (ms) the call may run at: the latest created_at of
+--           the whole enqueue_many batch minus the clock skew allowed, so every chunk of
+--           a batch refuses a created_at too far ahead together
+-- ARGV[4]   the earliest deadline (created_at + ttl, ms) of the whole batch: at or past
+--           it by Redis TIME (the clock the worker expires jobs by) every chunk refuses
 -- ARGV[5]   the expiry bucket width (ms)   ARGV[6] the arrival bucket width (ms)
 -- then 5 arguments per job i (base = 6 + 5*(i-1)):
 --           job_id, payload JSON, ttl seconds, created_at ms, max attempts
@@ -29,9 +31,9 @@
 -- width, not per job) and expires a bucket width after it: by then every ordered job
 -- under it is past its deadline, and the next job starts a new mark.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
--- record or its result exists: a new job must never read an old job's outcome) or
--- {"ahead", now} (ARGV[3] lies more than ARGV[4] ahead of `now`, Redis TIME in ms); both
--- write nothing.
+-- record or its result exists: a new job must never read an old job's outcome),
+-- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
+-- is at or past ARGV[4], and the call is not its own replay); all three write nothing.
 -- A key of another type or a count that is not an integer is refused with the error
 -- reply "CORRUPT <position in KEYS> <problem>", nothing written: before the first write,
 -- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
@@ -41,7 +43,7 @@ local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(ARGV[3]) - now > tonumber(ARGV[4]) then
+if now < tonumber(ARGV[3]) then
     return {'ahead', now}
 end
 
@@ -178,6 +180,11 @@ end
 local written = #pushed
 if written == 0 then
     return {'ok', 0}
+end
+-- Judged here, not by the producer's clock: a job the worker would expire unrun is refused.
+-- (After the replay check: a call written before the deadline passed stays answered "ok".)
+if now >= tonumber(ARGV[4]) then
+    return {'expired', now}
 end
 -- Rounded up to a bucket boundary: the next bucket width of jobs leaves it as it is.
 local new_mark = nil

@@ -85,6 +85,11 @@ class JobQueue:
         """See Producer.enqueue_many."""
         return await self._producer.enqueue_many(jobs)
 
+    @property
+    def trace_context_dropped(self) -> dict[str, int]:
+        """See Producer.trace_context_dropped."""
+        return self._producer.trace_context_dropped
+
     async def get_result(self, job_id: str, agent_type: str | None = None) -> JobResult | None:
         """See results.get_result."""
         with backend_errors(self.settings.redis):

@@ -145,6 +145,12 @@ class RedisHealth:
     DEBUG. Corrupt queue state a script refused is an ERROR (see refused()); any other
     failure (a refused command, a full pool) a WARNING; both rate-limited per activity.
 
+    The duration counts from the last call that succeeded before the outage (the last
+    write, for maxmemory), not from the first failure's report: the first failed call
+    spends the client's reconnects, backoff and timeouts before it fails, and all of
+    that is outage. The worker calls Redis at least once per heartbeat interval, so the
+    duration exceeds the outage by that much at most.
+
     Thread-safe: the lease keeper reports from its own thread."""
 
     def __init__(
@@ -162,6 +168,10 @@ class RedisHealth:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._condition = _UNREACHABLE
+        self._last_ok: float | None = None
+        """When a call last succeeded (None: none yet), on `clock`."""
+        self._last_write: float | None = None
+        """When a call that wrote last succeeded."""
         self.failures = 0
         """Failed calls during the current outage (0 when Redis is reachable)."""
         self.outages = 0
@@ -188,7 +198,10 @@ class RedisHealth:
             self.failures += 1
             starting = self._since is None
             if starting:
-                self._since = self._clock()
+                # Redis answered until the last success: the outage is dated from there
+                # (from now when nothing ever succeeded).
+                last = self._last_write if condition == _OUT_OF_MEMORY else self._last_ok
+                self._since = self._clock() if last is None else last
                 self._condition = condition
                 self.outages += 1
         if starting and condition == _OUT_OF_MEMORY:
@@ -235,6 +248,10 @@ class RedisHealth:
 
         `wrote=False` for a call that may have only read (a chore that found nothing to
         do): at maxmemory reads still succeed, so it ends no out-of-memory condition."""
+        now = self._clock()
+        self._last_ok = now
+        if wrote:
+            self._last_write = now
         if self._since is None or (not wrote and self._condition == _OUT_OF_MEMORY):
             return
         with self._lock:
@@ -243,7 +260,7 @@ class RedisHealth:
                 return
             self._since = None
             self.failures = 0
-        seconds = self._clock() - since
+        seconds = now - since
         again = "accepts writes" if self._condition == _OUT_OF_MEMORY else "reachable"
         self.logger.warning(
             "Redis at %s %s again after %.1fs (%d failed calls)",

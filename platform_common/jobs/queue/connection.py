@@ -41,7 +41,7 @@ class QueueConnection:
         # One pool size for the package: the Redis settings' max_connections (= pool_max).
         self.client: RedisClient = settings.redis.make_client()
         # The claim returns stored payloads: read as bytes, each decoded by the worker
-        # (queue/leases.py), so one that is not UTF-8 fails only its own job.
+        # (worker/attempt_calls.py), so one that is not UTF-8 fails only its own job.
         self._pipeline = AutoPipeline(self.client, undecoded=[self.scripts.claim])
         self.registered_types: set[str] = set()
         # Batches that run on after their caller was cancelled: closing waits for them,

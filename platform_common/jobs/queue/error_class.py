@@ -19,7 +19,7 @@ _CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")
 
 def error_class_of(error: str, mode: str) -> str:
     """The class of a failed attempt from what the worker records: its error text is
-    `ClassName: message` (attempt_log.describe), so the class is the text's head when
+    `ClassName: message` (log_text.describe), so the class is the text's head when
     that is a name; the reaper's and the corrupt-job modes have classes of their own."""
     if mode == "lost":
         return LOST_CLASS

@@ -90,6 +90,12 @@ class Producer:
         self._script_keys: dict[str, _ScriptKeys] = {}
         self._backend_errors = backend_errors(self._settings.redis)
 
+    @property
+    def trace_context_dropped(self) -> dict[str, int]:
+        """What the trace context bounds dropped of the contexts this producer sent, by
+        cause (see queue.trace_context; each drop is also logged, rate-limited)."""
+        return self._tracing.dropped
+
     def _nonce(self) -> str:
         return f"{self._nonce_prefix}:{next(self._counter)}"
 
@@ -102,12 +108,12 @@ class Producer:
         """Validate and enqueue one job; returns its job_id.
 
         Raises InvalidPayload naming every bad field (including a job_id that is
-        taken: queued, running, or ended with its result still held, and a created_at
-        more than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock); nothing is written
-        then. BackendUnavailable if Redis cannot be reached (BackendBusy if the pool
-        stayed full, BackendOutOfMemory if Redis is at maxmemory), CorruptQueueState if
-        a queue key holds something the queue did not write; nothing is written then
-        either."""
+        taken: queued, running, or ended with its result still held, a created_at more
+        than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock, and a created_at +
+        ttl_seconds already past by Redis' clock); nothing is written then.
+        BackendUnavailable if Redis cannot be reached (BackendBusy if the pool stayed
+        full, BackendOutOfMemory if Redis is at maxmemory), CorruptQueueState if a queue
+        key holds something the queue did not write; nothing is written then either."""
         prepared = self._prepare(job)
         span = self._tracing.start_send(prepared.agent_type)
         try:
@@ -128,7 +134,9 @@ class Producer:
         self._tracing.sent(span, job_id)
         type_keys = self._type_keys(agent_type)
         script_keys = [*type_keys.shared, *type_keys.own(prepared)]
-        args = [self._nonce(), 1, prepared.created_at_ms, _SKEW_MS, *_BUCKETS]
+        created_ms = prepared.created_at_ms
+        deadline_ms = created_ms + prepared.ttl_seconds * 1000
+        args = [self._nonce(), 1, created_ms - _SKEW_MS, deadline_ms, *_BUCKETS]
         args += self._job_args(prepared)
         context = self._tracing.creation_context(span)
         if context:  # none at all is no argument (the script keeps none either way)
@@ -142,19 +150,23 @@ class Producer:
             raise InvalidPayload({"job_id": f"job {job_id!r} already exists"})
         if reply[0] == "ahead":
             raise InvalidPayload({"created_at": _ahead(prepared, int(reply[1]))})
+        if reply[0] == "expired":
+            raise InvalidPayload({"ttl_seconds": _past(prepared, int(reply[1]))})
         return job_id
 
     async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
         """Validate every job, then enqueue them all, pipelined; returns their job_ids.
 
         All or nothing: an invalid job anywhere (errors keyed `jobs[i].field`), a
-        job_id twice in the batch, a job_id that is taken, or a created_at too far
-        ahead of Redis' clock refuses the whole batch before anything is written. Only a
-        concurrent producer enqueuing the same job_id at the same instant can slip
-        between the check and the write; then the chunk holding it (ENQUEUE_CHUNK jobs of
-        one type) is refused atomically and InvalidPayload says which ids were not
-        written. Each chunk is one script, all or nothing: if Redis reaches maxmemory
-        partway, BackendOutOfMemory lists the job ids `written` (earlier chunks) and
+        job_id twice in the batch, a job_id that is taken, a created_at too far ahead of
+        Redis' clock or a created_at + ttl_seconds already past by it refuses the whole
+        batch before anything is written. Only a concurrent producer enqueuing the same
+        job_id at the same instant, or a job's deadline passing while the batch is
+        written, can slip between the check and the write; then the chunk holding it
+        (ENQUEUE_CHUNK jobs of one type; for a deadline, every chunk run after it passed)
+        is refused atomically and InvalidPayload says which ids were not written. Each
+        chunk is one script, all or nothing: if Redis reaches maxmemory partway,
+        BackendOutOfMemory lists the job ids `written` (earlier chunks) and
         `not_written`, so a retry sends only the latter."""
         prepared, errors = self._prepare_batch(list(jobs))
         if errors:
@@ -181,12 +193,16 @@ class Producer:
         connection = self._connection
         for agent_type in agent_types:
             await self._register(agent_type)
-        latest = max((job.created_at_ms for _, job in prepared), default=0)
+        # The bounds of the whole batch: every chunk refuses if any job is out of them.
+        window = (
+            max((job.created_at_ms for _, job in prepared), default=0) - _SKEW_MS,
+            min((_deadline_ms(job) for _, job in prepared), default=0),
+        )
         carried = self._tracing.creation_context(span, batch=True)
         replies: list[Any] = []
         for group in _round_trips(chunks):
             replies += await connection.run_script_many(
-                connection.scripts.enqueue, self._enqueue_calls(group, latest, carried)
+                connection.scripts.enqueue, self._enqueue_calls(group, window, carried)
             )
         written: list[str] = []
         refused: dict[str, str] = {}
@@ -203,13 +219,20 @@ class Producer:
                         if job.job_id in reply[1:]
                         else "not written: its chunk held a duplicate"
                     )
-            else:  # "ahead"
+            elif reply[0] == "ahead":
                 now_ms = int(reply[1])
                 for index, job in chunk:
                     ahead = job.created_at_ms - now_ms > _SKEW_MS
                     refused[f"jobs[{index}].created_at"] = (
                         _ahead(job, now_ms) if ahead
                         else "not written: the batch held a created_at ahead of Redis' clock"
+                    )  # fmt: skip
+            else:  # "expired"
+                now_ms = int(reply[1])
+                for index, job in chunk:
+                    refused[f"jobs[{index}].ttl_seconds"] = (
+                        _past(job, now_ms) if _deadline_ms(job) <= now_ms
+                        else "not written: the batch held a job already past by Redis' clock"
                     )  # fmt: skip
         if failures:
             self._raise_partial(failures, written, prepared)
@@ -243,15 +266,16 @@ class Producer:
     def _enqueue_calls(
         self,
         chunks: list[tuple[str, list[tuple[int, PreparedJob]]]],
-        latest_created_ms: int,
+        window: tuple[int, int],
         trace_context: str,
     ) -> Iterator[tuple[list[str], list[Any]]]:
         """The enqueue script's (keys, args) per chunk, built only when it is sent; every
-        job of the batch carries the batch's trace context."""
+        job of the batch carries the batch's trace context, every chunk the batch's
+        window (the earliest Redis time it may run at, the earliest deadline)."""
         for agent_type, chunk in chunks:
             type_keys = self._type_keys(agent_type)
             script_keys = list(type_keys.shared)
-            args: list[Any] = [self._nonce(), len(chunk), latest_created_ms, _SKEW_MS, *_BUCKETS]
+            args: list[Any] = [self._nonce(), len(chunk), *window, *_BUCKETS]
             for _, job in chunk:
                 script_keys += type_keys.own(job)
                 args += self._job_args(job)
@@ -367,6 +391,18 @@ def _job_keys(
     for _, job in chunk:
         yield keys.job(job.job_id)
         yield keys.result(job.job_id)
+
+
+def _deadline_ms(job: PreparedJob) -> int:
+    return job.created_at_ms + job.ttl_seconds * 1000
+
+
+def _past(job: PreparedJob, redis_now_ms: int) -> str:
+    seconds = (redis_now_ms - _deadline_ms(job)) / 1000
+    return (
+        f"job {job.job_id!r}: created_at + ttl_seconds is already in the past, {seconds:.0f} s "
+        "before Redis' clock (a worker would expire it unrun)"
+    )
 
 
 def _ahead(job: PreparedJob, redis_now_ms: int) -> str:

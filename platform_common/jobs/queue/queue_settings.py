@@ -48,7 +48,8 @@ MAX_ATTEMPTS = 1_000
 MAX_BATCH = 100_000
 """Bound of cleanup_batch and fetch_batch: one script call's work stays bounded."""
 MAX_PAYLOAD_BYTES = 64 << 20
-"""Bound of max_payload_bytes: 64 MiB, far below Redis' 512 MB bulk limit."""
+"""Bound of max_payload_bytes and max_result_bytes: 64 MiB, far below Redis' 512 MB bulk
+limit."""
 MAX_POOL = 10_000
 
 
@@ -90,6 +91,10 @@ class QueueSettings:
     """The most jobs one fetch moves and claims at once (bounded by free slots)."""
     max_payload_bytes: int = 64 * 1024
     """Largest encoded payload enqueue accepts."""
+    max_result_bytes: int = 1 << 20
+    """Largest encoded result a worker stores; a handler returning more fails its job
+    for good (not retried: the same result would come back), error class
+    ResultTooLarge."""
     pool_min: int = 5
     """Connections opened (pre-warmed) when a queue client connects. The pool's size
     and wait are the Redis settings' (see `pool_max`, `pool_timeout`)."""
@@ -121,7 +126,8 @@ class QueueSettings:
         check_int("max_attempts", self.max_attempts, minimum=1, maximum=MAX_ATTEMPTS)
         for name in ("cleanup_batch", "fetch_batch"):
             check_int(name, getattr(self, name), minimum=1, maximum=MAX_BATCH)
-        check_int("max_payload_bytes", self.max_payload_bytes, minimum=1, maximum=MAX_PAYLOAD_BYTES)
+        for name in ("max_payload_bytes", "max_result_bytes"):
+            check_int(name, getattr(self, name), minimum=1, maximum=MAX_PAYLOAD_BYTES)
         check_int("dead_letter_max", self.dead_letter_max, minimum=1, maximum=MAX_DEAD_LETTERS)
         check_positive("dead_letter_retention", self.dead_letter_retention)
         if not 1 <= self.dead_letter_retention <= MAX_TTL_SECONDS:
@@ -262,6 +268,7 @@ _ENV_PARSERS: dict[str, Callable[[str, str], Any]] = {
     "cleanup_batch": parse_int,
     "fetch_batch": parse_int,
     "max_payload_bytes": parse_int,
+    "max_result_bytes": parse_int,
     "pool_min": parse_int,
     "pool_max": parse_int,
     "pool_timeout": parse_duration,

@@ -11,7 +11,20 @@ from ..errors import InvalidRecord
 from ..status import RESULT_STATES, QueueState
 from .connection import QueueConnection
 
-__all__ = ["JobResult", "get_result", "parse_result"]
+__all__ = ["JobResult", "ResultTooLarge", "get_result", "parse_result"]
+
+
+class ResultTooLarge(ValueError):
+    """A handler's result encodes to more than max_result_bytes: its job fails for good
+    (the same result would come back on a retry) and the result is not stored. Its name
+    is the error class the failure is counted under."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"result is {size} bytes encoded, over the limit of {limit} (QUEUE_MAX_RESULT_BYTES)"
+        )
+        self.size = size
+        self.limit = limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,12 @@ whose schema URL the tracer declares):
 
 The creation context (the send span's, else the caller's current one) is written by the
 API's propagator (W3C `traceparent`/`tracestate` by default) as a JSON object into the
-job record's TRACE_CONTEXT_FIELD, never into the payload. It stays there through retries
-and dead-letter requeues. A job enqueued alone is processed as a child of its send span;
+job record's TRACE_CONTEXT_FIELD, never into the payload, bounded to W3C's limits
+(queue.trace_context: what a propagator wrote beyond them is dropped, counted in
+`dropped` and logged; the job is never refused for it). It stays there through retries
+and dead-letter requeues. A worker reads a stored one only within the same bounds and
+only if it is a flat JSON object of strings; anything else is dropped the same way and
+the job runs without it. A job enqueued alone is processed as a child of its send span;
 a job of an enqueue_many batch starts a trace of its own, linked to the batch's send span
 (RELATION_KEY = "link"), so one batch does not make one trace of thousands of jobs. Every
 process span links to its creation context, as the conventions ask.
@@ -33,7 +37,7 @@ process span links to its creation context, as the conventions ask.
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
@@ -53,6 +57,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes
 
+from .log_text import describe
+from .trace_context import UNPARSABLE, TraceContextDrops, bounded_json, read_stored, trim_to_w3c
+
 if TYPE_CHECKING:
     from ..redis.url import RedisSettings
 
@@ -65,9 +72,10 @@ __all__ = [
     "JobTrace",
     "QueueTracing",
     "Settle",
-    "creation_log_fields",
     "server_attributes",
 ]
+
+log = logging.getLogger(__name__)
 
 INSTRUMENTATION_NAME = "platform_common.jobs"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
@@ -79,6 +87,12 @@ RELATION_KEY = "relation"
 GLOBAL_PROVIDER_RECHECK_SECONDS = 1.0
 """How long a worker without a tracer provider goes on without looking whether an SDK
 was set up globally since."""
+PRODUCER_DROP_LINES = 1
+"""WARNING lines per drop cause and minute of a producer: each repeats what its
+propagator writes beyond the limits, the count goes on regardless."""
+WORKER_DROP_LINES = 10
+"""WARNING lines per drop cause and minute of a worker: each names the job whose stored
+trace context was dropped (as many as the failed attempts' lines)."""
 
 # Settle operation names by the outcome the script reported (anything else keeps the
 # name of the operation tried).
@@ -144,8 +158,8 @@ class JobTrace:
     """The trace of one attempt: its process span and the ids its log lines carry."""
 
     __slots__ = (
-        "_carried", "_ended", "_span_context", "_stored", "_tracing", "agent_type", "job_id",
-        "span",
+        "_carried", "_drops", "_ended", "_span_context", "_stored", "_tracing", "agent_type",
+        "job_id", "span",
     )  # fmt: skip
 
     def __init__(
@@ -158,10 +172,12 @@ class JobTrace:
         carried: context.Context = _EMPTY_CONTEXT,
         *,
         stored: str = "",
+        drops: TraceContextDrops | None = None,
     ) -> None:
         self.span = span
         self._span_context = span_context
         self._stored = stored  # a creation context not parsed yet (see span_context)
+        self._drops = drops  # counts a stored context dropped when it is parsed
         self._tracing = tracing
         self.job_id = job_id
         self.agent_type = agent_type
@@ -174,9 +190,10 @@ class JobTrace:
         producer's (so a log search still finds the trace); None: no trace at all.
         Without an SDK the stored context is parsed here, on first use: most attempts
         never log a line, and parsing costs more than the rest of their tracing."""
-        if self._stored:
-            self._span_context = _creation_ids(self._stored)
-            self._stored = ""
+        if self._stored and self._drops is not None:
+            stored, self._stored = self._stored, ""
+            about = _About(self.job_id, self.agent_type, "its log lines carry no trace ids")
+            self._span_context = _creation_ids(stored, self._drops, about)
         return self._span_context
 
     @property
@@ -267,6 +284,16 @@ class QueueTracing:
         # Per agent type, computed once: the hot path allocates no name or attribute dict.
         self._send: dict[str, tuple[str, Attributes]] = {}
         self._process: dict[str, tuple[str, Attributes]] = {}
+        self.drops = TraceContextDrops(
+            log, limit=WORKER_DROP_LINES if client_id else PRODUCER_DROP_LINES
+        )
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Trace contexts (or parts) dropped by the bounds so far, by cause
+        (queue.trace_context): `traceparent`, `tracestate`, `baggage`, `other_headers`
+        when sent; when read, those and `oversized`, `unparsable`."""
+        return dict(self.drops.counts)
 
     # -- producer ------------------------------------------------------------------
     def start_send(self, agent_type: str | None, *, batch_size: int | None = None) -> Span:
@@ -291,11 +318,11 @@ class QueueTracing:
             span.set_attribute("messaging.batch.message_count", batch_size)
         return span
 
-    @staticmethod
-    def creation_context(span: Span, *, batch: bool = False) -> str:
+    def creation_context(self, span: Span, *, batch: bool = False) -> str:
         """The TRACE_CONTEXT_FIELD value for jobs sent under `span`: its context if it
         has one, else the caller's current one (a trace started elsewhere goes on even
-        without an SDK here); "" when there is no trace at all (nothing is stored)."""
+        without an SDK here), within the bounds (queue.trace_context); "" when there is
+        no trace at all (nothing is stored)."""
         if span.get_span_context().is_valid:
             carried = trace.set_span_in_context(span)
         elif trace.get_current_span().get_span_context().is_valid:
@@ -308,7 +335,12 @@ class QueueTracing:
             return ""
         if batch:
             headers[RELATION_KEY] = "link"
-        return json.dumps(headers, separators=(",", ":"))
+        stored, dropped = bounded_json(headers, keep=RELATION_KEY)
+        for cause, what in dropped.items():
+            self.drops.dropped(cause, f"trace context of an enqueue: {what}; the rest is stored")
+        if dropped and headers.keys() <= {RELATION_KEY}:
+            return ""  # nothing of the trace is left
+        return stored
 
     @staticmethod
     def sent(span: Span, job_id: str) -> None:
@@ -333,12 +365,18 @@ class QueueTracing:
         (a new trace linked to it for a job of a batch; a new trace when the job carries
         none, or one that does not parse: tracing never fails a job)."""
         if not self.may_record():
-            return JobTrace(INVALID_SPAN, stored=stored_context) if stored_context else NO_TRACE
+            if not stored_context:
+                return NO_TRACE
+            return JobTrace(
+                INVALID_SPAN, job_id=job_id, agent_type=agent_type, stored=stored_context,
+                drops=self.drops,
+            )  # fmt: skip
         parent = extracted = _EMPTY_CONTEXT
         links: list[Link] | None = None
         creation: SpanContext | None = None
         if stored_context:
-            extracted, linked = _extract(stored_context)
+            about = _About(job_id, agent_type, "the job runs without it")
+            extracted, linked = _extract(stored_context, self.drops, about)
             creation = trace.get_current_span(extracted).get_span_context()
             if creation.is_valid:
                 links = [Link(creation)]
@@ -388,6 +426,17 @@ class QueueTracing:
         self._recheck_at = now + GLOBAL_PROVIDER_RECHECK_SECONDS
         return self._recording
 
+    def creation_log_fields(self, stored: str, job_id: str, agent_type: str) -> dict[str, str]:
+        """`trace_id` and `span_id` of the creation context a job record carries (its
+        send span's, or for a job of a batch the batch's), for a log line about the job
+        written where no attempt of it runs (the reaper's); empty when it carries none
+        (or one dropped: counted and logged as when an attempt reads it)."""
+        about = _About(job_id, agent_type, "the line about it carries no trace ids")
+        ids = _creation_ids(stored, self.drops, about) if stored else None
+        if ids is None:
+            return {}
+        return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+
     def start_settle(self, job: JobTrace, operation: str) -> Span:
         return self._tracer.start_span(
             f"{operation} {job.agent_type}",
@@ -409,31 +458,49 @@ def _records(provider: TracerProvider) -> bool:
     return not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider))
 
 
-def creation_log_fields(stored: str) -> dict[str, str]:
-    """`trace_id` and `span_id` of the creation context a job record carries (its send
-    span's, or for a job of a batch the batch's), for a log line about the job written
-    where no attempt of it runs (the reaper's); empty when it carries none."""
-    ids = _creation_ids(stored) if stored else None
-    if ids is None:
-        return {}
-    return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+class _About:
+    """Whose stored trace context is read, and what dropping it means there: for its
+    drop's log line."""
+
+    __slots__ = ("agent_type", "consequence", "job_id")
+
+    def __init__(self, job_id: str, agent_type: str, consequence: str) -> None:
+        self.job_id = job_id
+        self.agent_type = agent_type
+        self.consequence = consequence
+
+    def dropped(self, drops: TraceContextDrops, cause: str, what: str, *, whole: bool) -> None:
+        """Count and log a drop: of the `whole` context, or of `what` beyond the limits."""
+        drops.dropped(
+            cause,
+            f"trace context of job={self.job_id} agent_type={self.agent_type} {what}; "
+            f"{self.consequence if whole else 'the rest is read'}",
+            job_id=self.job_id,
+            agent_type=self.agent_type,
+        )
 
 
-def _creation_ids(stored: str) -> SpanContext | None:
+def _creation_ids(stored: str, drops: TraceContextDrops, about: _About) -> SpanContext | None:
     """The span context a stored creation context names, or None (none valid in it)."""
-    ids = trace.get_current_span(_extract(stored)[0]).get_span_context()
+    ids = trace.get_current_span(_extract(stored, drops, about)[0]).get_span_context()
     return ids if ids.is_valid else None
 
 
-def _extract(stored: str) -> tuple[context.Context, bool]:
-    """The context a job carries and whether it is a batch's (link only). A value that
-    does not parse (another writer, a damaged field) is no context."""
+def _extract(stored: str, drops: TraceContextDrops, about: _About) -> tuple[context.Context, bool]:
+    """The context a job carries and whether it is a batch's (link only). A value not
+    read (over the length bound, not a flat JSON object of strings: another writer, a
+    damaged or hostile field) is no context; it and anything beyond W3C's limits is
+    dropped, counted and logged. Never raises: tracing never fails a job."""
+    headers, cause, why = read_stored(stored)
+    if headers is None:
+        about.dropped(drops, cause, f"dropped: {why}", whole=True)
+        return _EMPTY_CONTEXT, False
+    linked = headers.pop(RELATION_KEY, None) == "link"
+    for cause, what in trim_to_w3c(headers).items():
+        about.dropped(drops, cause, f"read: {what}", whole=False)
     try:
-        headers = json.loads(stored)
-    except ValueError:
+        return propagate.extract(headers, context=_EMPTY_CONTEXT), linked
+    except Exception as exc:  # a propagator's own failure is no reason to fail the job
+        failed = f"dropped: the propagator failed on it: {describe(exc)}"
+        about.dropped(drops, UNPARSABLE, failed, whole=True)
         return _EMPTY_CONTEXT, False
-    if not isinstance(headers, dict):
-        return _EMPTY_CONTEXT, False
-    carrier = {str(key): str(value) for key, value in headers.items()}
-    linked = carrier.pop(RELATION_KEY, None) == "link"
-    return propagate.extract(carrier, context=_EMPTY_CONTEXT), linked

@@ -149,7 +149,8 @@ class BaseJobStore(IndexBackend, ABC):
 
         Bounds (validation.py, the same for every backend, checked before anything is
         written): ttl_seconds from 1 to MAX_TTL_SECONDS; the payload's JSON at most
-        MAX_JSON_DEPTH containers deep and MAX_JSON_BYTES encoded; no lone surrogates."""
+        MAX_JSON_DEPTH containers deep and MAX_JSON_BYTES encoded, string keys at every
+        level; no lone surrogates."""
         with self.telemetry.operation("create") as op:
             job_id = validate_job_id(job_id)
             op.job(job_id)
@@ -357,7 +358,8 @@ def _status(value: object, field: str) -> JobStatus:
 
 def _json_object(value: object, field: str) -> str:
     """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN,
-    within validation.MAX_JSON_DEPTH and MAX_JSON_BYTES, every string valid Unicode."""
+    string keys at every level, within validation.MAX_JSON_DEPTH and MAX_JSON_BYTES,
+    every string valid Unicode."""
     if value is not None and not isinstance(value, dict):
         raise ValidationError(field, f"must be a dict or None, got {type(value).__name__}")
     return encode_json(value, field)

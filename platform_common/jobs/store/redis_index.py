@@ -8,6 +8,8 @@ paging algorithm itself is backend-neutral and lives in listing.py.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -21,11 +23,67 @@ from .listing import BackfillReport, IndexBackend, Row
 from .record_hash import ROW_FIELDS, exact_us, is_wrong_type, parse_hash
 from .time_index import job_id_of, member, owner_bucket
 
-__all__ = ["RedisTimeIndex"]
+__all__ = ["INDEX_SKIP_LOG_INTERVAL", "IndexSkipLog", "RedisTimeIndex"]
 
 logger = logging.getLogger("platform_common.jobs.store.redis_store")
 
 _SCAN_COUNT = 1000
+
+INDEX_SKIP_LOG_INTERVAL = 60.0
+"""Seconds between two WARNING lines of one store about writes that went on without
+their time-index entry."""
+
+
+class IndexSkipLog:
+    """The WARNING for a create or delete that went on without its time-index entry (the
+    owner's index key holds another type). Every write to that owner meets the same key,
+    so a line per write would flood the log: the first is logged at once, then at most
+    one line per `interval` seconds, saying how many more there were since the last
+    line; `flush()` (the store's close) logs a count still unsaid.
+
+    Thread-safe: a store may be used from the event loops of several threads."""
+
+    def __init__(
+        self,
+        agent: str,
+        *,
+        interval: float = INDEX_SKIP_LOG_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._agent = agent
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_line: float | None = None
+        self._unsaid = 0
+
+    def skipped(self, verb: str, bucket: str) -> None:
+        """`verb` ("create", "delete") went on without its entry in `bucket`'s index."""
+        now = self._clock()
+        with self._lock:
+            if self._last_line is not None and now - self._last_line < self._interval:
+                self._unsaid += 1
+                return
+            earlier, self._unsaid, self._last_line = self._unsaid, 0, now
+        note = f" ({earlier} more since the last report)" if earlier else ""
+        logger.warning(
+            "time index of agent %s, bucket %r, is not a sorted set: %s went on without "
+            "its entry (delete the key, then run the backfill)%s",
+            self._agent, bucket, verb, note,
+            extra={"agent": self._agent, "bucket": bucket, "verb": verb, "suppressed": earlier},
+        )  # fmt: skip
+
+    def flush(self) -> None:
+        """Log the writes left out since the last line, if any."""
+        with self._lock:
+            earlier, self._unsaid = self._unsaid, 0
+        if earlier:
+            logger.warning(
+                "time index of agent %s: %d more creates or deletes went on without their "
+                "entry since the last report (delete the key, then run the backfill)",
+                self._agent, earlier,
+                extra={"agent": self._agent, "suppressed": earlier},
+            )  # fmt: skip
 
 
 class Bound(Protocol):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import logging
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,12 +49,10 @@ from ..status import JobStatus, transition_allowed
 from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
 from .record import JobRecord
 from .record_hash import is_wrong_type, parse_hash
-from .redis_index import RedisTimeIndex
+from .redis_index import IndexSkipLog, RedisTimeIndex
 from .time_index import DEFAULT_LIST_SCAN_CAP, owner_bucket
 
 __all__ = ["RedisJobStore"]
-
-logger = logging.getLogger("platform_common.jobs.store.redis_store")
 
 # An update the script leaves to Python reads the record, checks it, then writes only if
 # it is still that version; each lost race costs one more read. Enough for every writer
@@ -158,6 +155,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             weakref.WeakKeyDictionary()
         )
         self._sweep_position: tuple[str, str] = ("", "")
+        self._index_skip_log = IndexSkipLog(self.agent)
 
     def __repr__(self) -> str:
         return f"RedisJobStore({self.settings.redacted_url()!r}, agent={self.agent!r})"
@@ -303,14 +301,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         raise BackendUnavailable(f"delete of job {job_id!r} kept racing with re-creates")
 
     def _index_skipped(self, verb: str, owner_oid: str) -> None:
-        bucket = owner_bucket(owner_oid)
-        logger.warning(
-            "time index of agent %s, bucket %r, is not a sorted set: %s went on without "
-            "its entry (delete the key, then run the backfill)",
-            self.agent,
-            bucket,
-            verb,
-        )
+        self._index_skip_log.skipped(verb, owner_bucket(owner_oid))
         self.telemetry.index_skipped(verb)
 
     async def _exists(self, job_id: str) -> bool:
@@ -337,6 +328,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             return bool(await self._binding().client.ping())  # type: ignore[misc]
 
     async def _close(self) -> None:
+        self._index_skip_log.flush()
         bindings = list(self._bindings.items())
         self._bindings.clear()
         if self._own_client is None:

@@ -16,7 +16,7 @@ from ..queue.backend_errors import TRANSIENT, RedisHealth
 from ..queue.connection import QueueConnection
 from ..queue.expiry import ExpireReport, expire_due, redis_time_ms
 from ..queue.queue_settings import QueueSettings
-from ..queue.tracing import creation_log_fields
+from ..queue.tracing import QueueTracing
 from ..status import AttemptOutcome
 from .attempt_calls import AttemptCalls
 from .attempt_log import AttemptLog, log
@@ -178,6 +178,7 @@ class ChoreLoop:
         worker_id: str,
         health: RedisHealth,
         attempt_log: AttemptLog,
+        tracing: QueueTracing,
         stopping: asyncio.Event,
         clock: RedisClock,
         running: Callable[[], int],
@@ -188,6 +189,7 @@ class ChoreLoop:
         self.worker_id = worker_id
         self.health = health
         self.attempt_log = attempt_log
+        self.tracing = tracing
         self.stopping = stopping
         self.clock = clock
         self._running = running
@@ -216,7 +218,9 @@ class ChoreLoop:
                 max_attempts=None,
                 outcome=outcome,
                 error=LEASE_EXPIRED,
-                trace=creation_log_fields(trace_context),
+                trace=self.tracing.creation_log_fields(
+                    trace_context, job_id, self.chores.keys.agent_type
+                ),
             )
         if report.requeued:
             log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)

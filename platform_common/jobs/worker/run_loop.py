@@ -28,7 +28,7 @@ from ..queue.connection import QueueConnection
 from ..queue.context import Handler
 from ..queue.log_text import describe
 from ..queue.queue_settings import QueueSettings
-from ..queue.tracing import QueueTracing, creation_log_fields, server_attributes
+from ..queue.tracing import QueueTracing, server_attributes
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
 from .attempt_calls import AttemptCalls, Claim
@@ -125,6 +125,13 @@ class Worker:
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
+    @property
+    def trace_context_dropped(self) -> dict[str, int]:
+        """Stored trace contexts (or parts) this worker dropped, by cause: ones it would
+        not parse (too long, not a flat JSON object of strings) and what lay beyond W3C's
+        limits (see queue.trace_context). Each drop is also logged, rate-limited."""
+        return self._tracing.dropped
+
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler)."""
         self._stopping.set()
@@ -146,7 +153,8 @@ class Worker:
         self._chores = Chores(connection, self.agent_type)
         self._chore_loop = ChoreLoop(
             self._chores, settings, worker_id=self.worker_id, health=self.health,
-            attempt_log=self.attempt_log, stopping=self._stopping, clock=self._redis_clock,
+            attempt_log=self.attempt_log, tracing=self._tracing, stopping=self._stopping,
+            clock=self._redis_clock,
             running=lambda: len(self._running), on_expired=self._log_expired_job,
         )  # fmt: skip
         self._keys = self._leases.keys
@@ -334,7 +342,7 @@ class Worker:
             max_attempts=None,
             outcome=QueueState.EXPIRED,
             error=error,
-            trace=creation_log_fields(trace_context),
+            trace=self._tracing.creation_log_fields(trace_context, job_id, self.agent_type),
         )
 
     def _new_token(self) -> str:

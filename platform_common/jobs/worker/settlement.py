@@ -28,6 +28,7 @@ from ..queue.context import Handler, JobContext, NonRetryableError, set_current_
 from ..queue.log_text import bounded, describe, format_traceback
 from ..queue.payload import JobPayload
 from ..queue.queue_settings import QueueSettings
+from ..queue.results import ResultTooLarge
 from ..queue.tracing import NO_TRACE, QueueTracing, Settle
 from ..status import AttemptOutcome, QueueState
 from .attempt_calls import LOST_EXPIRED, MAX_ERROR_LENGTH, AttemptCalls, Claim
@@ -150,16 +151,19 @@ class Settlement:
 
     async def run(self, attempt: Attempt) -> None:
         claim = attempt.claim
-        job_trace = attempt.trace = self.tracing.process(
-            self.agent_type, claim.job_id, claim.attempt, claim.max_attempts, claim.trace_context
-        )
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "started job=%s agent_type=%s attempt=%d/%d%s",
-                claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
-                job_trace.log_text(), extra=self._job_fields(attempt),
-            )  # fmt: skip
         try:
+            # In the try: whatever fails here is logged and frees the slot and the lease,
+            # rather than leaving the job leased until its TTL with no line at all.
+            job_trace = attempt.trace = self.tracing.process(
+                self.agent_type, claim.job_id, claim.attempt, claim.max_attempts,
+                claim.trace_context,
+            )  # fmt: skip
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "started job=%s agent_type=%s attempt=%d/%d%s",
+                    claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
+                    job_trace.log_text(), extra=self._job_fields(attempt),
+                )  # fmt: skip
             outcome = await self._outcome(attempt)
             await self._record(attempt, outcome)
             job_trace.end()
@@ -180,7 +184,7 @@ class Settlement:
                 extra=self._job_fields(attempt),
             )  # fmt: skip
         finally:
-            job_trace.end()
+            attempt.trace.end()
             attempt.settled = True
             self._drop_lease(claim)
 
@@ -271,6 +275,12 @@ class Settlement:
             error = f"result is not JSON-serialisable: {describe(exc)}"
             attempt.trace.failed(exc)
             await self._fail(attempt, exc, "fatal", error=error)
+            return
+        # ASCII (the encoder escapes the rest): its length is its size in bytes.
+        if len(result_json) > self.settings.max_result_bytes:
+            too_large = ResultTooLarge(len(result_json), self.settings.max_result_bytes)
+            attempt.trace.failed(too_large)
+            await self._fail(attempt, too_large, "fatal")
             return
 
         async def complete() -> str:
