@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
+from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
-from .catalogue import MAX_WORKERS_PER_TYPE
 from .server_stats import ServerStats
 from .stats_hash import LatencyHistogram, StatsReading, parse_stats
 

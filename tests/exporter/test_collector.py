@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from platform_common.jobs import metric_catalogue as catalogue
 from platform_common.jobs.redis.memory_policy import MemoryInfo
-from platform_common.jobs_exporter import catalogue
 from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
 from platform_common.jobs_exporter.exposition import render_text
 from platform_common.jobs_exporter.server_stats import ServerStats

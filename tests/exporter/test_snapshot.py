@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, MAX_ERROR_CLASSES
-from platform_common.jobs_exporter.catalogue import MAX_WORKERS_PER_TYPE
+from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs_exporter.discovery import scan_count, select_types
 from platform_common.jobs_exporter.snapshot import parse_type_reply
 
