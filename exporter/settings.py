@@ -221,6 +221,9 @@ def default_text(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # argparse, not the CLI's typer: the `exporter` extra installs no typer (an exporter
+    # needs nothing of the operator CLI; typer and rich are six packages, 16 MB), and the
+    # flags are derived from the settings' declarations anyway.
     parser = argparse.ArgumentParser(
         prog="queue-exporter",
         description="Prometheus exporter for platform_common.jobs queues (metrics on scrape).",
