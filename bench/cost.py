@@ -55,22 +55,15 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bench.cost_probes import RedisProbe, WorkerDrain, drain_with_worker, stats_delta
+from bench.cost_readings import BATCH, CostReport, CpuCost, MemoryCost, Reading, Rounds
+from bench.cost_report import DOCS, render, targets, write_docs
 from bench.handlers import always_fails
 from platform_common.jobs.queue import JobQueue, QueueConnection, QueueSettings, builtin
 from platform_common.jobs.queue.payload import encode_payload
 from platform_common.jobs.worker import AttemptCalls
 from tests.support.redis_server import RedisServer
 
-__all__ = [
-    "STATES",
-    "CostReport",
-    "CpuCost",
-    "MemoryCost",
-    "Reading",
-    "Rounds",
-    "measure",
-    "payload_jobs",
-]
+__all__ = ["measure", "payload_jobs"]
 
 DEFAULT_JOBS = 50_000
 SIZES = (200, 512, 2048, 16 * 1024)
@@ -87,7 +80,6 @@ AGENT_TYPE = "dining"
 NOOP_HANDLER = f"{builtin.__name__}:{builtin.noop.__name__}"
 FAILING_HANDLER = f"{always_fails.__module__}:{always_fails.__name__}"
 
-STATES = ("queued", "running", "after success", "dead-lettered")
 RAW_QUEUE = "bench:raw:queue"
 RAW_PROCESSING = "bench:raw:processing"
 MEMORY_WORKERS = 2
@@ -96,9 +88,6 @@ ENQUEUE_SLICE_BYTES = 8 << 20
 """Payload bytes per enqueue_many call when filling for a memory reading. One call is one
 pipelined batch whose first reply must come within the socket timeout (5 s): one call of
 50,000 jobs of 16 KiB (800 MB) overran it on a loaded 2-core machine."""
-BATCH = 500
-"""Ids per LMOVE batch and claim, payloads per raw batched LPUSH, jobs per interleaved
-block of enqueue vs LPUSH."""
 
 
 async def _command(client: aioredis.Redis, *args: Any) -> Any:
@@ -126,30 +115,6 @@ def payload_jobs(n: int, size: int) -> list[dict[str, Any]]:
     padded = len(encode_payload({**base, "constraints": {"filler": ""}}))
     constraints = {"filler": "x" * (size - padded)} if size >= padded else {}
     return [{**base, "job_id": str(uuid.uuid4()), "constraints": constraints} for _ in range(n)]
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryCost:
-    """Redis memory per job (bytes) of one payload size, by state (STATES)."""
-
-    target: int
-    size: int
-    """The encoded payload's bytes."""
-    ours: dict[str, float]
-    raw: dict[str, float]
-    """Raw lists: a queued or taken payload; nothing after success or dead-lettering."""
-
-
-@dataclass(frozen=True, slots=True)
-class CostReport:
-    jobs: int
-    concurrency: int
-    memory: list[MemoryCost]
-    cpu: CpuCost
-    redis_version: str
-    load: tuple[float, float]
-    """The host's 1-minute load average at the start and at the end: other processes
-    on the cores slow the rates (jobs/s) and, less, the CPU per job."""
 
 
 # -- ours ---------------------------------------------------------------------------
@@ -310,28 +275,6 @@ def measure_memory(
 
 
 # -- CPU and rates ------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One side of one round: N jobs through one operation."""
-
-    seconds: float
-    redis_cpu: float
-    """Redis's CPU seconds (used_cpu_sys + used_cpu_user delta)."""
-    process_cpu: float = 0.0
-    """The client's CPU seconds: the worker process (drain), the raw BRPOP client (this
-    process); 0 where not read."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rounds:
-    """The same operation measured in alternated rounds, ours and raw: round i of `ours`
-    ran next to round i of `raw` (raw first in even rounds, ours first in odd ones), so
-    a reading's pair shared the host's load of the moment."""
-
-    ours: list[Reading]
-    raw: list[Reading]
-
-
 async def _enqueue_vs_lpush(
     probe: RedisProbe, jobs: list[dict[str, Any]], payloads: list[bytes], *, raw_first: bool
 ) -> tuple[Reading, Reading]:
@@ -387,31 +330,6 @@ def _add_stats(total: dict[str, tuple[int, int]], delta: dict[str, tuple[int, in
     for name, (calls, usec) in delta.items():
         calls_before, usec_before = total.get(name, (0, 0))
         total[name] = (calls_before + calls, usec_before + usec)
-
-
-@dataclass(frozen=True, slots=True)
-class CpuCost:
-    """Seconds (wall, Redis CPU, client CPU) of each operation over N jobs of one
-    payload size, in alternated rounds of ours and raw."""
-
-    size: int
-    enqueue: Rounds
-    """Enqueue one by one vs raw LPUSH one by one, in alternated blocks within a round."""
-    many: Rounds
-    """enqueue_many (one call of N) vs raw LPUSH of BATCH payloads per command (the
-    pipelined reference): the fills of the drain rounds."""
-    drain: Rounds
-    """One worker process vs raw BRPOP one by one; process_cpu: the worker's, the BRPOP
-    client's."""
-    drain_commands: dict[str, tuple[int, int]]
-    """INFO commandstats delta summed over every round's worker drain."""
-    brpop_commands: dict[str, tuple[int, int]]
-    """The same over every raw BRPOP drain."""
-
-    @property
-    def rounds(self) -> int:
-        """Drain rounds: the commandstats sums cover N jobs per round."""
-        return len(self.drain.ours)
 
 
 def measure_cpu(
@@ -517,8 +435,6 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.cost_report import DOCS, render, targets, write_docs
-
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="N per measurement")
     parser.add_argument("--sizes", type=_sizes, default=SIZES, help="payload bytes, e.g. 200,512")

@@ -9,8 +9,8 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.cost import BATCH, STATES, CostReport, MemoryCost, Reading
 from bench.cost_probes import command_costs
+from bench.cost_readings import BATCH, STATES, CostReport, MemoryCost, Reading
 
 __all__ = [
     "BEGIN",

@@ -38,8 +38,8 @@ import redis
 import redis.asyncio as aioredis
 
 from platform_common.jobs.keys import (
+    ERROR_CLASS_PREFIX,
     QueueKeys,
-    error_class_field,
     histogram_bucket_field,
     histogram_count_field,
     histogram_sum_field,
@@ -95,8 +95,8 @@ def stats_hash(jobs_per_type: int) -> dict[str, object]:
     stats: dict[str, object] = {
         "enqueued": jobs_per_type + 50, "started": 57, "completed": 45, "failed": 5,
         "retried": 7, "dead_lettered": 5, "expired": 0, "error_classes": 3,
-        error_class_field("TimeoutError"): 8, error_class_field("ValueError"): 3,
-        error_class_field("KeyError"): 1,
+        f"{ERROR_CLASS_PREFIX}TimeoutError": 8, f"{ERROR_CLASS_PREFIX}ValueError": 3,
+        f"{ERROR_CLASS_PREFIX}KeyError": 1,
     }  # fmt: skip
     for histogram in ("latency", "wait", "run"):
         observed = {0.25: 5, 0.5: 12, 1.0: 10, 2.5: 9, 10.0: 6, 60.0: 3}

@@ -13,16 +13,16 @@ from typing import Any
 import attr
 from grafanalib.core import Annotations, Dashboard, GridPos, Template, Templating, Time
 
-from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
-from platform_common.jobs_exporter.catalogue import MAX_WORKERS_PER_TYPE, by_key
-from platform_common.jobs_monitoring import queries as q
-from platform_common.jobs_monitoring.config import MonitoringConfig
-from platform_common.jobs_monitoring.dashboard_ids import (
+from platform_common.jobs.dashboard_ids import (
     PANEL_TITLES,
     QUEUE_OVERVIEW_TITLE,
     QUEUE_OVERVIEW_UID,
 )
-from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
+from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE, by_key
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 from .panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries

@@ -22,9 +22,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from platform_common.jobs import metric_catalogue as catalogue
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 
-from . import catalogue
 from .server_stats import ServerStats
 from .snapshot import LatencyHistogram, Snapshot, TypeSnapshot
 

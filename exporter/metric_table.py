@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .catalogue import CATALOGUE, Metric
+from platform_common.jobs.metric_catalogue import CATALOGUE, Metric
 
 __all__ = ["render_metric_table"]
 

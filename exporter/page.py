@@ -22,7 +22,8 @@ from functools import cache
 
 from prometheus_client.utils import floatToGoString
 
-from . import catalogue
+from platform_common.jobs import metric_catalogue as catalogue
+
 from .collector import ScrapeResult, Series, histogram_series, type_reading, value_series
 from .snapshot import LatencyHistogram, TypeSnapshot
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from platform_common.jobs.env import (
     LATENCY_BUCKETS_VARIABLE,
     QUEUE_PREFIX_VARIABLE,
+    Setting,
     parse_choice,
     parse_duration,
     parse_int,
@@ -28,10 +30,13 @@ from platform_common.jobs.env import (
     parse_text,
     read_namespace,
     read_variable,
+    setting,
+    settings_of,
+    written,
 )
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
-from platform_common.jobs.redis.url import RedisSettings
+from platform_common.jobs.redis.url import DEFAULT_REDIS_URL, RedisSettings
 
 __all__ = [
     "DEPRECATED_VARIABLES",
@@ -39,12 +44,13 @@ __all__ = [
     "ENV_PREFIX",
     "MAX_HEARTBEAT_WINDOW_SECONDS",
     "MAX_REDIS_TIMEOUT_SECONDS",
+    "OPTIONS",
     "ExporterSettings",
     "build_parser",
+    "default_text",
 ]
 
 ENV_PREFIX = "EXPORTER_"
-DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 _NAMESPACE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -91,86 +97,58 @@ def _log_level(value: str, name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Option:
-    attribute: str
-    flag: str
-    env: str
-    help: str
-    parse: Callable[[str, str], Any]
-    """(raw value, the flag or variable it came from) -> the field's value."""
-    deprecated_env: str | None = None
-    """A former name of `env`, still read when `env` is not set."""
-
-
-# One row per setting: the dataclass field, its flag, its environment variable. The
-# queue's key prefix and latency buckets are the queue's own variables (QUEUE_PREFIX,
-# QUEUE_LATENCY_BUCKETS) and parsers, so the exporter and the queue cannot disagree.
-_OPTIONS = (
-    _Option("redis", "--redis-url", "REDIS_URL",
-            "redis:// or rediss:// URL (user:password@, ?ssl_ca_certs=, ?password_file=)",
-            _redis),
-    _Option("host", "--host", "EXPORTER_HOST", "address to listen on (default 0.0.0.0)",
-            parse_text),
-    _Option("port", "--port", "EXPORTER_PORT", "port to listen on (default 9808)", _port),
-    _Option("agent_types", "--agent-types", "EXPORTER_AGENT_TYPES",
-            "comma-separated agent types always exported (discovered ones are added)",
-            _agent_types),
-    _Option("max_agent_types", "--max-agent-types", "EXPORTER_MAX_AGENT_TYPES",
-            "cap on exported agent types; the overflow is counted, not exported (default 200)",
-            _max_agent_types),
-    _Option("namespace", "--namespace", "EXPORTER_NAMESPACE",
-            "prefix for every metric name, e.g. 'myteam' -> myteam_queue_depth (default none)",
-            _namespace),
-    _Option("queue_prefix", "--queue-prefix", QUEUE_PREFIX_VARIABLE,
-            f"Redis key prefix of the queues (default {QUEUE_PREFIX!r})",
-            parse_name, deprecated_env="EXPORTER_QUEUE_PREFIX"),
-    _Option("heartbeat_window", "--heartbeat-window", "EXPORTER_HEARTBEAT_WINDOW_SECONDS",
-            "a worker counts as active if its heartbeat is newer than this (default 30, "
-            "at most 1 day)",
-            _heartbeat_window),
-    _Option("redis_timeout", "--redis-timeout", "EXPORTER_REDIS_TIMEOUT_SECONDS",
-            "upper bound of one scrape's Redis read; then redis_up is 0 (default 2, at most "
-            "300)",
-            _redis_timeout),
-    _Option("latency_buckets", "--latency-buckets", LATENCY_BUCKETS_VARIABLE,
-            "the queue's latency bucket bounds, comma-separated seconds (default: the queue's)",
-            parse_latency_buckets, deprecated_env="EXPORTER_LATENCY_BUCKETS"),
-    _Option("log_level", "--log-level", "EXPORTER_LOG_LEVEL", "critical..debug (default info)",
-            _log_level),
-)  # fmt: skip
-
-ENVIRONMENT_VARIABLES = tuple(option.env for option in _OPTIONS)
-"""Every variable the exporter reads (deploy manifests are checked against it)."""
-DEPRECATED_VARIABLES = {o.deprecated_env: o.env for o in _OPTIONS if o.deprecated_env}
-"""Former name -> current name; still read, for existing deployments."""
-_NAMESPACE_VARIABLES = frozenset(
-    name for name in (*ENVIRONMENT_VARIABLES, *DEPRECATED_VARIABLES) if name.startswith(ENV_PREFIX)
-)
-
-
-@dataclass(frozen=True, slots=True)
 class ExporterSettings:
-    """Everything the exporter needs; build it with `from_args()` or `from_env()`."""
+    """Everything the exporter needs; build it with `from_args()` or `from_env()`.
 
-    redis: RedisSettings = field(default_factory=RedisSettings)
-    """Parsed REDIS_URL (password kept out of repr)."""
-    host: str = "0.0.0.0"  # in a pod, Prometheus scrapes the pod IP
-    port: int = 9808
-    agent_types: tuple[str, ...] = ()
-    """Always exported, even before their first job (in this order, before discovered ones)."""
-    max_agent_types: int = 200
-    """At most this many agent types are exported; more are counted as dropped."""
-    namespace: str = ""
-    queue_prefix: str = QUEUE_PREFIX
-    """The queue's QUEUE_PREFIX: read from that variable, checked by the queue's rule."""
-    heartbeat_window: float = 30.0
-    """Seconds; about three heartbeat intervals of the workers."""
-    redis_timeout: float = 2.0
-    """Seconds; bounds connect + read of one scrape, so a dead Redis answers fast."""
-    latency_buckets: tuple[float, ...] = DEFAULT_LATENCY_BUCKETS
-    """The queue's QUEUE_LATENCY_BUCKETS (same variable, same check), so that empty
-    buckets are exported as 0."""
-    log_level: str = "info"
+    Each field is declared once with its flag, its variable and its help (`--help`
+    adds the default). The queue's key prefix and latency buckets are the queue's own
+    variables (QUEUE_PREFIX, QUEUE_LATENCY_BUCKETS) and parsers, so the exporter and
+    the queue cannot disagree."""
+
+    # One statement per setting, its help on the lines after (ruff would give every
+    # argument a line of its own).
+    # fmt: off
+    redis: RedisSettings = setting(  # noqa: RUF009 (a field: frozen, built once)
+        RedisSettings(), _redis, flag="--redis-url", variable="REDIS_URL",
+        help="redis:// or rediss:// URL (user:password@, ?ssl_ca_certs=, ?password_file=)")
+    host: str = setting(  # in a pod, Prometheus scrapes the pod IP
+        "0.0.0.0", parse_text, flag="--host", variable="EXPORTER_HOST",
+        help="address to listen on")
+    port: int = setting(
+        9808, _port, flag="--port", variable="EXPORTER_PORT",
+        help="port to listen on")
+    agent_types: tuple[str, ...] = setting(
+        (), _agent_types, flag="--agent-types", variable="EXPORTER_AGENT_TYPES",
+        help="comma-separated agent types always exported, even before their first job; "
+        "discovered ones are added after them")
+    max_agent_types: int = setting(
+        200, _max_agent_types, flag="--max-agent-types", variable="EXPORTER_MAX_AGENT_TYPES",
+        help="cap on exported agent types; the overflow is counted, not exported")
+    namespace: str = setting(
+        "", _namespace, flag="--namespace", variable="EXPORTER_NAMESPACE",
+        help="prefix for every metric name, e.g. 'myteam' -> myteam_queue_depth")
+    queue_prefix: str = setting(
+        QUEUE_PREFIX, parse_name, flag="--queue-prefix", variable=QUEUE_PREFIX_VARIABLE,
+        deprecated_variable="EXPORTER_QUEUE_PREFIX",
+        help="Redis key prefix of the queues")
+    heartbeat_window: float = setting(
+        30.0, _heartbeat_window, flag="--heartbeat-window",
+        variable="EXPORTER_HEARTBEAT_WINDOW_SECONDS",
+        help="a worker counts as active if its heartbeat is newer than this many seconds "
+        "(about three heartbeat intervals of the workers), at most 1 day")
+    redis_timeout: float = setting(
+        2.0, _redis_timeout, flag="--redis-timeout", variable="EXPORTER_REDIS_TIMEOUT_SECONDS",
+        help="upper bound in seconds of one scrape's Redis read (connect included), at most "
+        "300; then redis_up is 0")
+    latency_buckets: tuple[float, ...] = setting(
+        DEFAULT_LATENCY_BUCKETS, parse_latency_buckets, flag="--latency-buckets",
+        variable=LATENCY_BUCKETS_VARIABLE, deprecated_variable="EXPORTER_LATENCY_BUCKETS",
+        help="the queue's latency bucket bounds, comma-separated seconds, so that empty "
+        "buckets are exported as 0")
+    log_level: str = setting(
+        "info", _log_level, flag="--log-level", variable="EXPORTER_LOG_LEVEL",
+        help="critical..debug")
+    # fmt: on
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ExporterSettings:
@@ -188,16 +166,16 @@ class ExporterSettings:
         parsed = vars(build_parser().parse_args(list(argv or [])))
         values: dict[str, Any] = {"redis": _redis(DEFAULT_REDIS_URL, "REDIS_URL")}
         sources: dict[str, str] = {}  # attribute -> the flag or variable it came from
-        for option in _OPTIONS:
-            if parsed.get(option.attribute) is not None:
-                raw, source = str(parsed[option.attribute]), option.flag
+        for name, option in OPTIONS.items():
+            if parsed.get(name) is not None:
+                raw, source = str(parsed[name]), _flag(option)
             else:
                 found = _from_environment(option, environment)
                 if found is None:
                     continue
                 raw, source = found
-            values[option.attribute] = option.parse(raw, source)
-            sources[option.attribute] = source
+            values[name] = option.parse(raw, source)
+            sources[name] = source
         settings = cls(**values)
         if len(settings.agent_types) > settings.max_agent_types:
             raise ConfigurationError(
@@ -212,30 +190,70 @@ class ExporterSettings:
         return int(self.heartbeat_window * 1000)
 
 
+def _flag(option: Setting) -> str:
+    assert option.flag is not None, "every exporter setting has a flag"
+    return option.flag
+
+
+def _variable(option: Setting) -> str:
+    assert option.variable is not None, "every exporter setting names its variable"
+    return option.variable
+
+
+OPTIONS: Mapping[str, Setting] = MappingProxyType(settings_of(ExporterSettings))
+"""Field name -> its flag, variable, parser and help: every setting of the exporter."""
+ENVIRONMENT_VARIABLES = tuple(_variable(option) for option in OPTIONS.values())
+"""Every variable the exporter reads (deploy manifests are checked against it)."""
+DEPRECATED_VARIABLES = {
+    o.deprecated_variable: _variable(o) for o in OPTIONS.values() if o.deprecated_variable
+}
+"""Former name -> current name; still read, for existing deployments."""
+_NAMESPACE_VARIABLES = frozenset(
+    name for name in (*ENVIRONMENT_VARIABLES, *DEPRECATED_VARIABLES) if name.startswith(ENV_PREFIX)
+)
+
+
+def default_text(name: str) -> str:
+    """The default of setting `name` as its variable would be written ("" for none)."""
+    if name == "redis":
+        return DEFAULT_REDIS_URL
+    return written(getattr(_DEFAULTS, name))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    # argparse, not the CLI's typer: the `exporter` extra installs no typer (an exporter
+    # needs nothing of the operator CLI; typer and rich are six packages, 16 MB), and the
+    # flags are derived from the settings' declarations anyway.
     parser = argparse.ArgumentParser(
         prog="queue-exporter",
         description="Prometheus exporter for platform_common.jobs queues (metrics on scrape).",
         epilog="Every flag also reads an environment variable, named in its help.",
     )
-    for option in _OPTIONS:
+    for name, option in OPTIONS.items():
+        default = default_text(name) or "none"
         parser.add_argument(
-            option.flag, dest=option.attribute, default=None, help=f"{option.help} [{option.env}]"
+            _flag(option),
+            dest=name,
+            default=None,
+            help=f"{option.help} (default {default}) [{_variable(option)}]",
         )
     return parser
 
 
-def _from_environment(option: _Option, env: Mapping[str, str]) -> tuple[str, str] | None:
+def _from_environment(option: Setting, env: Mapping[str, str]) -> tuple[str, str] | None:
     """(value, variable) of the option's variable, else of its former name, else None."""
-    current = read_variable(env, option.env)
-    if option.deprecated_env is None:
-        return None if current is None else (current, option.env)
-    former = read_variable(env, option.deprecated_env)
+    variable, former_name = _variable(option), option.deprecated_variable
+    current = read_variable(env, variable)
+    if former_name is None:
+        return None if current is None else (current, variable)
+    former = read_variable(env, former_name)
     if current is not None and former is not None and current != former:
         raise ConfigurationError(
-            option.deprecated_env,
-            f"former name of {option.env}, which is set to another value; remove it",
+            former_name, f"former name of {variable}, which is set to another value; remove it"
         )
     if current is not None:
-        return current, option.env
-    return None if former is None else (former, option.deprecated_env)
+        return current, variable
+    return None if former is None else (former, former_name)
+
+
+_DEFAULTS = ExporterSettings()

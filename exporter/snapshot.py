@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
+from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
-from .catalogue import MAX_WORKERS_PER_TYPE
 from .label_values import capped_label_value
 from .server_stats import ServerStats
-from .stats_hash import LatencyHistogram, StatsReading, parse_stats
+from .stats_hash import LatencyHistogram, StatsReading
 
 __all__ = [
     "HEARTBEAT_CLOCK_TOLERANCE_MS",
@@ -24,7 +23,6 @@ __all__ = [
     "Snapshot",
     "TypeSnapshot",
     "WorkerBeat",
-    "parse_type_reply",
     "type_snapshot",
     "within_clock_tolerance",
 ]
@@ -114,29 +112,6 @@ class Snapshot:
     """Why INFO memory could not be read (refused by the ACL, unparsable), else None."""
     server: Mapping[str, ServerStats] = field(default_factory=dict)
     """INFO clients and stats of every primary, by node; empty when not read."""
-
-
-def parse_type_reply(
-    agent_type: str,
-    reply: Sequence[object],
-    bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS,
-) -> tuple[TypeSnapshot, int]:
-    """One type's replies, as the reader lays them out -> (TypeSnapshot, malformed count).
-
-    Layout: now_ms (Redis TIME), queue, processing, delayed, dead, stats (HGETALL, flat or
-    a dict), active workers, newest heartbeat score or None, oldest job's enqueued_at or
-    None (unknown), and optionally the heartbeats as (worker, score) pairs and the
-    HGETALL of the worker_jobs hash (worker -> jobs in progress).
-    `bucket_bounds` are the queue's configured latency buckets (see stats_hash).
-    """
-    now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply[:9]
-    beats: Sequence[tuple[object, object]] = reply[9] if len(reply) > 9 else ()  # type: ignore[assignment]
-    worker_jobs = reply[10] if len(reply) > 10 else None
-    depths = (queue, processing, delayed, dead)
-    reading = parse_stats(stats, bucket_bounds)
-    return type_snapshot(
-        agent_type, _int(now_ms), depths, reading, active, newest, oldest, beats, worker_jobs
-    )
 
 
 def type_snapshot(

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from platform_common.jobs.redis.internals import reply_parser
 
 __all__ = ["pack", "send_and_read"]
 
@@ -57,9 +59,8 @@ async def _exchange(connection: AbstractConnection, request: bytes, count: int) 
     await connection.send_packed_command(request)  # connects first when it must
     # The parser's own read (hiredis or Python): error replies are returned, not raised.
     # redis-py's Connection.read_response adds an asyncio timeout per reply, the cost
-    # this module avoids; one deadline covers them all instead. `_parser` is redis-py's
-    # (5.x to 7.x, the range pyproject allows); test_page.py reads through it.
-    parser = cast(_ReplyParser, connection._parser)
+    # this module avoids; one deadline covers them all instead.
+    parser = reply_parser(connection)
     replies: list[Any] = []
     try:
         async with asyncio.timeout(connection.socket_timeout):
@@ -78,12 +79,6 @@ async def _exchange(connection: AbstractConnection, request: bytes, count: int) 
         await connection.disconnect(nowait=True)
         raise
     return replies
-
-
-class _ReplyParser(Protocol):
-    """What every redis-py asyncio parser (hiredis, RESP2, RESP3) offers."""
-
-    async def read_response(self) -> Any: ...
 
 
 def _where(connection: AbstractConnection) -> str:

@@ -20,6 +20,8 @@ from .site import DEFAULTS_FILE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # argparse, not the CLI's typer: the `monitoring` extra installs no typer (a site
+    # generating its bundle needs nothing of the operator CLI).
     parser = argparse.ArgumentParser(
         prog="python -m platform_common.jobs_monitoring", description=__doc__.splitlines()[0]
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from platform_common.jobs_exporter.catalogue import (
+from platform_common.jobs.metric_catalogue import (
     AGENT_TYPE,
     ERROR_CLASS,
     NODE,

@@ -1,55 +1,43 @@
-"""The README's settings table, rendered from the settings definitions (never by hand).
+"""The README's settings table, rendered from the settings declarations (never by hand).
 
-Rows come from what the code reads: the queue's QueueSettings fields (their attribute
-docstrings are the meanings), the exporter's options (their help), the JobStore's
-variables and the CLI's. Defaults are read from the code, so they cannot go stale, and
-rendering fails when a variable of a strict namespace has no row or no meaning.
+Rows come from what the code reads: the queue's and the exporter's settings (each
+declared once with its parser, variable and help: platform_common.jobs.env.setting),
+the JobStore's variables and the CLI's. Defaults are read from the code, so they cannot
+go stale, and rendering fails when a variable of a strict namespace has no row or no
+meaning.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
-import re
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from platform_common.jobs.cli.exits import DEBUG_ENV, PROMETHEUS_URL_ENV
+from platform_common.jobs.env import written
 from platform_common.jobs.queue.queue_settings import (
-    DEFAULT_REDIS_URL,
+    ENV_SETTINGS,
     ENV_VARIABLES,
     FALLBACK_URL_VARIABLE,
     URL_VARIABLE,
     QueueSettings,
 )
+from platform_common.jobs.redis.url import DEFAULT_REDIS_URL
 from platform_common.jobs.store.factory import AGENT_ENV, ENV_NAMESPACES, URL_ENV, StoreConfig
 from platform_common.jobs.store.time_index import FLAG_ENV, SCAN_CAP_ENV
 from platform_common.jobs_exporter.settings import (
-    _OPTIONS,  # the exporter's one table of options (flag, variable, help, parser)
     DEPRECATED_VARIABLES,
     ENVIRONMENT_VARIABLES,
-    ExporterSettings,
-)
-from platform_common.jobs_exporter.settings import (
-    DEFAULT_REDIS_URL as EXPORTER_DEFAULT_REDIS_URL,
+    OPTIONS,
+    default_text,
 )
 
 __all__ = ["SettingRow", "render_settings_table", "setting_rows"]
 
 _HEADER = "| variable | read by | default | meaning |\n|---|---|---|---|\n"
-# The exporter's help texts carry their default ("(default 200)"); the table has a
-# column for it, read from the dataclass instead.
-_HELP_DEFAULT = re.compile(r"\s*\(default [^,)]*\)|(?<=\()default [^,)]*, ")
 
-# Meanings no definition carries as text yet (a QueueSettings field without docstring,
-# variables read by plain functions). Rendering fails when a variable has neither.
+# Meanings of the variables read by plain functions (no declared setting carries them).
+# Rendering fails when a variable has no meaning.
 _EXTRA_MEANINGS = {
-    URL_VARIABLE: "The queue's Redis (producers, workers, `agentjobs`): `redis://`, `rediss://` "
-    "(TLS), `redis+sentinel://`, `?cluster=true`; `?max_connections=` and `?pool_timeout=` "
-    "are the pool's (see `QUEUE_POOL_MAX`, `QUEUE_POOL_TIMEOUT`).",
-    "QUEUE_BACKOFF_FACTOR": "Multiplier of the wait per further attempt (>= 1); the wait "
-    "before attempt n+1 is backoff_base x factor^(n-1), at most backoff_max.",
     URL_ENV: "Unset or `memory://`: an in-process store (one process only); `redis://`, "
     "`rediss://` (TLS), `redis+sentinel://`, `?cluster=true`: Redis "
     "(`?max_connections=` and `?pool_timeout=` size its pool).",
@@ -105,17 +93,12 @@ def _line(row: SettingRow) -> str:
 
 def _queue_rows() -> Iterator[SettingRow]:
     defaults = QueueSettings()
-    for name, docstring in _attribute_docs(QueueSettings):
-        variable = URL_VARIABLE if name == "redis" else f"QUEUE_{name.upper()}"
-        if variable not in ENV_VARIABLES:
-            continue
-        if name == "redis":
+    for variable, (name, declared) in ENV_SETTINGS.items():
+        if variable == URL_VARIABLE:
             default = f"`{FALLBACK_URL_VARIABLE}`, else `{DEFAULT_REDIS_URL}`"
         else:
             default = _value(getattr(defaults, name))
-        # The URL's field documents the parsed settings object; the variable has its own text.
-        text = None if name == "redis" else docstring
-        yield SettingRow(variable, ("queue",), default, _meaning(variable, text))
+        yield SettingRow(variable, ("queue",), default, _meaning(variable, declared.help))
 
 
 def _store_rows() -> Iterator[SettingRow]:
@@ -131,24 +114,19 @@ def _store_rows() -> Iterator[SettingRow]:
 
 
 def _exporter_rows() -> Iterator[SettingRow]:
-    defaults = ExporterSettings()
-    for option in _OPTIONS:
-        if option.attribute == "redis":
-            default = f"`{EXPORTER_DEFAULT_REDIS_URL}`"
-        else:
-            default = _value(getattr(defaults, option.attribute))
-        help_text = _HELP_DEFAULT.sub("", option.help).replace("()", "").strip()
-        meaning = f"{help_text}; the flag `{option.flag}` wins."
-        if option.env == FALLBACK_URL_VARIABLE:
+    for name, option in OPTIONS.items():
+        variable = option.variable or ""
+        meaning = f"{option.help}; the flag `{option.flag}` wins."
+        if variable == FALLBACK_URL_VARIABLE:
             meaning += f" The queue reads it when `{URL_VARIABLE}` is unset."
-        yield SettingRow(option.env, ("exporter",), default, meaning)
-        if option.deprecated_env is not None:
+        yield SettingRow(variable, ("exporter",), _text(default_text(name)), meaning)
+        if option.deprecated_variable is not None:
             yield SettingRow(
-                option.deprecated_env,
+                option.deprecated_variable,
                 ("exporter",),
                 "unset",
-                f"Deprecated former name of `{option.env}`, still read; set to another "
-                f"value than `{option.env}`, it is an error.",
+                f"Deprecated former name of `{variable}`, still read; set to another "
+                f"value than `{variable}`, it is an error.",
             )
 
 
@@ -159,25 +137,6 @@ def _cli_rows() -> Iterator[SettingRow]:
     )
 
 
-def _attribute_docs(cls: type) -> Iterator[tuple[str, str | None]]:
-    """(name, docstring) of each field and property of `cls`, in source order."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
-    assert isinstance(body, ast.ClassDef)
-    statements = body.body
-    for index, statement in enumerate(statements):
-        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-            following = statements[index + 1] if index + 1 < len(statements) else None
-            doc = None
-            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
-                doc = str(following.value.value)
-            yield statement.target.id, doc
-        elif isinstance(statement, ast.FunctionDef) and any(
-            isinstance(decorator, ast.Name) and decorator.id == "property"
-            for decorator in statement.decorator_list
-        ):
-            yield statement.name, ast.get_docstring(statement)
-
-
 def _meaning(variable: str, docstring: str | None) -> str:
     text = docstring or _EXTRA_MEANINGS.get(variable)
     if not text:
@@ -186,13 +145,9 @@ def _meaning(variable: str, docstring: str | None) -> str:
 
 
 def _value(value: object) -> str:
-    """The default as the variable would be written: `1`, not `1.0`; lists comma-separated."""
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    if isinstance(value, float) and value.is_integer():
-        return f"`{int(value)}`"
-    if isinstance(value, tuple):
-        return f"`{','.join(_value(item).strip('`') for item in value)}`" if value else "unset"
-    if value == "":
-        return "unset"
-    return f"`{value}`"
+    return _text(written(value))
+
+
+def _text(written: str) -> str:
+    """A default as the table shows it: the written value in backticks, or "unset"."""
+    return f"`{written}`" if written else "unset"

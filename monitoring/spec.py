@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from string import Template
 from typing import Literal
 
+from platform_common.jobs.dashboard_ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
+
 from . import queries as q
 from .config import MonitoringConfig
-from .dashboard_ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
 
 __all__ = [
     "AlertSpec",

@@ -14,16 +14,16 @@ from typing import Any
 
 import jinja2
 
-from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs_exporter.catalogue import CATALOGUE
-from platform_common.jobs_monitoring import outputs
-from platform_common.jobs_monitoring import queries as q
-from platform_common.jobs_monitoring.config import MonitoringConfig
-from platform_common.jobs_monitoring.dashboard_ids import (
+from platform_common.jobs.dashboard_ids import (
     PANEL_TITLES,
     QUEUE_OVERVIEW_TITLE,
     QUEUE_OVERVIEW_UID,
 )
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.metric_catalogue import CATALOGUE
+from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring import queries as q
+from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 __all__ = ["INDEX", "SECTIONS", "TEMPLATES", "render_runbooks"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -29,10 +30,12 @@ from platform_common.jobs.env import (
     parse_name,
     read_namespace,
     read_variable,
+    settings_of,
+    written,
 )
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
+from platform_common.jobs.queue.queue_settings import ENV_SETTINGS, QueueSettings
 from platform_common.jobs.queue.queue_settings import ENV_VARIABLES as QUEUE_VARIABLES
-from platform_common.jobs.queue.queue_settings import QueueSettings
 from platform_common.jobs.store.factory import AGENT_ENV, ENV_NAMESPACES, StoreConfig
 from platform_common.jobs.validation import is_finite_number, is_int
 from platform_common.jobs_exporter.settings import (
@@ -300,6 +303,21 @@ def test_every_variable_is_documented_in_one_table() -> None:
         | set().union(*ENV_NAMESPACES.values())
     )
     assert read <= documented, sorted(read - documented)
+
+
+def test_each_queue_setting_is_declared_once_with_what_reads_it() -> None:
+    """Every field carries its parser and help (no second table of variables); the
+    parser of each variable reads the default, written out, back as the default."""
+    fields = {field.name for field in dataclasses.fields(QueueSettings)}
+    assert set(settings_of(QueueSettings)) == fields
+    assert {name for name, _ in ENV_SETTINGS.values()} == fields | {"pool_max", "pool_timeout"}
+    assert set(ENV_SETTINGS) == QUEUE_VARIABLES
+    defaults = QueueSettings()
+    for variable, (name, declared) in ENV_SETTINGS.items():
+        assert declared.help.strip(), variable
+        if name != "redis":  # the URL's default is a fallback chain (see from_env)
+            default = getattr(defaults, name)
+            assert declared.parse(written(default), variable) == default, variable
 
 
 # --- one declaration of the queue prefix and buckets -----------------------------------

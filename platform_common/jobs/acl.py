@@ -635,13 +635,9 @@ def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREF
     return "\n".join(parts)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Alias of the `acl` command (`python -m platform_common.jobs acl`); its exit status."""
-    from .cli import main as cli_main  # here: the CLI's acl command imports this module
-
-    args = sys.argv[1:] if argv is None else argv
-    return cli_main(["acl", *args], prog="python -m platform_common.jobs")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m platform_common.jobs.acl`, the `acl` command's alias. The CLI imports
+    # this module, so only the module run as a script imports the CLI: no import circle.
+    from platform_common.jobs.cli import main
+
+    sys.exit(main(["acl", *sys.argv[1:]], prog="python -m platform_common.jobs"))

@@ -1,12 +1,14 @@
-"""The one parser of settings: typed readers of environment variables and strict namespaces."""
+"""The one parser of settings: typed readers of environment variables and strict
+namespaces, and `setting()`, the one declaration of a settings dataclass's field."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from .errors import ConfigurationError, ValidationError
 from .validation import is_finite_number, is_int, validate_name
@@ -16,6 +18,7 @@ __all__ = [
     "LATENCY_BUCKETS_VARIABLE",
     "QUEUE_PREFIX_VARIABLE",
     "TRUE_WORDS",
+    "Setting",
     "check_int",
     "check_latency_buckets",
     "check_positive",
@@ -30,6 +33,9 @@ __all__ = [
     "parse_text",
     "read_namespace",
     "read_variable",
+    "setting",
+    "settings_of",
+    "written",
 ]
 
 T = TypeVar("T")
@@ -55,6 +61,67 @@ _SERVICE_LINK = re.compile(
     r"|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
 )
 _SERVICE_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://", re.IGNORECASE)
+
+
+# --- declaring a setting -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Setting:
+    """How one field of a settings dataclass is given as text, and what it means.
+
+    Declared once, on the field (`setting()`): reading the environment, a command's
+    --help and the docs' settings table are all derived from it and the field's default."""
+
+    parse: Callable[[str, str], Any]
+    """(raw text, the variable or flag it came from) -> the field's value. Range checks
+    belong to the dataclass, which also sees keyword arguments."""
+    help: str
+    variable: str | None = None
+    """Its environment variable, where the class does not derive it from the name."""
+    flag: str | None = None
+    """Its command-line flag, for a class read from a command line too."""
+    deprecated_variable: str | None = None
+    """A former name of `variable`, still read when `variable` is not set."""
+
+
+_SETTING = "platform_common.jobs.env.Setting"  # the metadata key of a field's Setting
+
+
+def setting(
+    default: T,
+    parse: Callable[[str, str], Any],
+    help: str,
+    *,
+    variable: str | None = None,
+    flag: str | None = None,
+    deprecated_variable: str | None = None,
+) -> T:
+    """A dataclass field with `default`, declared with how it is set (see Setting)."""
+    declared = Setting(parse, help, variable, flag, deprecated_variable)
+    return dataclasses.field(default=default, metadata={_SETTING: declared})
+
+
+def settings_of(cls: type) -> dict[str, Setting]:
+    """Field name -> Setting of every field of dataclass `cls` declared with `setting()`,
+    in field order."""
+    return {
+        field.name: field.metadata[_SETTING]
+        for field in dataclasses.fields(cls)
+        if _SETTING in field.metadata
+    }
+
+
+def written(value: object) -> str:
+    """`value` as a variable would be written to give it: `1`, not `1.0`; lists
+    comma-separated; "" for nothing."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, tuple):
+        return ",".join(written(item) for item in value)
+    return str(value)
 
 
 # --- guards on typed values (dataclass fields, keyword arguments) ---------------------

@@ -70,6 +70,9 @@ async def check(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the probe; print its one line; 0 alive (or cannot tell), 1 stale, 2 bad usage."""
+    # argparse, not the CLI's typer: the probe runs in the worker's install (the core
+    # alone) in a fresh interpreter every probe period, where typer and rich would cost
+    # about 45 ms of imports each time (see cli/worker_command.py).
     parser = argparse.ArgumentParser(prog="python -m platform_common.jobs.heartbeat_probe")
     parser.add_argument("--agent-type", required=True)
     parser.add_argument("--worker-id", required=True, help="the worker's --worker-id")

@@ -130,7 +130,6 @@ __all__ = [
     "QueueKeys",
     "StoreKeys",
     "completion_channel",
-    "error_class_field",
     "histogram_bucket_field",
     "histogram_count_field",
     "histogram_sum_field",
@@ -230,11 +229,6 @@ def histogram_sum_field(histogram: str) -> str:
 
 def histogram_count_field(histogram: str) -> str:
     return f"{histogram}_count"
-
-
-def error_class_field(error_class: str) -> str:
-    """Stats-hash field counting failed attempts of exception class `error_class`."""
-    return f"{ERROR_CLASS_PREFIX}{error_class}"
 
 
 def _format_bound(value: float) -> str:

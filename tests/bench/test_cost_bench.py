@@ -9,7 +9,8 @@ import re
 import pytest
 import redis
 
-from bench.cost import STATES, CostReport, measure
+from bench.cost import measure
+from bench.cost_readings import STATES, CostReport
 from bench.cost_report import (
     BEGIN,
     DOCS,

@@ -27,7 +27,6 @@ from platform_common.jobs.operations.prometheus import (
     PrometheusSource,
     parse_last_minute,
 )
-from platform_common.jobs_exporter.catalogue import CATALOGUE
 from tests.cli.runner import child_env
 from tests.cli.test_operator_cli import Ran, enqueue, table_row
 from tests.support.paths import REPO_ROOT
@@ -93,11 +92,6 @@ def refused_url() -> Iterator[str]:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
         yield f"http://127.0.0.1:{closed.getsockname()[1]}"
-
-
-def test_the_counter_names_are_the_exporters() -> None:
-    names = {metric.key: metric.name for metric in CATALOGUE}
-    assert (names["enqueued"], names["completed"], names["failed"]) == COUNTERS
 
 
 def test_info_shows_the_last_minute_from_prometheus(

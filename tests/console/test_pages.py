@@ -14,9 +14,7 @@ from fastapi import HTTPException
 
 from platform_common.jobs.console import ConsoleLinks
 from platform_common.jobs.console.csrf import SESSION_COOKIE
-from platform_common.jobs.console.links import PANEL_IDS
 from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel
 from tests.console.conftest import (
     HOSTILE,
     PREFIX,
@@ -248,11 +246,6 @@ async def test_links_to_the_runbooks_and_grafana(queue: JobQueue) -> None:
     assert f'href="{grafana}?var-agent_type=dining"' in kind
     assert f'href="{grafana}?var-agent_type=dining&amp;viewPanel=11"' in kind
     assert 'href="http://exporter:9808/runbooks/"' in overview and f'href="{grafana}"' in overview
-
-
-def test_the_panel_ids_the_console_copies_are_the_dashboards() -> None:
-    for name, panel_id in PANEL_IDS.items():
-        assert QueueOverviewPanel[name] == panel_id
 
 
 def test_the_panels_linked_are_the_generated_dashboards() -> None:

@@ -10,14 +10,12 @@ import pytest
 
 from platform_common.jobs.console.prometheus_history import (
     COMPLETED_COUNTER,
-    FAILED_COUNTER,
     PrometheusSource,
     PrometheusUnavailable,
     last_hour,
     parse_increases,
 )
 from platform_common.jobs.operations import Minute
-from platform_common.jobs_exporter.catalogue import CATALOGUE
 
 FIRST = 29_000_000
 """The hour's first minute index (minute k starts at k * 60 s)."""
@@ -32,11 +30,6 @@ def answer(*series: tuple[dict[str, str], list[list[Any]]], status: str = "succe
 
 def at_end_of(minute: int) -> float:
     return (minute + 1) * 60.0
-
-
-def test_the_counter_names_are_the_exporters() -> None:
-    names = {metric.key: metric.name for metric in CATALOGUE}
-    assert (names["completed"], names["failed"]) == (COMPLETED_COUNTER, FAILED_COUNTER)
 
 
 def test_the_query_selects_exactly_the_shown_types_with_the_namespace() -> None:

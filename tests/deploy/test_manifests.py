@@ -19,8 +19,8 @@ import yaml
 
 from deploy.kubernetes import render_workers
 from platform_common.jobs import acl
+from platform_common.jobs.metric_catalogue import AGENT_TYPE, CATALOGUE
 from platform_common.jobs.queue import QueueSettings
-from platform_common.jobs_exporter.catalogue import AGENT_TYPE, CATALOGUE
 from tests.support.paths import REPO_ROOT
 
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"

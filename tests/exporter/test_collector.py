@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import (
@@ -13,10 +12,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from platform_common.jobs import metric_catalogue as catalogue
 from platform_common.jobs.redis.memory_policy import MemoryInfo
-from platform_common.jobs_exporter import catalogue
 from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
-from platform_common.jobs_exporter.exposition import render_text
 from platform_common.jobs_exporter.server_stats import ServerStats
 from platform_common.jobs_exporter.snapshot import (
     LatencyHistogram,
@@ -248,17 +246,3 @@ def test_openmetrics_exposition_parses_strictly() -> None:
     assert families["job_latency_seconds"].unit == "seconds"
     assert families["jobs_enqueued"].type == "counter"
     assert text.endswith("# EOF\n")
-
-
-def test_fast_text_writer_is_byte_identical_to_prometheus_client() -> None:
-    latency = LatencyHistogram(((1e-05, 1), (12345678.0, 2), (math.inf, 2)), 1e9)
-    odd = TypeSnapshot("we.ird-type_1", 1, 0, 0, 0, {"enqueued": 10**12}, latency)
-    for result in (RESULT, ScrapeResult(None, 0.5, 0), ScrapeResult(Snapshot((odd,)), 0.0)):
-        families = metric_families(result, "ns")
-        assert render_text(families) == generate_latest(registry_for(families))
-
-
-def test_fast_text_writer_escapes_label_values() -> None:
-    family = GaugeMetricFamily("g", "help with \\ and\nnewline", labels=["l"])
-    family.add_metric(['a"b\\c\nd'], 1.5)
-    assert render_text([family]) == generate_latest(registry_for([family]))

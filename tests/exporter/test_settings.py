@@ -10,7 +10,10 @@ from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs_exporter.settings import (
     MAX_HEARTBEAT_WINDOW_SECONDS,
     MAX_REDIS_TIMEOUT_SECONDS,
+    OPTIONS,
     ExporterSettings,
+    build_parser,
+    default_text,
 )
 
 
@@ -22,6 +25,22 @@ def test_defaults_need_no_configuration() -> None:
     assert settings.namespace == ""
     assert settings.max_agent_types == 200
     assert settings.heartbeat_window_ms == 30_000
+
+
+def test_help_shows_each_fields_default() -> None:
+    """--help's defaults are read from the fields (declared once): each is shown, and
+    giving the shown value as the flag changes nothing."""
+    shown = " ".join(build_parser().format_help().split())
+    defaults = ExporterSettings.from_args([], {})
+    for name, option in OPTIONS.items():
+        text = default_text(name)
+        assert f"(default {text or 'none'}) [{option.variable}]" in shown, name
+        if text and option.flag is not None:
+            given = ExporterSettings.from_args([option.flag, text], {})
+            if name == "redis":  # its errors name the flag it came from instead
+                assert given.redis.redacted_url() == defaults.redis.redacted_url()
+            else:
+                assert given == defaults, name
 
 
 def test_flags_win_over_environment() -> None:

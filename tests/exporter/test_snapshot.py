@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, MAX_ERROR_CLASSES
-from platform_common.jobs_exporter.catalogue import MAX_WORKERS_PER_TYPE
+from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs_exporter.discovery import scan_count, select_types
-from platform_common.jobs_exporter.snapshot import parse_type_reply
+from platform_common.jobs_exporter.snapshot import TypeSnapshot, type_snapshot
+from platform_common.jobs_exporter.stats_hash import parse_stats
 
 NOW_MS = 1_700_000_100_000
+
+
+def parse_type_reply(
+    agent_type: str,
+    reply: Sequence[object],
+    bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS,
+) -> tuple[TypeSnapshot, int]:
+    """One type's replies -> (TypeSnapshot, malformed count), as type_snapshot takes them.
+
+    Layout: now_ms, queue, processing, delayed, dead, stats (HGETALL, flat or a dict),
+    active workers, newest heartbeat score or None, oldest job's enqueued_at or None,
+    and optionally the heartbeats as (worker, score) pairs and the HGETALL of the
+    worker_jobs hash."""
+    now_ms, queue, processing, delayed, dead, stats, active, newest, oldest = reply[:9]
+    beats: Sequence[tuple[object, object]] = reply[9] if len(reply) > 9 else ()  # type: ignore[assignment]
+    worker_jobs = reply[10] if len(reply) > 10 else None
+    assert isinstance(now_ms, int)
+    return type_snapshot(
+        agent_type, now_ms, (queue, processing, delayed, dead), parse_stats(stats, bucket_bounds),
+        active, newest, oldest, beats, worker_jobs,
+    )  # fmt: skip
 
 
 def reply(

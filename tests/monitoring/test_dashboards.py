@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from platform_common.jobs_exporter.catalogue import CATALOGUE, Metric, by_key
-from platform_common.jobs_monitoring import queries as q
-from platform_common.jobs_monitoring.dashboard_ids import (
+from platform_common.jobs.dashboard_ids import (
     PANEL_TITLES,
     QUEUE_OVERVIEW_TITLE,
     QUEUE_OVERVIEW_UID,
 )
-from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs.metric_catalogue import CATALOGUE, Metric, by_key
+from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.dashboards.encode import render
 from platform_common.jobs_monitoring.dashboards.queue_overview import queue_overview
 from platform_common.jobs_monitoring.site import load_config

@@ -1,4 +1,5 @@
-"""Imports go one way: core <- exporter <- monitoring base <- renderers <- generate.
+"""Imports go one way: core <- exporter <- monitoring base <- renderers <- generate; and
+no modules import each other, directly or through others (no import circles).
 
 Every module of the repository is parsed with `ast` (nothing is imported), each import
 resolved to its full dotted name (relative ones too, and importlib calls with a literal
@@ -9,8 +10,10 @@ checker a forbidden import per rule, so the rules are shown to bite.
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +40,8 @@ PACKAGES = {
     "runbooks": f"{MONITORING}.runbooks",
 }
 OTHER_FOLDERS = ("scripts", "tests", "bench", "demo", "examples")
+# Folders that are packages of their own (imported as `bench.cost`, ...).
+IMPORTABLE_FOLDERS = ("tests", "bench", "demo")
 DYNAMIC_IMPORTS = {"import_module", "__import__", "find_spec", "files"}
 
 
@@ -158,6 +163,91 @@ def test_importing_the_exporter_and_the_base_loads_no_further_layer() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=False, cwd="/"
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- no circles ----------------------------------------------------------------------------
+
+
+def importable_modules() -> list[Module]:
+    """The packages' modules and those of the repository's own packages (bench, ...)."""
+    found = [module for module in modules() if not module.name.startswith("<")]
+    for folder in IMPORTABLE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            found.append(Module(".".join(parts[:-1] if is_package else parts), path, is_package))
+    return found
+
+
+def outside_main_guard(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under `if __name__ == "__main__":`: that code runs in the
+    module run as a script (`__main__`), not in the module others import."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "__name__ == '__main__'",
+            '__name__ == "__main__"',
+        ):
+            continue
+        yield node
+        yield from outside_main_guard(node)
+
+
+def dependencies(source: str, module: Module, known: set[str]) -> set[str]:
+    """The modules of `known` that `source` imports (a function's lazy import too): for
+    `from a import b`, module a.b if there is one, else a."""
+    package = module.name if module.is_package else module.name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in outside_main_guard(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return (found & known) - {module.name}
+
+
+def circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of `graph` (module -> modules it imports), or []."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        found: list[str] = exc.args[1]
+        return found
+    return []
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    found = importable_modules()
+    known = {module.name for module in found}
+    assert {"bench.cost", "platform_common.jobs.acl", "tests.support.ports"} <= known
+    graph = {m.name: dependencies(m.path.read_text(), m, known) for m in found}
+    assert circle(graph) == []
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        {"a": {"b"}, "b": {"a"}},
+        {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()},
+    ],
+)
+def test_a_circle_is_found(graph: dict[str, set[str]]) -> None:
+    assert circle(graph)
+
+
+def test_a_lazy_import_counts_and_a_main_guarded_one_does_not() -> None:
+    known = {"p.cli", "p.acl"}
+    acl = Module("p.acl", ROOT, False)
+    lazy = "def main():\n    from .cli import main\n"
+    guarded = "if __name__ == '__main__':\n    from p.cli import main\n"
+    assert dependencies(lazy, acl, known) == {"p.cli"}
+    assert dependencies(guarded, acl, known) == set()
 
 
 # -- the checker bites -------------------------------------------------------------------

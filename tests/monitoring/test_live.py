@@ -25,12 +25,12 @@ import pytest
 import redis
 import yaml
 
+from platform_common.jobs.dashboard_ids import QueueOverviewPanel
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
 from platform_common.jobs_monitoring import outputs
 from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
 from platform_common.jobs_monitoring.config import MonitoringConfig
-from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver

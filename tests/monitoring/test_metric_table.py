@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from platform_common.jobs_exporter.catalogue import CATALOGUE
+from platform_common.jobs.metric_catalogue import CATALOGUE
 from platform_common.jobs_exporter.metric_table import render_metric_table
 
 

@@ -15,13 +15,13 @@ import httpx
 import pytest
 import yaml
 
+from platform_common.jobs.dashboard_ids import PANEL_TITLES, QUEUE_OVERVIEW_TITLE
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.metric_catalogue import CATALOGUE
 from platform_common.jobs_exporter.app import create_app
-from platform_common.jobs_exporter.catalogue import CATALOGUE
 from platform_common.jobs_exporter.runbook_pages import default_directory, runbook_router
 from platform_common.jobs_exporter.settings import ExporterSettings
 from platform_common.jobs_monitoring import outputs
-from platform_common.jobs_monitoring.dashboard_ids import PANEL_TITLES, QUEUE_OVERVIEW_TITLE
 from platform_common.jobs_monitoring.runbooks.render import INDEX, SECTIONS, render_runbooks
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs

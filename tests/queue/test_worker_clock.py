@@ -52,7 +52,9 @@ async def test_a_skewed_worker_clock_changes_no_outcome_and_no_counter(
 
     plenty = make_job(constraints={"kind": "slow"})  # 60 s of TTL: must succeed
     flaky = make_job(constraints={"kind": "flaky"})  # must be retried once, then succeed
-    endless = ttl_left(2.0, constraints={"kind": "endless"})  # must expire at its TTL
+    # 5 s of TTL: enqueued in time on a loaded machine (Redis refuses a job already past
+    # its TTL), then it must expire at its TTL.
+    endless = ttl_left(5.0, constraints={"kind": "endless"})
     await queue.enqueue_many([plenty, flaky, endless])
     # Only now (the jobs were made with the true clock): the worker's
     # wall clock is `skew` seconds off, through the package's clock and time.time.

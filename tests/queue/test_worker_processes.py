@@ -130,7 +130,9 @@ def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
 def test_counters_equal_ground_truth_after_a_mixed_workload(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
-    soon = (datetime.now(UTC) - timedelta(seconds=55)).isoformat()  # 5 s of TTL left
+    # 12 s of TTL left: enough for the producer process to enqueue them on a loaded
+    # machine (Redis refuses a job already past its TTL), too little for a 30 s sleep.
+    soon = (datetime.now(UTC) - timedelta(seconds=48)).isoformat()
     plan = (
         [make_job(constraints=behaviour("ok")) for _ in range(20)]
         + [make_job(constraints=behaviour("fail_until", succeed_on=2)) for _ in range(5)]

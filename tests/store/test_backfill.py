@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs import RedisJobStore
-from platform_common.jobs.store.backfill import main, run, summary
+from platform_common.jobs.cli import main
+from platform_common.jobs.store.backfill import run, summary
 from platform_common.jobs.store.contract import BaseJobStore
 from tests.support.paths import REPO_ROOT
 from tests.support.stores import Harness, harness_for
@@ -150,6 +151,6 @@ def test_the_command_line_reports_configuration_errors(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JOB_STORE_URL", "nosql://x")
-    assert main(["--quiet"]) == 2
+    assert main(["backfill", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: JOB_STORE_URL: ") and len(err.splitlines()) == 1, err

@@ -11,7 +11,9 @@ the options below. SIGTERM or SIGINT stop it gracefully: no new jobs, running on
 finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back. `--log-format json` logs one
 JSON object per line, with the same fields as the text lines.
 Deployments run workers without the `cli` extra, so the options are parsed with
-argparse here, and the typer app only forwards to `run`.
+argparse here, and the typer app only forwards to `run`: typer and rich with their
+dependencies are six packages and 16 MB installed, and about 45 ms of imports at every
+start (`python -X importtime -c "import typer, rich.console"`, 2-core dev machine).
 """
 
 from __future__ import annotations

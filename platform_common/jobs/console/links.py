@@ -5,13 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
-__all__ = ["ConsoleLinks"]
+from ..dashboard_ids import QueueOverviewPanel
 
-PANEL_IDS = {"QUEUE_DEPTH": 11, "DEAD_LETTER_DEPTH": 12}
-"""The queue dashboard's panels the console links to, by their ids in the generated
-dashboard (jobs_monitoring.dashboard_ids.QueueOverviewPanel). Copied, not imported:
-the core package may not import the monitoring one (imports flow one way);
-tests/console/test_pages.py checks them against dashboards/queue-overview.json."""
+__all__ = ["ConsoleLinks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +44,9 @@ class ConsoleLinks:
         return self.grafana_dashboard + joiner + urlencode({"var-agent_type": agent_type})
 
     def panel(self, agent_type: str, panel: str) -> str | None:
-        """One panel of the dashboard (a PANEL_IDS name, e.g. "DEAD_LETTER_DEPTH"), showing
-        `agent_type` alone."""
+        """One panel of the dashboard (a QueueOverviewPanel name, e.g.
+        "DEAD_LETTER_DEPTH"), showing `agent_type` alone."""
         shown = self.dashboard(agent_type)
         if shown is None:
             return None
-        return shown + "&" + urlencode({"viewPanel": PANEL_IDS[panel]})
+        return shown + "&" + urlencode({"viewPanel": int(QueueOverviewPanel[panel])})

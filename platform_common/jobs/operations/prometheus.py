@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from ..metric_catalogue import by_key
 from .overview import Counts
 
 __all__ = [
@@ -39,10 +40,10 @@ __all__ = [
     "parse_last_minute",
 ]
 
-ENQUEUED_COUNTER = "jobs_enqueued_total"
-COMPLETED_COUNTER = "jobs_completed_total"
-FAILED_COUNTER = "jobs_failed_total"
-"""The exporter's counters (its catalogue; a test keeps these names equal to it)."""
+ENQUEUED_COUNTER = by_key("enqueued").name
+COMPLETED_COUNTER = by_key("completed").name
+FAILED_COUNTER = by_key("failed").name
+"""The exporter's counters, as the metric catalogue names them."""
 
 MAX_RESPONSE_BYTES = 1 << 20
 """A few KiB a shown type at most: anything far larger is not an answer to our queries."""

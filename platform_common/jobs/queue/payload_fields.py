@@ -105,7 +105,8 @@ UNEXPRESSED_RULES: dict[str, str] = {
         "The payload's compact UTF-8 JSON encoding must fit the queue's max_payload_bytes"
         " (QUEUE_MAX_PAYLOAD_BYTES), a runtime setting."
     ),
-    "not-expired": "created_at + ttl_seconds must be later than the time of enqueue.",
+    "not-expired": "created_at + ttl_seconds must be later than the time of enqueue by "
+    "Redis' clock (the enqueue itself judges it, never the producer's clock).",
     "created-at-parser": (
         "The queue reads created_at with Python's datetime.fromisoformat: it also takes other"
         " ISO 8601 forms (2026-01-15 10:30Z, 20260115T103000Z) and refuses dates, times and"

@@ -148,6 +148,7 @@ def _not_blank_pattern() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # argparse, not the CLI's typer: a core module, and the core install has no typer.
     parser = argparse.ArgumentParser(
         prog=REGENERATE, description=f"Write {SCHEMA_FILE} from payload_fields.py."
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ..env import (
+    Setting,
     check_int,
     check_latency_buckets,
     check_positive,
@@ -20,22 +22,33 @@ from ..env import (
     parse_text,
     read_namespace,
     read_variable,
+    setting,
+    settings_of,
 )
 from ..errors import ConfigurationError, ValidationError
 from ..keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
-from ..redis.url import RedisSettings
+from ..redis.url import DEFAULT_REDIS_URL, RedisSettings
 from ..validation import MAX_TTL_SECONDS, validate_name
 
-__all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "ENV_VARIABLES", "QueueSettings"]
+__all__ = ["DEFAULT_AGENT_TYPES", "ENV_PREFIX", "ENV_SETTINGS", "ENV_VARIABLES", "QueueSettings"]
 
 DEFAULT_AGENT_TYPES: tuple[str, ...] = ("dining", "experiences", "transportation", "flights", "dmc")
 ENV_PREFIX = "QUEUE_"
 URL_VARIABLE = "QUEUE_REDIS_URL"
 FALLBACK_URL_VARIABLE = "REDIS_URL"
-DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 # The pool belongs to the Redis settings (RedisSettings.make_client builds it); these
-# queue names set it. queue name -> RedisSettings field, which is also its URL option.
-_POOL_SETTINGS = {"pool_max": "max_connections", "pool_timeout": "pool_timeout"}
+# queue settings set it (QueueSettings properties, not fields): queue name ->
+# (RedisSettings field, which is also its URL option; how QUEUE_<NAME> sets it).
+_POOL_SETTINGS = {
+    "pool_max": ("max_connections", Setting(
+        parse_int,
+        "Most pooled connections per process (blocking commands use their own): the Redis "
+        "settings' max_connections, the one pool size of the package.",
+    )),
+    "pool_timeout": ("pool_timeout", Setting(
+        parse_duration, "Seconds a caller waits for a free pooled connection, then BackendBusy."
+    )),
+}  # fmt: skip
 MAX_DEAD_LETTERS = 10_000_000
 """Bound of dead_letter_max: beyond it one list alone would hold gigabytes."""
 MAX_INTERVAL_SECONDS = 86_400.0
@@ -53,62 +66,82 @@ limit."""
 MAX_POOL = 10_000
 
 
+def _redis_settings(url: str, variable: str) -> RedisSettings:
+    return RedisSettings.from_url(url, setting_name=variable)
+
+
+def _parse_latency_buckets(raw: str, variable: str) -> tuple[float, ...]:
+    # Syntax only: order and range are checked on the field, as for a keyword argument.
+    return parse_list(raw, variable, parse_duration)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """How the queue behaves. Build with `from_url()` or `from_env()`; every value is
-    checked at construction and a bad one raises ConfigurationError naming it."""
+    checked at construction and a bad one raises ConfigurationError naming it.
 
-    redis: RedisSettings = field(default_factory=RedisSettings)
-    """Where Redis is (URL, TLS, ACL user) and the pool (max_connections is pool_max);
-    its socket_timeout must exceed block_timeout."""
-    agent_types: tuple[str, ...] = DEFAULT_AGENT_TYPES
-    """The agent types a payload may name; one queue each."""
-    prefix: str = QUEUE_PREFIX
-    """First segment of every queue key (see keys.py)."""
-    max_attempts: int = 3
-    """Attempts per job, crashes included; the last failure dead-letters it."""
-    backoff_base: float = 1.0
-    """Wait before the 2nd attempt, seconds; then times backoff_factor per attempt."""
-    backoff_factor: float = 2.0
-    backoff_max: float = 300.0
-    """Longest wait between attempts, seconds."""
-    lease_seconds: float = 10.0
-    """How long a claim holds a job without renewal; renewed every third of it."""
-    reaper_interval: float = 5.0
-    """How often each worker looks for expired leases. A job of a killed worker runs
-    again within lease_seconds + reaper_interval (+ its backoff)."""
-    promote_interval: float = 0.25
-    """How often each worker moves due retries from the delayed set to the queue."""
-    heartbeat_interval: float = 5.0
-    """How often a worker records that it is alive (jobs:{type}:workers)."""
-    block_timeout: float = 1.0
-    """How long one BLMOVE waits for a job before the worker looks around again."""
-    cleanup_interval: float = 30.0
-    """How often each worker expires jobs past their TTL."""
-    cleanup_batch: int = 100
-    """The most jobs one cleanup run expires (bounded work per run)."""
-    fetch_batch: int = 50
-    """The most jobs one fetch moves and claims at once (bounded by free slots)."""
-    max_payload_bytes: int = 64 * 1024
-    """Largest encoded payload enqueue accepts."""
-    max_result_bytes: int = 1 << 20
-    """Largest encoded result a worker stores; a handler returning more fails its job
-    for good (not retried: the same result would come back), error class
-    ResultTooLarge."""
-    pool_min: int = 5
-    """Connections opened (pre-warmed) when a queue client connects. The pool's size
-    and wait are the Redis settings' (see `pool_max`, `pool_timeout`)."""
-    latency_buckets: tuple[float, ...] = DEFAULT_LATENCY_BUCKETS
-    """Upper bounds (seconds) of the enqueue->completion histogram."""
-    shutdown_timeout: float = 30.0
-    """On SIGTERM, how long running jobs may finish before they are given back."""
-    dead_letter_retention: float = 14 * 86_400.0
-    """How long a job that ended for good unsuccessfully (dead-lettered, or failed by a
-    non-retryable error) keeps its record and result, seconds (whole, rounded up; never
-    less than the job's own TTL). Redis then drops both; the cleanup prunes its entry."""
-    dead_letter_max: int = 10_000
-    """Most jobs the dead-letter list and the failed list each keep per agent type; the
-    cleanup prunes the oldest beyond it, record and result included."""
+    Each field is read from QUEUE_<NAME> (`redis` from QUEUE_REDIS_URL, see from_env);
+    its `help` is its meaning in the docs' settings table."""
+
+    # One statement per setting, its help on the lines after (ruff would give every
+    # argument a line of its own).
+    # fmt: off
+    # Its socket_timeout must exceed block_timeout; its max_connections is pool_max.
+    redis: RedisSettings = setting(  # noqa: RUF009 (a field: frozen, built once)
+        RedisSettings(), _redis_settings, variable=URL_VARIABLE,
+        help="The queue's Redis (producers, workers, `agentjobs`): `redis://`, `rediss://` "
+        "(TLS), `redis+sentinel://`, `?cluster=true`; `?max_connections=` and "
+        "`?pool_timeout=` are the pool's (see `QUEUE_POOL_MAX`, `QUEUE_POOL_TIMEOUT`).")
+    agent_types: tuple[str, ...] = setting(DEFAULT_AGENT_TYPES, parse_list,
+        "The agent types a payload may name; one queue each.")
+    prefix: str = setting(QUEUE_PREFIX, parse_text,
+        "First segment of every queue key (see keys.py).")
+    max_attempts: int = setting(3, parse_int,
+        "Attempts per job, crashes included; the last failure dead-letters it.")
+    backoff_base: float = setting(1.0, parse_duration,
+        "Wait before the 2nd attempt, seconds; then times backoff_factor per attempt.")
+    backoff_factor: float = setting(2.0, parse_float,  # a ratio, not a duration
+        "Multiplier of the wait per further attempt (>= 1); the wait before attempt n+1 is "
+        "backoff_base x factor^(n-1), at most backoff_max.")
+    backoff_max: float = setting(300.0, parse_duration,
+        "Longest wait between attempts, seconds.")
+    lease_seconds: float = setting(10.0, parse_duration,
+        "How long a claim holds a job without renewal; renewed every third of it.")
+    reaper_interval: float = setting(5.0, parse_duration,
+        "How often each worker looks for expired leases. A job of a killed worker runs again "
+        "within lease_seconds + reaper_interval (+ its backoff).")
+    promote_interval: float = setting(0.25, parse_duration,
+        "How often each worker moves due retries from the delayed set to the queue.")
+    heartbeat_interval: float = setting(5.0, parse_duration,
+        "How often a worker records that it is alive (jobs:{type}:workers).")
+    block_timeout: float = setting(1.0, parse_duration,
+        "How long one BLMOVE waits for a job before the worker looks around again.")
+    cleanup_interval: float = setting(30.0, parse_duration,
+        "How often each worker expires jobs past their TTL.")
+    cleanup_batch: int = setting(100, parse_int,
+        "The most jobs one cleanup run expires (bounded work per run).")
+    fetch_batch: int = setting(50, parse_int,
+        "The most jobs one fetch moves and claims at once (bounded by free slots).")
+    max_payload_bytes: int = setting(64 * 1024, parse_int,
+        "Largest encoded payload enqueue accepts.")
+    max_result_bytes: int = setting(1 << 20, parse_int,
+        "Largest encoded result a worker stores; a handler returning more fails its job for "
+        "good (not retried: the same result would come back), error class ResultTooLarge.")
+    pool_min: int = setting(5, parse_int,
+        "Connections opened (pre-warmed) when a queue client connects. The pool's size and "
+        "wait are the Redis settings' (see `pool_max`, `pool_timeout`).")
+    latency_buckets: tuple[float, ...] = setting(DEFAULT_LATENCY_BUCKETS, _parse_latency_buckets,
+        "Upper bounds (seconds) of the enqueue->completion histogram.")
+    shutdown_timeout: float = setting(30.0, parse_duration,
+        "On SIGTERM, how long running jobs may finish before they are given back.")
+    dead_letter_retention: float = setting(14 * 86_400.0, parse_duration,
+        "How long a job that ended for good unsuccessfully (dead-lettered, or failed by a "
+        "non-retryable error) keeps its record and result, seconds (whole, rounded up; never "
+        "less than the job's own TTL). Redis then drops both; the cleanup prunes its entry.")
+    dead_letter_max: int = setting(10_000, parse_int,
+        "Most jobs the dead-letter list and the failed list each keep per agent type; the "
+        "cleanup prunes the oldest beyond it, record and result included.")
+    # fmt: on
 
     def __post_init__(self) -> None:
         try:
@@ -161,13 +194,12 @@ class QueueSettings:
 
     @property
     def pool_max(self) -> int:
-        """Most pooled connections per process (blocking commands use their own): the
-        Redis settings' max_connections, the one pool size of the package."""
+        """The Redis settings' max_connections (see _POOL_SETTINGS)."""
         return self.redis.max_connections
 
     @property
     def pool_timeout(self) -> float:
-        """Seconds a caller waits for a free pooled connection, then BackendBusy."""
+        """The Redis settings' pool_timeout (see _POOL_SETTINGS)."""
         return self.redis.pool_timeout
 
     @classmethod
@@ -175,7 +207,9 @@ class QueueSettings:
         """Settings for the Redis at `url`; keyword arguments override the defaults
         (`pool_max` and `pool_timeout` override the URL's max_connections/pool_timeout)."""
         _reject_unknown(overrides)
-        pool = {_POOL_SETTINGS[name]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)}
+        pool = {
+            _POOL_SETTINGS[name][0]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)
+        }
         return cls(redis=RedisSettings.from_url(url, **pool), **overrides)
 
     @classmethod
@@ -197,16 +231,16 @@ class QueueSettings:
         if redis_url is None:
             url_setting = URL_VARIABLE if URL_VARIABLE in variables else FALLBACK_URL_VARIABLE
             redis_url = read_variable(env, url_setting) or DEFAULT_REDIS_URL
-        values = {
-            _setting_of(variable): _ENV_PARSERS[_setting_of(variable)](raw, variable)
-            for variable, raw in variables.items()
-            if variable != URL_VARIABLE
-        }
+        values: dict[str, Any] = {}
+        for variable, raw in variables.items():
+            name, declared = ENV_SETTINGS[variable]
+            if name != "redis":
+                values[name] = declared.parse(raw, variable)
         from_environment = set(values)
-        redis_settings = RedisSettings.from_url(redis_url, setting_name=url_setting)
+        redis_settings = _redis_settings(redis_url, url_setting)
         url_options = {key for key, _ in parse_qsl(urlsplit(redis_url).query)}
         for name in sorted(_POOL_NAMES & from_environment):
-            option, value = _POOL_SETTINGS[name], values.pop(name)
+            option, value = _POOL_SETTINGS[name][0], values.pop(name)
             if option in url_options and getattr(redis_settings, option) != value:
                 raise ConfigurationError(
                     _variable_of(name),
@@ -227,7 +261,9 @@ class QueueSettings:
         """A copy with `overrides`; `pool_max`/`pool_timeout` change the Redis settings'
         pool (a `redis=` override brings its own pool unless they are given too)."""
         _reject_unknown(overrides)
-        pool = {_POOL_SETTINGS[name]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)}
+        pool = {
+            _POOL_SETTINGS[name][0]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)
+        }
         if pool:
             overrides["redis"] = replace(overrides.get("redis", self.redis), **pool)
         return replace(self, **overrides)
@@ -241,54 +277,24 @@ class QueueSettings:
         return int(self.backoff_base * 1000), self.backoff_factor, int(self.backoff_max * 1000)
 
 
+def _variable_of(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
 _FIELD_NAMES = frozenset(f.name for f in fields(QueueSettings))
 _POOL_NAMES = frozenset(_POOL_SETTINGS)
-
-
-def _parse_latency_buckets(raw: str, variable: str) -> tuple[float, ...]:
-    # Syntax only: order and range are checked on the field, as for a keyword argument.
-    return parse_list(raw, variable, parse_duration)
-
-
-# Setting -> parser of its QUEUE_<SETTING> variable: every field but redis (that one is
-# QUEUE_REDIS_URL), plus the pool's two. Range checks stay in __post_init__.
-_ENV_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "agent_types": parse_list,
-    "prefix": parse_text,
-    "max_attempts": parse_int,
-    "backoff_base": parse_duration,
-    "backoff_factor": parse_float,  # a ratio, not a duration
-    "backoff_max": parse_duration,
-    "lease_seconds": parse_duration,
-    "reaper_interval": parse_duration,
-    "promote_interval": parse_duration,
-    "heartbeat_interval": parse_duration,
-    "block_timeout": parse_duration,
-    "cleanup_interval": parse_duration,
-    "cleanup_batch": parse_int,
-    "fetch_batch": parse_int,
-    "max_payload_bytes": parse_int,
-    "max_result_bytes": parse_int,
-    "pool_min": parse_int,
-    "pool_max": parse_int,
-    "pool_timeout": parse_duration,
-    "latency_buckets": _parse_latency_buckets,
-    "shutdown_timeout": parse_duration,
-    "dead_letter_retention": parse_duration,
-    "dead_letter_max": parse_int,
+_DECLARED = settings_of(QueueSettings) | {
+    name: declared for name, (_, declared) in _POOL_SETTINGS.items()
 }
-ENV_VARIABLES: frozenset[str] = frozenset(
-    {URL_VARIABLE} | {ENV_PREFIX + name.upper() for name in _ENV_PARSERS}
+ENV_SETTINGS: Mapping[str, tuple[str, Setting]] = MappingProxyType(
+    {
+        declared.variable or _variable_of(name): (name, declared)
+        for name, declared in _DECLARED.items()
+    }
 )
+"""Every QUEUE_* variable from_env() reads -> (the setting it sets, its Setting)."""
+ENV_VARIABLES: frozenset[str] = frozenset(ENV_SETTINGS)
 """Every QUEUE_* variable from_env() reads; any other QUEUE_* name is refused."""
-
-
-def _setting_of(variable: str) -> str:
-    return variable[len(ENV_PREFIX) :].lower()
-
-
-def _variable_of(setting: str) -> str:
-    return ENV_PREFIX + setting.upper()
 
 
 def _reject_unknown(overrides: Mapping[str, Any]) -> None:

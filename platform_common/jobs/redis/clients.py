@@ -11,9 +11,10 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
 
+from .internals import AddressRotation, ReadOnlyScriptSlots, background_tasks, node_connections
 from .pool import ConnectionGate
 
 __all__ = [
@@ -32,16 +33,14 @@ _RETIRED_KEPT = 64
 """Retired node objects a ClusterClient keeps for aclose() before it forgets idle ones."""
 
 
-class ClusterClient(RedisCluster):
+class ClusterClient(ReadOnlyScriptSlots):
     """RedisCluster with three fixes the package relies on.
 
     - A full pool waits: redis-py's per-node pools raise MaxConnectionsError at once;
       here every command and pipeline first passes a ConnectionGate of
       `max_connections` (each operation holds at most one connection per node), so a
       caller waits up to `pool_timeout`, then gets BackendBusy.
-    - EVAL_RO/EVALSHA_RO are routed by their KEYS, as redis-py does for EVAL/EVALSHA;
-      for the read-only variants it asks the server (COMMAND GETKEYS) before every
-      call, an extra round trip per agent type per exporter scrape.
+    - EVAL_RO/EVALSHA_RO are routed by their KEYS (ReadOnlyScriptSlots).
     - `aclose()` closes every connection, always. redis-py's does nothing while a
       re-initialisation is pending (after any connection error, e.g. a failover); it
       closes only the node cache, while after a re-initialisation commands run on the
@@ -93,27 +92,14 @@ class ClusterClient(RedisCluster):
             nodes += slot_nodes
         return {id(node): node for node in nodes}
 
-    async def _determine_slot(self, command: str, *args: Any) -> int:
-        if command.upper() in ("EVAL_RO", "EVALSHA_RO") and len(args) >= 2:
-            keys = args[2 : 2 + int(args[1])]
-            if keys:
-                slots = {self.keyslot(key) for key in keys}
-                if len(slots) == 1:
-                    return slots.pop()
-            # No keys or a cross-slot call: let redis-py decide (and raise) as it would.
-        return await super()._determine_slot(command, *args)
-
     async def aclose(self) -> None:
         await super().aclose()
         # RedisCluster.aclose() does nothing while a re-initialisation is pending (after
         # any connection error), so close every node we know of ourselves.
         nodes = [*self._known_nodes().values(), *self._retired]
         self._retired = []
-        # redis-py also drops nodes outside initialize() (a MOVED reply after a failover
-        # rewrites the node cache) and closes their idle sockets in background tasks,
-        # which may otherwise outlive the event loop: wait for them.
-        pending = tuple(getattr(self.nodes_manager, "_background_tasks", ()))
-        await asyncio.gather(*pending, return_exceptions=True)
+        # Nodes redis-py dropped itself are being closed in tasks of its own: wait for them.
+        await asyncio.gather(*background_tasks(self.nodes_manager), return_exceptions=True)
         await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)
 
 
@@ -130,7 +116,7 @@ class GatedClusterPipeline(ClusterPipeline):
 
 
 def _has_open_connection(node: ClusterNode) -> bool:
-    return any(connection.is_connected for connection in node._connections)
+    return any(connection.is_connected for connection in node_connections(node))
 
 
 class _HiredisPacking:
@@ -168,34 +154,11 @@ class FastSSLConnection(_HiredisPacking, aioredis.SSLConnection):
     """A TLS connection that packs with hiredis."""
 
 
-class _AddressRotation:
-    """Connect to the first of several addresses that accepts, starting with the one
-    that worked last."""
-
-    def __init__(self, *, addresses: tuple[tuple[str, int], ...], **kwargs: Any) -> None:
-        self._addresses = list(addresses)
-        host, port = self._addresses[0]
-        super().__init__(host=host, port=port, **kwargs)  # type: ignore[call-arg]
-
-    async def _connect(self) -> None:
-        error: BaseException | None = None
-        for _ in range(len(self._addresses)):
-            self.host, self.port = self._addresses[0]
-            try:
-                await super()._connect()  # type: ignore[misc]
-                return
-            except (OSError, TimeoutError) as exc:
-                error = exc
-                self._addresses.append(self._addresses.pop(0))
-        assert error is not None
-        raise error
-
-
-class AnyNodeConnection(_AddressRotation, FastConnection):
+class AnyNodeConnection(AddressRotation, FastConnection):
     """A plain connection to whichever of the cluster's URL addresses answers."""
 
 
-class AnyNodeSSLConnection(_AddressRotation, FastSSLConnection):
+class AnyNodeSSLConnection(AddressRotation, FastSSLConnection):
     """A TLS connection to whichever of the cluster's URL addresses answers."""
 
 

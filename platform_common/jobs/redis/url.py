@@ -41,6 +41,7 @@ from .clients import (
 from .pool import WaitingConnectionPool, WaitingSentinelPool
 
 __all__ = [
+    "DEFAULT_REDIS_URL",
     "ClusterClient",
     "RedisClient",
     "RedisSettings",
@@ -56,6 +57,8 @@ _SCHEMES = ("redis", "rediss")
 _SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
 DEFAULT_PORT = 6379
 DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_REDIS_URL = f"redis://localhost:{DEFAULT_PORT}/0"
+"""The Redis of a process given no URL (the queue, the exporter): the default RedisSettings."""
 # Sentinel master names are configuration words; anything else is a typo or an attack.
 _SERVICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Connection options that also apply to the sentinels themselves (never the data
@@ -91,7 +94,7 @@ class RedisSettings:
     """How to reach Redis. Build it with `from_url()`; never log `password`."""
 
     host: str = "localhost"
-    port: int = 6379
+    port: int = DEFAULT_PORT
     db: int = 0
     username: str | None = None
     password: str | None = field(default=None, repr=False)

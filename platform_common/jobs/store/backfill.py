@@ -17,14 +17,14 @@ more: the second run adds only the jobs created between the first run and the fl
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..errors import ConfigurationError
 from .factory import make_job_store
 from .listing import BackfillReport
 from .redis_store import RedisJobStore
 
-__all__ = ["BackfillProgress", "main", "run", "summary"]
+__all__ = ["BackfillProgress", "run", "summary"]
 
 BackfillProgress = Callable[[int, int | None], None]
 """Told (records scanned so far, the store's estimate of its record count or None)."""
@@ -83,13 +83,10 @@ def summary(report: BackfillReport) -> str:
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `backfill` command with `argv` (default: sys.argv[1:]); returns the exit status."""
-    from ..cli import main as cli_main  # here: the CLI imports this module
-
-    args = sys.argv[1:] if argv is None else argv
-    return cli_main(["backfill", *args], prog="python -m platform_common.jobs")
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m platform_common.jobs.store.backfill`, the old command line. The CLI
+    # imports this module, so only the module run as a script imports the CLI: no import
+    # circle.
+    from platform_common.jobs.cli import main
+
+    sys.exit(main(["backfill", *sys.argv[1:]], prog="python -m platform_common.jobs"))
