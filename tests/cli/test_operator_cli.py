@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
 from tests.support.backends import CLUSTER, parametrize_backends
+from tests.support.dead_letter_race import make_dead_letters, meanwhile
 from tests.support.paths import REPO_ROOT
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -465,14 +466,20 @@ def test_purge_without_a_terminal_refuses_unless_yes(redis_url: str, client: Syn
     assert client.llen(DINING.dead) == 1
 
 
-def purge_on_a_terminal(redis_url: str, answer: str) -> tuple[int, str]:
-    """Run `dead purge --all` with a pseudo-terminal as stdin and stderr; answer its
-    question with `answer`. Returns the exit status and what the terminal showed."""
+def purge_on_a_terminal(
+    redis_url: str,
+    answer: str,
+    *selection: str,
+    before_answering: Callable[[], object] | None = None,
+) -> tuple[int, str]:
+    """Run `dead purge` (`--all` unless `selection` says) with a pseudo-terminal as
+    stdin and stderr; answer its question with `answer`, after `before_answering` has
+    run if given. Returns the exit status and what the terminal showed."""
     leader, follower = pty.openpty()
     # TERM: rich draws no progress bar on a "dumb" terminal, which a CI runner may set.
     process = subprocess.Popen(
-        [sys.executable, "-m", "platform_common.jobs", "dead", "purge", "dining", "--all",
-         "--redis-url", redis_url],
+        [sys.executable, "-m", "platform_common.jobs", "dead", "purge", "dining",
+         *(selection or ("--all",)), "--redis-url", redis_url],
         cwd=REPO_ROOT, env=child_env({"TERM": "xterm"}), stdin=follower,
         stdout=subprocess.PIPE, stderr=follower, text=True,
     )  # fmt: skip
@@ -480,6 +487,8 @@ def purge_on_a_terminal(redis_url: str, answer: str) -> tuple[int, str]:
     shown = b""
     while b"(record and result)?" not in shown:  # the question waits for the answer
         shown += os.read(leader, 1024)
+    if before_answering is not None:
+        before_answering()
     os.write(leader, answer.encode() + b"\n")
     out, _ = process.communicate(timeout=60)
     shown += _drain(leader)  # the rest: the progress bar the terminal saw, if any
@@ -514,6 +523,40 @@ def test_purge_asks_on_a_terminal_stops_on_no_and_draws_its_progress(
     # The progress bar, drawn on the terminal's stderr: its last frame says all 2 done.
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # without the colour codes
     assert re.search(r"purge \S+ 2/2 ", drawn), drawn
+
+
+@pytest.mark.single_node("a pseudo-terminal; the moment is tested on both in tests/operations")
+@pytest.mark.parametrize("selection", [(), ("--error-matches", "TimeoutError")], ids=["all", "re"])
+def test_a_purge_confirmed_on_a_terminal_leaves_letters_dead_lettered_after_the_question(
+    redis_url: str, client: SyncClient, selection: tuple[str, ...]
+) -> None:
+    async def connected(act: Callable[[JobQueue], Awaitable[list[str]]]) -> list[str]:
+        async with await JobQueue.connect(fast_settings(redis_url, max_attempts=1)) as queue:
+            return await act(queue)
+
+    errors = [f"TimeoutError {n}" for n in range(5)]
+    shown = asyncio.run(connected(lambda queue: make_dead_letters(queue, errors)))
+    new: list[str] = []
+
+    def meanwhile_at_the_question() -> None:
+        # Two of the five asked about are requeued (and fail again), three new jobs fail.
+        newer = [f"TimeoutError new {n}" for n in range(3)]
+        new.extend(asyncio.run(connected(lambda queue: meanwhile(queue, shown[:2], newer))))
+
+    code, out = purge_on_a_terminal(
+        redis_url, "y", *selection, before_answering=meanwhile_at_the_question
+    )
+    assert "Purge 5 dead letter(s) of 'dining' for good (record and result)?" in out
+    assert code == 0, out
+    assert set(sync_reply(client.lrange(DINING.dead, 0, -1))) == {*shown[:2], *new}
+    assert not client.exists(*(DINING.job(j) for j in shown[2:]))
+    how = "--all" if not selection else "--error-matches 'TimeoutError'"
+    newer = 5 if not selection else 2  # --error-matches holds the ids it matched
+    assert (
+        f"purged 3 of 5 selected dead letter(s) of 'dining' ({how}); 2 were no longer dead "
+        f"letters; {newer} dead-lettered after "
+    ) in out
+    assert " were left alone" in out
 
 
 def test_a_table_written_to_a_pipe_cuts_no_job_id(redis_url: str) -> None:

@@ -109,6 +109,70 @@ def test_job_and_dead_show_give_a_field_that_does_not_parse_as_its_text(
         assert f"does not parse: {problem}" in table.out and shown in table.out
 
 
+LISTED_DAMAGE = [
+    ("attempts", "many", "many (does not parse)"),
+    ("finished_at", "yesterday", "yesterday (does not parse)"),
+    ("finished_at", "1e400", "1e400 (does not parse)"),
+    ("enqueued_at", "soon", "2023-11-14T22:13:21.001+00:00"),  # not listed: the time shows
+]
+
+
+@pytest.mark.parametrize(("field", "stored", "cell"), LISTED_DAMAGE)
+def test_dead_list_shows_a_letter_whose_fields_do_not_parse_as_stored(
+    agentjobs: Any, client: SyncClient, field: str, stored: str, cell: str
+) -> None:
+    ids = plant_dead_letters(client, DINING, 3, lambda n: f"error {n}")
+    damaged = ids[1]
+    client.hset(DINING.job(damaged), field, stored)
+    table = agentjobs("dead", "list", "dining")
+    assert (table.code, table.err) == (0, "")
+    row = table_row(table.out, damaged)
+    assert cell in row and row[3] == "error 1"
+    assert table_row(table.out, ids[0])[1] == "2023-11-14T22:13:21.000+00:00"  # the rest
+    listed = agentjobs("dead", "list", "dining", "-o", "json").json()
+    assert [x["job_id"] for x in listed["letters"]] == list(reversed(ids))
+    (letter,) = [x for x in listed["letters"] if x["job_id"] == damaged]
+    listed_fields = {"attempts", "finished_at"}
+    assert letter["unparsed"] == ({field: stored} if field in listed_fields else {})
+    # And it goes as any other: by its id, or with every letter.
+    assert agentjobs("dead", "purge", "dining", "--id", damaged, "--yes").code == 0
+    assert client.lrange(DINING.dead, 0, -1) == [ids[2], ids[0]]
+    assert agentjobs("dead", "purge", "dining", "--all", "--yes").code == 0
+    assert client.llen(DINING.dead) == 0
+
+
+def test_dead_list_shows_ids_with_a_slash_or_bytes_that_are_not_utf8(
+    agentjobs: Any, client: SyncClient
+) -> None:
+    [sound] = plant_dead_letters(client, DINING, 1, lambda n: "error")
+    record = sync_reply(client.hgetall(DINING.job(sound)))
+    for raw_id in (b"with/slash", b"caf\xe9-1"):  # a decoding client writes bytes as is
+        client.execute_command("HSET", DINING.job("").encode() + raw_id, *sum(record.items(), ()))  # type: ignore[no-untyped-call]
+        client.lpush(DINING.dead, raw_id)
+    table = agentjobs("dead", "list", "dining")
+    assert (table.code, table.err) == (0, "")
+    assert table_row(table.out, "with/slash")[3] == "error"
+    assert table_row(table.out, "caf\\xe9-1")[3] == "error"  # escaped, as `job show` does
+    listed = agentjobs("dead", "list", "dining", "-o", "json").json()
+    assert [x["job_id"] for x in listed["letters"]] == ["caf\\xe9-1", "with/slash", sound]
+    # The id as a shell passes those bytes ($'caf\xe9-1'): Python reads them escaped.
+    shell_id = b"caf\xe9-1".decode("utf-8", "surrogateescape")
+    shown = agentjobs("dead", "show", "dining", shell_id, "-o", "json")
+    assert shown.json()["job_id"] == "caf\\xe9-1"
+    done = agentjobs("dead", "purge", "dining", "--id", shell_id, "--id", "with/slash", "--yes")
+    assert (done.code, done.err) == (0, "")
+    assert done.out.startswith("purged 2 of 2 selected dead letter(s)")
+    assert client.lrange(DINING.dead, 0, -1) == [sound]
+
+
+def test_a_list_position_beyond_any_list_is_a_usage_error(agentjobs: Any) -> None:
+    done = agentjobs("dead", "list", "dining", "--start", "99999999999999999999")
+    assert done.code == 2
+    assert done.err == (
+        "error: start: a list position from 0 to 9999999999999999, got 99999999999999999999\n"
+    )
+
+
 @pytest.mark.single_node("a worker process; the claim reads the packed job the same on a cluster")
 def test_a_job_the_worker_dead_letters_as_corrupt_can_be_looked_at(
     agentjobs: Any, redis_url: str

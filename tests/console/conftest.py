@@ -3,6 +3,7 @@ client that keeps its cookies as a browser does, and dead letters made by a real
 
 from __future__ import annotations
 
+import html
 import re
 import signal
 import subprocess
@@ -17,9 +18,9 @@ import pytest
 from fastapi import FastAPI
 
 from platform_common.jobs.console import console_router
-from platform_common.jobs.queue import JobPayload, JobQueue
-from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from platform_common.jobs.queue import JobQueue
+from tests.support.dead_letter_race import make_dead_letters as make_dead_letters
+from tests.support.queue_runtime import fast_settings
 from tests.support.ready_process import start_until_ready
 from tests.support.redis_server import find_free_port
 
@@ -28,6 +29,7 @@ HOSTILE = "<script>alert('owned')</script>"
 """Stored in payloads and errors: the pages must show it as text."""
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+_HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
 
 
 def allow_everyone() -> None:
@@ -51,6 +53,19 @@ def csrf_token(html: str) -> str:
     return match[1]
 
 
+def confirmed_form(confirmation: str) -> dict[str, Any]:
+    """The fields the confirmation page's button posts, as a browser sends them (the
+    ids a list, the rest one value each)."""
+    fields: dict[str, Any] = {}
+    for name, value in _HIDDEN.findall(confirmation):
+        if name == "ids":
+            fields.setdefault("ids", []).append(html.unescape(value))
+        else:
+            fields[name] = html.unescape(value)
+    assert "count" in fields, "the page has no confirmation form"
+    return fields
+
+
 @pytest.fixture
 async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
     async with await JobQueue.connect(fast_settings(redis_url, max_attempts=1)) as opened:
@@ -61,23 +76,6 @@ async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
 async def client(queue: JobQueue) -> AsyncIterator[httpx.AsyncClient]:
     async with client_of(console_app(queue)) as opened:
         yield opened
-
-
-async def fail_with_error_text(job: JobPayload) -> None:
-    raise RuntimeError(job.constraints.get("error", "cannot book"))
-
-
-async def make_dead_letters(queue: JobQueue, errors: list[str], **job: Any) -> list[str]:
-    """One dead letter per error text (a real worker fails each on its one attempt)."""
-    before = await queue.dead_letters.count("dining")
-    ids = await queue.enqueue_many([make_job(constraints={"error": e}, **job) for e in errors])
-
-    async def all_dead() -> bool:
-        return await queue.dead_letters.count("dining") >= before + len(ids)
-
-    async with running_worker(queue.settings, fail_with_error_text, concurrency=8):
-        await eventually(all_dead)
-    return ids
 
 
 @contextmanager

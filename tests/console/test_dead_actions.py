@@ -9,9 +9,18 @@ from typing import Any
 import httpx
 import pytest
 
+from platform_common.jobs.errors import JobNotFound
 from platform_common.jobs.operations import show_job
 from platform_common.jobs.queue import JobQueue, QueueState
-from tests.console.conftest import PREFIX, client_of, console_app, csrf_token, make_dead_letters
+from tests.console.conftest import (
+    PREFIX,
+    client_of,
+    confirmed_form,
+    console_app,
+    csrf_token,
+    make_dead_letters,
+)
+from tests.support.dead_letter_race import meanwhile
 
 DEAD = f"{PREFIX}/types/dining/dead"
 
@@ -36,7 +45,7 @@ async def test_requeue_selected_after_confirmation(
     assert await queue.dead_letters.count("dining") == 3  # nothing changed yet
     hidden = dict(re.findall(r'name="(do|count)" value="([^"]+)"', confirm.text))
     assert hidden == {"do": "requeue:selected", "count": "2"}
-    done = await post(client, "act", **picked, count=hidden["count"])
+    done = await post(client, "act", **confirmed_form(confirm.text))
     assert done.status_code == 200
     assert "Requeued 2 of 2" in done.text
     dead = {letter.job_id for letter in await queue.dead_letters.list("dining")}
@@ -55,7 +64,7 @@ async def test_purge_all_matching_touches_at_most_the_confirmed_count(
     assert "Purge 2 dead letters?" in confirm.text and "TimeoutError" in confirm.text
     assert all(j in confirm.text for j in timeouts)  # the sample names them
     # Confirmed for 1 (as if one more matched after the page was drawn): 1 purged, the oldest.
-    done = await post(client, "act", **matching, count="1")
+    done = await post(client, "act", **{**confirmed_form(confirm.text), "count": "1"})
     assert "Purged 1 of 1" in done.text
     left = {letter.job_id for letter in await queue.dead_letters.list("dining")}
     assert other in left and len(left & set(timeouts)) == 1
@@ -69,7 +78,7 @@ async def test_requeue_all_without_a_filter(queue: JobQueue, client: httpx.Async
     assert (
         "Every dead letter of dining" in confirm.text and "Requeue 2 dead letters?" in confirm.text
     )
-    done = await post(client, "act", **every, count="2")
+    done = await post(client, "act", **confirmed_form(confirm.text))
     assert "Requeued 2 of 2" in done.text
     assert await queue.dead_letters.count("dining") == 0
 
@@ -80,10 +89,44 @@ async def test_the_true_count_says_what_was_no_longer_dead(
     first, second = await make_dead_letters(queue, ["a", "b"])
     csrf = await token(client)
     picked = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": [first, second]}
-    await post(client, "confirm", **picked)
+    confirm = await post(client, "confirm", **picked)
     await queue.dead_letters.requeue("dining", [second])  # someone else was quicker
-    done = await post(client, "act", **picked, count="2")
-    assert "Purged 1 of 1" in done.text and second in done.text  # named: left alone
+    done = await post(client, "act", **confirmed_form(confirm.text))
+    assert "Purged 1 of 2" in done.text
+    assert "1 was no longer a dead letter as shown" in done.text
+    assert second in done.text  # named: left alone
+
+
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+@pytest.mark.parametrize("error", ["", "TimeoutError"], ids=["all", "matching"])
+async def test_a_confirmed_action_leaves_what_was_dead_lettered_after_the_count(
+    queue: JobQueue, client: httpx.AsyncClient, action: str, error: str
+) -> None:
+    shown = await make_dead_letters(queue, [f"TimeoutError {n}" for n in range(5)])
+    asked = {"csrf": await token(client), "do": f"{action}:matching", "error": error}
+    confirm = await post(client, "confirm", **asked)
+    assert f"{action.capitalize()} 5 dead letters?" in confirm.text
+    # Between the count and the click: two of the five are requeued (and fail again:
+    # new dead letters with old ids), three new jobs are dead-lettered, all matching.
+    new = await meanwhile(queue, shown[:2], [f"TimeoutError new {n}" for n in range(3)])
+    done = await post(client, "act", **confirmed_form(confirm.text))
+    left = {letter.job_id for letter in await queue.dead_letters.list("dining")}
+    assert left == {*shown[:2], *new}
+    for job_id in shown[2:]:
+        state = QueueState.QUEUED if action == "requeue" else None
+        assert await _state(queue, job_id) == state
+    past = "Requeued" if action == "requeue" else "Purged"
+    assert f"<h1>{past} 3 of 5</h1>" in done.text
+    assert f"{past} 3 of the 5 dead letters of dining shown" in done.text
+    assert "2 were no longer dead letters as shown" in done.text
+    assert "5 dead-lettered after " in done.text and "were left untouched" in done.text
+
+
+async def _state(queue: JobQueue, job_id: str) -> QueueState | None:
+    try:
+        return (await show_job(queue, "dining", job_id)).state
+    except JobNotFound:
+        return None
 
 
 async def test_a_confirmation_of_nothing_offers_no_button(

@@ -15,7 +15,7 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations import MAX_SCAN
 from platform_common.jobs.queue import JobQueue
 from tests.cli.planted import plant_dead_letters
-from tests.console.conftest import PREFIX, csrf_token
+from tests.console.conftest import PREFIX, confirmed_form, csrf_token
 from tests.support.sync_redis import sync_reply
 
 DINING = QueueKeys("dining")
@@ -75,7 +75,7 @@ async def test_all_matching_covers_the_whole_list(
     asked = {"csrf": csrf, "do": "requeue:matching", "error": "PoisonError"}
     confirm = await client.post(f"{DEAD}/confirm", data=asked)
     assert "Requeue 2 dead letters?" in confirm.text
-    done = await client.post(f"{DEAD}/act", data={**asked, "count": "2"})
+    done = await client.post(f"{DEAD}/act", data=confirmed_form(confirm.text))
     assert "Requeued 2 of 2" in done.text
     assert {raw.hget(DINING.job(ids[n]), "state") for n in RARE} == {None}  # queued
     assert raw.llen(DINING.dead) == COUNT - 2

@@ -18,6 +18,7 @@ from tests.console.conftest import (
     HOSTILE,
     PREFIX,
     client_of,
+    confirmed_form,
     console_app,
     csrf_token,
     make_dead_letters,
@@ -236,10 +237,72 @@ async def test_a_stored_record_that_does_not_parse_is_shown_as_stored(
         assert response.status_code == 200 and job_id in response.text, path
     csrf = csrf_token(job.text)
     picked = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": job_id}
-    await client.post(f"{PREFIX}/types/dining/dead/confirm", data=picked)
-    done = await client.post(f"{PREFIX}/types/dining/dead/act", data={**picked, "count": "1"})
+    confirm = await client.post(f"{PREFIX}/types/dining/dead/confirm", data=picked)
+    done = await client.post(f"{PREFIX}/types/dining/dead/act", data=confirmed_form(confirm.text))
     assert "Purged 1 of 1" in done.text
     assert await queue.dead_letters.count("dining") == 0
+
+
+LISTED_DAMAGE = [
+    ("attempts", "many", "many"),
+    ("finished_at", "yesterday", "yesterday"),
+    ("finished_at", "1e400", "1e400"),
+    ("enqueued_at", "soon", None),  # on no dead list column: the letter lists as usual
+]
+
+
+@pytest.mark.parametrize(("field", "stored", "shown"), LISTED_DAMAGE)
+async def test_a_letter_whose_fields_do_not_parse_lists_as_stored_and_is_purged(
+    queue: JobQueue, client: httpx.AsyncClient, redis_url: str,
+    field: str, stored: str, shown: str | None,
+) -> None:  # fmt: skip
+    ids = await make_dead_letters(queue, ["a", "b", "c"])
+    damaged = ids[1]
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        await raw.hset(DINING.job(damaged), field, stored)
+    finally:
+        await raw.aclose()
+    for path in ("/types/dining?list=dead", "/types/dining/dead"):
+        page = await client.get(PREFIX + path)
+        assert page.status_code == 200, page.text
+        assert all(job_id in page.text for job_id in ids), path
+        if shown is not None:
+            assert f'title="does not parse">{shown}</span>' in page.text, path
+    csrf = csrf_token(page.text)
+    every = {"csrf": csrf, "do": "purge:matching", "error": ""}
+    confirm = await client.post(f"{PREFIX}/types/dining/dead/confirm", data=every)
+    assert "Purge 3 dead letters?" in confirm.text
+    done = await client.post(f"{PREFIX}/types/dining/dead/act", data=confirmed_form(confirm.text))
+    assert "Purged 3 of 3" in done.text
+    assert await queue.dead_letters.count("dining") == 0
+
+
+async def test_ids_with_a_slash_or_bytes_that_are_not_utf8_list_and_link(
+    queue: JobQueue, client: httpx.AsyncClient, redis_url: str
+) -> None:
+    [sound] = await make_dead_letters(queue, ["a"])
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        record = await raw.hgetall(DINING.job(sound))
+        for raw_id in (b"with/slash", b"caf\xe9-1"):
+            await raw.hset(DINING.job("").encode() + raw_id, mapping=record)  # type: ignore[arg-type]
+            await raw.lpush(DINING.dead, raw_id)
+    finally:
+        await raw.aclose()
+    for path in ("/types/dining?list=dead", "/types/dining/dead"):
+        page = await client.get(PREFIX + path)
+        assert page.status_code == 200, page.text
+        assert "with/slash" in page.text and "caf\\xe9-1" in page.text, path
+        assert f'href="{PREFIX}/types/dining/jobs/with%2Fslash"' in page.text
+    job = await client.get(f"{PREFIX}/types/dining/jobs/with%2Fslash")
+    assert job.status_code == 200 and '<h1 class="id">with/slash</h1>' in job.text
+    csrf = csrf_token(page.text)
+    picked = {"csrf": csrf, "do": "purge:selected", "error": "", "ids": "with/slash"}
+    confirm = await client.post(f"{PREFIX}/types/dining/dead/confirm", data=picked)
+    done = await client.post(f"{PREFIX}/types/dining/dead/act", data=confirmed_form(confirm.text))
+    assert "Purged 1 of 1" in done.text
+    assert await queue.dead_letters.count("dining") == 2
 
 
 async def test_a_damaged_packed_header_is_an_error_page(

@@ -4,7 +4,7 @@ call of its own gives it: its fencing, its outcome, its refusal, its counts."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -49,7 +49,7 @@ class CountedLeases(AttemptCalls):
         run = self._run
 
         async def counted(
-            script: Script, keys: list[str], args: list[Any], *, eager: bool = False
+            script: Script, keys: Sequence[str | bytes], args: list[Any], *, eager: bool = False
         ) -> Any:
             if script is self._scripts.complete:
                 self.complete_calls.append((len(keys) - 4) // 2)

@@ -101,6 +101,41 @@ async def test_purge_counts_only_what_it_purged(queue: JobQueue) -> None:
     assert await queue.dead_letters.count("dining") == 0
 
 
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+async def test_a_new_job_that_took_the_id_of_an_expired_letter_is_left_alone(
+    queue: JobQueue, redis_client: RedisClient, action: str
+) -> None:
+    # The letter's record and result passed their retention; until the cleanup prunes
+    # its entry, the id is free and a new job takes it. The stale entry goes, the new
+    # job stays as it is (it was purged or reset to attempt 0 before).
+    (job_id,) = await dead_letter(queue, 1)
+    await redis_client.delete(DINING.job(job_id), DINING.result(job_id))
+    await queue.enqueue(make_job(job_id=job_id, task="a new job"))
+    await redis_client.hset(DINING.job(job_id), mapping={"state": "retrying", "attempts": "2"})
+    letters = queue.dead_letters
+    each = letters.requeue_each if action == "requeue" else letters.purge_each
+    outcome = await each("dining", [job_id])
+    assert (outcome.done, outcome.gone, outcome.newer) == ((), (job_id,), ())
+    assert await letters.count("dining") == 0
+    state = await redis_client.hmget(DINING.job(job_id), ["state", "attempts"])
+    assert state == ["retrying", "2"]
+
+
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+async def test_a_letter_that_ended_after_the_moment_given_is_left_alone(
+    queue: JobQueue, redis_client: RedisClient, action: str
+) -> None:
+    older, newer = await dead_letter(queue, 2)
+    await redis_client.hset(DINING.job(older), "finished_at", "1700000000000")
+    await redis_client.hset(DINING.job(newer), "finished_at", "1700000000001")
+    letters = queue.dead_letters
+    each = letters.requeue_each if action == "requeue" else letters.purge_each
+    outcome = await each("dining", [older, newer], as_of=1700000000000)
+    assert (outcome.done, outcome.gone, outcome.newer) == ((older,), (), (newer,))
+    assert await redis_client.lrange(DINING.dead, 0, -1) == [newer]
+    assert await redis_client.hget(DINING.job(newer), "state") == "dead"
+
+
 async def test_a_misspelt_agent_type_is_an_error_everywhere(queue: JobQueue) -> None:
     dead = queue.dead_letters
     operations = [

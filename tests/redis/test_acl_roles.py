@@ -103,7 +103,7 @@ def dead_requeue(keys: QueueKeys, job_id: str) -> Step:
         "queue_dead_requeue",
         [keys.dead, keys.queue, keys.expiry, keys.stats, keys.waiting, keys.job(job_id),
          keys.result(job_id)],
-        [job_id],
+        ["dead", "", job_id],
     )  # fmt: skip
 
 
@@ -209,7 +209,7 @@ OPERATIONS = (
               "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Purge a dead letter (dead-letter purge script)",
               (script("queue_dead_purge", [OWN.dead, OWN.job("d1"), OWN.result("d1")],
-                      ["d1"]),),
+                      ["dead", "", "d1"]),),
               "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Use its JobStore agent's records (create script, HGETALL, SCAN MATCH)",
               (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
@@ -293,7 +293,7 @@ OPERATIONS = (
     Operation("Requeue or purge another agent type's dead letters",
               (dead_requeue(OTHER, "d1"),
                script("queue_dead_purge", [OTHER.dead, OTHER.job("d1"), OTHER.result("d1")],
-                      ["d1"])),
+                      ["dead", "", "d1"])),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Read or write another JobStore agent's records",
               (command("HGETALL", OTHER_STORE.record("s1")),

@@ -12,10 +12,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..operations import (
     MAX_SCAN,
     DeadLetterAction,
+    DeadLetterLine,
     DeadLetterListing,
     JobDetail,
     list_dead_letters,
@@ -26,6 +28,7 @@ from ..operations import (
     show_dead_letter,
 )
 from ..operations import Progress as ProgressCallback
+from ..operations.stored import readable
 from .exits import EXIT_USAGE, CliError
 from .job_command import AgentTypeArgument, JobIdArgument, emit, found
 from .operator_output import (
@@ -122,11 +125,17 @@ def list_(
     for letter in listing.letters:
         table.add_row(
             text(letter.job_id),
-            timestamp(letter.dead_at),
-            str(letter.attempts),
+            _as_stored(letter, "finished_at", timestamp(letter.dead_at)),
+            _as_stored(letter, "attempts", str(letter.attempts)),
             text(" ".join(letter.last_error.split()) or NONE),
         )
     stdout().print(table)
+
+
+def _as_stored(letter: DeadLetterLine, field: str, parsed: str) -> Text:
+    """A cell: the parsed value, or the stored text of a field that does not parse."""
+    stored = letter.unparsed.get(field)
+    return text(parsed) if stored is None else text(f"{stored} (does not parse)")
 
 
 def _caption(listing: DeadLetterListing, error_matches: str | None) -> str:
@@ -183,8 +192,9 @@ def requeue(
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Put dead letters back on the queue with fresh attempts and a fresh TTL, oldest
-    first, 500 per call. Select with --id (repeatable), --all or --error-matches. The
-    counts printed are what Redis reports was done."""
+    first, 500 per call. Select with --id (repeatable), --all or --error-matches. Only the
+    letters selected are requeued: one dead-lettered after the selection is left alone.
+    The counts printed are what Redis reports was done."""
     report = _act("requeue", agent_type, job_ids, every, error_matches, dry_run, True, redis_url)
     _print_report(report, output)
 
@@ -202,7 +212,8 @@ def purge(
 ) -> None:
     """Delete dead letters for good (record and result), 500 per call. Select with --id
     (repeatable), --all or --error-matches. Asks for confirmation first; without a
-    terminal to ask on, refuses unless --yes."""
+    terminal to ask on, refuses unless --yes. Only the letters counted are purged: one
+    dead-lettered after the count (while the question waits, say) is left alone."""
     if not dry_run and not yes and not sys.stdin.isatty():
         raise CliError("purge: no terminal to confirm on; pass --yes (or --dry-run)", EXIT_USAGE)
     report = _act("purge", agent_type, job_ids, every, error_matches, dry_run, yes, redis_url)
@@ -278,9 +289,12 @@ def _print_report(report: DeadLetterAction, output: Output) -> None:
             f"{past} {report.done:,} of {report.selected:,} selected dead letter(s) of "
             f"{report.agent_type!r} ({how})"
         )
-        if report.done < report.selected:
-            line += f"; {report.selected - report.done:,} were no longer dead letters"
+        if report.gone:
+            line += f"; {report.gone:,} were no longer dead letters"
+        if report.newer:
+            moment = "the selection" if report.as_of is None else timestamp(report.as_of / 1000)
+            line += f"; {report.newer:,} dead-lettered after {moment} were left alone"
     # Plain print: the summary is read by scripts as much as by people.
-    print(line)
+    print(readable(line))
     if report.not_dead:
-        print(f"not dead letters, left alone: {', '.join(report.not_dead)}")
+        print(readable(f"not dead letters, left alone: {', '.join(report.not_dead)}"))

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..operations.formatting import NONE, age, timestamp
+from ..operations.stored import readable
 
 __all__ = [
     "NONE",
@@ -92,11 +93,24 @@ def jsonable(value: Any) -> Any:
 
 
 def print_json(value: Any, *, one_line: bool = False) -> None:
-    """`value` as JSON on stdout: indented, or one line (a JSON-lines stream)."""
+    """`value` as JSON on stdout: indented, or one line (a JSON-lines stream). A string
+    holding bytes that are not UTF-8 (an id stored so) shows them as \\xNN."""
     # Plain print, not rich: scripts read it, and rich would wrap long lines.
-    print(json.dumps(jsonable(value), indent=None if one_line else 2, ensure_ascii=False))
+    shown = _readable(jsonable(value))
+    print(json.dumps(shown, indent=None if one_line else 2, ensure_ascii=False))
 
 
 def text(value: object) -> Text:
-    """Untrusted text (errors, payloads, ids) as a cell: `[red]` stays literal."""
-    return Text(str(value))
+    """Untrusted text (errors, payloads, ids) as a cell: `[red]` stays literal, bytes
+    that are not UTF-8 (an id stored so) read \\xNN."""
+    return Text(readable(str(value)))
+
+
+def _readable(value: Any) -> Any:
+    if isinstance(value, str):
+        return readable(value)
+    if isinstance(value, dict):
+        return {_readable(k): _readable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_readable(v) for v in value]
+    return value

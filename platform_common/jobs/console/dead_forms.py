@@ -1,6 +1,10 @@
 """The dead-letter forms: requeue or purge the selected letters, or all those matching the
 filter, in two steps (confirm, then act), through the operations layer's selection and
-actions, so the page reports what Redis says was really done."""
+actions, so the page reports what Redis says was really done.
+
+The confirmation page carries the selection's moment (`as_of`, Redis ms) and, for all
+matching, the newest letter it counted: the act touches only letters dead-lettered no
+later, at most as many as were confirmed, and reports the rest as skipped."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ ACTIONS = ("requeue", "purge")
 SCOPES = ("selected", "matching")
 MAX_FILTER = 500
 """Longest error text a filter takes (the dead page's query allows as much)."""
+_DIGITS = re.compile(r"[0-9]{1,16}")
+"""A confirmed count or moment (Redis ms): 16 digits pass any of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,10 @@ class Confirmation:
     """Dead letters the action would touch (confirmed, it is the most it touches)."""
     not_dead: tuple[str, ...]
     sample: tuple[str, ...]
+    as_of: int | None = None
+    """The selection's moment (Redis ms): confirmed, nothing dead-lettered later is touched."""
+    newest: str | None = None
+    """All matching: the newest letter counted (the act stops there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +94,33 @@ class DeadLetterForms:
         run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
         preview = await run(self._queue, selection, dry_run=True)
         return Confirmation(
-            asked.action, asked.scope, asked.error, asked.job_ids, selection.count,
-            selection.not_dead, preview.sample,
+            asked.action, asked.scope, asked.error, selection.job_ids if asked.scope ==
+            "selected" else (), selection.count, selection.not_dead, preview.sample,
+            selection.as_of, selection.newest,
         )  # fmt: skip
 
     async def act(self, request: Request, agent_type: str) -> DeadLetterAction:
-        """Do the confirmed action, on at most as many letters as were confirmed."""
+        """Do the confirmed action: only on letters dead-lettered no later than the
+        confirmed moment, on at most as many letters as were confirmed."""
         form = await self._form(request)
         asked = await self._checked(request, agent_type, form)
         confirmed = _one(form, "count")
-        if not confirmed.isdigit():
+        if not _DIGITS.fullmatch(confirmed):
             raise self._refuse(400, "count: the confirmed count is missing or not a number")
-        selection = _at_most(await self._select(asked, agent_type), int(confirmed))
+        moment = _one(form, "as_of")
+        if not (_DIGITS.fullmatch(moment) or (moment == "" and asked.scope == "selected")):
+            raise self._refuse(
+                400, "as_of: the confirmed moment is missing or not a number: confirm again"
+            )
+        newest = _one(form, "newest") or None
+        as_of = int(moment) if moment else None
+        if asked.scope == "matching" and not asked.error:
+            selection = DeadSelection(
+                agent_type, SelectionKind.ALL, int(confirmed), (), as_of=as_of, newest=newest
+            )
+        else:
+            selection = await self._select(asked, agent_type, newest)
+            selection = _at_most(replace(selection, as_of=as_of), int(confirmed))
         run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
         return await run(self._queue, selection)
 
@@ -128,12 +153,14 @@ class DeadLetterForms:
             raise self._refuse(400, "no dead letter selected: tick at least one")
         return _Request(action, scope, error, job_ids)
 
-    async def _select(self, asked: _Request, agent_type: str) -> DeadSelection:
+    async def _select(
+        self, asked: _Request, agent_type: str, newest: str | None = None
+    ) -> DeadSelection:
         if asked.scope == "selected":
             return await select_dead_letters(self._queue, agent_type, job_ids=asked.job_ids)
         if asked.error:
             return await select_dead_letters(
-                self._queue, agent_type, error_matches=self.pattern(asked.error)
+                self._queue, agent_type, error_matches=self.pattern(asked.error), newest=newest
             )
         return await select_dead_letters(self._queue, agent_type, every=True)
 
@@ -144,10 +171,7 @@ def _one(form: dict[str, list[str]], name: str) -> str:
 
 
 def _at_most(selection: DeadSelection, confirmed: int) -> DeadSelection:
-    """The selection cut to the count the person confirmed: letters dead-lettered after
-    the confirmation page was drawn are never touched by it (the oldest come first)."""
-    if selection.count <= confirmed:
-        return selection
-    if selection.kind == SelectionKind.ALL:
-        return replace(selection, count=confirmed)
+    """The selection as confirmed: its count the one the person saw (the report says how
+    many of those were done), its ids at most that many, the oldest first (the moment
+    already leaves out the letters dead-lettered after the confirmation page)."""
     return replace(selection, count=confirmed, job_ids=selection.job_ids[:confirmed])

@@ -7,10 +7,13 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
+from markupsafe import Markup
 
 from ..operations import Minute, formatting
+from ..operations.stored import readable
 
 __all__ = [
     "MAX_SHOWN_JSON",
@@ -19,7 +22,9 @@ __all__ = [
     "age",
     "chart_bars",
     "environment",
+    "path_segment",
     "pretty_json",
+    "printable",
     "shown_json",
     "shown_text",
     "timestamp",
@@ -38,12 +43,30 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=printable,
     )
     env.filters.update(
         age=age, timestamp=timestamp, pretty_json=pretty_json, shown_json=shown_json,
-        shown_text=shown_text,
+        shown_text=shown_text, path_segment=path_segment,
     )  # fmt: skip
     return env
+
+
+def printable(value: Any) -> Any:
+    """Every value a page shows: text holding the surrogate escapes of bytes that are not
+    UTF-8 (a job id stored so, see operations.stored) as \\xNN, which UTF-8 can carry."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return readable(value)
+    return value
+
+
+def path_segment(value: str) -> str:
+    """`value` as one segment of a URL path: "/" and every other reserved character
+    percent-encoded (the route takes the rest of the path, so "a/b" is one job id)."""
+    return quote(value.encode("utf-8", "surrogateescape"), safe="")
 
 
 def age(seconds: float | None) -> str:

@@ -258,7 +258,8 @@ def console_router(
 
         return await respond(request, build)
 
-    @router.get("/types/{agent_type}/jobs/{job_id}", name=named("console_job"))
+    # `:path`: a job id may hold "/" (links send it as %2F, which arrives decoded).
+    @router.get("/types/{agent_type}/jobs/{job_id:path}", name=named("console_job"))
     async def job_page(request: Request, agent_type: str, job_id: str) -> Response:
         async def build() -> Response:
             if not job_id or len(job_id) > _MAX_JOB_ID:

@@ -1,14 +1,62 @@
 -- Delete kept jobs for good: the list entry, the record and the result.
 -- KEYS[1] dead (or failed) list; KEYS[2i] job hash of job i, KEYS[2i+1] result key of job i
--- ARGV[i] job id of job i
--- Returns the number of jobs purged (ids not in the list are ignored).
--- The first command is an LREM of the list: a list key of another type fails it before
--- anything is written; DEL takes a record or result of any type.
-local purged = 0
-for i = 1, #ARGV do
-    if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-        redis.call('DEL', KEYS[2 * i], KEYS[2 * i + 1])
-        purged = purged + 1
+-- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
+-- ARGV[2] the moment, Redis ms: only jobs that ended (finished_at) no later are purged;
+--         '' for any time
+-- ARGV[2+i] job id of job i
+-- Returns one code per job, in order: 1 purged; 0 not a kept job of this list (not on it,
+-- its record gone or in another state: a stale entry is dropped, the record is left);
+-- 2 ended after the moment (a newer dead letter, maybe of a requeued job): left alone.
+-- A record whose finished_at is missing or does not parse counts as ended before the
+-- moment: every ending writes it, so such a record is not a new one. A job key of
+-- another type than a hash is no record the queue wrote: it is deleted with its entry.
+-- Every check runs before the first write: a list of another type, or an argument that
+-- does not parse, is refused and nothing changes; LREM and DEL cannot fail after that.
+local found = redis.call('TYPE', KEYS[1]).ok
+if found ~= 'list' and found ~= 'none' then
+    return redis.error_reply('CORRUPT 1 holds a ' .. found .. ', where the queue keeps a list')
+end
+local kept_state, moment = ARGV[1], ARGV[2]
+if kept_state ~= 'dead' and kept_state ~= 'failed' then
+    return redis.error_reply("ERR the kept state must be 'dead' or 'failed'; nothing was changed")
+end
+if moment ~= '' and not (#moment <= 15 and string.find(moment, '^%d+$')) then
+    return redis.error_reply('ERR the moment must be whole ms or empty; nothing was changed')
+end
+moment = tonumber(moment)
+
+local PURGE, STALE, NEWER = 1, 0, 2
+local verdicts = {}
+for i = 1, #ARGV - 2 do
+    local key = KEYS[2 * i]
+    local kind = redis.call('TYPE', key).ok
+    if kind == 'none' then
+        verdicts[i] = STALE
+    elseif kind ~= 'hash' then
+        verdicts[i] = PURGE
+    else
+        local fields = redis.call('HMGET', key, 'state', 'finished_at')
+        local ended = fields[2]
+        if fields[1] ~= kept_state then
+            verdicts[i] = STALE
+        elseif moment and ended and #ended <= 15 and string.find(ended, '^%d+$')
+                and tonumber(ended) > moment then
+            verdicts[i] = NEWER
+        else
+            verdicts[i] = PURGE
+        end
     end
 end
-return purged
+
+local codes = {}
+for i = 1, #ARGV - 2 do
+    local job_id = ARGV[2 + i]
+    codes[i] = 0
+    if verdicts[i] == NEWER then
+        codes[i] = 2
+    elseif redis.call('LREM', KEYS[1], 1, job_id) == 1 and verdicts[i] == PURGE then
+        redis.call('DEL', KEYS[2 * i], KEYS[2 * i + 1])
+        codes[i] = 1
+    end
+end
+return codes

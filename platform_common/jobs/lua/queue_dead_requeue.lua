@@ -4,16 +4,24 @@
 -- KEYS[1] dead (or failed) list  KEYS[2] queue list  KEYS[3] expiry zset
 -- KEYS[4] stats hash  KEYS[5] waiting zset
 -- KEYS[4+2i] job hash of job i, KEYS[5+2i] result key of job i
--- ARGV[i] job id of job i
--- Returns the job ids requeued (ids not in the list, or whose record is gone, are not;
--- the entry of a record that is gone is dropped).
+-- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
+-- ARGV[2] the moment, Redis ms: only jobs that ended (finished_at) no later are requeued;
+--         '' for any time
+-- ARGV[2+i] job id of job i
+-- Returns one code per job, in order: 1 requeued; 0 not a kept job of this list (not on
+-- it, its record gone or in another state: a stale entry is dropped, the record is
+-- left); 2 ended after the moment (a newer dead letter, maybe of a job requeued and
+-- failed again): left alone. A record whose finished_at is missing or does not parse
+-- counts as ended before the moment: every ending writes it, so such a record is not a
+-- new one.
 -- The record is rewritten without HSET, so that the operator role, which runs this
 -- script, needs none (an HSET could write a payload, a whole job no one enqueued): its
 -- state is deleted (a job hash without one is a queued job's), each number is deleted
 -- and then added (HINCRBY) at its new value.
--- A key of another type, a record's ttl or the enqueued counter that does not parse is
--- refused with the error reply "CORRUPT <position in KEYS> <problem>" before the first
--- write: every record is read and checked first, then everything is written.
+-- A key of another type, the ttl of a record to requeue or the enqueued counter that
+-- does not parse is refused with the error reply "CORRUPT <position in KEYS> <problem>"
+-- before the first write (an argument that does not parse with "ERR"): every record is
+-- read and checked first, then everything is written.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -40,32 +48,55 @@ if enqueued and not (#enqueued <= 18
         and (enqueued == '0' or string.find(enqueued, '^%-?[1-9]%d*$'))) then
     return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
--- Each record's ttl, or false when there is no record. At most 12 digits: the new
--- expires_at (ms) must stay an integer Lua writes in plain digits.
-local ttls = {}
-for i = 1, #ARGV do
+local kept_state, moment = ARGV[1], ARGV[2]
+if kept_state ~= 'dead' and kept_state ~= 'failed' then
+    return redis.error_reply("ERR the kept state must be 'dead' or 'failed'; nothing was changed")
+end
+if moment ~= '' and not (#moment <= 15 and string.find(moment, '^%d+$')) then
+    return redis.error_reply('ERR the moment must be whole ms or empty; nothing was changed')
+end
+moment = tonumber(moment)
+
+-- Each job's verdict: its record's ttl (a number: requeue it), STALE or NEWER. The ttl is
+-- checked only for a job to requeue, at most 12 digits: the new expires_at (ms) must
+-- stay an integer Lua writes in plain digits.
+local STALE, NEWER = 'stale', 'newer'
+local verdicts = {}
+for i = 1, #ARGV - 2 do
     local index = 4 + 2 * i
     local found = redis.call('TYPE', KEYS[index]).ok
     if found == 'hash' then
-        local ttl = redis.call('HGET', KEYS[index], 'ttl')
-        if not (ttl and #ttl <= 12 and string.find(ttl, '^%d+$') and tonumber(ttl) > 0) then
+        local fields = redis.call('HMGET', KEYS[index], 'state', 'finished_at', 'ttl')
+        local ended, ttl = fields[2], fields[3]
+        if fields[1] ~= kept_state then
+            verdicts[i] = STALE
+        elseif moment and ended and #ended <= 15 and string.find(ended, '^%d+$')
+                and tonumber(ended) > moment then
+            verdicts[i] = NEWER
+        elseif ttl and #ttl <= 12 and string.find(ttl, '^%d+$') and tonumber(ttl) > 0 then
+            verdicts[i] = tonumber(ttl)
+        else
             return corrupt(index, 'field ttl of the job does not parse: ' .. shown(ttl))
         end
-        ttls[i] = tonumber(ttl)
     elseif found == 'none' then
-        ttls[i] = false
+        verdicts[i] = STALE
     else
         return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a hash')
     end
 end
 
-local requeued = {}
-for i = 1, #ARGV do
-    local job_id = ARGV[i]
+local codes = {}
+local requeued = 0
+for i = 1, #ARGV - 2 do
+    local job_id = ARGV[2 + i]
     local job_key = KEYS[4 + 2 * i]
-    if redis.call('LREM', KEYS[1], 1, job_id) == 1 and ttls[i] then
+    local verdict = verdicts[i]
+    codes[i] = 0
+    if verdict == NEWER then
+        codes[i] = 2
+    elseif redis.call('LREM', KEYS[1], 1, job_id) == 1 and verdict ~= STALE then
         -- (%d: HINCRBY takes plain integer digits only, never a Lua number's 1e+15)
-        local at, expires_at = string.format('%d', now), string.format('%d', now + ttls[i] * 1000)
+        local at, expires_at = string.format('%d', now), string.format('%d', now + verdict * 1000)
         redis.call('HDEL', job_key, 'state', 'token', 'due_at', 'finished_at', 'attempts',
             'enqueued_at', 'expires_at', 'requeued_at')
         redis.call('HINCRBY', job_key, 'attempts', 0)
@@ -77,10 +108,11 @@ for i = 1, #ARGV do
         redis.call('ZADD', KEYS[3], expires_at, job_id)
         redis.call('LPUSH', KEYS[2], job_id)
         redis.call('ZADD', KEYS[5], now, job_id)
-        requeued[#requeued + 1] = job_id
+        codes[i] = 1
+        requeued = requeued + 1
     end
 end
-if #requeued > 0 then
-    redis.call('HINCRBY', KEYS[4], 'enqueued', #requeued)
+if requeued > 0 then
+    redis.call('HINCRBY', KEYS[4], 'enqueued', requeued)
 end
-return requeued
+return codes

@@ -3,24 +3,35 @@ requeued or purged in batches, with a dry run, reporting what was really done.
 
 Listing and matching read each letter's id, attempts, error and time (LRANGE + HMGET
 pages), never its payload or history: matching an error over 100k letters through
-DeadLetters.list would move every payload. Requeue and purge go through the
-DeadLetters API, BATCH ids per call, and count what its return values say was done."""
+DeadLetters.list would move every payload. A field that does not parse is listed as
+stored, an id that is not UTF-8 byte for byte (stored.py), so one damaged letter never
+hides the others. Requeue and purge go through the DeadLetters API, BATCH ids per
+call, and count what its scripts say became of each letter.
+
+A selection remembers its moment, `as_of`: the dead-lettered time of the newest letter
+it counted (the list's own clock; Redis' TIME when that time does not parse). An
+action on it touches only letters dead-lettered no later, so letters that arrive
+between the count an operator confirmed and the action are left alone, and a letter
+requeued and dead-lettered again meanwhile is a new one. A selection of every letter
+also remembers the newest letter by id, `newest`: the action stops there, which tells
+apart letters of the same millisecond."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from ..errors import ValidationError
 from ..queue import JobQueue
-from ..queue.dead_letters import BATCH
-from .session import PAGE, read
+from ..queue.dead_letters import BATCH, ActedOn, wire
+from .session import PAGE, read, read_undecoded, redis_now
+from .stored import shown_stored, stored_count, stored_id, stored_ms, stored_text
 
 __all__ = [
     "MAX_SCAN",
+    "MAX_START",
     "SAMPLE_SIZE",
     "DeadLetterAction",
     "DeadLetterLine",
@@ -35,11 +46,14 @@ __all__ = [
 ]
 
 SAMPLE_SIZE = 10
+"""Job ids a selection or an action report names (the count is always exact)."""
 MAX_SCAN = 5_000
 """Most dead letters one filtered listing looks at (PAGE at a time): a rare filter over a
 100k-long list returns a partial page and where to continue, instead of reading every
 letter on each page load."""
-"""Job ids a selection or an action report names (the count is always exact)."""
+MAX_START = 10**16 - 1
+"""The largest list position a listing starts at: more than any list Redis can hold,
+and LRANGE still takes it (a 20-digit one is a Redis error)."""
 
 Progress = Callable[[int, int], None]
 """Called with (letters handled so far, letters to handle) after each page or batch."""
@@ -50,10 +64,17 @@ class DeadLetterLine:
     """One dead letter as a listing shows it (no payload, no history: `dead show`)."""
 
     job_id: str
-    attempts: int
+    """As stored: bytes that are not UTF-8 as surrogate escapes (stored.readable shows
+    them as \\xNN; an action given this id acts on those bytes)."""
+    attempts: int | None
+    """0 when absent; None when it does not parse (then in `unparsed`)."""
     last_error: str
     dead_at: float | None
-    """Seconds since the epoch (Redis time) when it was dead-lettered."""
+    """Seconds since the epoch (Redis time) when it was dead-lettered; None when absent
+    or when it does not parse (then in `unparsed`)."""
+    unparsed: dict[str, str] = field(default_factory=dict)
+    """Stored fields that do not parse ("attempts", "finished_at"), as their text (cut
+    to stored.MAX_SHOWN_STORED characters): a listing shows them as stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +122,16 @@ class DeadSelection:
     """Ids asked for (IDS) that are not dead letters: left out."""
     pattern: str | None = None
     """The regular expression (ERROR_MATCHES), searched in each last error."""
+    as_of: int | None = None
+    """Redis ms: the action touches only letters dead-lettered no later (the newest
+    selected letter's time). None: any time (no selected letter's time parses)."""
+    newest: str | None = None
+    """ALL and ERROR_MATCHES: the list's newest letter when selected. Acting on every
+    letter stops there; matching again (the console's act) leaves out the matches
+    above it. Either way only while it is still on the list (then `as_of` decides)."""
+    newer: int = 0
+    """Matches found above `newest` when matching again: dead-lettered after the
+    selection, left out (counted in the action's report)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +147,22 @@ class DeadLetterAction:
     """The --error-matches expression, if that was the selection."""
     dry_run: bool
     selected: int
-    """Dead letters the selection held."""
+    """Dead letters the selection held (the count an operator confirmed)."""
     done: int
-    """Dead letters really requeued or purged, as the API reported them (0 on a dry run):
+    """Dead letters really requeued or purged, as Redis reported them (0 on a dry run):
     fewer than `selected` when some stopped being dead letters meanwhile."""
     not_dead: tuple[str, ...]
     """Ids asked for that were not dead letters."""
     sample: tuple[str, ...]
     """The first SAMPLE_SIZE ids acted on (on a dry run: that would be)."""
+    gone: int = 0
+    """Selected letters that were no longer the dead letters selected when acted on
+    (requeued, purged or expired meanwhile): `selected` - `done`, never below 0."""
+    newer: int = 0
+    """Dead letters the action found dead-lettered after the selection's moment and left
+    alone (for ALL: the letters left on the list when it ended)."""
+    as_of: int | None = None
+    """The selection's moment (Redis ms): nothing dead-lettered later was touched."""
 
 
 async def list_dead_letters(
@@ -144,8 +183,8 @@ async def list_dead_letters(
     `next_start`. Without a filter every letter read is listed, so `limit` bounds it."""
     if limit < 1:
         raise ValidationError("limit", f"must be at least 1, got {limit}")
-    if start < 0:
-        raise ValidationError("start", f"must be 0 or more, got {start}")
+    if not 0 <= start <= MAX_START:
+        raise ValidationError("start", f"a list position from 0 to {MAX_START}, got {start}")
     if max_scan < 1:
         raise ValidationError("max_scan", f"must be at least 1, got {max_scan}")
     pattern = _compile(error_matches)
@@ -188,40 +227,78 @@ async def select_dead_letters(
     every: bool = False,
     error_matches: str | None = None,
     on_scan: Progress | None = None,
+    newest: str | None = None,
 ) -> DeadSelection:
     """Exactly one of: these `job_ids` (those that are dead letters), `every` dead letter,
     or those whose last error matches `error_matches` (a scan of the list, PAGE at a time,
-    reported to `on_scan`). Reads only: nothing changes until an action runs."""
+    reported to `on_scan`). Reads only: nothing changes until an action runs.
+
+    `newest` (matching again a selection made before): the matches above that letter,
+    when it is still on the list, are left out and counted in `newer`; the selection's
+    `as_of` is then the caller's to set (dataclasses.replace)."""
     given = sum((bool(job_ids), every, error_matches is not None))
     if given != 1:
         raise ValidationError("selection", "give exactly one of --id, --all, --error-matches")
     keys = queue.connection.known_keys(agent_type)
     if every:
-        (total,) = await read(queue, [("LLEN", keys.dead)])
-        return DeadSelection(agent_type, SelectionKind.ALL, int(total), ())
+        head, total = await read_undecoded(
+            queue, [("LRANGE", keys.dead, 0, 0), ("LLEN", keys.dead)]
+        )
+        if not head:
+            return DeadSelection(agent_type, SelectionKind.ALL, 0, ())
+        head_id = stored_id(head[0])
+        (ended,) = await read_undecoded(queue, [("HGET", wire(keys.job(head_id)), "finished_at")])
+        as_of = stored_ms(ended)
+        if as_of is None:
+            as_of = await _now_ms(queue)
+        return DeadSelection(
+            agent_type, SelectionKind.ALL, int(total), (), as_of=as_of, newest=head_id
+        )
     if job_ids:
         unique = list(dict.fromkeys(job_ids))
         dead: list[str] = []
+        times: list[int] = []
         for start in range(0, len(unique), PAGE):
             chunk = unique[start : start + PAGE]
-            states = await read(queue, [("HGET", keys.job(j), "state") for j in chunk])
-            dead += [j for j, state in zip(chunk, states, strict=True) if state == "dead"]
+            replies = await read_undecoded(
+                queue, [("HMGET", wire(keys.job(j)), "state", "finished_at") for j in chunk]
+            )
+            for job_id, (state, ended) in zip(chunk, replies, strict=True):
+                if state == b"dead":
+                    dead.append(job_id)
+                    times += [ms] if (ms := stored_ms(ended)) is not None else []
         not_dead = tuple(j for j in unique if j not in set(dead))
-        return DeadSelection(agent_type, SelectionKind.IDS, len(dead), tuple(dead), not_dead)
+        return DeadSelection(
+            agent_type, SelectionKind.IDS, len(dead), tuple(dead), not_dead,
+            as_of=max(times, default=None),
+        )  # fmt: skip
     pattern = _compile(error_matches)
     assert pattern is not None
     (total,) = await read(queue, [("LLEN", keys.dead)])
     matched: list[str] = []
     scanned = 0
-    while (lines := await _lines(queue, agent_type, scanned, PAGE)) is not None:
-        scanned += len(lines)
-        matched += [x.job_id for x in lines if x is not None and pattern.search(x.last_error)]
+    head_ms: int | None = None
+    first: str | None = None
+    passed_newest = newest is None
+    above = 0
+    while (page := await _page(queue, agent_type, scanned, PAGE)) is not None:
+        if first is None:
+            first, head_ms = page[0].job_id, page[0].ended_ms
+        scanned += len(page)
+        for letter in page:
+            if letter.job_id == newest and not passed_newest:
+                # The matches above it arrived after the selection this one repeats.
+                above, passed_newest = len(matched), True
+                matched.clear()
+            if letter.line is not None and pattern.search(letter.line.last_error):
+                matched.append(letter.job_id)
         if on_scan is not None:
             on_scan(scanned, max(scanned, int(total)))
     matched.reverse()  # oldest first, as a requeue of all of them would go
+    as_of = head_ms if head_ms is not None or first is None else await _now_ms(queue)
     return DeadSelection(
         agent_type, SelectionKind.ERROR_MATCHES, len(matched), tuple(matched),
-        pattern=pattern.pattern,
+        pattern=pattern.pattern, as_of=as_of, newest=first, newer=above,
     )  # fmt: skip
 
 
@@ -232,13 +309,9 @@ async def requeue_dead_letters(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> DeadLetterAction:
-    """Requeue the selection (fresh attempts and TTL), BATCH per call, oldest first."""
-
-    async def requeue(job_ids: list[str]) -> tuple[int, list[str]]:
-        requeued = await queue.dead_letters.requeue(selection.agent_type, job_ids)
-        return len(requeued), requeued
-
-    return await _act(queue, "requeue", selection, requeue, dry_run, progress)
+    """Requeue the selection (fresh attempts and TTL), BATCH per call, oldest first: only
+    letters dead-lettered no later than its `as_of`."""
+    return await _act(queue, "requeue", selection, dry_run, progress)
 
 
 async def purge_dead_letters(
@@ -248,59 +321,86 @@ async def purge_dead_letters(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> DeadLetterAction:
-    """Delete the selection for good (record and result), BATCH per call, oldest first."""
-
-    async def purge(job_ids: list[str]) -> tuple[int, list[str]]:
-        # purge() reports a count, not which ids: the sample is the ids it was given.
-        return await queue.dead_letters.purge(selection.agent_type, job_ids), job_ids
-
-    return await _act(queue, "purge", selection, purge, dry_run, progress)
+    """Delete the selection for good (record and result), BATCH per call, oldest first:
+    only letters dead-lettered no later than its `as_of`."""
+    return await _act(queue, "purge", selection, dry_run, progress)
 
 
-Batch = Callable[[list[str]], Any]
+Each = Callable[[str, Sequence[str]], Awaitable[ActedOn]]
 
 
 async def _act(
     queue: JobQueue,
     action: str,
     selection: DeadSelection,
-    run_batch: Batch,
     dry_run: bool,
     progress: Progress | None,
 ) -> DeadLetterAction:
     keys = queue.connection.known_keys(selection.agent_type)
-    sample: list[str] = []
     if dry_run:
         sample = list(selection.job_ids[:SAMPLE_SIZE])
         if selection.kind == SelectionKind.ALL:
-            (sample,) = await read(queue, [("LRANGE", keys.dead, -SAMPLE_SIZE, -1)])
-            sample.reverse()
-        return _report(action, selection, True, 0, sample)
-    done = 0
-    handled = 0
-    while handled < selection.count:
-        size = min(BATCH, selection.count - handled)
-        if selection.kind == SelectionKind.ALL:
-            # The oldest `size` (at the list's right end), re-read for each batch; at most
-            # the count that was selected (and confirmed), never letters that arrive after.
-            (chunk,) = await read(queue, [("LRANGE", keys.dead, -size, -1)])
-            if not chunk:
-                break
-            chunk.reverse()
-        else:
-            chunk = list(selection.job_ids[handled : handled + size])
-        count, acted = await run_batch(chunk)
-        done += count
-        handled += size
-        sample += acted[: SAMPLE_SIZE - len(sample)]
+            (raw,) = await read_undecoded(queue, [("LRANGE", keys.dead, -SAMPLE_SIZE, -1)])
+            sample = [stored_id(r) for r in reversed(raw)]
+        return _report(action, selection, True, ActedOn(), sample, 0)
+    letters = queue.dead_letters
+    run = letters.requeue_each if action == "requeue" else letters.purge_each
+
+    async def each(agent_type: str, job_ids: Sequence[str]) -> ActedOn:
+        return await run(agent_type, job_ids, as_of=selection.as_of)
+
+    if selection.kind == SelectionKind.ALL:
+        acted = await _oldest_first(queue, selection, each, progress)
+        # What the walk left is what was dead-lettered after the moment.
+        (left,) = await read(queue, [("LLEN", keys.dead)])
+        newer = int(left)
+    else:
+        acted = ActedOn()
+        for start in range(0, len(selection.job_ids), BATCH):
+            acted += await each(selection.agent_type, selection.job_ids[start : start + BATCH])
+            if progress is not None:
+                progress(min(start + BATCH, selection.count), selection.count)
+        newer = selection.newer + len(acted.newer)
+    return _report(action, selection, False, acted, list(acted.done[:SAMPLE_SIZE]), newer)
+
+
+async def _oldest_first(
+    queue: JobQueue, selection: DeadSelection, each: Each, progress: Progress | None
+) -> ActedOn:
+    """Every letter of the list from its oldest end up to `newest` (while it is still
+    there) or the first one dead-lettered after `as_of`, BATCH per call; never more
+    than the count selected (and confirmed)."""
+    keys = queue.connection.known_keys(selection.agent_type)
+    acted = ActedOn()
+    while len(acted.done) < selection.count:
+        size = min(BATCH, selection.count - len(acted.done))
+        # Re-read for each batch: the oldest `size`, at the list's right end.
+        (raw,) = await read_undecoded(queue, [("LRANGE", keys.dead, -size, -1)])
+        window = [stored_id(r) for r in reversed(raw)]
+        if not window:
+            break
+        newest = selection.newest
+        last = newest is not None and newest in window
+        if newest is not None and last:
+            window = window[: window.index(newest) + 1]
+        batch = await each(selection.agent_type, window)
+        acted += batch
         if progress is not None:
-            progress(handled, selection.count)
-    return _report(action, selection, False, done, sample)
+            progress(min(len(acted.done) + len(acted.gone), selection.count), selection.count)
+        if last or batch.newer:
+            break  # the rest of the list was dead-lettered after the moment
+    return acted
 
 
 def _report(
-    action: str, selection: DeadSelection, dry_run: bool, done: int, sample: list[str]
+    action: str,
+    selection: DeadSelection,
+    dry_run: bool,
+    acted: ActedOn,
+    sample: list[str],
+    newer: int,
 ) -> DeadLetterAction:
+    done = len(acted.done)
     return DeadLetterAction(
         agent_type=selection.agent_type,
         action=action,
@@ -311,7 +411,49 @@ def _report(
         done=done,
         not_dead=selection.not_dead,
         sample=tuple(sample),
+        gone=0 if dry_run else max(0, selection.count - done),
+        newer=newer,
+        as_of=selection.as_of,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Letter:
+    job_id: str
+    line: DeadLetterLine | None
+    """None when its record is gone (purged or expired meanwhile)."""
+    ended_ms: int | None
+    """Its dead-lettered time as stored, Redis ms (None: absent or does not parse)."""
+
+
+async def _page(queue: JobQueue, agent_type: str, start: int, count: int) -> list[_Letter] | None:
+    """`count` letters from position `start`; None when the list has no entry there.
+    Read undecoded: an id or a field that is not UTF-8 is shown, not an error."""
+    keys = queue.connection.keys(agent_type)
+    (raw_ids,) = await read_undecoded(queue, [("LRANGE", keys.dead, start, start + count - 1)])
+    if not raw_ids:
+        return None
+    job_ids = [stored_id(r) for r in raw_ids]
+    replies = await read_undecoded(
+        queue,
+        [("HMGET", wire(keys.job(j)), "attempts", "last_error", "finished_at") for j in job_ids],
+    )
+    letters: list[_Letter] = []
+    for job_id, (attempts, error, ended) in zip(job_ids, replies, strict=True):
+        if attempts is None and error is None and ended is None:
+            letters.append(_Letter(job_id, None, None))
+            continue
+        unparsed: dict[str, str] = {}
+        count_ = 0 if attempts in (None, b"") else stored_count(attempts)
+        if count_ is None:
+            unparsed["attempts"] = shown_stored(attempts)
+        ms = stored_ms(ended)
+        if ms is None and ended not in (None, b""):
+            unparsed["finished_at"] = shown_stored(ended)
+        dead_at = None if ms is None else ms / 1000
+        line = DeadLetterLine(job_id, count_, stored_text(error), dead_at, unparsed)
+        letters.append(_Letter(job_id, line, ms))
+    return letters
 
 
 async def _lines(
@@ -319,21 +461,12 @@ async def _lines(
 ) -> list[DeadLetterLine | None] | None:
     """`count` letters from position `start` (None where the record is gone meanwhile);
     None when the list has no entry there."""
-    keys = queue.connection.keys(agent_type)
-    (job_ids,) = await read(queue, [("LRANGE", keys.dead, start, start + count - 1)])
-    if not job_ids:
-        return None
-    replies = await read(
-        queue, [("HMGET", keys.job(j), "attempts", "last_error", "finished_at") for j in job_ids]
-    )
-    lines: list[DeadLetterLine | None] = []
-    for job_id, (attempts, error, dead_at) in zip(job_ids, replies, strict=True):
-        if attempts is None and error is None and dead_at is None:
-            lines.append(None)
-        else:
-            dead = None if dead_at is None else int(dead_at) / 1000
-            lines.append(DeadLetterLine(job_id, int(attempts or 0), error or "", dead))
-    return lines
+    page = await _page(queue, agent_type, start, count)
+    return None if page is None else [letter.line for letter in page]
+
+
+async def _now_ms(queue: JobQueue) -> int:
+    return int(await redis_now(queue) * 1000)
 
 
 def _compile(expression: str | None) -> re.Pattern[str] | None:

@@ -8,14 +8,16 @@ finished, requeued) can make the next page repeat or skip as many entries as lef
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import ValidationError
 from ..keys import QueueKeys
 from ..queue import JobQueue
+from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
-from .session import read, redis_now
+from .session import read, read_undecoded, redis_now
+from .stored import shown_stored, stored_count, stored_id, stored_ms, stored_text
 
 __all__ = ["MAX_PAGE_SIZE", "JobLine", "JobList", "JobPage", "list_jobs"]
 
@@ -39,7 +41,8 @@ class JobLine:
     job_id: str
     state: str | None
     """The record's state; None when the record is gone (expired or purged meanwhile)."""
-    attempts: int
+    attempts: int | None
+    """0 when absent; None when it does not parse (then in `unparsed`)."""
     worker: str | None
     """The worker of the current or last attempt."""
     enqueued_at: float | None
@@ -53,6 +56,10 @@ class JobLine:
     finished_at: float | None
     """When it reached its state (a dead letter: when it was dead-lettered)."""
     last_error: str | None
+    unparsed: dict[str, str] = field(default_factory=dict)
+    """Stored fields that do not parse (attempts and the times), as their text (cut to
+    stored.MAX_SHOWN_STORED characters): each is None above, and a page shows it as
+    stored. A job id that is not UTF-8 is `job_id` with surrogate escapes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,38 +124,57 @@ async def list_jobs(
         scores = dict(scored)
     else:
         # The list's newest entry is at the left: right-index r is left-index -(r + 1).
-        (job_ids,) = await read(queue, [("LRANGE", key, -end, -(start + 1))])
-        job_ids = [str(j) for j in job_ids]
+        (raw_ids,) = await read_undecoded(queue, [("LRANGE", key, -end, -(start + 1))])
+        job_ids = [stored_id(j) for j in raw_ids]
         scores = {}
-    commands: list[tuple[str | int, ...]] = [("HMGET", keys.job(j), *_FIELDS) for j in job_ids]
+    # Undecoded: an id or a field that is not UTF-8 is listed as stored, not an error.
+    ids = [wire(j) for j in job_ids]
+    commands: list[tuple[str | bytes | int, ...]] = [
+        ("HMGET", wire(keys.job(j)), *_FIELDS) for j in job_ids
+    ]
     if which == JobList.RUNNING:
-        commands += [("ZSCORE", keys.leases, j) for j in job_ids]
+        commands += [("ZSCORE", keys.leases, j) for j in ids]
     if which == JobList.WAITING and job_ids:
-        commands.append(("HMGET", keys.queued, *job_ids))
-    replies = await read(queue, commands)
+        commands.append(("HMGET", keys.queued, *ids))
+    replies = await read_undecoded(queue, commands)
     leases = replies[len(job_ids) :] if which == JobList.RUNNING else []
     packed = replies[-1] if which == JobList.WAITING and job_ids else []
     lines = []
     for index, (job_id, fields) in enumerate(zip(job_ids, replies[: len(job_ids)], strict=True)):
         if packed and packed[index] is not None:
-            fields = _packed_fields(keys, job_id, str(packed[index]))
+            fields = _packed_fields(keys, job_id, stored_text(packed[index]))
         state, attempts, worker, enqueued, started, finished, error = fields
         gone = all(value is None for value in fields)
         due = scores.get(job_id) if which == JobList.DELAYED else None
         lease = leases[index] if leases else None
+        unparsed: dict[str, str] = {}
+        count = 0 if attempts in (None, b"", "") else stored_count(attempts)
+        if count is None:
+            unparsed["attempts"] = shown_stored(attempts)
+        times = {}
+        for name, raw in (
+            ("enqueued_at", enqueued),
+            ("started_at", started),
+            ("finished_at", finished),
+        ):
+            ms = stored_ms(raw)
+            if ms is None and raw not in (None, b"", ""):
+                unparsed[name] = shown_stored(raw)
+            times[name] = None if ms is None else ms / 1000
         lines.append(
             JobLine(
                 job_id=job_id,
                 # No `state` field is QUEUED: enqueue's hot path writes none.
-                state=None if gone else (state or "queued"),
-                attempts=int(attempts or 0),
-                worker=worker or None,
-                enqueued_at=_seconds(enqueued),
-                started_at=_seconds(started),
+                state=None if gone else (stored_text(state) or "queued"),
+                attempts=count,
+                worker=stored_text(worker) or None,
+                enqueued_at=times["enqueued_at"],
+                started_at=times["started_at"],
                 due_at=None if due is None else due / 1000,
                 lease_deadline=_seconds(lease),
-                finished_at=_seconds(finished),
-                last_error=error or None,
+                finished_at=times["finished_at"],
+                last_error=stored_text(error) or None,
+                unparsed=unparsed,
             )
         )
     return JobPage(agent_type, which, now, int(total), tuple(lines), start or None)

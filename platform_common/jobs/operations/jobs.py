@@ -10,9 +10,11 @@ from typing import Any
 from ..errors import InvalidRecord, JobNotFound
 from ..keys import QueueKeys
 from ..queue import JobQueue, JobResult, QueueState
+from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
 from ..queue.results import parse_result
 from .session import read_undecoded
+from .stored import stored_ms
 
 __all__ = ["Attempt", "JobDetail", "NotADeadLetter", "Unparsed", "show_dead_letter", "show_job"]
 
@@ -118,9 +120,9 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     stored, packed, stored_result = await read_undecoded(
         queue,
         [
-            ("HGETALL", keys.job(job_id)),
-            ("HGET", keys.queued, job_id),
-            ("GET", keys.result(job_id)),
+            ("HGETALL", wire(keys.job(job_id))),
+            ("HGET", keys.queued, wire(job_id)),
+            ("GET", wire(keys.result(job_id))),
         ],
     )
     fields = _as_fields(stored)
@@ -214,13 +216,17 @@ class _Record:
             return None
         try:
             return int(float(raw))
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: "1e400" is infinite
             self._note(name, "not a number", raw)
             return None
 
     def seconds(self, name: str) -> float | None:
-        """Milliseconds (as the scripts write them) -> seconds; None when absent."""
+        """Milliseconds (as the scripts write them) -> seconds; None when absent, or (noted)
+        when it is no time a page can show as a date."""
         millis = self.number(name)
+        if millis is not None and stored_ms(str(millis)) is None:
+            self._note(name, "not a time (outside the years 1970 to 9999)", self._fields[name])
+            return None
         return None if millis is None else millis / 1000
 
     def _json(self, name: str, raw: bytes) -> tuple[bool, Any]:
@@ -254,7 +260,7 @@ class _Record:
             return ()
         try:
             return tuple(_attempt(e) for e in entries if isinstance(e, dict))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             self._note("history", f"not an attempt history ({exc})", raw)
             return ()
 

@@ -16,7 +16,7 @@ from ..store.record import JobRecord
 from .backend_errors import backend_errors
 from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
-from .dead_letters import BATCH, DeadLetter, DeadLetters
+from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
 from .producer import Job, Producer
@@ -205,14 +205,33 @@ class _DeadLetters(DeadLetters):
             return await super().list(agent_type, start=start, count=count)
 
     async def requeue(
-        self, agent_type: str, job_ids: Sequence[str] | None = None, *, limit: int = BATCH
+        self,
+        agent_type: str,
+        job_ids: Sequence[str] | None = None,
+        *,
+        limit: int = BATCH,
+        as_of: int | None = None,
     ) -> builtins.list[str]:
         with backend_errors(self._connection.settings.redis):
-            return await super().requeue(agent_type, job_ids, limit=limit)
+            return await super().requeue(agent_type, job_ids, limit=limit, as_of=as_of)
 
-    async def purge(self, agent_type: str, job_ids: Sequence[str] | None = None) -> int:
+    async def purge(
+        self, agent_type: str, job_ids: Sequence[str] | None = None, *, as_of: int | None = None
+    ) -> int:
         with backend_errors(self._connection.settings.redis):
-            return await super().purge(agent_type, job_ids)
+            return await super().purge(agent_type, job_ids, as_of=as_of)
+
+    async def requeue_each(
+        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
+    ) -> ActedOn:
+        with backend_errors(self._connection.settings.redis):
+            return await super().requeue_each(agent_type, job_ids, as_of=as_of)
+
+    async def purge_each(
+        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
+    ) -> ActedOn:
+        with backend_errors(self._connection.settings.redis):
+            return await super().purge_each(agent_type, job_ids, as_of=as_of)
 
 
 _ENDED_WITH_ERROR = frozenset({QueueState.FAILED, QueueState.DEAD})

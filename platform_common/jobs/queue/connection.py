@@ -84,7 +84,7 @@ class QueueConnection:
         await asyncio.gather(*(self._ping() for _ in range(self.settings.pool_min)))
 
     async def run_script(
-        self, script: Script, keys: list[str], args: list[Any], *, eager: bool = False
+        self, script: Script, keys: Sequence[str | bytes], args: list[Any], *, eager: bool = False
     ) -> Any:
         """Run a queue script (auto-pipelined with concurrent calls); errors raised, a
         refusal as the package's error (CorruptQueueState, BackendOutOfMemory).
@@ -92,7 +92,10 @@ class QueueConnection:
         try:
             return await self._pipeline.execute(script.call(keys, args), eager=eager)
         except ResponseError as exc:
-            raise await self.refusal(exc, keys) from exc
+            named = [
+                k if isinstance(k, str) else k.decode("utf-8", "backslashreplace") for k in keys
+            ]
+            raise await self.refusal(exc, named) from exc
 
     async def run_script_many(
         self, script: Script, calls: Iterable[tuple[list[str], list[Any]]]

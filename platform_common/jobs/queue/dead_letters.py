@@ -11,13 +11,44 @@ from operator import attrgetter
 from typing import Any
 
 from ..keys import QueueKeys
+from ..redis.script import Script
 from ..status import QueueState
 from .connection import QueueConnection
 
-__all__ = ["DeadLetter", "DeadLetters"]
+__all__ = ["ActedOn", "DeadLetter", "DeadLetters", "wire"]
 
 BATCH = 500
 """Jobs per script call when requeueing or purging many (bounded work per call)."""
+
+_DONE, _NEWER = 1, 2
+"""The scripts' per-job codes (0: not a kept job of the list)."""
+
+
+def wire(text: str) -> str | bytes:
+    """`text` as Redis holds it. An id read from Redis that is not UTF-8 is carried as
+    text with surrogate escapes (how Python decodes such bytes losslessly, and how it
+    reads them from a command line): it goes back as the same bytes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class ActedOn:
+    """What a requeue or purge did with each job it was given."""
+
+    done: tuple[str, ...] = ()
+    """Requeued or purged."""
+    gone: tuple[str, ...] = ()
+    """Not kept on the list (any more): requeued or purged meanwhile, its record gone
+    (a stale entry is dropped) or in another state (the id of a new job)."""
+    newer: tuple[str, ...] = ()
+    """Kept, but ended after the moment given: left alone."""
+
+    def __add__(self, other: ActedOn) -> ActedOn:
+        return ActedOn(self.done + other.done, self.gone + other.gone, self.newer + other.newer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,55 +131,85 @@ class DeadLetters:
         return letters
 
     async def requeue(
-        self, agent_type: str, job_ids: Sequence[str] | None = None, *, limit: int = BATCH
+        self,
+        agent_type: str,
+        job_ids: Sequence[str] | None = None,
+        *,
+        limit: int = BATCH,
+        as_of: int | None = None,
     ) -> builtins.list[str]:
         """Put kept jobs back on the queue with fresh attempts and a fresh TTL window
         (counted as enqueued; the retention TTL is dropped). Without `job_ids`, the oldest
-        `limit` of them. Returns the ids requeued: ids not in this list, or whose record
-        is gone, are not."""
-        keys = self._keys(agent_type)
-        kept = self._list_of(keys)
+        `limit` of them. `as_of` (Redis ms): only jobs that ended no later are requeued.
+        Returns the ids requeued: ids not in this list, or whose record is gone, are not."""
         if job_ids is None:
+            kept = self._list_of(self._keys(agent_type))
             job_ids = await self._connection.client.lrange(kept, -limit, -1)  # type: ignore[misc]
-        requeued: builtins.list[str] = []
-        for start in range(0, len(job_ids), BATCH):
-            chunk = list(job_ids[start : start + BATCH])
-            script_keys = [kept, keys.queue, keys.expiry, keys.stats, keys.waiting]
-            for job_id in chunk:
-                script_keys += [keys.job(job_id), keys.result(job_id)]
-            requeued += await self._connection.run_script(
-                self._connection.scripts.dead_requeue, script_keys, chunk
-            )
-        return requeued
+        return list((await self.requeue_each(agent_type, job_ids, as_of=as_of)).done)
 
-    async def purge(self, agent_type: str, job_ids: Sequence[str] | None = None) -> int:
+    async def purge(
+        self, agent_type: str, job_ids: Sequence[str] | None = None, *, as_of: int | None = None
+    ) -> int:
         """Delete kept jobs for good (record and result too); all of them without
-        `job_ids`, BATCH per script call. Returns how many were purged: ids that were not
-        in this list (never were, requeued, purged before) are not counted."""
-        keys = self._keys(agent_type)
-        kept = self._list_of(keys)
-        client = self._connection.client
+        `job_ids`, BATCH per script call. `as_of` (Redis ms): only jobs that ended no
+        later are purged. Returns how many were purged: ids that were not in this list
+        (never were, requeued, purged before) are not counted."""
+        if job_ids is not None:
+            return len((await self.purge_each(agent_type, job_ids, as_of=as_of)).done)
+        kept = self._list_of(self._keys(agent_type))
         purged = 0
-        offset = 0
         while True:
-            if job_ids is None:
-                chunk: builtins.list[str] = await client.lrange(kept, -BATCH, -1)  # type: ignore[misc]
-            else:
-                chunk = list(job_ids[offset : offset + BATCH])
-                offset += len(chunk)
+            chunk: builtins.list[str] = await self._connection.client.lrange(kept, -BATCH, -1)  # type: ignore[misc]
             if not chunk:
                 return purged
-            script_keys = [kept]
+            done = await self.purge_each(agent_type, chunk, as_of=as_of)
+            purged += len(done.done)
+            if done.newer or not (done.done or done.gone):
+                return purged  # the rest of the list ended after `as_of`
+
+    async def requeue_each(
+        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
+    ) -> ActedOn:
+        """requeue() of exactly these ids, BATCH per script call, saying what became of
+        each: requeued, not kept (any more), or ended after `as_of` (Redis ms)."""
+        keys = self._keys(agent_type)
+        shared = [self._list_of(keys), keys.queue, keys.expiry, keys.stats, keys.waiting]
+        return await self._each(self._connection.scripts.dead_requeue, keys, shared, job_ids, as_of)
+
+    async def purge_each(
+        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
+    ) -> ActedOn:
+        """purge() of exactly these ids, BATCH per script call, saying what became of
+        each: purged, not kept (any more), or ended after `as_of` (Redis ms)."""
+        keys = self._keys(agent_type)
+        return await self._each(
+            self._connection.scripts.dead_purge, keys, [self._list_of(keys)], job_ids, as_of
+        )
+
+    async def _each(
+        self,
+        script: Script,
+        keys: QueueKeys,
+        shared: builtins.list[str],
+        job_ids: Sequence[str],
+        as_of: int | None,
+    ) -> ActedOn:
+        outcome = ActedOn()
+        for start in range(0, len(job_ids), BATCH):
+            chunk = list(job_ids[start : start + BATCH])
+            script_keys: builtins.list[str | bytes] = list(shared)
             for job_id in chunk:
-                script_keys += [keys.job(job_id), keys.result(job_id)]
-            done = int(
-                await self._connection.run_script(
-                    self._connection.scripts.dead_purge, script_keys, chunk
-                )
+                script_keys += [wire(keys.job(job_id)), wire(keys.result(job_id))]
+            args = [self._state.value, "" if as_of is None else str(as_of)]
+            codes = await self._connection.run_script(
+                script, script_keys, [*args, *(wire(j) for j in chunk)]
             )
-            purged += done
-            if job_ids is None and done == 0:
-                return purged
+            outcome += ActedOn(
+                tuple(j for j, c in zip(chunk, codes, strict=True) if c == _DONE),
+                tuple(j for j, c in zip(chunk, codes, strict=True) if c not in (_DONE, _NEWER)),
+                tuple(j for j, c in zip(chunk, codes, strict=True) if c == _NEWER),
+            )
+        return outcome
 
     def _keys(self, agent_type: str) -> QueueKeys:
         return self._connection.known_keys(agent_type)

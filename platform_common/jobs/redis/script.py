@@ -59,7 +59,7 @@ class Script:
 
     def call(
         self,
-        keys: Sequence[str],
+        keys: Sequence[str | bytes],
         args: Sequence[Any],
         *,
         readonly: bool = False,
@@ -83,7 +83,8 @@ class ScriptCall:
     the NOSCRIPT round trip)."""
 
     script: Script
-    keys: Sequence[str]
+    keys: Sequence[str | bytes]
+    """Key names; bytes for a key that is not UTF-8 (a job id read from Redis as such)."""
     args: Sequence[Any]
     readonly: bool = False
     send_source: bool = False
