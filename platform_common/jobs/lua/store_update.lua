@@ -44,6 +44,7 @@
 -- parse_hash: "record" for a key of another type or a field that is not UTF-8);
 -- {"check"}; {"moved"} (checked by the caller: the record is no longer the one it read);
 -- {"version", stored version digits}; {"illegal", stored status}; {"invalid", argument}.
+-- @include store_time
 local find, byte, sub, match = string.find, string.byte, string.sub, string.match
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -397,8 +398,7 @@ if ARGV[8] ~= '' and not find(ARGV[8], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$') then
   return {'invalid', 'ttl_seconds'}
 end
 
-local now = redis.call('TIME')
-local updated = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+local updated = store_time()
 local fields = {'version', version, 'updated_at', updated}
 if ARGV[4] ~= '' then
   table.insert(fields, 'status'); table.insert(fields, ARGV[4])
