@@ -74,7 +74,9 @@ def test_every_module_of_the_tree_is_in_the_wheel(wheel: zipfile.ZipFile) -> Non
 
 def test_data_files_ship_and_test_helpers_do_not(wheel: zipfile.ZipFile) -> None:
     shipped = set(wheel.namelist())
-    lua = {p.name for p in (ROOT / "platform_common/jobs/lua").glob("*.lua")}
+    lua_dir = ROOT / "platform_common/jobs/lua"
+    lua = {p.relative_to(lua_dir).as_posix() for p in lua_dir.rglob("*.lua")}
+    assert any(name.startswith("include/") for name in lua)  # the scripts' shared helpers
     assert {f"platform_common/jobs/lua/{name}" for name in lua} <= shipped
     for marker in ("jobs", "jobs_exporter", "jobs_monitoring"):
         assert f"platform_common/{marker}/py.typed" in shipped

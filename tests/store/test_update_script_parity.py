@@ -202,6 +202,9 @@ DECIDED: dict[str, Fields] = {
     "payload invalid UTF-8 in a string": {b"payload": b'{"a":"\xff"}'},
     "result array": {b"result": b"[1]"},
     "result null": {b"result": b"null"},
+    # json.loads refuses what is not JSON whatever its limits: decided, however deep
+    "payload broken past 64 deep": {b"payload": b'{"a":' + b"[" * 70 + b"]" * 70 + b"}x"},
+    "payload broken beside a 641-digit integer": {b"payload": b'{"a":' + b"1" * 641 + b",}"},
     "result not JSON": {b"result": b"{oops"},
     # several faults: the one parse_hash meets first
     "status before version": {b"status": b"weird", b"version": b"x"},

@@ -50,8 +50,11 @@
 -- finds them; none is taken); a job key taken here, in no KEYS, is named instead:
 -- "CORRUPT 0 <key> <problem>". A field of one record that does not parse is no refusal:
 -- that job is held as "corrupt" above. Nothing after the first write can fail.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+-- @include numbers
+-- @include key_types
+-- @include packed_header
+local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
 local now_text = string.format('%d', now)
@@ -64,29 +67,6 @@ local started = 0
 local expired = 0
 -- Jobs that no longer wait (BLMOVE took them off the queue list): out of the waiting set.
 local arrived = {}
-
--- An integer field as Redis stores it (what HINCRBY accepts), or nil.
-local function int(value)
-    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
-        return tonumber(value)
-    end
-    return nil
-end
-
--- A stored count HINCRBY accepts: Redis' own integer text (HINCRBY refuses a leading
--- zero, "007", and "-0", which the plain pattern lets through), 18 digits at most so that
--- adding a batch to it cannot overflow 64 bits.
-local function count(value)
-    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
-end
-
--- A stored value as a problem text shows it (bounded, printable).
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
 
 -- Why the record cannot run (its first numeric field that does not parse), or nil.
 -- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
@@ -121,15 +101,6 @@ local function replayed(job_id, token, f)
     return {job_id, 'run', token, f[5], f[6], f[3], f[7], now, f[8] or false}
 end
 
-local function failed(reply)
-    return type(reply) == 'table' and reply.err ~= nil
-end
-local function wrong_type(index, expected)
-    local found = redis.call('TYPE', KEYS[index]).ok
-    return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
-        .. ', where the queue keeps a ' .. expected)
-end
-
 -- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
 -- list's length (for the reply, and the take) and the two counters are read once,
 -- their read doubling as the type check.
@@ -138,19 +109,17 @@ if take > 0 then
     typed[#typed + 1] = {10, 'hash'}
     typed[#typed + 1] = {11, 'hash'}
 end
-for _, key in ipairs(typed) do
-    local found = redis.call('TYPE', KEYS[key[1]]).ok
-    if found ~= key[2] and found ~= 'none' then
-        return wrong_type(key[1], key[2])
-    end
+local refusal = wrong_types(typed)
+if refusal then
+    return refusal
 end
 local left = redis.pcall('LLEN', KEYS[5])
 if failed(left) then
-    return wrong_type(5, 'list')
+    return wrong_type(5, 'list') or left
 end
 local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired')
 if failed(counters) then
-    return wrong_type(3, 'hash')
+    return wrong_type(3, 'hash') or counters
 end
 for c, field in ipairs({'started', 'expired'}) do
     local value = counters[c]
@@ -200,7 +169,7 @@ else
             local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
                 'attempts', 'max_attempts', 'payload', 'trace_context')
             if failed(f) then
-                return job_refusal(i)
+                return job_refusal(i) or f
             end
             out[i + 1] = replayed(job_id, tokens[i], f)
         end
@@ -214,7 +183,7 @@ if n == 0 then
 end
 local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
 if failed(packed) then
-    return wrong_type(7, 'hash')
+    return wrong_type(7, 'hash') or packed
 end
 -- The packed jobs, unpacked: {enqueued_at, expires_at, ttl, max_attempts, nonce,
 -- trace_context, payload} as strings, or {problem, arrival second or nil}.
@@ -226,24 +195,20 @@ for i = 1, n do
     local value = packed[i]
     if value and not unpacking[ids[i]] then
         unpacking[ids[i]] = true
-        local enq, exp, ttl, max, nonce, order, trace, at = string.match(value,
-            '^(%d+),(%d+),(%d+),(%d+),([^,\n]*)([^\n]*)\n([^\n]*)\n()')
-        if order ~= '' and order ~= ',o' then
-            enq = nil  -- only ",o" (in deadline order) may follow the nonce
-        end
-        local job = nil
-        if not enq then
-            -- Still leave its arrival second if the first field reads.
-            enq = string.match(value, '^(%d+),')
+        -- (enq, of a value that does not parse: it still leaves its arrival second if
+        -- its first field reads)
+        local job, enq = unpack_packed(value)
+        if not job then
             job = {problem = 'stored packed job does not parse (queue/envelope.py)'}
             -- The job hash gets the whole value as its payload: nothing else parsed.
             job.fields = {'payload', value}
         else
-            job = {enq, exp, ttl, max, nonce, trace, string.sub(value, at)}
+            local exp, ttl, max, trace = job[2], job[3], job[4], job[6]
+            enq = job[1]
             -- The job hash of a corrupt job keeps every field that parsed, as its job
             -- hash would have held them (a dead letter an operator can read and requeue).
             job.fields = {'payload', job[7], 'enqueued_at', enq, 'expires_at', exp, 'ttl', ttl,
-                'max_attempts', max, 'nonce', nonce}
+                'max_attempts', max, 'nonce', job[5]}
             if trace ~= '' then
                 job.fields[#job.fields + 1] = 'trace_context'
                 job.fields[#job.fields + 1] = trace
@@ -275,7 +240,7 @@ end
 if #seconds > 0 then
     local counts = redis.pcall('HMGET', KEYS[9], unpack(seconds))
     if failed(counts) then
-        return wrong_type(9, 'hash')
+        return wrong_type(9, 'hash') or counts
     end
     for s, second in ipairs(seconds) do
         local value = counts[s]
@@ -311,7 +276,7 @@ for i = 1, n do
         local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
             'attempts', 'max_attempts', 'payload', 'trace_context')
         if failed(f) then
-            return job_refusal(i)
+            return job_refusal(i) or f
         end
         records[i] = f
     end

@@ -22,24 +22,13 @@
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
 -- the caller then completes each job alone, so one bad field fails only its own jobs.
+-- @include time
+-- @include numbers
+-- @include key_types
 local n = (#KEYS - 4) / 2
 local m = tonumber(ARGV[2])
 local first_job = 4 + 2 * m
 
--- An integer as Redis stores one (what HINCRBY and EXPIRE accept), at most `digits`
--- long, or nil.
-local function int(value, digits)
-    if type(value) == 'string' and #value <= digits and string.find(value, '^%-?%d+$') then
-        return tonumber(value)
-    end
-    return nil
-end
--- A stored count HINCRBY accepts: Redis' own integer text (HINCRBY refuses a leading
--- zero, "007", and "-0", which int() reads), 18 digits at most so that adding a batch to
--- it cannot overflow 64 bits.
-local function count(value)
-    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
-end
 -- A float as HINCRBYFLOAT accepts one (no spaces, finite), or nil.
 local function float(value)
     if type(value) ~= 'string' or not string.find(value, '^[%-%+]?[%d%.]+[eE]?[%-%+]?%d*$') then
@@ -51,20 +40,10 @@ local function float(value)
     end
     return nil
 end
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
-local function corrupt(index, problem)
-    return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
-end
 
 -- Each job read and judged: a final entry (lost, replay, corrupt), or the plan of its
 -- writes {ttl text, {latency, wait, run} seconds}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 -- As text, formatted once (Redis formats a number argument with printf, per command).
 local now_text = string.format('%d', now)
 local entries = {}
@@ -78,8 +57,7 @@ for i = 1, n do
         'started_at', 'due_at')
     local state = f[1]
     if f.err then
-        entries[i] = corrupt(key, 'holds a ' .. redis.call('TYPE', KEYS[key]).ok
-            .. ', where the queue keeps a hash')
+        entries[i] = wrong_type(key, 'hash') or f
     elseif f[2] ~= ARGV[first_job + 3 * (i - 1) + 1] then
         entries[i] = {'lost', state or 'missing'}
     elseif seen[job_id] then
@@ -92,14 +70,13 @@ for i = 1, n do
             entries[i] = {'lost', state or 'missing'}
         end
     else
-        local enqueued_at = int(f[3], 15)
-        -- 15 digits: SET EX and EXPIRE take the text as it is, and its ms fit in 64 bits.
-        local ttl = int(f[4], 15)
-        local started_at = int(f[5], 15)
+        local enqueued_at = int(f[3])
+        local ttl = int(f[4])
+        local started_at = int(f[5])
         -- due_at is written when a failed attempt was scheduled for a retry.
         local due_at = enqueued_at
         if f[6] then
-            due_at = int(f[6], 15)
+            due_at = int(f[6])
         end
         if not enqueued_at then
             entries[i] = corrupt(key, 'field enqueued_at of the job does not parse: '
@@ -132,11 +109,9 @@ if done == 0 then
     return entries
 end
 
-for index, kind in ipairs({'list', 'zset', 'zset'}) do
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a ' .. kind)
-    end
+local refusal = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'zset'}})
+if refusal then
+    return refusal
 end
 
 -- What the counters and histograms gain: field -> increment, in first-seen order.
@@ -180,8 +155,7 @@ for h = 1, 3 do
 end
 local stats = redis.pcall('HMGET', KEYS[4], unpack(read))
 if stats.err then
-    return corrupt(4, 'holds a ' .. redis.call('TYPE', KEYS[4]).ok
-        .. ', where the queue keeps a hash')
+    return wrong_type(4, 'hash') or stats
 end
 for c, field in ipairs(counters) do
     if stats[c] and not count(stats[c]) then

@@ -22,30 +22,17 @@
 -- does not parse is refused with the error reply "CORRUPT <position in KEYS> <problem>"
 -- before the first write (an argument that does not parse with "ERR"): every record is
 -- read and checked first, then everything is written.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+-- @include numbers
+-- @include key_types
+local now = now_ms()
 
-local function corrupt(index, problem)
-    return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
-end
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
-
-for _, expected in ipairs({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}}) do
-    local index, kind = expected[1], expected[2]
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return corrupt(index, 'holds a ' .. found .. ', where the queue keeps a ' .. kind)
-    end
+local refusal = wrong_types({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}})
+if refusal then
+    return refusal
 end
 local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
--- Redis's own integer text: HINCRBY refuses a leading zero ("007") and "-0".
-if enqueued and not (#enqueued <= 18
-        and (enqueued == '0' or string.find(enqueued, '^%-?[1-9]%d*$'))) then
+if enqueued and not count(enqueued) then
     return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
 local kept_state, moment = ARGV[1], ARGV[2]

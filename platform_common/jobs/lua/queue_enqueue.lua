@@ -38,22 +38,17 @@
 -- reply "CORRUPT <position in KEYS> <problem>", nothing written: before the first write,
 -- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
 -- wrote of them.
+-- @include time
+-- @include key_types
+-- @include packed_header
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if now < tonumber(ARGV[3]) then
     return {'ahead', now}
 end
 
-local function expect(index, kind)
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return 'CORRUPT ' .. index .. ' holds a ' .. found .. ', where the queue keeps a ' .. kind
-    end
-    return nil
-end
 -- (Tables and strings are made only where needed: a lone enqueue is one job, and its
 -- script's own work costs about as much as its Redis calls.)
 local ids = {}
@@ -76,7 +71,7 @@ end
 -- doubles as the type check of the queued hash (a TYPE call each costs as much).
 local waiting = redis.pcall('HMGET', KEYS[3], unpack(ids))
 if waiting.err then
-    return redis.error_reply(expect(3, 'hash'))
+    return wrong_type(3, 'hash') or waiting
 end
 local duplicates = {}
 local replayed = {}
@@ -85,8 +80,8 @@ if n > 1 or existing > 0 or waiting[1] then
     for i = 1, n do
         local packed = waiting[i]
         if packed then
-            local header = string.match(packed, '^[^\n]*')
-            if string.match(header, '^%d+,%d+,%d+,%d+,([^,]*)') == nonce then
+            local job = unpack_packed(packed)
+            if job and job[5] == nonce then
                 replayed[i] = true
             else
                 duplicates[#duplicates + 1] = ids[i]
@@ -94,10 +89,9 @@ if n > 1 or existing > 0 or waiting[1] then
         elseif existing > 0 then
             local job_key = KEYS[5 + 3 * i]
             if redis.call('EXISTS', job_key) == 1 then
-                local kind = redis.call('TYPE', job_key).ok
-                if kind ~= 'hash' then
-                    return redis.error_reply('CORRUPT ' .. (5 + 3 * i) .. ' holds a ' .. kind
-                        .. ', where the queue keeps a hash')
+                local refusal = wrong_type(5 + 3 * i, 'hash')
+                if refusal then
+                    return refusal
                 end
                 if redis.call('HGET', job_key, 'nonce') == nonce then
                     replayed[i] = true
@@ -118,11 +112,11 @@ end
 -- The deadline mark: its GET doubles as its type check.
 local mark = redis.pcall('GET', KEYS[7])
 if type(mark) == 'table' then
-    return redis.error_reply(expect(7, 'string'))
+    return wrong_type(7, 'string') or mark
 end
 if mark then
     if #mark > 15 or not string.find(mark, '^[1-9]%d*$') then
-        return redis.error_reply('CORRUPT 7 deadline mark is not an integer')
+        return corrupt(7, 'deadline mark is not an integer')
     end
     mark = tonumber(mark)
 end
@@ -198,7 +192,7 @@ end
 -- is registered in the expiring set already, so the usual call, of jobs in deadline
 -- order, writes neither and checks neither. (The arrival count and the arrivals set are
 -- checked by their own writes, below.)
-local problem = expect(1, 'list')
+local problem = wrong_type(1, 'list')
 local new_bucket = false
 for b = 1, #buckets do
     local bucket = buckets[b]
@@ -207,15 +201,14 @@ for b = 1, #buckets do
         bucket[4] = true  -- new: registered in the expiring set once written
         new_bucket = true
     elseif found ~= 'list' and not problem then
-        problem = 'CORRUPT ' .. bucket[1] .. ' holds a ' .. found
-            .. ', where the queue keeps a list'
+        problem = corrupt(bucket[1], 'holds a ' .. found .. ', where the queue keeps a list')
     end
 end
 if new_bucket then
-    problem = problem or expect(4, 'zset')
+    problem = problem or wrong_type(4, 'zset')
 end
 if problem then
-    return redis.error_reply(problem)
+    return problem
 end
 -- The writes that can still fail on what is stored go first, each undone if a later one
 -- fails, so a refusal leaves nothing written. The arrival count is the first write of all
@@ -227,11 +220,10 @@ if type(count) == 'table' then
     local err = count.err
     if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
         local value = redis.call('HGET', KEYS[6], second)
-        return redis.error_reply('CORRUPT 6 field ' .. second .. " is not an integer: '"
-            .. tostring(value) .. "'")
+        return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
     end
     if string.sub(err, 1, 10) == 'WRONGTYPE ' then
-        return redis.error_reply(expect(6, 'hash'))
+        return wrong_type(6, 'hash') or count
     end
     return count  -- Redis at maxmemory (OOM), or another refusal: as Redis said it
 end
@@ -252,14 +244,14 @@ if count == written then
     local added = redis.pcall('ZADD', KEYS[5], second, second)
     if type(added) == 'table' then
         undo_arrival()
-        return redis.error_reply(expect(5, 'zset') or added.err)
+        return wrong_type(5, 'zset') or added
     end
     registered = added
 end
 local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', written)
 if type(counted) == 'table' then
     undo_arrival()
-    return redis.error_reply('CORRUPT 2 field enqueued: ' .. counted.err)
+    return corrupt(2, 'field enqueued: ' .. counted.err)
 end
 redis.call('HSET', KEYS[3], unpack(packed))
 if new_mark then

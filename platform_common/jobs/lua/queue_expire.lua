@@ -16,46 +16,22 @@
 -- All-or-nothing: a shared key of another type or an `expired` counter that is not an
 -- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
 -- the first write. Every check runs before the first write, and nothing after it can fail.
+-- @include time
+-- @include numbers
+-- @include key_types
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
 local FINISHED = {succeeded = true, failed = true, dead = true}
 local LIVE = {queued = true, retrying = true, running = true}
 
--- An integer as Redis stores one (what HINCRBY accepts, no exponent), or nil.
-local function int(value)
-    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
-        return tonumber(value)
-    end
-    return nil
-end
-
-local function failed(reply)
-    return type(reply) == 'table' and reply.err ~= nil
-end
-
--- A stored value as the problem text shows it (bounded, printable, JSON-safe).
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
-
 -- Shared keys first: a wrong type would make a write below fail halfway.
-for _, key in ipairs({{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'},
-        {6, 'zset'}}) do
-    local index, kind = key[1], key[2]
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. kind)
-    end
+local refusal = wrong_types({{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'},
+    {6, 'zset'}})
+if refusal then
+    return refusal
 end
 local counted = redis.call('HGET', KEYS[5], 'expired')
--- 18 digits at most: adding a batch to it cannot overflow HINCRBY's 64 bits. Redis's own
--- integer text: HINCRBY refuses a leading zero ("007") and "-0".
-if counted and not (#counted <= 18
-        and (counted == '0' or string.find(counted, '^%-?[1-9]%d*$'))) then
-    return redis.error_reply('CORRUPT 5 field expired is not an integer: ' .. shown(counted))
+if counted and not count(counted) then
+    return corrupt(5, 'field expired is not an integer: ' .. shown(counted))
 end
 -- A constant of the caller (expiry.py): wrong, it is a bug, not corrupt state.
 local fallback_ttl = int(ARGV[2])
@@ -64,8 +40,7 @@ if not fallback_ttl or fallback_ttl <= 0 or fallback_ttl > MAX_TTL then
         .. ', got ' .. shown(ARGV[2]) .. '; nothing was changed')
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- The plan: what happens to each job, decided before anything is written.
 local seen = {}

@@ -15,8 +15,11 @@
 -- for its log line), then those whose packed value did not parse (expired all the same).
 -- All-or-nothing: a key of another type or a counter that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+-- @include numbers
+-- @include key_types
+-- @include packed_header
+local now = now_ms()
 local start = tonumber(ARGV[2])
 if start + tonumber(ARGV[3]) > now then
     return {'later'}
@@ -25,27 +28,10 @@ local arrival_ms = tonumber(ARGV[4])
 local fallback_ttl = ARGV[5]
 local n = #ARGV - 5
 
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
-local function corrupt(index, text)
-    return redis.error_reply('CORRUPT ' .. index .. ' ' .. text)
-end
--- A stored count HINCRBY accepts: Redis's own integer text (it refuses "007" and "-0"),
--- 18 digits at most so that adding to it cannot overflow 64 bits.
-local function count(value)
-    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
-end
-
-for _, key in ipairs({{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'},
-        {6, 'hash'}}) do
-    local found = redis.call('TYPE', KEYS[key[1]]).ok
-    if found ~= key[2] and found ~= 'none' then
-        return corrupt(key[1], 'holds a ' .. found .. ', where the queue keeps a ' .. key[2])
-    end
+local refusal = wrong_types({{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'},
+    {6, 'hash'}})
+if refusal then
+    return refusal
 end
 local ids = {}
 for i = 1, n do
@@ -77,21 +63,22 @@ for i = 1, n do
     local value = packed[i]
     if value and not seen[ids[i]] then
         seen[ids[i]] = true
-        local enq, ttl = string.match(value, '^(%d+),%d+,(%d+),%d+,[^\n]*\n[^\n]*\n')
+        local job, enq = unpack_packed(value)
+        local ttl = job and job[3]
         -- The ttl goes to SET EX as it is, which refuses a leading zero ("060") as well
         -- as 0: either is a problem here, not a failure after the first write.
-        if not enq or #ttl > 9 or not string.find(ttl, '^[1-9]') then
+        if not job or #ttl > 9 or not string.find(ttl, '^[1-9]') then
             local problem = 'stored packed job does not parse (queue/envelope.py)'
             problems[#problems + 1] = {ids[i], problem}
             results[i] = {'{"status":"expired","result":null,"error":"expired; ' .. problem
                 .. '"}', fallback_ttl}
-            enq = string.match(value, '^(%d+),')
         else
             results[i] = {'{"status":"expired","result":null,"error":"not started within its'
                 .. ' ttl of ' .. ttl .. ' s"}', ttl}
         end
+        enq = job and job[1] or enq
         expired[#expired + 1] = ids[i]
-        traces[#traces + 1] = string.match(value, '^[^\n]*\n([^\n]*)\n') or ''
+        traces[#traces + 1] = job and job[6] or ''
         if enq and #enq <= 15 then
             local second = tonumber(enq) - tonumber(enq) % arrival_ms
             if not leaving[second] then

@@ -25,51 +25,36 @@
 -- log line.
 -- All-or-nothing: a key of another type or a count that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+-- @include numbers
+-- @include key_types
+-- @include packed_header
+local now = now_ms()
 local offset = tonumber(ARGV[2])
 local arrival_ms = tonumber(ARGV[3])
 local n = #ARGV - 3
 
-local function shown(raw)
-    if type(raw) == 'string' and #raw <= 40 and string.find(raw, '^[%w%p ]*$') then
-        return "'" .. raw .. "'"
-    end
-    return raw and 'unprintable' or 'missing'
-end
-local function corrupt(index, text)
-    return redis.error_reply('CORRUPT ' .. index .. ' ' .. text)
-end
--- A stored count HINCRBY accepts: Redis's own integer text (it refuses "007" and "-0"),
--- 18 digits at most so that adding to it cannot overflow 64 bits.
-local function count(value)
-    return #value <= 18 and (value == '0' or string.find(value, '^%-?[1-9]%d*$') ~= nil)
-end
--- A packed value's enqueued_at, expires_at (numbers), ttl (text, as SET EX gets it) and
--- whether it is ordered; nil if it does not parse (queue/envelope.py). Numbers of more
+-- A packed value's enqueued_at, expires_at (numbers), ttl (text, as SET EX gets it),
+-- trace context and whether it is ordered; nil if it does not parse. Numbers of more
 -- than 15 digits lose precision as Lua numbers, and SET EX refuses a ttl of 0 or with a
 -- leading zero, which would fail the script after its first write: such a value is kept.
 local function parse(value)
-    local header = string.match(value, '^([^\n]*)\n[^\n]*\n')
-    if not header then
+    local job = unpack_packed(value)
+    if not job then
         return nil
     end
-    local enq, exp, ttl, rest = string.match(header, '^(%d+),(%d+),(%d+),%d+,[^,]*(.*)$')
-    if not enq or (rest ~= '' and rest ~= ',o') then
-        return nil
-    end
+    local enq, exp, ttl = job[1], job[2], job[3]
     if #enq > 15 or #exp > 15 or #ttl > 9 or not string.find(ttl, '^[1-9]') then
         return nil
     end
-    return {enq = tonumber(enq), exp = tonumber(exp), ttl = ttl, ordered = rest == ',o'}
+    return {enq = tonumber(enq), exp = tonumber(exp), ttl = ttl, trace = job[6],
+        ordered = job.ordered}
 end
 
-for _, key in ipairs({{1, 'list'}, {2, 'hash'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'},
-        {6, 'hash'}}) do
-    local found = redis.call('TYPE', KEYS[key[1]]).ok
-    if found ~= key[2] and found ~= 'none' then
-        return corrupt(key[1], 'holds a ' .. found .. ', where the queue keeps a ' .. key[2])
-    end
+local refusal = wrong_types({{1, 'list'}, {2, 'hash'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'},
+    {6, 'hash'}})
+if refusal then
+    return refusal
 end
 local counted = redis.call('HGET', KEYS[4], 'expired')
 if counted and not count(counted) then
@@ -115,7 +100,7 @@ for i = n, 1, -1 do
             decided[id] = 'expired'
             drop = true
             expired[#expired + 1] = id
-            traces[#traces + 1] = string.match(packed[i], '^[^\n]*\n([^\n]*)\n') or ''
+            traces[#traces + 1] = job.trace
             results[i] = {'{"status":"expired","result":null,"error":"not started within its'
                 .. ' ttl of ' .. job.ttl .. ' s"}', job.ttl}
             local second = job.enq - job.enq % arrival_ms

@@ -39,26 +39,18 @@
 --         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
 --         attempt's replies also carry the record's trace_context ("" if none), for the
 --         reaper's log line: {"retrying", due_ms, trace_context} {"dead", trace_context}
+-- @include time
+-- @include numbers
+-- @include key_types
 local job_id = ARGV[1]
 local mode = ARGV[2]
-
--- An integer field as Redis stores it (what HINCRBY accepts), or nil.
-local function int(value)
-    if type(value) == 'string' and #value < 16 and string.find(value, '^%-?%d+$') then
-        return tonumber(value)
-    end
-    return nil
-end
 
 local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
     'list'}
 for i = 1, 11 do
-    if kinds[i] and KEYS[i] then
-        local kind = redis.call('TYPE', KEYS[i])['ok']
-        if kind ~= 'none' and kind ~= kinds[i] then
-            return redis.error_reply('CORRUPT ' .. i .. ' holds a ' .. kind
-                .. ', where the queue keeps a ' .. kinds[i])
-        end
+    local refusal = kinds[i] and KEYS[i] and wrong_type(i, kinds[i])
+    if refusal then
+        return refusal
     end
 end
 -- The class field this call would bump (decided before any write), or nil.
@@ -74,19 +66,13 @@ if error_class then
     fields[4] = 'error_classes'
     fields[5] = 'error:' .. error_class
 end
--- The refusal of stats field `name` holding `value`, when HINCRBY would refuse it (not
--- a 64-bit integer in Redis's own text: HINCRBY refuses "007" and "-0" too; int() above
--- stops at 15 digits), else nil.
+-- The refusal of stats field `name` holding `value`, when it is not a count HINCRBY
+-- accepts, else nil.
 local function bad_counter(name, value)
-    if not value or (#value <= 20 and (value == '0' or string.find(value, '^%-?[1-9]%d*$'))
-            and math.abs(tonumber(value)) < 9e18) then
+    if not value or count(value) then
         return nil
     end
-    local shown = 'unprintable'
-    if #value <= 40 and string.find(value, '^[%w%p ]*$') then
-        shown = "'" .. value .. "'"
-    end
-    return redis.error_reply('CORRUPT 7 field ' .. name .. ' is not an integer: ' .. shown)
+    return corrupt(7, 'field ' .. name .. ' is not an integer: ' .. shown(value))
 end
 local counters = redis.call('HMGET', KEYS[7], unpack(fields))
 for i, name in ipairs(fields) do
@@ -121,8 +107,7 @@ if ARGV[10] and ARGV[10] ~= '' then
     end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
     'worker', 'started_at', 'history', 'expires_at', 'trace_context')
 local state = f[1]

@@ -6,16 +6,13 @@
 -- Returns the heartbeat time in ms. A key of another type is refused with the error
 -- reply "CORRUPT <position in KEYS> <problem>" before the first write: the count lives
 -- beside the heartbeat, so the two keys must never be left half-written.
-for _, expected in ipairs({{1, 'zset'}, {2, 'hash'}}) do
-    local index, kind = expected[1], expected[2]
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. kind)
-    end
+-- @include time
+-- @include key_types
+local refusal = wrong_types({{1, 'zset'}, {2, 'hash'}})
+if refusal then
+    return refusal
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if ARGV[2] == 'leave' then
     redis.call('ZREM', KEYS[1], ARGV[1])
     redis.call('HDEL', KEYS[2], ARGV[1])

@@ -13,13 +13,10 @@
 -- "CORRUPT <position in KEYS> <problem>" before the first write; every job key is
 -- looked at (TYPE, the state field of a hash) before the first write too, and nothing
 -- written after that can fail (LREM on a list, DEL of keys of any type).
-local function corrupt(index, problem)
-    return redis.error_reply('CORRUPT ' .. index .. ' ' .. problem)
-end
-
-local found = redis.call('TYPE', KEYS[1]).ok
-if found ~= 'list' and found ~= 'none' then
-    return corrupt(1, 'holds a ' .. found .. ', where the queue keeps a list')
+-- @include key_types
+local refusal = wrong_type(1, 'list')
+if refusal then
+    return refusal
 end
 -- A setting of the caller (dead_letter_max, bounded at startup): wrong, it is a bug.
 local cap = ARGV[1]

@@ -3,19 +3,16 @@
 -- ARGV[1] the most jobs to move in one call
 -- Returns the number of jobs moved. A key of another type is refused with the error
 -- reply "CORRUPT <position in KEYS> <problem>" before the first write.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+-- @include key_types
+local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 if #due == 0 then
     return 0
 end
-for _, expected in ipairs({{2, 'list'}, {3, 'zset'}}) do
-    local index, kind = expected[1], expected[2]
-    local found = redis.call('TYPE', KEYS[index]).ok
-    if found ~= kind and found ~= 'none' then
-        return redis.error_reply('CORRUPT ' .. index .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. kind)
-    end
+local refusal = wrong_types({{2, 'list'}, {3, 'zset'}})
+if refusal then
+    return refusal
 end
 -- One command per key for the whole batch (unpack() takes the 2 x 1,000 of a full one).
 local arrivals = {}

@@ -10,15 +10,13 @@
 -- Returns {n, expired job id...}: n packed jobs given back to the queue, then the other
 -- expired job ids, oldest deadline first.
 -- All or nothing: the key types are checked before the first write.
-for _, key in ipairs({{1, 'list'}, {2, 'zset'}, {3, 'hash'}, {4, 'list'}}) do
-    local found = redis.call('TYPE', KEYS[key[1]]).ok
-    if found ~= key[2] and found ~= 'none' then
-        return redis.error_reply('CORRUPT ' .. key[1] .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. key[2])
-    end
+-- @include time
+-- @include key_types
+local refusal = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'hash'}, {4, 'list'}})
+if refusal then
+    return refusal
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local provisional = now + tonumber(ARGV[1])
 local taken = redis.call('LRANGE', KEYS[1], -tonumber(ARGV[2]), -1)
 if #taken > 0 then

@@ -11,8 +11,8 @@
 -- release, requeue) deletes the token or hands out a new one, so fencing is unchanged.
 -- All reads come first and the one write is a single ZADD, so a leases key of another
 -- type fails it before anything is written.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include time
+local now = now_ms()
 local deadline = now + tonumber(ARGV[1])
 local lost = {}
 local renewed = {}

@@ -12,6 +12,7 @@
 -- Redis does not undo a script that fails midway, so every check that can fail runs
 -- before the first write, and what follows (HSET of a new key, EXPIRE with a checked
 -- TTL, ZADD to a sorted set) cannot fail.
+-- @include store_time
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'conflict'}
 end
@@ -28,14 +29,12 @@ if index then
     index = nil
   end
 end
-local now = redis.call('TIME')
-local usec = string.format('%06d', tonumber(now[2]))
-local created = now[1] .. '.' .. usec
+local created, seconds, usec = store_time()
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'payload', ARGV[2], 'created_at', created,
   'updated_at', created, 'version', '1', 'owner_oid', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 if index then
-  redis.call('ZADD', index, 0, string.format('%010d', tonumber(now[1])) .. usec .. ':' .. ARGV[5])
+  redis.call('ZADD', index, 0, string.format('%010d', tonumber(seconds)) .. usec .. ':' .. ARGV[5])
 elseif KEYS[2] then
   return {'ok', created, 'index_skipped'}
 end

@@ -44,7 +44,9 @@
 -- parse_hash: "record" for a key of another type or a field that is not UTF-8);
 -- {"check"}; {"moved"} (checked by the caller: the record is no longer the one it read);
 -- {"version", stored version digits}; {"illegal", stored status}; {"invalid", argument}.
-local find, byte, sub, match = string.find, string.byte, string.sub, string.match
+-- @include store_time
+local find, byte, sub, match, gsub = string.find, string.byte, string.sub, string.match,
+  string.gsub
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'none' then
@@ -54,37 +56,22 @@ if kind ~= 'hash' then
   return {'malformed', 'record'}
 end
 
--- Python's strict UTF-8 decoder (redis-py decodes every name and value): no overlong
--- form, no surrogate (ED A0..BF), nothing past U+10FFFF, no stray or missing
--- continuation byte. ASCII runs are skipped by find, in C.
+-- Python's strict UTF-8 decoder (redis-py decodes every name and value)? Each sequence
+-- it reads (no overlong form, no surrogate, nothing past U+10FFFF) is replaced by an
+-- ASCII byte, and no byte past ASCII may be left. (Replaced, not removed: removing one
+-- could join the bytes around it into a sequence.)
+local UTF8 = {'[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]',
+  '[\225-\236\238\239][\128-\191][\128-\191]', '\237[\128-\159][\128-\191]',
+  '\240[\144-\191][\128-\191][\128-\191]', '[\241-\243][\128-\191][\128-\191][\128-\191]',
+  '\244[\128-\143][\128-\191][\128-\191]'}
 local function utf8_ok(s)
-  local i = find(s, '[\128-\255]')
-  while i do
-    local c, c2 = byte(s, i, i + 1)
-    local n, lo, hi = 0, 0x80, 0xBF
-    if c >= 0xC2 and c <= 0xDF then
-      n = 1
-    elseif c >= 0xE0 and c <= 0xEF then
-      n = 2
-      if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F end
-    elseif c >= 0xF0 and c <= 0xF4 then
-      n = 3
-      if c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
-    else
-      return false
-    end
-    if not c2 or c2 < lo or c2 > hi then
-      return false
-    end
-    for j = i + 2, i + n do
-      local cj = byte(s, j)
-      if not cj or cj < 0x80 or cj > 0xBF then
-        return false
-      end
-    end
-    i = find(s, '[\128-\255]', i + n + 1)
+  if not find(s, '[\128-\255]') then
+    return true
   end
-  return true
+  for _, sequence in ipairs(UTF8) do
+    s = gsub(s, sequence, '.')
+  end
+  return not find(s, '[\128-\255]')
 end
 
 local OK, BAD, CHECK = 1, 2, 3
@@ -94,9 +81,10 @@ local PY_EXTRA = '[%s_\128-\255]'
 -- The largest count of digits int() reads under any sys.set_int_max_str_digits().
 local INT_DIGITS = 640
 local MAX_DEPTH = 64
--- Longer JSON is left to Python too, so that an update never holds Redis for long: this
--- scan costs about 0.1 ms per KiB of dense JSON (objects of short fields), where the
--- client's json.loads is much faster, and a document this long is a transfer of its own.
+-- Longer JSON is left to Python too, so that an update never holds Redis for long: the
+-- judgement costs about 0.07 ms per KiB of dense JSON (objects of short fields: its Lua
+-- pattern passes, not cjson, cost most), where the client's json.loads is much faster,
+-- and a document this long is a transfer of its own.
 local MAX_JUDGED_JSON = 8192
 
 -- float(text) finite? In ASCII without PY_EXTRA, float() reads only
@@ -146,150 +134,83 @@ local function version_verdict(text)
   return find(text, PY_EXTRA) and CHECK or BAD
 end
 
--- Index of the first character at or past s[i] that is not json's whitespace. Compact
--- JSON (what the store writes) has none: one byte read, no pattern.
-local function skip(s, i)
-  local c = byte(s, i)
-  if c == 32 or c == 9 or c == 10 or c == 13 then
-    local _, e = find(s, '^[ \t\n\r]+', i)
-    return e + 1
+local JSON_WORDS = {['true'] = true, ['false'] = true, null = true, NaN = true,
+  Infinity = true, ['-Infinity'] = true}  -- json.loads reads NaN and Infinity too
+-- The verdict on the scalars of the document being judged (set by scalar()).
+local scalars = OK
+
+-- A scalar other than a string, checked as json.loads scans it (a word above, or
+-- -?(0|[1-9]digits)(.digits)?([eE][+-]?digits)?), becomes 0.
+local function scalar(token)
+  if JSON_WORDS[token] then
+    return '0'
   end
-  return i
+  local _, i = find(token, '^%-?%d+')
+  local first = byte(token) == 45 and 2 or 1  -- past a minus
+  if not i or (i > first and byte(token, first) == 48) then
+    scalars = BAD  -- no digit first, or a leading zero
+  elseif i < #token then
+    local _, f = find(token, '^%.%d+', i + 1)
+    local _, x = find(token, '^[eE][+-]?%d+', (f or i) + 1)
+    if (x or f) ~= #token then
+      scalars = BAD
+    end
+  elseif i > INT_DIGITS and scalars == OK then
+    scalars = CHECK
+  end
+  return '0'
 end
 
--- Index past a JSON string opening at s[i], or nil. Like json.loads (strict): no control
--- character inside, escapes \" \\ \/ \b \f \n \r \t and \uXXXX only. A lone surrogate
--- escape is accepted, as json.loads does.
-local function string_end(s, i)
-  i = i + 1
-  while true do
-    local _, e = find(s, '^[^"\\%z\1-\31]*', i)
-    i = e + 1
-    local c = byte(s, i)
-    if c == 34 then
-      return i + 1
-    end
-    if c ~= 92 then
-      return nil  -- a control character, or the end of the text
-    end
-    local d = byte(s, i + 1)
-    if d == 117 then
-      if not find(s, '^%x%x%x%x', i + 2) then
-        return nil
-      end
-      i = i + 6
-    elseif d == 34 or d == 92 or d == 47 or d == 98 or d == 102 or d == 110 or d == 114
-        or d == 116 then
-      i = i + 2
-    else
-      return nil
-    end
-  end
-end
-
-local WORDS = {[116] = 'true', [102] = 'false', [110] = 'null', [78] = 'NaN',
-  [73] = 'Infinity'}  -- json.loads reads NaN and Infinity too
-
--- Index past a JSON scalar other than a string at s[i], or nil; true second for an
--- integer too long to judge here (see INT_DIGITS). Numbers as json.loads scans them:
--- -?(0|[1-9]digits)(.digits)?([eE][+-]?digits)?
-local function scalar_end(s, i)
-  local c = byte(s, i)
-  local word = WORDS[c]
-  if word then
-    return sub(s, i, i + #word - 1) == word and i + #word or nil
-  end
-  if c == 45 and sub(s, i, i + 8) == '-Infinity' then
-    return i + 9
-  end
-  local _, e = find(s, '^-?%d+', i)
-  if not e then
-    return nil
-  end
-  local first = c == 45 and i + 1 or i
-  if byte(s, first) == 48 then
-    e = first  -- "0" is all of it: a digit after it is the next token, and fails there
-  end
-  local f, x
-  if byte(s, e + 1) == 46 then
-    _, f = find(s, '^%.%d+', e + 1)
-  end
-  local m = byte(s, (f or e) + 1)
-  if m == 101 or m == 69 then
-    _, x = find(s, '^[eE][+-]?%d+', (f or e) + 1)
-  end
-  if not f and not x and e - i + 1 > INT_DIGITS then
-    return nil, true
-  end
-  return (x or f or e) + 1
-end
-
-local VALUE, KEY, FIRST, AFTER = 1, 2, 3, 4
-
--- json.loads(s) a dict or None (parse_hash's payload and result)? Iterative: a stack of
--- closing brackets and what may come next (FIRST: a value, or the closer of the container
--- just opened: a key first in an object).
+-- json.loads(s) a dict or None (parse_hash's payload and result)? Redis' cjson reads the
+-- structure; what json.loads reads differently is settled first: each string is checked
+-- (escapes, no control character) and becomes "", each other scalar is checked and
+-- becomes 0, so cjson's own leniency (raw control characters, numbers such as 01, 1.,
+-- +1, 0x10, inf) never decides.
 local function json_verdict(s)
   if #s > MAX_JUDGED_JSON then
     return CHECK
   end
-  local i = skip(s, 1)
-  if byte(s, i) ~= 123 then
+  local _, e = find(s, '^[ \t\n\r]*')
+  if byte(s, e + 1) ~= 123 then  -- {
     -- null, or any other value (or none): not an object.
-    return (sub(s, i, i + 3) == 'null' and skip(s, i + 4) == #s + 1) and OK or BAD
+    return find(s, '^[ \t\n\r]*null[ \t\n\r]*$') and OK or BAD
   end
-  local closers, depth, want = {}, 0, VALUE
-  while true do
-    local c = byte(s, i)
-    if c == 32 or c == 9 or c == 10 or c == 13 then
-      i = skip(s, i)
-      c = byte(s, i)
-    end
-    if want == AFTER then
-      if depth == 0 then
-        return i == #s + 1 and OK or BAD  -- after the top object: whitespace only
-      elseif c == 44 then  -- ,
-        i, want = i + 1, closers[depth] == 125 and KEY or VALUE
-      elseif c == closers[depth] then
-        depth, i = depth - 1, i + 1
-      else
-        return BAD
-      end
-    elseif want == FIRST and c == closers[depth] then  -- {} or []
-      depth, i, want = depth - 1, i + 1, AFTER
-    elseif want == KEY or (want == FIRST and closers[depth] == 125) then
-      i = c == 34 and string_end(s, i)
-      if not i then
-        return BAD
-      end
-      if byte(s, i) ~= 58 then  -- :
-        i = skip(s, i)
-        if byte(s, i) ~= 58 then
-          return BAD
-        end
-      end
-      i, want = i + 1, VALUE
-    elseif c == 123 or c == 91 then  -- { [
-      depth = depth + 1
-      if depth > MAX_DEPTH then
-        return CHECK
-      end
-      closers[depth], i, want = c + 2, i + 1, FIRST  -- } ]
-    else
-      local too_long
-      if c == 34 then
-        i = string_end(s, i)
-      else
-        i, too_long = scalar_end(s, i)
-      end
-      if too_long then
-        return CHECK
-      elseif not i then
-        return BAD
-      end
-      want = AFTER
+  -- Escapes, left to right as json.loads pairs them: \" \\ \/ \b \f \n \r \t, then
+  -- \uXXXX (a lone surrogate too, as json.loads reads it); a backslash left is none.
+  if find(s, '\\', 1, true) then
+    s = gsub(gsub(s, '\\[\\"/bfnrt]', 'x'), '\\u%x%x%x%x', 'x')
+    if find(s, '\\', 1, true) then
+      return BAD
     end
   end
+  -- Strings without a control character, each made "": every quote must be in one.
+  local quotes = #gsub(s, '[^"]+', '')
+  local strings
+  s, strings = gsub(s, '"[^"%z\1-\31]*"', '""')
+  if quotes ~= 2 * strings then
+    return BAD
+  end
+  scalars = OK
+  s = gsub(s, '[^ \t\n\r,:%[%]{}"]+', scalar)
+  if scalars == BAD then
+    return BAD
+  end
+  local parsed, problem = pcall(cjson.decode, s)
+  if not parsed then
+    -- Past cjson's depth bound json.loads may read it (its bound is the process'),
+    -- else it fails where cjson does.
+    return find(problem, 'too many nested', 1, true) and CHECK or BAD
+  end
+  -- Nested deeper than MAX_DEPTH: json.loads may fail (RecursionError) where cjson reads
+  -- it. Each pass takes the innermost bracket pairs away.
+  local brackets = gsub(s, '[^%[%]{}]+', '')
+  for _ = 1, MAX_DEPTH do
+    if brackets == '' then
+      break
+    end
+    brackets = gsub(brackets, '[%[{][%]}]', '')
+  end
+  return brackets == '' and scalars or CHECK
 end
 
 -- name in list (",a,b,")? A name holding a comma is none of them.
@@ -308,13 +229,9 @@ end
 -- parse_hash's verdict on the record: nil (valid, with its version digits second), or
 -- the reply to send without writing.
 local function judge(flat, rec)
-  -- One scan when the whole record is ASCII (as the store writes it), else field by field.
-  if find(table.concat(flat), '[\128-\255]') then
-    for i = 1, #flat do
-      if not utf8_ok(flat[i]) then
-        return {'malformed', 'record'}
-      end
-    end
+  -- Every name and value at once: a line break ends any sequence a field leaves open.
+  if not utf8_ok(table.concat(flat, '\n')) then
+    return {'malformed', 'record'}
   end
   for _, name in ipairs({'created_at', 'payload', 'status', 'updated_at', 'version'}) do
     if not rec[name] then
@@ -397,8 +314,7 @@ if ARGV[8] ~= '' and not find(ARGV[8], '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?$') then
   return {'invalid', 'ttl_seconds'}
 end
 
-local now = redis.call('TIME')
-local updated = now[1] .. '.' .. string.format('%06d', tonumber(now[2]))
+local updated = store_time()
 local fields = {'version', version, 'updated_at', updated}
 if ARGV[4] ~= '' then
   table.insert(fields, 'status'); table.insert(fields, ARGV[4])

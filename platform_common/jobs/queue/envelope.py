@@ -1,5 +1,6 @@
 """A waiting job packed into one value of the `queued` hash (keys.py), as
-lua/queue_enqueue.lua writes it and lua/queue_claim.lua unpacks it:
+lua/queue_enqueue.lua writes it and lua/include/packed_header.lua reads it (for the claim,
+which unpacks it, the expiry scripts and the enqueue's replay check):
 
     <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>[,o]\\n
     <trace context>\\n<payload>
@@ -63,7 +64,9 @@ class QueuedJob:
 
 
 def unpack_queued(value: str) -> QueuedJob:
-    """The job packed in `value`; ValueError naming what does not parse."""
+    """The job packed in `value`; ValueError naming what does not parse. The Lua reader
+    (lua/include/packed_header.lua) takes the same layout, field by field
+    (tests/queue/test_packed_header.py); it leaves the numbers' length to each script."""
     parts = value.split("\n", 2)
     if len(parts) != 3:
         raise ValueError("a queued job's packed value lacks its header lines")

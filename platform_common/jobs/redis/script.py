@@ -7,11 +7,18 @@ event loop. NOSCRIPT means the call did not run, so re-running it is always safe
 re-run sends EVAL with the source, which also caches the script on that node (on a
 cluster, the node that owns the call's keys). Every call names its keys through KEYS,
 so cluster clients route it by slot, pipelines included.
+
+A script shares helpers through includes: a line `-- @include <name>` stands for
+`lua/include/<name>.lua`, put in its place when the source is read (`assemble`), so each
+helper is written once and a script's source (and digest) holds only the helpers it
+names. An unknown include is refused when the script is first named (the queue's at
+import).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +36,8 @@ __all__ = [
     "Script",
     "ScriptCall",
     "Send",
+    "UnknownLuaInclude",
+    "assemble",
     "command_transport",
     "lua_source",
     "pipeline_transport",
@@ -40,9 +49,52 @@ __all__ = [
 
 @cache
 def lua_source(name: str) -> str:
-    """The text of `lua/<name>.lua`, read from the installed package once."""
-    lua = resources.files("platform_common.jobs").joinpath("lua", f"{name}.lua")
-    return lua.read_text("utf-8")
+    """The text of `lua/<name>.lua` with its includes in place, read from the installed
+    package once."""
+    return assemble(name, _package_text)
+
+
+def _package_text(path: str) -> str:
+    return resources.files("platform_common.jobs").joinpath("lua", f"{path}.lua").read_text("utf-8")
+
+
+class UnknownLuaInclude(LookupError):
+    """A script names an include that is not in lua/include/, or that is malformed."""
+
+
+_INCLUDE = re.compile(r"^--[ \t]*@include\b[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_INCLUDE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def assemble(name: str, read: Callable[[str], str]) -> str:
+    """The source of script `name`, each `-- @include <x>` line replaced by the assembled
+    text of `include/<x>`, each include once (the first line naming it; a later one, in
+    the script or in another include, is left empty). `read(path)` is the text of
+    `lua/<path>.lua` (FileNotFoundError if there is none): the installed package's, or
+    another release's (bench/lua_cpu.py)."""
+    placed: set[str] = set()
+
+    def expand(path: str, chain: tuple[str, ...]) -> str:
+        def include(match: re.Match[str]) -> str:
+            wanted = match[1]
+            where = f"lua/{path}.lua"
+            if not _INCLUDE_NAME.fullmatch(wanted):
+                raise UnknownLuaInclude(f"{where}: malformed include line {match[0]!r}")
+            if wanted in chain:
+                raise UnknownLuaInclude(f"{where}: include {wanted!r} includes itself")
+            if wanted in placed:
+                return ""
+            placed.add(wanted)
+            try:
+                return expand(f"include/{wanted}", (*chain, wanted)).rstrip("\n")
+            except FileNotFoundError:
+                raise UnknownLuaInclude(
+                    f"{where}: unknown include {wanted!r} (no lua/include/{wanted}.lua)"
+                ) from None
+
+        return _INCLUDE.sub(include, read(path))
+
+    return expand(name, ())
 
 
 @dataclass(frozen=True, slots=True)

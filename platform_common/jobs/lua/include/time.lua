@@ -1,0 +1,5 @@
+-- Redis TIME in ms: the queue times every deadline by Redis' clock, never a client's.
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
