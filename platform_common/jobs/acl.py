@@ -94,6 +94,11 @@ def _queue(suffix: str, *, write: bool = False) -> KeyPattern:
     return KeyPattern("queue", suffix, write)
 
 
+def _written(*suffixes: str) -> tuple[KeyPattern, ...]:
+    """The queue keys of these suffixes, as keys a command may write."""
+    return tuple(_queue(suffix, write=True) for suffix in suffixes)
+
+
 _TYPES = KeyPattern("types", write=True)
 _STORE = KeyPattern("store", "*", write=True)
 
@@ -245,75 +250,36 @@ _WORKER_READS = (
 # hash or the stats hash, whose loss would take waiting jobs or the counters with it.
 _WORKER_WRITES = (
     # Take (BLMOVE, the claim's LMOVE): one command spans both lists.
-    Grant(("blmove", "lmove"), (_queue("queue", write=True), _queue("processing", write=True))),
+    Grant(("blmove", "lmove"), _written("queue", "processing")),
     # Entries leave processing (claim, complete, fail, expiry, reaper), the dead and failed
     # lists (requeue, purge, pruning) and the queue list (its tail's expiry scan).
-    Grant(
-        ("lrem",),
-        (
-            _queue("queue", write=True),
-            _queue("processing", write=True),
-            _queue("dead", write=True),
-            _queue("failed", write=True),
-        ),
-    ),
+    Grant(("lrem",), _written("queue", "processing", "dead", "failed")),
     # In: the queue list (enqueue, requeue, retry, promotion, reaper), the dead and failed
     # lists (fail), an expiry bucket of `queued` (enqueue); a past bucket is trimmed.
-    Grant(
-        ("lpush",),
-        (_queue("queue", write=True), _queue("dead", write=True), _queue("failed", write=True)),
-    ),
-    Grant(("rpush",), (_queue("queue", write=True), _queue("expiring:*", write=True))),
-    Grant(("ltrim",), (_queue("expiring:*", write=True),)),
+    Grant(("lpush",), _written("queue", "dead", "failed")),
+    Grant(("rpush",), _written("queue", "expiring:*")),
+    Grant(("ltrim",), _written("expiring:*")),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
     # worker's jobs in progress (heartbeat).
-    Grant(
-        ("hset",),
-        (
-            _queue("job:*", write=True),
-            _queue("take:*", write=True),
-            _queue("queued", write=True),
-            _queue("worker_jobs", write=True),
-        ),
-    ),
-    Grant(
-        ("hdel",),
-        (
-            _queue("job:*", write=True),
-            _queue("take:*", write=True),
-            _queue("queued", write=True),
-            _queue("arrived", write=True),
-            _queue("worker_jobs", write=True),
-        ),
-    ),
+    Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs")),
+    Grant(("hdel",), _written("job:*", "take:*", "queued", "arrived", "worker_jobs")),
     # Counters and the latency histograms; arrival counts; a requeued job's numbers.
-    Grant(
-        ("hincrby",),
-        (_queue("stats", write=True), _queue("arrived", write=True), _queue("job:*", write=True)),
-    ),
-    Grant(("hincrbyfloat",), (_queue("stats", write=True),)),
+    Grant(("hincrby",), _written("stats", "arrived", "job:*")),
+    Grant(("hincrbyfloat",), _written("stats")),
     Grant(
         ("zadd", "zrem"),
-        (
-            _queue("leases", write=True),
-            _queue("expiry", write=True),
-            _queue("waiting", write=True),
-            _queue("delayed", write=True),
-            _queue("arrivals", write=True),
-            _queue("expiring", write=True),
-            _queue("workers", write=True),
-        ),
+        _written("leases", "expiry", "waiting", "delayed", "arrivals", "expiring", "workers"),
     ),
-    Grant(("zremrangebyscore",), (_queue("workers", write=True),)),
+    Grant(("zremrangebyscore",), _written("workers")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
-    Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
-    Grant(("set",), (_queue("result:*", write=True), _queue("deadline_mark", write=True))),
+    Grant(("del",), _written("job:*", "result:*")),
+    Grant(("set",), _written("result:*", "deadline_mark")),
     # TTLs: a finished job's record (complete: EXPIRE, fail: PEXPIRE), a take's marker
     # (claim), and a requeued dead letter's record, live again (PERSIST).
-    Grant(("expire",), (_queue("job:*", write=True), _queue("take:*", write=True))),
-    Grant(("pexpire", "persist"), (_queue("job:*", write=True),)),
+    Grant(("expire",), _written("job:*", "take:*")),
+    Grant(("pexpire", "persist"), _written("job:*")),
 )
 
 
@@ -380,17 +346,17 @@ ROLES: dict[str, AclRole] = {
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
                 # queue list (and in its expiry bucket when out of deadline order), a count
                 # of its arrival second, and the deadline mark (keys.py).
-                Grant(("lpush",), (_queue("queue", write=True),)),
-                Grant(("get", "set"), (_queue("deadline_mark", write=True),)),
-                Grant(("rpush",), (_queue("expiring:*", write=True),)),
+                Grant(("lpush",), _written("queue")),
+                Grant(("get", "set"), _written("deadline_mark")),
+                Grant(("rpush",), _written("expiring:*")),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
-                Grant(("hincrby",), (_queue("stats", write=True), _queue("arrived", write=True))),
-                Grant(("zadd",), (_queue("expiring", write=True), _queue("arrivals", write=True))),
+                Grant(("hincrby",), _written("stats", "arrived")),
+                Grant(("zadd",), _written("expiring", "arrivals")),
                 # A refused enqueue undoes its own arrival count (its first write): back to
                 # no count, out of the arrivals set. No more than HINCRBY already allows.
-                Grant(("hdel",), (_queue("arrived", write=True),)),
-                Grant(("zrem",), (_queue("arrivals", write=True),)),
-                Grant(("hset",), (_queue("queued", write=True),)),
+                Grant(("hdel",), _written("arrived")),
+                Grant(("zrem",), _written("arrivals")),
+                Grant(("hset",), _written("queued")),
                 # Reads: duplicate check and job state, results, depths and counters.
                 Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
                 Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
@@ -436,7 +402,7 @@ ROLES: dict[str, AclRole] = {
             grants=(
                 # Its scripts, with every key of its types (each command they call is
                 # checked against the grants below all the same).
-                Grant(_SCRIPTING, (_queue("*", write=True),)),
+                Grant(_SCRIPTING, _written("*")),
                 Grant(_WORKER_READS, (_queue("*"),)),
                 *_WORKER_WRITES,
                 Grant(("sadd",), (_TYPES,)),
@@ -497,15 +463,7 @@ ROLES: dict[str, AclRole] = {
                 # The two dead-letter scripts, with exactly the keys they declare.
                 Grant(
                     _SCRIPTING,
-                    (
-                        _queue("dead", write=True),
-                        _queue("queue", write=True),
-                        _queue("expiry", write=True),
-                        _queue("stats", write=True),
-                        _queue("waiting", write=True),
-                        _queue("job:*", write=True),
-                        _queue("result:*", write=True),
-                    ),
+                    _written("dead", "queue", "expiry", "stats", "waiting", "job:*", "result:*"),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
                 # each record's ttl: HGET of the job hash is a read above).
@@ -523,16 +481,16 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hget",), (_queue("stats"),)),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
-                Grant(("lrem",), (_queue("dead", write=True),)),
-                Grant(("lpush",), (_queue("queue", write=True),)),
-                Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
-                Grant(("hincrby",), (_queue("stats", write=True),)),
+                Grant(("lrem",), _written("dead")),
+                Grant(("lpush",), _written("queue")),
+                Grant(("zadd",), _written("expiry", "waiting")),
+                Grant(("hincrby",), _written("stats")),
                 # A requeued record: its state and old numbers deleted, each number added
                 # back at its new value. No HSET: it could write a payload, so a job no
                 # one enqueued (a hash of numbers alone is failed as corrupt, unrun).
-                Grant(("hdel", "hincrby", "persist"), (_queue("job:*", write=True),)),
+                Grant(("hdel", "hincrby", "persist"), _written("job:*")),
                 # One DEL takes a record and its result: one selector for both.
-                Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
+                Grant(("del",), _written("job:*", "result:*")),
             ),
             channels="none",
             scoped=True,

@@ -12,18 +12,15 @@
 -- another type than a hash is no record the queue wrote: it is deleted with its entry.
 -- Every check runs before the first write: a list of another type, or an argument that
 -- does not parse, is refused and nothing changes; LREM and DEL cannot fail after that.
+-- @include kept_list
 local found = redis.call('TYPE', KEYS[1]).ok
 if found ~= 'list' and found ~= 'none' then
     return redis.error_reply('CORRUPT 1 holds a ' .. found .. ', where the queue keeps a list')
 end
-local kept_state, moment = ARGV[1], ARGV[2]
-if kept_state ~= 'dead' and kept_state ~= 'failed' then
-    return redis.error_reply("ERR the kept state must be 'dead' or 'failed'; nothing was changed")
+local kept_state, moment, bad_argument = kept_arguments()
+if bad_argument then
+    return bad_argument
 end
-if moment ~= '' and not (#moment <= 15 and string.find(moment, '^%d+$')) then
-    return redis.error_reply('ERR the moment must be whole ms or empty; nothing was changed')
-end
-moment = tonumber(moment)
 
 local PURGE, STALE, NEWER = 1, 0, 2
 local verdicts = {}
@@ -36,15 +33,8 @@ for i = 1, #ARGV - 2 do
         verdicts[i] = PURGE
     else
         local fields = redis.call('HMGET', key, 'state', 'finished_at')
-        local ended = fields[2]
-        if fields[1] ~= kept_state then
-            verdicts[i] = STALE
-        elseif moment and ended and #ended <= 15 and string.find(ended, '^%d+$')
-                and tonumber(ended) > moment then
-            verdicts[i] = NEWER
-        else
-            verdicts[i] = PURGE
-        end
+        local verdict = kept_verdict(fields[1], fields[2], kept_state, moment)
+        verdicts[i] = verdict == 'stale' and STALE or verdict == 'newer' and NEWER or PURGE
     end
 end
 

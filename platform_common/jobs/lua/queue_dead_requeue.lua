@@ -25,6 +25,7 @@
 -- @include time
 -- @include numbers
 -- @include key_types
+-- @include kept_list
 local now = now_ms()
 
 local refusal = wrong_types({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}})
@@ -35,31 +36,25 @@ local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
 if enqueued and not count(enqueued) then
     return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
-local kept_state, moment = ARGV[1], ARGV[2]
-if kept_state ~= 'dead' and kept_state ~= 'failed' then
-    return redis.error_reply("ERR the kept state must be 'dead' or 'failed'; nothing was changed")
+local kept_state, moment, bad_argument = kept_arguments()
+if bad_argument then
+    return bad_argument
 end
-if moment ~= '' and not (#moment <= 15 and string.find(moment, '^%d+$')) then
-    return redis.error_reply('ERR the moment must be whole ms or empty; nothing was changed')
-end
-moment = tonumber(moment)
 
 -- Each job's verdict: its record's ttl (a number: requeue it), STALE or NEWER. The ttl is
 -- checked only for a job to requeue, at most 12 digits: the new expires_at (ms) must
 -- stay an integer Lua writes in plain digits.
-local STALE, NEWER = 'stale', 'newer'
+local STALE, NEWER = 'stale', 'newer'  -- kept_verdict's words
 local verdicts = {}
 for i = 1, #ARGV - 2 do
     local index = 4 + 2 * i
     local found = redis.call('TYPE', KEYS[index]).ok
     if found == 'hash' then
         local fields = redis.call('HMGET', KEYS[index], 'state', 'finished_at', 'ttl')
-        local ended, ttl = fields[2], fields[3]
-        if fields[1] ~= kept_state then
-            verdicts[i] = STALE
-        elseif moment and ended and #ended <= 15 and string.find(ended, '^%d+$')
-                and tonumber(ended) > moment then
-            verdicts[i] = NEWER
+        local ttl = fields[3]
+        local verdict = kept_verdict(fields[1], fields[2], kept_state, moment)
+        if verdict then
+            verdicts[i] = verdict
         elseif ttl and #ttl <= 12 and string.find(ttl, '^%d+$') and tonumber(ttl) > 0 then
             verdicts[i] = tonumber(ttl)
         else
