@@ -45,7 +45,7 @@ class Scenario:
     series: tuple[Series, ...]
     labels: dict[str, str]
     value_text: str = ""
-    """The alert's value after the spec's humanize filter (firing scenarios only)."""
+    """The alert's value after the alert spec's humanize filter (firing scenarios only)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ measurement (FLUSHALL between measurements, memory read once other clients are g
 after MEMORY PURGE):
 
 1. Redis memory per job (INFO used_memory delta / N) for payloads of about 0.2, 0.5, 2
-   and 16 KiB (encoded; the spec's fields with a filler in `constraints`), queued
+   and 16 KiB (encoded; the payload's fields with a filler in `constraints`), queued
    (JobQueue.enqueue_many), running (taken with LMOVE as the worker does, claimed with
    AttemptCalls.claim, no handler run), after success (drained by a worker process with the
    no-op handler) and after dead-lettering (max_attempts 1, bench.handlers:always_fails);
@@ -67,7 +67,7 @@ __all__ = ["measure", "payload_jobs"]
 
 DEFAULT_JOBS = 50_000
 SIZES = (200, 512, 2048, 16 * 1024)
-"""Target encoded payload sizes (bytes); below the spec's smallest payload, that one."""
+"""Target encoded payload sizes (bytes); below the smallest valid payload, that one."""
 CPU_SIZE = 512
 """The payload size of the CPU and throughput measurements."""
 DEFAULT_CONCURRENCY = 32
@@ -97,7 +97,7 @@ async def _command(client: aioredis.Redis, *args: Any) -> Any:
 
 def payload_jobs(n: int, size: int) -> list[dict[str, Any]]:
     """N valid jobs whose payload encodes to `size` bytes (padded with a filler string in
-    `constraints`), or to the smallest the spec's fields allow if `size` is below it."""
+    `constraints`), or to the smallest the payload's fields allow if `size` is below it."""
     created = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     base: dict[str, Any] = {
         "job_id": str(uuid.uuid4()),

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.payload_validation [--number 20000] [--repeat 7]
 
-Times the checks `enqueue` runs, per payload, on the spec's ~300-byte example and on a
+Times the checks `enqueue` runs, per payload, on the documented ~300-byte example and on a
 payload with every field bad: payload.py's `payload_errors` and `prepare_job` (checks,
 orjson encoding, size limit) against the same two with pydantic v2 doing every check it
 can (a strict TypedDict: types, required and unknown fields, lengths, the job-id and
@@ -217,7 +217,7 @@ def all_bad() -> dict[str, Any]:
 
 
 def samples() -> list[object]:
-    """Payloads both sides must judge alike: the spec's example and bad ones."""
+    """Payloads both sides must judge alike: the documented example and bad ones."""
     good = spec_example()
     changes: list[dict[str, Any]] = [
         {},

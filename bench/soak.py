@@ -81,7 +81,7 @@ def job(agent_type: str, ttl: int) -> dict[str, object]:
         "session_id": "soak",
         "orchestrator_id": "soak",
         "agent_type": agent_type,
-        "task": "soak " * 40,  # ~300-byte payloads, like the spec's example
+        "task": "soak " * 40,  # ~300-byte payloads, like the documented example
         "constraints": {"party": 2, "budget": 200},
         "curated_shortlist": ["a", "b", "c"],
         "result_format": "RestaurantOption[]",

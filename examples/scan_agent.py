@@ -1,4 +1,5 @@
-"""The JobStore notes' migration recipe, as written, in a small FastAPI scan agent.
+"""Moving a FastAPI scan agent's module-level job dicts to the JobStore, so that several
+replicas serve the same jobs.
 
 Run two of these against one Redis and a scan started on one is visible, and
 finished, on the other:

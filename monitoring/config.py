@@ -85,7 +85,8 @@ class MonitoringConfig:
     failure_ratio_high: float
     failure_ratio_high_for: str
     job_ttl_seconds: float
-    """The payload spec's TTL; per agent type overrides in `job_ttl_overrides`."""
+    """The jobs' ttl_seconds (the payload's default); per agent type overrides in
+    `job_ttl_overrides`."""
     job_ttl_overrides: Mapping[str, float]
     oldest_job_over_ttl_for: str
     latency_slo_fraction_of_ttl: float

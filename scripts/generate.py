@@ -1,5 +1,6 @@
-"""Writes every generated file (dashboards, alert rules, runbooks, README metric and settings
-tables) for a site's settings; with --check, writes nothing and fails when any file differs."""
+"""Writes every generated file (dashboards, alert rules, runbooks, the metric and
+settings tables of docs/reference.md) for a site's settings; with --check, writes
+nothing and fails when any file differs."""
 
 from __future__ import annotations
 
@@ -14,18 +15,21 @@ from platform_common.jobs_monitoring.settings_table import render_settings_table
 from platform_common.jobs_monitoring.site import DEFAULTS_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
-README = "README.md"
-# Each generated block of the README: its marker name and renderer (<!-- name:start -->).
-README_BLOCKS = (("metrics-table", render_metric_table), ("settings-table", render_settings_table))
+REFERENCE = "docs/reference.md"
+# Each generated block of the reference page: its marker name and renderer (<!-- name:start -->).
+REFERENCE_BLOCKS = (
+    ("metrics-table", render_metric_table),
+    ("settings-table", render_settings_table),
+)
 
 
-def _readme_with_tables(current: str) -> str:
-    for name, render in README_BLOCKS:
+def _reference_with_tables(current: str) -> str:
+    for name, render in REFERENCE_BLOCKS:
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         before, found, rest = current.partition(start)
         _, found_end, after = rest.partition(end)
         if not found or not found_end:
-            raise SystemExit(f"{README}: markers {start} / {end} not found")
+            raise SystemExit(f"{REFERENCE}: markers {start} / {end} not found")
         current = f"{before}{start}\n{render()}{end}{after}"
     return current
 
@@ -41,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=ROOT,
-        help="root of the generated tree (default: this repository; the README's tables "
+        help="root of the generated tree (default: this repository; docs/reference.md's tables "
         "are generated only there)",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
@@ -57,8 +61,8 @@ def main(argv: list[str]) -> int:
         print(f"site settings: {exc}", file=sys.stderr)
         return 2
     if out == ROOT:
-        readme = (ROOT / README).read_text(encoding="utf-8")
-        differing += sync(ROOT, {README: _readme_with_tables(readme)}, args.check)
+        reference = (ROOT / REFERENCE).read_text(encoding="utf-8")
+        differing += sync(ROOT, {REFERENCE: _reference_with_tables(reference)}, args.check)
     if args.check:
         for relative in differing:
             print(f"stale: {relative}", file=sys.stderr)

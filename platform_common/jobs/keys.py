@@ -79,7 +79,7 @@ Queue (one set per agent type), prefix default "jobs":
                                      it (the exporter reads it: no job hash is read)
     jobs:types                SET    every agent type ever enqueued (exporter discovery;
                                      written with a plain SADD, never inside a script)
-Channel: agent:<type>:completed  (the spec's name; PUBLISH reaches every cluster node)
+Channel: agent:<type>:completed  (PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
     terminal outcome (succeeded, failed, dead-lettered, expired)
 

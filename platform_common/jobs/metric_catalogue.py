@@ -71,7 +71,7 @@ def _m(key: str, name: str, type_: MetricType, help_: str, unit: str,
 
 
 CATALOGUE: tuple[Metric, ...] = (
-    # The spec's six, under exactly these names.
+    # The six every queue dashboard reads, under exactly these names.
     _m("queue_depth", "queue_depth", "gauge", "Jobs waiting to be taken: never-claimed jobs (HLEN of its queued hash) plus retries and released jobs (ZCARD of its waiting set).", "short"),
     _m("enqueued", "jobs_enqueued_total", "counter", "Jobs accepted by enqueue.", "short"),
     _m("completed", "jobs_completed_total", "counter", "Jobs whose handler succeeded.", "short"),

@@ -46,7 +46,7 @@ def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 def one_line_failure(
     done: subprocess.CompletedProcess[str], *, host: str, password: str, after: str = ""
 ) -> str:
-    """A start-up failure as the issue asks: exit non-zero, stderr exactly one non-empty
+    """A start-up failure as a CLI should report one: exit non-zero, stderr exactly one non-empty
     line (after the lines starting with `after`, e.g. the backfill's target) naming
     `host`, never `password`, no traceback. Returns the line."""
     assert done.returncode != 0, done.stderr

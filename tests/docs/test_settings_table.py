@@ -1,4 +1,5 @@
-"""The README's settings table: every variable the code reads, with defaults that are true."""
+"""The settings table of docs/reference.md: every variable the code reads, with defaults
+that are true."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The notes' migration recipe works as written: two agent instances share one Redis.
+"""The migration recipe (examples/scan_agent.py) works as written: two agent instances
+share one Redis.
 
 The scan agent (examples/scan_agent.py) is the recipe verbatim inside FastAPI. Two
 copies of the module (each with its own module-level `job_store`) are driven over

@@ -18,7 +18,7 @@ from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.redis_cluster import RedisClusterNodes
 
-# The spec's five types land on all three shards of a default 3-master cluster
+# The five default types land on all three shards of a default 3-master cluster
 # (docs/operations.md, "Sizing").
 TYPES = ("dining", "experiences", "transportation", "flights", "dmc")
 

@@ -212,7 +212,7 @@ def test_heatmap_is_the_modern_one_over_histogram_buckets(board: dict[str, Any])
     assert "job_latency_seconds_bucket" in target["expr"] and "by (le)" in target["expr"]
 
 
-# -- what the issue asks the dashboard to show ------------------------------------
+# -- what the dashboard must show ------------------------------------
 
 REQUIRED = {
     P.QUEUE_DEPTH: {"queue_depth"},

@@ -67,17 +67,18 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path) -> None:
     # script generates from the installed package into its own repository root.
     for name in ("alerts", "dashboards", "runbooks", "scripts"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "docs/reference.md", tmp_path / "docs/reference.md")
     rules = tmp_path / outputs.PROMETHEUS_RULES
     rules.write_text(rules.read_text().replace("> 100", "> 99"))
     (tmp_path / "runbooks/RemovedAlert.md").write_text("# RemovedAlert\n")
-    readme = tmp_path / "README.md"
-    readme.write_text(readme.read_text().replace("| `queue_depth` |", "| `queue_depht` |"))
+    reference = tmp_path / "docs/reference.md"
+    reference.write_text(reference.read_text().replace("| `queue_depth` |", "| `queue_depht` |"))
     before = files_under(tmp_path)
     result = run_script(tmp_path / SCRIPT, "--check")
     assert result.returncode == 1
     assert f"stale: {outputs.PROMETHEUS_RULES}" in result.stderr
-    assert "stale: README.md" in result.stderr
+    assert "stale: docs/reference.md" in result.stderr
     assert "stale: runbooks/RemovedAlert.md" in result.stderr
     assert "stale: runbooks/QueueIdle.md" not in result.stderr
     assert files_under(tmp_path) == before

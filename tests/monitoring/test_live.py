@@ -3,7 +3,7 @@ real worker processes run a real workload; every dashboard and alert query is ev
 there, and an alert travels Prometheus -> Alertmanager -> a webhook with its runbook_url,
 which the exporter then serves.
 
-Uses the spec's test settings (every `for` 2 s, rules evaluated every second).
+Uses the alert spec's test settings (every `for` 2 s, rules evaluated every second).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The README's metric table is rendered from the catalogue: every metric, every column."""
+"""The metric table of docs/reference.md is rendered from the catalogue: every metric,
+every column."""
 
 from __future__ import annotations
 

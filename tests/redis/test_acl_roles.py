@@ -215,7 +215,7 @@ OPERATIONS = (
               (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
                command("SCAN", 0, "MATCH", OWN_STORE.scan_pattern())),
               "allowed", "allowed", "refused", "refused", "refused"),
-    # What the issue reproduced, and its neighbours.
+    # The injections a role must not manage, and their neighbours.
     Operation("Delete a queue or the counters (DEL)",
               (command("DEL", OWN.queue), command("DEL", OWN.stats)),
               "refused", "refused", "refused", "refused", "refused"),

@@ -27,7 +27,7 @@ RUNS_KEY = "test:runs"
 
 
 def make_job(agent_type: str = "dining", **overrides: Any) -> dict[str, Any]:
-    """A valid payload of the spec's shape with a fresh job_id; overrides replace fields."""
+    """A valid payload of the documented shape with a fresh job_id; overrides replace fields."""
     job: dict[str, Any] = {
         "job_id": str(uuid.uuid4()),
         "session_id": "0b7e6f4a-session",

@@ -189,7 +189,8 @@ class QueueConnection:
         return self.settings.redis.make_node_client(max_connections=1)
 
     async def ping(self) -> bool:
-        """True when Redis answers PING through the pool (the spec's health check)."""
+        """True when Redis answers PING through the pool (the health check a service's
+        lifespan runs)."""
         try:
             return await self._ping()
         except (RedisError, OSError):

@@ -29,7 +29,7 @@ __all__ = [
 FIELDS: tuple[str, ...] = tuple(spec.name for spec in PAYLOAD_FIELDS)
 _FIELD_SET = frozenset(FIELDS)
 # constraints and curated_shortlist may be left out (no constraints, no shortlist);
-# every other field of the spec's example is required.
+# every other field of the documented example is required.
 _OPTIONAL = frozenset(spec.name for spec in PAYLOAD_FIELDS if not spec.required)
 _REQUIRED = _FIELD_SET - _OPTIONAL
 _TEXT_FIELDS = tuple(
@@ -59,10 +59,11 @@ _ABSENT = object()
 
 @dataclass(frozen=True, slots=True)
 class JobPayload:
-    """One job as the orchestrator sends it to an agent worker (the spec's schema)."""
+    """One job as the orchestrator sends it to an agent worker (job_payload.schema.json)."""
 
     job_id: str
-    """Unique per agent type while the job lives (a UUID in the spec)."""
+    """Unique per agent type while the job lives (any id-safe string; producers usually
+    send a UUID)."""
     session_id: str
     """The user session the job serves."""
     orchestrator_id: str
@@ -123,7 +124,7 @@ class JobPayload:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of the spec; created_at as ISO 8601 in UTC with a "Z"."""
+        """The JSON shape of job_payload.schema.json; created_at as ISO 8601 in UTC with a "Z"."""
         return {
             "job_id": self.job_id,
             "session_id": self.session_id,

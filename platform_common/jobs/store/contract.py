@@ -51,7 +51,7 @@ MAX_PAGE_LIMIT = 1_000
 
 @runtime_checkable
 class JobStore(Protocol):
-    """What every backend offers (the JobStore notes' contract, plus owners and paging)."""
+    """What every backend offers (create, get, update, delete with TTLs, plus owners and paging)."""
 
     async def create(
         self,

@@ -349,9 +349,9 @@ def _changes(spec: UpdateSpec) -> list[Any]:
 
 def _written(job_id: str, spec: UpdateSpec, reply: list[str | None]) -> JobRecord:
     """The record store_update.lua wrote, from its reply ("ok", updated_at, version, then
-    the stored status, payload, result, error (None where the spec sent them), created_at
+    the stored status, payload, result, error (None where the update sent none), created_at
     and owner_oid). parse_hash, like every read: the script judged the stored fields by
-    its rules and the spec's were validated, so it cannot fail here."""
+    its rules and the update's were validated, so it cannot fail here."""
     status, payload, result, error, created_at, owner_oid = reply[3:9]
     stored = {
         "status": status if spec.status is None else spec.status.value,
@@ -384,7 +384,7 @@ def _refusal(job_id: str, spec: UpdateSpec, reply: list[str]) -> Exception:
 
 
 def _updated(current: JobRecord, spec: UpdateSpec, version: int, updated_at: float) -> JobRecord:
-    """The record the update script wrote: the validated read with the spec applied."""
+    """The record the update script wrote: the validated read with the update applied."""
     return dataclasses.replace(
         current,
         status=current.status if spec.status is None else spec.status,
