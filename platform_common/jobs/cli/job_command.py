@@ -83,9 +83,10 @@ def render_job(console: Console, detail: JobDetail) -> None:
         ("enqueued", timestamp(detail.enqueued_at)),
         ("started", timestamp(detail.started_at)),
         ("finished", timestamp(detail.finished_at)),
-        ("expires", timestamp(detail.expires_at)),
+        _lifetime(detail),
     ]
-    rows += [("retry due", timestamp(detail.due_at))] if detail.due_at else []
+    retry_due = detail.retry_due_at
+    rows += [("retry due", timestamp(retry_due))] if retry_due else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
     if detail.unparsed:
@@ -105,7 +106,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
                  f"{timestamp(attempt.ended_at)}", style="dim"),
         ]  # fmt: skip
         if attempt.retry_at:
-            body.append(Text(f"retry due {timestamp(attempt.retry_at)}", style="dim"))
+            body.append(Text(f"retry scheduled for {timestamp(attempt.retry_at)}", style="dim"))
         if attempt.traceback:
             body.append(text(attempt.traceback.rstrip()))
         parts.append(Panel(Group(*body), title=f"attempt {attempt.attempt}", title_align="left"))
@@ -124,6 +125,16 @@ def render_job(console: Console, detail: JobDetail) -> None:
 
 
 _PLACED = ("history", "payload", "result")
+
+
+def _lifetime(detail: JobDetail) -> tuple[str, RenderableType]:
+    """An active job expires at its TTL deadline; one that ended is kept (by its TTL or
+    the dead-letter retention) until Redis drops it: the row says which is true."""
+    if detail.active:
+        return "expires", timestamp(detail.expires_at)
+    if detail.kept_until is None:
+        return "kept until", "requeued or purged" if detail.state == "dead" else NONE
+    return "kept until", f"{timestamp(detail.kept_until)} ({detail.kept_by})"
 
 
 def _unparsed(field: Unparsed) -> Panel:
