@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,22 @@ def test_the_scaler_query_reads_series_the_exporter_serves() -> None:
         assert names
         for name in names:
             assert name in served and AGENT_TYPE in served[name].labels, name
+
+
+def test_the_docs_give_the_kubernetes_version_the_manifests_are_checked_against() -> None:
+    # The pinned validator checks against its newest Kubernetes unless told: the docs'
+    # command names the version this module checks, and runs as written.
+    command = f"kubernetes-validate --strict --kubernetes-version {KUBERNETES_VERSION}"
+    operations = " ".join((REPO_ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{command}`" in operations
+    minor = KUBERNETES_VERSION.rpartition(".")[0]
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    done = subprocess.run(
+        [str(validator), *command.split()[1:], str(KUBERNETES / "deployment.yaml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"against version {minor}" in done.stdout + done.stderr
 
 
 REPLICAS = ("queue-exporter-0:9808", "queue-exporter-1:9808")
