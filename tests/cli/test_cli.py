@@ -51,6 +51,15 @@ def test_help_lists_every_command() -> None:
         assert command in done.stdout
 
 
+def test_help_shows_flags_without_a_value() -> None:
+    root = run("--help", env={"COLUMNS": "120"})
+    info = run("info", "--help", env={"COLUMNS": "120"})
+    assert root.returncode == info.returncode == 0, root.stderr + info.stderr
+    assert "--debug" in root.stdout and "--watch" in info.stdout
+    assert "<bool>" not in root.stdout + info.stdout
+    assert "<float range>" in info.stdout  # an option that takes a value still says which
+
+
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "agentjobs"
     done = subprocess.run(
