@@ -569,6 +569,27 @@ def test_purge_asks_on_a_terminal_stops_on_no_and_draws_its_progress(
     assert re.search(r"purge \S+ 2/2 ", drawn), drawn
 
 
+def test_job_panels_written_to_a_pipe_are_as_wide_as_what_they_hold(redis_url: str) -> None:
+    # Piped, the console is 200 columns wide (no id cut): a panel filling them was a
+    # screen of padding per line.
+    (job_id,) = enqueue(redis_url, 1)
+    env = child_env({})
+    env.pop("COLUMNS", None)
+    shown = subprocess.run(
+        [sys.executable, "-m", "platform_common.jobs", "job", "show", "dining", job_id,
+         "--redis-url", redis_url],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    [top] = [line for line in lines if line.startswith("╭") and " payload " in line]
+    payload = json.loads(run_child("job", "show", "dining", job_id, "-o", "json",
+                                   "--redis-url", redis_url).stdout)["payload"]  # fmt: skip
+    widest = max(len(line) for line in json.dumps(payload, indent=2).splitlines())
+    assert len(top) == widest + 4  # the borders and one space of padding each side
+    assert job_id in shown.stdout
+
+
 def test_a_table_written_to_a_pipe_cuts_no_job_id(redis_url: str) -> None:
     # No terminal to fit (a runbook step, a script): rich's default of 80 columns
     # squeezed the ids and the error text to "308a9f9a-e001-4077-84…".

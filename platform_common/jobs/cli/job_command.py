@@ -71,6 +71,9 @@ def emit(detail: JobDetail, output: Output) -> None:
 
 
 def render_job(console: Console, detail: JobDetail) -> None:
+    # On a terminal the panels fill its width; written to a pipe or a file (200 columns,
+    # see operator_output.stdout) each is as wide as what it holds.
+    fill = console.is_terminal
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -98,7 +101,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
     # A field that does not parse is drawn where it would be, as its stored text.
     unparsed = {u.field: u for u in detail.unparsed}
     if "history" in unparsed:
-        parts.append(_unparsed(unparsed["history"]))
+        parts.append(_unparsed(unparsed["history"], fill))
     for attempt in detail.history:
         body: list[RenderableType] = [
             text(f"{attempt.outcome}: {attempt.error}"),
@@ -109,18 +112,19 @@ def render_job(console: Console, detail: JobDetail) -> None:
             body.append(Text(f"retry scheduled for {timestamp(attempt.retry_at)}", style="dim"))
         if attempt.traceback:
             body.append(text(attempt.traceback.rstrip()))
-        parts.append(Panel(Group(*body), title=f"attempt {attempt.attempt}", title_align="left"))
+        title = f"attempt {attempt.attempt}"
+        parts.append(Panel(Group(*body), title=title, title_align="left", expand=fill))
     if "payload" in unparsed:
-        parts.append(_unparsed(unparsed["payload"]))
+        parts.append(_unparsed(unparsed["payload"], fill))
     else:
-        parts.append(Panel(_json(detail.payload), title="payload", title_align="left"))
+        parts.append(Panel(_json(detail.payload), title="payload", title_align="left", expand=fill))
     result = detail.result
     if "result" in unparsed:
-        parts.append(_unparsed(unparsed["result"]))
+        parts.append(_unparsed(unparsed["result"], fill))
     elif result is not None:
         shown = {"status": result.status, "result": result.result, "error": result.error}
-        parts.append(Panel(_json(shown), title="result", title_align="left"))
-    parts += [_unparsed(u) for u in detail.unparsed if u.field not in _PLACED]
+        parts.append(Panel(_json(shown), title="result", title_align="left", expand=fill))
+    parts += [_unparsed(u, fill) for u in detail.unparsed if u.field not in _PLACED]
     console.print(Group(*parts))
 
 
@@ -137,14 +141,15 @@ def _lifetime(detail: JobDetail) -> tuple[str, RenderableType]:
     return "kept until", f"{timestamp(detail.kept_until)} ({detail.kept_by})"
 
 
-def _unparsed(field: Unparsed) -> Panel:
+def _unparsed(field: Unparsed, fill: bool) -> Panel:
     """A stored field that does not parse, as the text it holds (the worker dead-letters
     such a job as corrupt: this is what on-call came to see)."""
     note = f"does not parse: {field.problem}. The {field.size:,} stored bytes as text" + (
         ", \\xNN a byte that is not UTF-8:" if field.problem.startswith("not UTF-8") else ":"
     )
     body = Group(Text(note, style="bold red"), text(field.raw))
-    return Panel(body, title=f"{field.field} (stored, does not parse)", title_align="left")
+    title = f"{field.field} (stored, does not parse)"
+    return Panel(body, title=title, title_align="left", expand=fill)
 
 
 def _json(value: Any) -> RenderableType:
