@@ -241,20 +241,22 @@ def _busy(samples: int) -> str:
 
 def _idle_case(b: _Builder) -> BoundaryCase:
     idle_for = seconds(b.config.queue_idle_for)
-    window = seconds(q.Selector.alerts(b.config.namespace, b.config.job).window)
     quiet_series = f"0x{SAMPLES}"
-    # Nothing at all: fires once increase() has its two samples (onset 60).
+    # Nothing at all from the first sample on: fires once the type has been watched
+    # for `idle_for` (its summary's "idle for"), never sooner.
     firing = Scenario(_idle_series(b, quiet_series, quiet_series), b.by_type, humanize(0))
     busy = Scenario(
         _idle_series(b, f"0+{BUSY_PER_MINUTE}x{SAMPLES}", _busy(SAMPLES + 1)), b.by_type
     )
     # Just over the threshold: one long job running, nothing else happening.
     one_running = Scenario(_idle_series(b, quiet_series, f"1x{SAMPLES}"), b.by_type)
-    # Traffic, then none: silent while busy and while the window still holds the
-    # traffic; firing once the window has been empty for `for` (one sample of slack:
-    # Prometheus 2 and 3 differ on whether a range includes its left edge).
+    # Traffic, then none: silent while busy and until `idle_for` has passed since the
+    # last busy sample (one second short of it, the range still holds that sample),
+    # firing by `idle_for` after the first quiet sample (one sample of slack: Prometheus
+    # 2 and 3 differ on whether a range includes its left edge). So the alert fires
+    # `idle_for` after traffic stops, as its summary says.
     stop = IDLE_STOPS_AT
-    fires_by = stop * 60 + window + idle_for + 60
+    fires_by = stop * 60 + idle_for
     after = fires_by // 60 - stop + 1
     last = BUSY_PER_MINUTE * (stop - 1)
     stopped = Scenario(
@@ -266,8 +268,8 @@ def _idle_case(b: _Builder) -> BoundaryCase:
         b.by_type,
         humanize(0),
     )
-    checks = ((stop * 60 - 60, False), (stop * 60 + idle_for, False), (fires_by, True))
-    return BoundaryCase(60, firing, (busy, one_running), (Timeline(stopped, checks),))
+    checks = ((stop * 60 - 60, False), ((stop - 1) * 60 + idle_for - 1, False), (fires_by, True))
+    return BoundaryCase(idle_for, firing, (busy, one_running), (Timeline(stopped, checks),))
 
 
 def _rate_case(

@@ -11,6 +11,7 @@ each attempt (retry, then complete).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import tempfile
 from collections.abc import Sequence
@@ -120,7 +121,13 @@ def _line(span: ReadableSpan) -> str:
     return " ".join(part for part in parts if part)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    # No options: the parser is there for --help, which describes the run, not starts it.
+    argparse.ArgumentParser(
+        prog="python -m demo.trace_tree",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="trace-tree-") as directory:
         group = ProcessGroup(Path(directory))
         try:

@@ -14,6 +14,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+if __name__ == "__main__":
+    # `python -m`: through the console script's entry point, which imports this module
+    # again, so that an `exporter` extra missing below is one line, not a traceback.
+    from platform_common.jobs_exporter.entry_point import main as entry_point
+
+    sys.exit(entry_point())
+
 import uvicorn
 from redis.exceptions import (
     AuthenticationError,
@@ -299,7 +306,3 @@ def _serve(args: list[str]) -> int:
         backlog=listen_backlog(open_files),
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,6 +13,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+if __name__ == "__main__":
+    # Run through `run_with_extra`, which imports this module again: a `monitoring`
+    # extra missing below (yaml, grafanalib) is then one line, not a traceback.
+    from platform_common.jobs.cli.extras import run_with_extra
+
+    sys.exit(
+        run_with_extra(
+            "platform_common.jobs_monitoring.__main__:main",
+            extra="monitoring",
+            prog="python -m platform_common.jobs_monitoring",
+        )
+    )
+
 from platform_common.jobs.errors import ConfigurationError
 
 from .generate import generate
@@ -48,7 +61,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not differing:
         print(f"up to date: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

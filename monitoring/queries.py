@@ -146,23 +146,32 @@ def active_workers_idle(sel: Selector) -> str:
     return f"({waiting} and on ({BY_TYPE}) ({idle}))"
 
 
-def idle_activity(sel: Selector) -> str:
-    """Per agent type, what happened in the window: jobs enqueued and started, plus the
-    most that waited, waited for a retry or ran at any scrape. 0 means truly idle.
+def idle_activity(sel: Selector, idle_for: str) -> str:
+    """Per agent type, what happened in the last `idle_for`: jobs enqueued and started,
+    plus the most that waited, waited for a retry or ran at any scrape. 0 means idle for
+    all of `idle_for`, so `< 1` needs no `for` to mean it, and fires `idle_for` after the
+    last activity (a `for` on top of the range would add the two).
 
     Every term is a whole number of jobs when anything happened (`increase` only
     extrapolates outwards), so `< 1` is exactly "nothing at all" without an `==`.
     The counters catch jobs that came and went between two scrapes; the gauges catch
-    a job running or waiting for the whole window.
+    a job running or waiting for the whole range. A type not yet scraped `idle_for` ago
+    counts 1 more (not idle yet): one seen for a minute has not been idle for ten.
     """
     terms = [
-        f"max by ({BY_TYPE}) (increase({sel.series(key)}[{sel.window}]))"
+        f"max by ({BY_TYPE}) (increase({sel.series(key)}[{idle_for}]))"
         for key in ("enqueued", "started")
     ] + [
-        f"max by ({BY_TYPE}) (max_over_time({sel.series(key)}[{sel.window}]))"
+        f"max by ({BY_TYPE}) (max_over_time({sel.series(key)}[{idle_for}]))"
         for key in ("queue_depth", "delayed_depth", "in_progress")
     ]
-    return "(" + " + ".join(terms) + ")"
+    depth = sel.series("queue_depth")
+    # 0 for a type scraped `idle_for` ago, else (`or`: only types the left side lacks) 1.
+    unwatched = (
+        f"(max by ({BY_TYPE}) ({depth} offset {idle_for}) * 0"
+        f" or max by ({BY_TYPE}) ({depth}) * 0 + 1)"
+    )
+    return f"(({' + '.join(terms)}) + on ({BY_TYPE}) {unwatched})"
 
 
 def redis_policy_safe(sel: Selector) -> str:

@@ -160,17 +160,22 @@ def alert_specs(
             panel=panel.QUEUE_DEPTH,
         ),
         AlertSpec(
+            # The idle time is the query's range, not a `for`: it fires queue_idle_for
+            # after the last activity, which is what its texts say.
             name="QueueIdle",
-            query=q.idle_activity(sel),
+            query=q.idle_activity(sel, config.queue_idle_for),
             op="lt",
             threshold=1,
-            for_=config.queue_idle_for,
+            for_="0s",
             severity="info",
             action="scale-down",
-            summary="Queue $agent_type has been idle for $for_: nothing enqueued or running.",
+            summary=(
+                f"Queue $agent_type has been idle for {config.queue_idle_for}: "
+                "nothing enqueued or running."
+            ),
             description=(
                 f"No $agent_type job was enqueued or started, and none waited, waited for "
-                f"a retry or ran, in any {sel.window} window for $for_: traffic has stopped. "
+                f"a retry or ran, in the last {config.queue_idle_for}: traffic has stopped. "
                 "The worker pool can be scaled down."
             ),
             panel=panel.THROUGHPUT,

@@ -166,9 +166,12 @@ def scaled_object(agent_type: str) -> dict[str, Any]:
     name = f"queue-worker-{agent_type}"
     # Jobs waiting plus jobs running, per worker's concurrency: the replicas needed to
     # hold the load, so a queue kept empty by busy workers does not scale them away.
+    # `max by`, as the alerts: every exporter replica reports the whole queue, so a sum
+    # would count it once per replica.
     query = (
-        f'sum(queue_depth{{job="queue-exporter",agent_type="{agent_type}"}}) + '
-        f'sum(jobs_in_progress{{job="queue-exporter",agent_type="{agent_type}"}})'
+        f'max by (job, agent_type) (queue_depth{{job="queue-exporter",agent_type="{agent_type}"}})'
+        " + max by (job, agent_type) "
+        f'(jobs_in_progress{{job="queue-exporter",agent_type="{agent_type}"}})'
     )
     return {
         "apiVersion": "keda.sh/v1alpha1",

@@ -301,6 +301,8 @@ _OPERATOR_READS = (
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
     Grant(("get",), (_queue("result:*"),)),
+    # When Redis drops an ended job's record and result (job show's "kept until").
+    Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
 )
 
 _DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")

@@ -51,6 +51,15 @@ def test_help_lists_every_command() -> None:
         assert command in done.stdout
 
 
+def test_help_shows_flags_without_a_value() -> None:
+    root = run("--help", env={"COLUMNS": "120"})
+    info = run("info", "--help", env={"COLUMNS": "120"})
+    assert root.returncode == info.returncode == 0, root.stderr + info.stderr
+    assert "--debug" in root.stdout and "--watch" in info.stdout
+    assert "<bool>" not in root.stdout + info.stdout
+    assert "<float range>" in info.stdout  # an option that takes a value still says which
+
+
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "agentjobs"
     done = subprocess.run(
@@ -199,6 +208,46 @@ def test_worker_runs_jobs_and_stops_on_sigterm(redis_url: str, tmp_path: Path) -
     assert "worker stopped" in log_path.read_text()
     assert result is not None and result.ok
     assert result.result == {"task": job["task"], "constraints": job["constraints"]}
+
+
+HANDLER_MODULE = """\
+from typing import Any
+
+
+async def greet(job: Any) -> dict[str, str]:
+    return {"from": "the working directory", "task": job.task}
+"""
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m"])
+def test_worker_imports_a_handler_from_the_working_directory(
+    entry: str, redis_url: str, tmp_path: Path
+) -> None:
+    """`agentjobs worker` finds a handler module beside the operator, as `python -m` does."""
+    (tmp_path / "newcomer_handlers.py").write_text(HANDLER_MODULE)
+    command = (
+        [str(Path(sys.executable).parent / "agentjobs")]
+        if entry == "console script"
+        else [sys.executable, "-m", "platform_common.jobs"]
+    )
+    log_path = tmp_path / "worker.log"
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [*command, "worker", "--agent-type", "dining",
+             "--handler", "newcomer_handlers:greet"],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+            env=child_env({"QUEUE_REDIS_URL": redis_url, "QUEUE_BLOCK_TIMEOUT": "0.2"}),
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "worker ready" in log_path.read_text() or worker.poll() is not None)
+        assert worker.poll() is None, log_path.read_text()
+        job = make_job(task="from a module in the working directory")
+        result = asyncio.run(enqueue_and_wait(redis_url, job))
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert result is not None and result.ok, log_path.read_text()
+    assert result.result == {"from": "the working directory", "task": job["task"]}
 
 
 def test_worker_alias_keeps_working() -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from platform_common.jobs.cli import main
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.operations.formatting import timestamp
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
 from tests.support.backends import CLUSTER, parametrize_backends
@@ -318,6 +319,58 @@ def test_job_show_of_a_waiting_job_and_of_no_job(agentjobs: Any, redis_url: str)
     assert (missing.code, missing.err) == (1, "error: job 'no-such-job' does not exist\n")
 
 
+def retried_job(redis_url: str, *, max_attempts: int, backoff_base: float) -> str:
+    """A job whose first attempt fails and is retried: still delayed for its retry when
+    the backoff is long, dead (with the retry's due_at in its record) when it is short."""
+
+    async def make() -> str:
+        settings = fast_settings(redis_url, max_attempts=max_attempts, backoff_base=backoff_base)
+        async with await JobQueue.connect(settings) as queue:
+            (job_id,) = await queue.enqueue_many([make_job(task="a table for 4")])
+
+            async def settled() -> bool:
+                stats = await queue.stats("dining")
+                return stats.delayed == 1 if max_attempts > 2 else stats.dead == 1
+
+            async with running_worker(settings, cannot_book):
+                await eventually(settled)
+        return job_id
+
+    return asyncio.run(make())
+
+
+def test_job_show_of_a_dead_job_says_how_long_redis_keeps_it_and_no_retry(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    job_id = retried_job(redis_url, max_attempts=2, backoff_base=0.05)
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert detail["state"] == "dead" and detail["due_at"] is not None  # the record keeps it
+    dropped_at = int(sync_reply(client.pexpiretime(DINING.job(job_id))))
+    assert detail["kept_until"] == dropped_at / 1000
+    # The dead-letter retention (14 days), not the job's 60 s TTL.
+    assert detail["kept_until"] >= detail["finished_at"] + 14 * 86400
+    assert detail["expires_at"] < detail["finished_at"] + 3600
+
+    table = agentjobs("job", "show", "dining", job_id)
+    assert table.code == 0, table.err
+    kept = timestamp(detail["kept_until"])
+    assert f"kept until  {kept} (the dead-letter retention)" in table.out
+    assert "expires" not in table.out and "retry due" not in table.out
+    assert "retry scheduled for" in table.out  # the first attempt's, as history
+
+
+def test_job_show_of_a_job_delayed_for_a_retry_says_when_it_is_due_and_expires(
+    agentjobs: Any, redis_url: str
+) -> None:
+    job_id = retried_job(redis_url, max_attempts=3, backoff_base=300.0)
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert (detail["state"], detail["kept_until"]) == ("retrying", None)
+    table = agentjobs("job", "show", "dining", job_id)
+    assert f"retry due   {timestamp(detail['due_at'])}" in table.out
+    assert f"expires     {timestamp(detail['expires_at'])}" in table.out
+    assert "kept until" not in table.out
+
+
 # -- dead list / show -------------------------------------------------------------------
 def test_dead_list_newest_first_with_limit_and_error_match(agentjobs: Any, redis_url: str) -> None:
     ids = dead_letters(redis_url, ["timeout 1", "refused 2", "timeout 3"])
@@ -557,6 +610,27 @@ def test_a_purge_confirmed_on_a_terminal_leaves_letters_dead_lettered_after_the_
         f"letters; {newer} dead-lettered after "
     ) in out
     assert " were left alone" in out
+
+
+def test_job_panels_written_to_a_pipe_are_as_wide_as_what_they_hold(redis_url: str) -> None:
+    # Piped, the console is 200 columns wide (no id cut): a panel filling them was a
+    # screen of padding per line.
+    (job_id,) = enqueue(redis_url, 1)
+    env = child_env({})
+    env.pop("COLUMNS", None)
+    shown = subprocess.run(
+        [sys.executable, "-m", "platform_common.jobs", "job", "show", "dining", job_id,
+         "--redis-url", redis_url],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    [top] = [line for line in lines if line.startswith("╭") and " payload " in line]
+    payload = json.loads(run_child("job", "show", "dining", job_id, "-o", "json",
+                                   "--redis-url", redis_url).stdout)["payload"]  # fmt: skip
+    widest = max(len(line) for line in json.dumps(payload, indent=2).splitlines())
+    assert len(top) == widest + 4  # the borders and one space of padding each side
+    assert job_id in shown.stdout
 
 
 def test_a_table_written_to_a_pipe_cuts_no_job_id(redis_url: str) -> None:

@@ -14,20 +14,26 @@ from fastapi import HTTPException
 
 from platform_common.jobs.console import ConsoleLinks
 from platform_common.jobs.console.csrf import SESSION_COOKIE
-from platform_common.jobs.queue import JobPayload, JobQueue
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.operations.formatting import timestamp
+from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings
+from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.dashboard_ids import QueueOverviewPanel
 from tests.console.conftest import (
     HOSTILE,
     PREFIX,
     client_of,
     console_app,
+    fail_with_error_text,
     make_dead_letters,
 )
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, running_worker
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
 from tests.support.stored_jobs import to_job_hash
 
 ROOT = Path(__file__).resolve().parents[2]
+DINING = QueueKeys("dining")
 
 
 async def test_overview_lists_each_type_with_counts_and_refreshes(
@@ -144,6 +150,55 @@ async def test_job_page_shows_state_attempts_traceback_payload_and_result(
     assert 'class="traceback"' in page and "Traceback" in page
     assert "&#34;curated_shortlist&#34;: [" in page  # pretty JSON, indented, escaped
     assert "&#34;status&#34;: &#34;dead" in page or "&#34;status&#34;: &#34;failed" in page
+
+
+async def retried(settings: QueueSettings, queue: JobQueue, *, dead: bool) -> str:
+    """A job whose first attempt failed: dead after its retry failed too, or still
+    delayed for that retry."""
+    job_id = await queue.enqueue(make_job())
+
+    async def settled() -> bool:
+        stats = await queue.stats("dining")
+        return stats.dead == 1 if dead else stats.delayed == 1
+
+    async with running_worker(settings, fail_with_error_text):
+        await eventually(settled)
+    return job_id
+
+
+async def test_job_page_of_a_dead_job_says_how_long_it_is_kept_and_no_retry(
+    redis_url: str, redis_client: RedisClient
+) -> None:
+    settings = fast_settings(redis_url, max_attempts=2, backoff_base=0.05)
+    async with await JobQueue.connect(settings) as queue, client_of(console_app(queue)) as client:
+        job_id = await retried(settings, queue, dead=True)
+        page = (await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")).text
+    assert await redis_client.hget(DINING.job(job_id), "due_at")  # the record keeps it
+    dropped_at = int(await redis_client.pexpiretime(DINING.job(job_id)))
+    kept = timestamp(dropped_at / 1000, "seconds")
+    assert "state-dead" in page
+    assert f'<dt>Kept until</dt><dd><time datetime="{kept}"' in page
+    assert "(the dead-letter retention)</dd>" in page
+    assert "<dt>Expires</dt>" not in page and "Retry due" not in page
+    assert "retry scheduled for" in page  # the first attempt's, as history
+
+
+async def test_job_page_of_a_job_delayed_for_a_retry_says_when_it_is_due(
+    redis_url: str, redis_client: RedisClient
+) -> None:
+    settings = fast_settings(redis_url, max_attempts=3, backoff_base=300.0)
+    async with await JobQueue.connect(settings) as queue, client_of(console_app(queue)) as client:
+        job_id = await retried(settings, queue, dead=False)
+        page = (await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")).text
+    due_at, expires_at = await redis_client.hmget(DINING.job(job_id), ["due_at", "expires_at"])
+    assert (
+        f'<dt>Retry due</dt><dd><time datetime="{timestamp(int(due_at) / 1000, "seconds")}"' in page
+    )
+    assert (
+        f'<dt>Expires</dt><dd><time datetime="{timestamp(int(expires_at) / 1000, "seconds")}"'
+        in page
+    )
+    assert "Kept until" not in page
 
 
 async def test_user_data_is_shown_inert(queue: JobQueue, client: httpx.AsyncClient) -> None:

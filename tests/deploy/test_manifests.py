@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from platform_common.jobs import acl
 from platform_common.jobs.metric_catalogue import AGENT_TYPE, CATALOGUE
 from platform_common.jobs.queue import QueueSettings
 from tests.support.paths import REPO_ROOT
+from tests.support.prometheus import promtool
 
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
 # The Kubernetes minor the manifests target (kubernetes-validate ships its schemas).
@@ -159,6 +161,72 @@ def test_the_scaler_query_reads_series_the_exporter_serves() -> None:
         assert names
         for name in names:
             assert name in served and AGENT_TYPE in served[name].labels, name
+
+
+def test_the_docs_give_the_kubernetes_version_the_manifests_are_checked_against() -> None:
+    # The pinned validator checks against its newest Kubernetes unless told: the docs'
+    # command names the version this module checks, and runs as written.
+    command = f"kubernetes-validate --strict --kubernetes-version {KUBERNETES_VERSION}"
+    operations = " ".join((REPO_ROOT / "docs" / "operations.md").read_text().split())
+    assert f"`{command}`" in operations
+    minor = KUBERNETES_VERSION.rpartition(".")[0]
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    done = subprocess.run(
+        [str(validator), *command.split()[1:], str(KUBERNETES / "deployment.yaml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"against version {minor}" in done.stdout + done.stderr
+
+
+REPLICAS = ("queue-exporter-0:9808", "queue-exporter-1:9808")
+"""Two exporter replicas behind one job: each reports the same queue."""
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+@pytest.mark.parametrize("objects", _workers(), ids=render_workers.AGENT_TYPES)
+def test_the_scaler_counts_a_queue_once_however_many_exporters_report_it(
+    objects: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    # 30 waiting and 10 running, reported alike by both replicas: the scaler must see 40
+    # (4 replicas' worth at 10 each), as the alerts do (max by), not 80.
+    [trigger] = objects["ScaledObject"]["spec"]["triggers"]
+    agent_type = objects["Deployment"]["metadata"]["labels"]["platform-common-jobs/agent-type"]
+    series = [
+        {
+            "series": f'{name}{{job="queue-exporter", instance="{instance}", '
+            f'agent_type="{agent_type}"}}',
+            "values": f"{value}x5",
+        }
+        for instance in REPLICAS
+        for name, value in (("queue_depth", 30), ("jobs_in_progress", 10))
+    ]
+    (tmp_path / "none.rules.yml").write_text("groups: []\n")
+    check = {
+        "rule_files": ["none.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": trigger["metadata"]["query"],
+                        "eval_time": "2m",
+                        "exp_samples": [
+                            {
+                                "labels": f'{{job="queue-exporter", agent_type="{agent_type}"}}',
+                                "value": 40,
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "scaler.test.yml").write_text(yaml.safe_dump(check, sort_keys=False))
+    done = promtool("test", "rules", str(tmp_path / "scaler.test.yml"))
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize built in)")

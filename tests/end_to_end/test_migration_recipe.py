@@ -153,3 +153,19 @@ async def test_two_uvicorn_processes_share_jobs(two_uvicorn_pods: tuple[str, str
             for pod in (pod_a, pod_b):
                 done = await wait_for_status(pod, job_id, "succeeded")
                 assert done["job_id"] == job_id
+
+
+def test_the_agent_does_not_start_when_redis_is_unreachable() -> None:
+    # The lifespan's `await job_store.ping()` is the startup health check: uvicorn
+    # reports the failed startup and exits instead of serving 500s on every request.
+    dead = f"redis://127.0.0.1:{find_free_port()}/0"
+    env = os.environ | {"JOB_STORE_URL": dead, "OTEL_SERVICE_NAME": "scan-agent"}
+    port = str(find_free_port())
+    done = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "examples.scan_agent:app", "--host", "127.0.0.1",
+         "--port", port],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "BackendUnavailable" in done.stderr and "Application startup failed" in done.stderr
+    assert "Uvicorn running" not in done.stderr

@@ -33,3 +33,19 @@ def test_the_tree_holds_the_send_span_each_attempt_and_its_settle_span() -> None
     assert "job.attempt=2 job.outcome=succeeded status=UNSET" in second
     # The worker's log line for the failed attempt names the same trace.
     assert f"trace_id={trace_id}" in done.stderr
+
+
+def test_help_describes_the_run_and_starts_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "demo.trace_tree", "--help"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m demo.trace_tree")
+    assert "one job's trace across the queue" in done.stdout
+    assert "[PRODUCER]" not in done.stdout  # the demo did not run
+    bad = subprocess.run(
+        [sys.executable, "-m", "demo.trace_tree", "--no-such-option"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr

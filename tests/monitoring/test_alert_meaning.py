@@ -1,7 +1,7 @@
 """Alerts that mean what they say: QueueIdle is a true idle signal (silent at 11 jobs/s
-with an empty queue, firing once traffic stops), the expiry and exporter-data alerts
-are proven at their thresholds, and the Grafana rules use only what the minimum Grafana
-accepts."""
+with an empty queue, firing as long after traffic stops as its summary says), the
+expiry and exporter-data alerts are proven at their thresholds, and the Grafana rules
+use only what the minimum Grafana accepts."""
 
 from __future__ import annotations
 
@@ -100,9 +100,24 @@ def test_the_old_empty_queue_rule_fails_the_idle_cases(tmp_path: Path) -> None:
     rules = rule_file(config)
     [idle] = [r for r in rules["groups"][0]["rules"] if r["alert"] == "QueueIdle"]
     idle["expr"] = f'max by (job, agent_type) (queue_depth{{job="{config.job}"}}) < 1'
+    idle["for"] = config.queue_idle_for
     output = _run(tmp_path, rules, config, "QueueIdle")
-    assert "time: 12m" in output  # fired on the busy queue with nothing waiting
-    assert "time: 20m" in output  # fired before the window had emptied after the stop
+    assert "time: 11m" in output  # fired on the busy queue with nothing waiting
+    assert "time: 18m59s" in output  # fired before traffic had stopped for 10m
+
+
+def test_a_5m_window_held_for_10m_fails_the_idle_cases(tmp_path: Path) -> None:
+    """The rule that said "idle for 10m" and fired 15 minutes after traffic stopped: any
+    5m window empty, for 10m more."""
+    config = load_config()
+    rules = rule_file(config)
+    [idle] = [r for r in rules["groups"][0]["rules"] if r["alert"] == "QueueIdle"]
+    activity = idle["expr"].split(" + on ")[0].removeprefix("(")
+    idle["expr"] = activity.replace(f"[{config.queue_idle_for}]", "[5m]") + " < 1"
+    idle["for"] = config.queue_idle_for
+    output = _run(tmp_path, rules, config, "QueueIdle")
+    assert "time: 10m" in output  # silent after 10 quiet minutes from the start
+    assert "time: 20m" in output  # silent 10 minutes after traffic stopped
 
 
 @pytest.mark.parametrize("name", NEW_ALERTS)

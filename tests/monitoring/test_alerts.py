@@ -269,8 +269,10 @@ def test_the_issue_alerts_exist_with_their_thresholds() -> None:
     depth = specs["QueueDepthHigh"]
     assert (depth.op, depth.threshold, depth.for_, depth.action) == ("gt", 100, "5m", "scale-up")
     idle = specs["QueueIdle"]
-    assert (idle.op, idle.threshold, idle.for_, idle.action) == ("lt", 1, "10m", "scale-down")
+    assert (idle.op, idle.threshold, idle.for_, idle.action) == ("lt", 1, "0s", "scale-down")
     assert "jobs_enqueued_total" in idle.expr and "jobs_in_progress" in idle.expr
+    # Idle for 10 minutes is the query's range (no `for` on top), as the summary says.
+    assert "[10m]" in idle.expr and "[5m]" not in idle.expr and "idle for 10m" in idle.summary
     assert (specs["DeadLetterDepthHigh"].op, specs["DeadLetterDepthHigh"].threshold) == ("gt", 10)
     assert "histogram_quantile(0.95," in specs["JobLatencyP95AboveSLO"].query
     assert load_config().default_latency_slo == load_config().job_ttl_seconds * 0.5

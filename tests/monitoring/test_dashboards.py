@@ -192,9 +192,13 @@ def metric_of(series: str) -> Metric | None:
 
 def test_rates_use_rate_interval_and_counters_only_inside_rates(board: dict[str, Any]) -> None:
     counters = counter_series()
+    config = load_config()
+    # QueueIdle's range is its idle time, not a rate window: its stat shows the alert's value.
+    idle_stat = int(P.ALERT_STATS) + [s.name for s in alert_specs(config)].index("QueueIdle")
     for panel_id, expr in exprs(board):
         for _function, _series, window in RANGE_FUNCTION.findall(expr):
-            assert window == "$__rate_interval", (panel_id, expr)
+            expected = config.queue_idle_for if panel_id == idle_stat else "$__rate_interval"
+            assert window == expected, (panel_id, expr)
         for name, _ in SELECTOR.findall(expr):
             if name in counters:
                 assert re.search(rf"\b(rate|irate|increase)\({name}\{{", expr), (panel_id, name)

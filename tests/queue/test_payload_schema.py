@@ -76,6 +76,15 @@ def test_the_schema_is_draft_2020_12_and_documents_what_it_cannot_express() -> N
     assert list(schema["properties"]) == [spec.name for spec in PAYLOAD_FIELDS]
 
 
+def test_the_job_id_description_states_the_rule_the_queue_applies() -> None:
+    # Any id-safe string is a job id, a UUID or not: the words must not say "a UUID".
+    description = payload_json_schema()["properties"]["job_id"]["description"]
+    assert _JOB_ID.fullmatch("order:42@eu-1.retry_2")
+    assert "(a UUID)" not in description
+    assert f"1 to {MAX_JOB_ID_LENGTH} letters, digits and . _ : @ -" in description
+    assert _JOB_ID.pattern == "[A-Za-z0-9][A-Za-z0-9._:@-]*"  # what the words say
+
+
 def test_agent_types_narrow_a_fresh_copy() -> None:
     narrowed = payload_json_schema(["flights", "dining"])
     assert narrowed["properties"]["agent_type"]["enum"] == ["dining", "flights"]

@@ -71,6 +71,9 @@ def emit(detail: JobDetail, output: Output) -> None:
 
 
 def render_job(console: Console, detail: JobDetail) -> None:
+    # On a terminal the panels fill its width; written to a pipe or a file (200 columns,
+    # see operator_output.stdout) each is as wide as what it holds.
+    fill = console.is_terminal
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -83,9 +86,10 @@ def render_job(console: Console, detail: JobDetail) -> None:
         ("enqueued", timestamp(detail.enqueued_at)),
         ("started", timestamp(detail.started_at)),
         ("finished", timestamp(detail.finished_at)),
-        ("expires", timestamp(detail.expires_at)),
+        _lifetime(detail),
     ]
-    rows += [("retry due", timestamp(detail.due_at))] if detail.due_at else []
+    retry_due = detail.retry_due_at
+    rows += [("retry due", timestamp(retry_due))] if retry_due else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
     if detail.unparsed:
@@ -97,7 +101,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
     # A field that does not parse is drawn where it would be, as its stored text.
     unparsed = {u.field: u for u in detail.unparsed}
     if "history" in unparsed:
-        parts.append(_unparsed(unparsed["history"]))
+        parts.append(_unparsed(unparsed["history"], fill))
     for attempt in detail.history:
         body: list[RenderableType] = [
             text(f"{attempt.outcome}: {attempt.error}"),
@@ -105,35 +109,47 @@ def render_job(console: Console, detail: JobDetail) -> None:
                  f"{timestamp(attempt.ended_at)}", style="dim"),
         ]  # fmt: skip
         if attempt.retry_at:
-            body.append(Text(f"retry due {timestamp(attempt.retry_at)}", style="dim"))
+            body.append(Text(f"retry scheduled for {timestamp(attempt.retry_at)}", style="dim"))
         if attempt.traceback:
             body.append(text(attempt.traceback.rstrip()))
-        parts.append(Panel(Group(*body), title=f"attempt {attempt.attempt}", title_align="left"))
+        title = f"attempt {attempt.attempt}"
+        parts.append(Panel(Group(*body), title=title, title_align="left", expand=fill))
     if "payload" in unparsed:
-        parts.append(_unparsed(unparsed["payload"]))
+        parts.append(_unparsed(unparsed["payload"], fill))
     else:
-        parts.append(Panel(_json(detail.payload), title="payload", title_align="left"))
+        parts.append(Panel(_json(detail.payload), title="payload", title_align="left", expand=fill))
     result = detail.result
     if "result" in unparsed:
-        parts.append(_unparsed(unparsed["result"]))
+        parts.append(_unparsed(unparsed["result"], fill))
     elif result is not None:
         shown = {"status": result.status, "result": result.result, "error": result.error}
-        parts.append(Panel(_json(shown), title="result", title_align="left"))
-    parts += [_unparsed(u) for u in detail.unparsed if u.field not in _PLACED]
+        parts.append(Panel(_json(shown), title="result", title_align="left", expand=fill))
+    parts += [_unparsed(u, fill) for u in detail.unparsed if u.field not in _PLACED]
     console.print(Group(*parts))
 
 
 _PLACED = ("history", "payload", "result")
 
 
-def _unparsed(field: Unparsed) -> Panel:
+def _lifetime(detail: JobDetail) -> tuple[str, RenderableType]:
+    """An active job expires at its TTL deadline; one that ended is kept (by its TTL or
+    the dead-letter retention) until Redis drops it: the row says which is true."""
+    if detail.active:
+        return "expires", timestamp(detail.expires_at)
+    if detail.kept_until is None:
+        return "kept until", "requeued or purged" if detail.state == "dead" else NONE
+    return "kept until", f"{timestamp(detail.kept_until)} ({detail.kept_by})"
+
+
+def _unparsed(field: Unparsed, fill: bool) -> Panel:
     """A stored field that does not parse, as the text it holds (the worker dead-letters
     such a job as corrupt: this is what on-call came to see)."""
     note = f"does not parse: {field.problem}. The {field.size:,} stored bytes as text" + (
         ", \\xNN a byte that is not UTF-8:" if field.problem.startswith("not UTF-8") else ":"
     )
     body = Group(Text(note, style="bold red"), text(field.raw))
-    return Panel(body, title=f"{field.field} (stored, does not parse)", title_align="left")
+    title = f"{field.field} (stored, does not parse)"
+    return Panel(body, title=title, title_align="left", expand=fill)
 
 
 def _json(value: Any) -> RenderableType:

@@ -6,9 +6,10 @@ with `app.add_typer(module.app, name="dead")`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from . import (
     acl_command,
@@ -23,6 +24,20 @@ from . import (
 from .exits import EXIT_OK, enable_debug
 
 __all__ = ["app", "run_app"]
+
+
+def _show_flags_bare() -> None:
+    """`--debug`, not `--debug <bool>`: typer's rich help gives every option its type, a
+    flag's too, as if it took a value (its plain help leaves a flag's type out)."""
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_show_flags_bare()  # once, on import: each call would wrap the previous one
 
 app = typer.Typer(
     help="Operate the agent job queue and JobStore.",

@@ -5,11 +5,13 @@
     (alias: python -m platform_common.jobs.worker ...)
 
 The handler is an `async def` (run on the event loop) or a plain `def` (run in a pool
-of --concurrency threads: blocking calls are fine there). Settings come from QUEUE_*
-environment variables (QUEUE_REDIS_URL or REDIS_URL, see QueueSettings.from_env) and
-the options below. SIGTERM or SIGINT stop it gracefully: no new jobs, running ones
-finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back. `--log-format json` logs one
-JSON object per line, with the same fields as the text lines.
+of --concurrency threads: blocking calls are fine there); its module is imported with
+the working directory first on sys.path, under every name the worker is run by.
+Settings come from QUEUE_* environment variables (QUEUE_REDIS_URL or REDIS_URL, see
+QueueSettings.from_env) and the options below. SIGTERM or SIGINT stop it gracefully:
+no new jobs, running ones finish within QUEUE_SHUTDOWN_TIMEOUT, the rest go back.
+`--log-format json` logs one JSON object per line, with the same fields as the text
+lines.
 Deployments run workers without the `cli` extra, so the options are parsed with
 argparse here, and the typer app only forwards to `run`: typer and rich with their
 dependencies are six packages and 16 MB installed, and about 45 ms of imports at every
@@ -23,6 +25,7 @@ import asyncio
 import importlib
 import inspect
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -55,6 +58,7 @@ def load_handler(spec: str) -> Handler:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError("--handler", f"expected pkg.module:function, got {spec!r}")
+    _import_from_working_directory()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -70,6 +74,18 @@ def load_handler(spec: str) -> Handler:
             f"got {type(handler).__name__}",
         )
     return handler  # type: ignore[no-any-return]
+
+
+def _import_from_working_directory() -> None:
+    """Put the working directory first on sys.path, as `python -m` does (and rq and
+    Celery workers): the `agentjobs` console script would otherwise find a handler module
+    under `python -m platform_common.jobs worker` and not under its own name.
+    PYTHONSAFEPATH (or -P) opts out, as it does for `python -m`."""
+    if sys.flags.safe_path:
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def parser(prog: str) -> argparse.ArgumentParser:

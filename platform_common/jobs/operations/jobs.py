@@ -13,6 +13,7 @@ from ..queue import JobQueue, JobResult, QueueState
 from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
 from ..queue.results import parse_result
+from ..status import QUEUE_ACTIVE
 from .session import read_undecoded
 from .stored import stored_ms
 
@@ -72,9 +73,10 @@ class JobDetail:
     finished_at: float | None
     """When it reached its state (finished, dead-lettered or failed)."""
     expires_at: float | None
-    """Its TTL deadline: expired if not finished by then."""
+    """Its TTL deadline: expired if not finished by then (only while it is `active`)."""
     due_at: float | None
-    """When its next retry is due (RETRYING)."""
+    """When the retry of a failed attempt was due; the record keeps it after that retry
+    ran, so only `retry_due_at` says a retry is pending."""
     requeued_at: float | None
     """When an operator last requeued it from the dead letters."""
     last_error: str | None
@@ -89,6 +91,31 @@ class JobDetail:
     unparsed: tuple[Unparsed, ...] = ()
     """Stored fields that do not parse, with their text: each is shown as absent above
     (the payload None, the history empty)."""
+    kept_until: float | None = None
+    """When Redis drops what a job that ended left (its record and result, or only the
+    result): the job's TTL after it succeeded or expired, the dead-letter retention
+    (never less than the TTL) after it died or failed. None while it is `active`, or
+    when nothing will drop it (a dead letter kept until requeued or purged)."""
+
+    @property
+    def active(self) -> bool:
+        """Waiting, running or delayed for a retry: `expires_at` is its deadline."""
+        return self.state in QUEUE_ACTIVE
+
+    @property
+    def retry_due_at(self) -> float | None:
+        """When its next attempt is due, while it is delayed for a retry; else None."""
+        return self.due_at if self.state == QueueState.RETRYING else None
+
+    @property
+    def kept_by(self) -> str | None:
+        """What sets `kept_until`: "the dead-letter retention" or "its TTL"; None while
+        the job is active."""
+        if self.active:
+            return None
+        if self.state in (QueueState.DEAD, QueueState.FAILED):
+            return "the dead-letter retention"
+        return "its TTL"
 
     def unparsed_field(self, field: str) -> Unparsed | None:
         """The stored `field` if it does not parse, else None."""
@@ -117,12 +144,16 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     UTF-8 or not JSON, a damaged history) is exactly what on-call needs to look at, so
     what does not parse comes back as text in `unparsed`, never as an error."""
     keys = queue.connection.known_keys(agent_type)
-    stored, packed, stored_result = await read_undecoded(
+    stored, packed, stored_result, record_drop, result_drop = await read_undecoded(
         queue,
         [
             ("HGETALL", wire(keys.job(job_id))),
             ("HGET", keys.queued, wire(job_id)),
             ("GET", wire(keys.result(job_id))),
+            # When Redis drops an ended job's record and result (what `kept_until`
+            # reports): the TTL its last script set, whichever retention that used.
+            ("PEXPIRETIME", wire(keys.job(job_id))),
+            ("PEXPIRETIME", wire(keys.result(job_id))),
         ],
     )
     fields = _as_fields(stored)
@@ -137,11 +168,13 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         return JobDetail(
             agent_type, job_id, result.status, 0, None, None, None, None, None, None, None,
             None, result.error, (), None, result, record.noted(),
+            kept_until=_drop_time(result_drop),
         )  # fmt: skip
+    state = _state(record.text("state"))
     return JobDetail(
         agent_type=agent_type,
         job_id=job_id,
-        state=_state(record.text("state")),
+        state=state,
         attempts=record.number("attempts") or 0,
         max_attempts=record.number("max_attempts"),
         worker=record.text("worker") or None,
@@ -156,6 +189,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         payload=record.document("payload"),
         result=result,
         unparsed=record.noted(),
+        kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
     )
 
 
@@ -274,6 +308,11 @@ class _Record:
         except InvalidRecord as exc:
             self._note("result", exc.problem, raw)
         return None
+
+
+def _drop_time(reply: Any) -> float | None:
+    """A PEXPIRETIME reply as seconds since the epoch; None for no TTL (-1) or no key (-2)."""
+    return int(reply) / 1000 if int(reply) > 0 else None
 
 
 def _seconds(raw_ms: Any) -> float | None:

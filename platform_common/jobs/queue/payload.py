@@ -62,8 +62,8 @@ class JobPayload:
     """One job as the orchestrator sends it to an agent worker (job_payload.schema.json)."""
 
     job_id: str
-    """Unique per agent type while the job lives (any id-safe string; producers usually
-    send a UUID)."""
+    """Unique per agent type while the job lives: any id `validation.validate_job_id`
+    accepts (letters, digits and . _ : @ -; a UUID is one)."""
     session_id: str
     """The user session the job serves."""
     orchestrator_id: str

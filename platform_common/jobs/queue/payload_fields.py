@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..validation import MAX_TTL_SECONDS
+from ..validation import MAX_JOB_ID_LENGTH, MAX_TTL_SECONDS
 
 __all__ = ["MAX_TEXT_LENGTH", "PAYLOAD_FIELDS", "UNEXPRESSED_RULES", "FieldSpec", "Kind"]
 
@@ -48,7 +48,12 @@ class FieldSpec:
 
 
 PAYLOAD_FIELDS: tuple[FieldSpec, ...] = (
-    FieldSpec("job_id", Kind.JOB_ID, "Unique per agent type while the job lives (a UUID)."),
+    FieldSpec(
+        "job_id",
+        Kind.JOB_ID,
+        f"Unique per agent type while the job lives: 1 to {MAX_JOB_ID_LENGTH} letters, digits "
+        "and . _ : @ -, starting with a letter or digit (a UUID is one).",
+    ),
     FieldSpec(
         "session_id", Kind.TEXT, "The user session the job serves.", max_length=MAX_TEXT_LENGTH
     ),
