@@ -18,15 +18,14 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations.formatting import timestamp
 from platform_common.jobs.queue import JobPayload, JobQueue, QueueSettings
 from platform_common.jobs.redis.url import RedisClient
-from platform_common.jobs.dashboard_ids import QueueOverviewPanel
 from tests.console.conftest import (
     HOSTILE,
     PREFIX,
     client_of,
     console_app,
-    fail_with_error_text,
     make_dead_letters,
 )
+from tests.support.dead_letter_race import fail_with_error_text
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
