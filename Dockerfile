@@ -1,5 +1,6 @@
-# One image for every process of the package: the queue worker, the Prometheus exporter
-# and the operator CLI. Build: docker build -t platform-common-jobs:0.2.0 .
+# One image for every process of the package: the queue worker, the Prometheus exporter,
+# the operator CLI and the queue console (`agentjobs console`).
+# Build: docker build -t platform-common-jobs:0.2.0 .
 # Agent services build FROM it and add their handler code; tests/deploy/test_dockerfile.py
 # checks offline what can be checked without a Docker daemon.
 
@@ -14,7 +15,7 @@ COPY monitoring ./monitoring
 COPY dashboards ./dashboards
 COPY alerts ./alerts
 COPY runbooks ./runbooks
-RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels ".[exporter,cli]"
+RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels ".[exporter,cli,console]"
 
 # Stage 2: the runtime. No compiler, no pip cache, no sources: only the installed wheels.
 FROM python:3.11-slim-bookworm
@@ -22,7 +23,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --disable-pip-version-check --no-index --find-links /wheels \
-        "platform-common-jobs[exporter,cli]" \
+        "platform-common-jobs[exporter,cli,console]" \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin agentjobs
 USER 10001
@@ -33,4 +34,5 @@ EXPOSE 9808
 #   python -m platform_common.jobs.worker ...       (a worker; also `agentjobs worker`)
 #   python -m platform_common.jobs.heartbeat_probe  (a worker's liveness probe)
 #   agentjobs ...                                   (the operator CLI)
+#   agentjobs console --host 0.0.0.0 ...            (the queue console)
 CMD ["agentjobs", "--help"]

@@ -7,7 +7,7 @@ bench only, writes records and index entries exactly as the create script does).
 history: half the jobs belong to the measured owner, a quarter are shared, a quarter
 belong to 100 other owners. At each size it times `list_for_owner(owner, limit=20)`:
 
-    index        JOBSTATE_TIME_INDEX_ENABLED on: two bucket reads + one row fetch
+    index        JOBSTATE_TIME_INDEX_READS on: two bucket reads + one row fetch
     scan (cap)   the legacy path with the default JOBSTATE_LIST_SCAN_CAP=5000: bounded
                  work, but past 5000 jobs its page is wrong (it never saw the newest)
     scan (full)  the legacy path with no cap: the right page, at the cost of a full scan

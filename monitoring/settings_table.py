@@ -23,7 +23,7 @@ from platform_common.jobs.queue.queue_settings import (
 )
 from platform_common.jobs.redis.url import DEFAULT_REDIS_URL
 from platform_common.jobs.store.factory import AGENT_ENV, ENV_NAMESPACES, URL_ENV, StoreConfig
-from platform_common.jobs.store.time_index import FLAG_ENV, SCAN_CAP_ENV
+from platform_common.jobs.store.time_index import FLAG_ENV, READS_ENV, SCAN_CAP_ENV, WRITES_ENV
 from platform_common.jobs_exporter.settings import (
     DEPRECATED_VARIABLES,
     ENVIRONMENT_VARIABLES,
@@ -43,8 +43,13 @@ _EXTRA_MEANINGS = {
     "(`?max_connections=` and `?pool_timeout=` size its pool).",
     AGENT_ENV: "The agent namespace of the JobStore's keys (`agentjobs:{agent}:<job_id>`), "
     "lower-cased; shared with OpenTelemetry, which reads it too.",
-    FLAG_ENV: "Maintain and read the per-owner time index (`list_for_owner`); turn it on "
-    "only after a backfill.",
+    WRITES_ENV: "Creates and deletes maintain the per-owner time index. Turn it on first, "
+    "on every agent, then run `agentjobs backfill`.",
+    READS_ENV: "`list_for_owner` reads the time index (O(limit) pages); needs "
+    f"`{WRITES_ENV}`. Turn it on only after `agentjobs backfill --verify` exits 0 (before "
+    "that, listings would miss older jobs).",
+    FLAG_ENV: f"The former single switch, kept: `true` is `{WRITES_ENV}` and `{READS_ENV}` "
+    "together (only for a store already backfilled and verified); not combined with them.",
     SCAN_CAP_ENV: "Records the legacy listing scan reads when the time index is off or fails.",
     DEBUG_ENV: "Add the traceback to a failing command's one line (as `--debug`).",
     PROMETHEUS_URL_ENV: "The Prometheus scraping the exporter, e.g. `http://prometheus:9090`: "
@@ -106,7 +111,9 @@ def _store_rows() -> Iterator[SettingRow]:
     values = {
         URL_ENV: "unset (memory)",
         AGENT_ENV: _value(defaults.agent),
-        FLAG_ENV: _value(defaults.time_index),
+        WRITES_ENV: _value(defaults.index_writes),
+        READS_ENV: _value(defaults.index_reads),
+        FLAG_ENV: "unset",
         SCAN_CAP_ENV: _value(defaults.list_scan_cap),
     }
     for variable, default in values.items():

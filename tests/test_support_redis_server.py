@@ -1,5 +1,6 @@
 """The suite's own server helper (tests/support/redis_server.py, ports.py): a server that
-does not come up is not left running, and ports are never handed out twice."""
+does not come up is not left running, ports are never handed out twice, and the Valkey
+flavour is the pinned valkey-server."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.backends import VALKEY, check_valkey_markers
 from tests.support.ports import find_free_port
 from tests.support.redis_server import RedisServer
 
@@ -55,3 +57,24 @@ def test_command_answers_as_text_and_empty_when_the_server_is_gone() -> None:
 def test_ports_are_not_handed_out_twice() -> None:
     ports = [find_free_port() for _ in range(200)]
     assert len(set(ports)) == len(ports)
+
+
+def test_the_valkey_flavour_is_the_pinned_valkey_server(valkey_server: RedisServer) -> None:
+    # The second server family really is Valkey, of the version the README states.
+    info = valkey_server.command("INFO", "server")
+    assert "server_name:valkey" in info and "valkey_version:8.1." in info, info
+    assert valkey_server.command("PING") == "PONG"
+
+
+def test_a_valkey_marker_on_a_test_that_reaches_no_server_is_refused() -> None:
+    class Item:
+        nodeid = "tests/x.py::test_x"
+        fixturenames = ("tmp_path",)
+
+        def get_closest_marker(self, name: str) -> object:
+            return object() if name == VALKEY else None
+
+    with pytest.raises(pytest.UsageError, match="marked valkey but uses no backend fixture"):
+        check_valkey_markers([Item()])  # type: ignore[list-item]
+    Item.fixturenames = ("redis_url",)
+    check_valkey_markers([Item()])  # type: ignore[list-item]

@@ -314,6 +314,36 @@ async def test_backfill_reports_in_json_for_scripts(redis_url: str) -> None:
     }  # fmt: skip
 
 
+async def test_backfill_verify_fails_until_every_record_has_its_entry(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-verify-agent"}
+    before = RedisJobStore(redis_url, agent="cli-verify-agent")  # from before the index
+    for n in range(4):
+        await before.create(f"old-{n}", ttl_seconds=600, owner_oid="u1")
+    await before.close()
+    writer = RedisJobStore(redis_url, agent="cli-verify-agent", index_writes=True)
+    await writer.create("new-0", ttl_seconds=600, owner_oid="u1")  # indexed at create
+    await writer.close()
+    index = StoreKeys("cli-verify-agent").index("u1")
+
+    early = run("backfill", "--verify", "--quiet", env=env)
+    assert early.returncode == 1, early.stderr
+    assert early.stdout == (
+        "verify (nothing written): scanned 5, missing 4, already present 1, skipped 0\n"
+    )
+    assert one_error_line(early) == (
+        "error: verify: 4 records lack their index entry: keep index reads off; with index "
+        "writes on everywhere, run the backfill and verify again"
+    )
+    assert await redis_client.zcard(index) == 1  # verify wrote nothing
+
+    assert run("backfill", "--quiet", env=env).returncode == 0
+    done = run("backfill", "--verify", "--quiet", "--output", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["added"] == 0 and await redis_client.zcard(index) == 5
+
+
 async def test_backfill_names_its_target_first(redis_url: str) -> None:
     env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
     done = run("backfill", "--dry-run", "--quiet", env=env)

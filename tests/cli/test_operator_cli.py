@@ -24,7 +24,7 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations.formatting import timestamp
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
-from tests.support.backends import CLUSTER, parametrize_backends
+from tests.support.backends import CLUSTER, SINGLE, VALKEY, parametrize_backends
 from tests.support.dead_letter_race import make_dead_letters, meanwhile
 from tests.support.paths import REPO_ROOT
 from tests.support.queue_handlers import behaviour, make_job
@@ -34,7 +34,7 @@ from tests.support.worker_records import SyncClient, sync_client
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
-SINGLE = "single"
+_URL_FIXTURES = {SINGLE: "single_node_url", CLUSTER: "cluster_url", VALKEY: "valkey_url"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -49,9 +49,7 @@ def redis_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(
-        "cluster_url" if redis_backend == CLUSTER else "single_node_url"
-    )
+    url: str = request.getfixturevalue(_URL_FIXTURES[redis_backend])
     return url
 
 
@@ -192,6 +190,7 @@ def test_the_environment_names_the_redis_and_the_agent_types(redis_url: str) -> 
 
 
 # -- info -------------------------------------------------------------------------------
+@pytest.mark.valkey  # one operator command on the second server family
 def test_info_counts_each_type_in_json_and_as_a_table(agentjobs: Any, redis_url: str) -> None:
     dead_letters(redis_url, ["a", "b"])
     enqueue(redis_url, 3)

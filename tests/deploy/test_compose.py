@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from deploy.kubernetes.render_workers import AGENT_TYPES
+from platform_common.jobs.queue import DEFAULT_AGENT_TYPES as AGENT_TYPES
 from platform_common.jobs.queue import QueueSettings
 from tests.support.paths import REPO_ROOT
 

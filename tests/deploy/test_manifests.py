@@ -1,12 +1,13 @@
 """Every Kubernetes manifest, validated offline: core objects against the Kubernetes
-schemas (kubernetes-validate, strict), KEDA's ScaledObject and the ServiceMonitor
-against small schemas of our own (schemas/), and the worker files against their
-generator."""
+schemas (kubernetes-validate, strict), KEDA's ScaledObject, the ServiceMonitor and the
+PrometheusRule against small schemas of our own (schemas/), and the worker files against
+the command that writes them (`agentjobs deploy render`)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,24 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from deploy.kubernetes import render_workers
 from platform_common.jobs import acl
+from platform_common.jobs.cli import main
 from platform_common.jobs.metric_catalogue import AGENT_TYPE, CATALOGUE
-from platform_common.jobs.queue import QueueSettings
+from platform_common.jobs.queue import DEFAULT_AGENT_TYPES, QueueSettings
+from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring.kubernetes import ECHO_HANDLER, PROMETHEUS_RULE_FILE
+from tests.deploy.kube_schemas import KUBERNETES_VERSION, own_schema, validate_object
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import promtool
 
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
-# The Kubernetes minor the manifests target (kubernetes-validate ships its schemas).
-KUBERNETES_VERSION = "1.30.0"
-OWN_SCHEMAS = {
-    "ScaledObject": "keda-scaledobject.schema.json",
-    "ServiceMonitor": "servicemonitor.schema.json",
-}
+WORKERS = KUBERNETES / "workers"
+AGENT_TYPES = DEFAULT_AGENT_TYPES  # the examples' (scripts/generate.py renders them)
 
 
 def _objects() -> list[tuple[str, dict[str, Any]]]:
@@ -58,45 +57,56 @@ def test_kustomize_lists_every_manifest() -> None:
 
 @pytest.mark.parametrize(("where", "document"), OBJECTS, ids=[w for w, _ in OBJECTS])
 def test_each_object_passes_its_schema(where: str, document: dict[str, Any]) -> None:
-    own = OWN_SCHEMAS.get(document["kind"])
-    if own is not None:
-        schema = json.loads((Path(__file__).parent / "schemas" / own).read_text())
-        jsonschema.validate(document, schema)
-        return
-    # strict: an unknown or misspelt field is an error, not silently dropped.
-    kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    validate_object(document)
 
 
 def test_our_schemas_catch_a_wrong_field() -> None:
     [scaled] = [d for _, d in OBJECTS if d["kind"] == "ScaledObject"][:1]
-    schema = json.loads(
-        (Path(__file__).parent / "schemas" / OWN_SCHEMAS["ScaledObject"]).read_text()
-    )
     broken = json.loads(json.dumps(scaled))
     broken["spec"]["triggers"][0]["metadata"]["treshold"] = "10"  # the typo a user makes
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, schema)
+        jsonschema.validate(broken, own_schema("ScaledObject"))
+    [rule] = [d for _, d in OBJECTS if d["kind"] == "PrometheusRule"]
+    broken = json.loads(json.dumps(rule))
+    broken["spec"]["groups"][0]["rules"][0]["fore"] = "5m"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, own_schema("PrometheusRule"))
 
 
-def test_worker_files_are_what_the_generator_writes() -> None:
-    for agent_type in render_workers.AGENT_TYPES:
-        path = KUBERNETES / "workers" / f"{agent_type}.yaml"
-        assert path.read_text() == render_workers.render(agent_type), (
-            f"{path} is stale: run python deploy/kubernetes/render_workers.py"
-        )
+def test_worker_files_are_what_the_command_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each example names the command line that made it; run so, it writes them all, byte
+    # for byte (scripts/generate.py --check catches a stale one the same way).
+    [command] = {path.read_text().splitlines()[1] for path in WORKERS.glob("*.yaml")}
+    args = shlex.split(command.removeprefix("#   agentjobs "))
+    assert args[:2] == ["deploy", "render"] and args[-2:] == ["--out", "DIR"]
+    assert main([*args[:-1], str(tmp_path)]) == 0, capsys.readouterr().err
+    written = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert written == {path.name: path.read_text() for path in WORKERS.glob("*.yaml")}
+    assert sorted(written) == sorted([f"{t}.yaml" for t in AGENT_TYPES] + [PROMETHEUS_RULE_FILE])
+
+
+def test_the_examples_say_they_run_the_echo_handler() -> None:
+    for path in WORKERS.glob("*.yaml"):
+        header = "".join(line for line in path.read_text().splitlines(True) if line[0] == "#")
+        assert f"The handler is the package's echo ({ECHO_HANDLER})" in header, path
+
+
+def test_the_prometheus_rule_carries_the_rule_file() -> None:
+    [rule] = [d for _, d in OBJECTS if d["kind"] == "PrometheusRule"]
+    rule_file = yaml.safe_load((REPO_ROOT / outputs.PROMETHEUS_RULES).read_text())
+    assert rule["spec"] == rule_file and rule_file["groups"][0]["rules"]
 
 
 def _workers() -> list[dict[str, dict[str, Any]]]:
     return [
-        {
-            d["kind"]: d
-            for d in yaml.safe_load_all((KUBERNETES / "workers" / f"{t}.yaml").read_text())
-        }
-        for t in render_workers.AGENT_TYPES
+        {d["kind"]: d for d in yaml.safe_load_all((WORKERS / f"{t}.yaml").read_text())}
+        for t in AGENT_TYPES
     ]
 
 
-@pytest.mark.parametrize("objects", _workers(), ids=render_workers.AGENT_TYPES)
+@pytest.mark.parametrize("objects", _workers(), ids=AGENT_TYPES)
 def test_each_worker_set_holds_together(objects: dict[str, dict[str, Any]]) -> None:
     deployment, budget, scaled = (
         objects[k] for k in ("Deployment", "PodDisruptionBudget", "ScaledObject")
@@ -136,7 +146,7 @@ def test_each_worker_set_holds_together(objects: dict[str, dict[str, Any]]) -> N
 def test_the_worker_acl_user_exists_for_each_type() -> None:
     # The user the URL names is made with `agentjobs acl --role worker --agent-types <t>`:
     # scoped to that type's keys, and to no other type's.
-    for agent_type in render_workers.AGENT_TYPES:
+    for agent_type in AGENT_TYPES:
         tokens = " ".join(acl.rules("worker", agent_types=[agent_type]))
         assert f"jobs:{{{agent_type}}}:" in tokens
         assert "~jobs:{*}" not in tokens  # (the queue prefix; store agents stay unscoped)
@@ -184,7 +194,7 @@ REPLICAS = ("queue-exporter-0:9808", "queue-exporter-1:9808")
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
-@pytest.mark.parametrize("objects", _workers(), ids=render_workers.AGENT_TYPES)
+@pytest.mark.parametrize("objects", _workers(), ids=AGENT_TYPES)
 def test_the_scaler_counts_a_queue_once_however_many_exporters_report_it(
     objects: dict[str, dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -60,6 +60,7 @@ async def exporter(redis_url: str) -> AsyncIterator[Exporter]:
     await instance.aclose()
 
 
+@pytest.mark.valkey  # the scrape and INFO parsing, on the second server family
 async def test_depths_counters_and_histogram_match_redis(
     admin: redis.Redis, exporter: Exporter
 ) -> None:
@@ -247,6 +248,7 @@ async def test_runbooks_are_served_beside_the_metrics(http: httpx.AsyncClient) -
     assert "text/html" in index.headers["content-type"]
 
 
+@pytest.mark.valkey  # the scrape and INFO parsing, on the second server family
 async def test_redis_clients_and_evictions_come_in_the_same_round_trip(
     admin: redis.Redis, exporter: Exporter
 ) -> None:

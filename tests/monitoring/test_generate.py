@@ -65,10 +65,13 @@ def test_the_committed_files_are_the_defaults_bundle() -> None:
 def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path) -> None:
     # A copy of the generated tree, so the shared working tree is never touched; the
     # script generates from the installed package into its own repository root.
-    for name in ("alerts", "dashboards", "runbooks", "scripts"):
+    for name in ("alerts", "dashboards", "runbooks", "scripts", "deploy"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "docs/reference.md", tmp_path / "docs/reference.md")
+    worker = tmp_path / "deploy/kubernetes/workers/dining.yaml"
+    worker.write_text(worker.read_text().replace("maxReplicaCount: 20", "maxReplicaCount: 30"))
+    (tmp_path / "deploy/kubernetes/workers/dropped.yaml").write_text("kind: Deployment\n")
     rules = tmp_path / outputs.PROMETHEUS_RULES
     rules.write_text(rules.read_text().replace("> 100", "> 99"))
     (tmp_path / "runbooks/RemovedAlert.md").write_text("# RemovedAlert\n")
@@ -81,6 +84,9 @@ def test_check_reports_stale_files_and_writes_nothing(tmp_path: Path) -> None:
     assert "stale: docs/reference.md" in result.stderr
     assert "stale: runbooks/RemovedAlert.md" in result.stderr
     assert "stale: runbooks/QueueIdle.md" not in result.stderr
+    assert "stale: deploy/kubernetes/workers/dining.yaml" in result.stderr
+    assert "stale: deploy/kubernetes/workers/dropped.yaml" in result.stderr
+    assert "stale: deploy/kubernetes/workers/dmc.yaml" not in result.stderr
     assert files_under(tmp_path) == before
 
 

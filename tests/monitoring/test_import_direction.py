@@ -1,5 +1,7 @@
 """Imports go one way: core <- exporter <- monitoring base <- renderers <- generate; and
-no modules import each other, directly or through others (no import circles).
+no modules import each other, directly or through others (no import circles). One core
+module is a door the other way: the CLI's `deploy render` imports the Kubernetes
+renderer (a composition root like generate), only when it runs.
 
 Every module of the repository is parsed with `ast` (nothing is imported), each import
 resolved to its full dotted name (relative ones too, and importlib calls with a literal
@@ -28,6 +30,10 @@ RENDERERS = tuple(f"{MONITORING}.{name}" for name in ("alerts", "dashboards", "r
 GENERATE = f"{MONITORING}.generate"
 # The composition root: generate, and the command line that runs it.
 ENTRY = f"{MONITORING}.__main__"
+# A second composition root: the worker manifests with the alert rules as a PrometheusRule,
+# which the CLI's deploy command (and only it, of the core) imports.
+KUBERNETES = f"{MONITORING}.kubernetes"
+DEPLOY_COMMAND = f"{CORE}.cli.deploy_command"
 OLD_TOP_LEVEL = ("alerts", "dashboards", "runbooks", "monitoring")
 
 # Source folder -> the package it installs as (pyproject's package-dir).
@@ -97,11 +103,13 @@ def within(name: str, package: str) -> bool:
 def violations(module: str, names: set[str]) -> list[str]:
     """The layer rules: what `module` may not import."""
     forbidden = list(OLD_TOP_LEVEL)  # the generic names are installed nowhere any more
+    if module == DEPLOY_COMMAND:
+        names = {name for name in names if name not in (MONITORING, KUBERNETES)}
     if within(module, CORE):
         forbidden += [EXPORTER, MONITORING]
     elif within(module, EXPORTER):
         forbidden += [MONITORING]
-    elif within(module, MONITORING) and module not in (GENERATE, ENTRY):
+    elif within(module, MONITORING) and module not in (GENERATE, ENTRY, KUBERNETES):
         # Base modules and renderers: never the composition root.
         forbidden += [GENERATE]
         own = next((r for r in RENDERERS if within(module, r)), None)
@@ -153,6 +161,8 @@ def test_importing_the_exporter_and_the_base_loads_no_further_layer() -> None:
     # The runtime view of the same rules, in a fresh interpreter.
     probe = (
         "import sys\n"
+        "import platform_common.jobs.cli.root\n"
+        f"assert not [m for m in sys.modules if m.startswith('{MONITORING}')], 'the CLI'\n"
         "import platform_common.jobs_exporter.app\n"
         f"assert not [m for m in sys.modules if m.startswith('{MONITORING}')], 'exporter'\n"
         "import platform_common.jobs_monitoring.spec, platform_common.jobs_monitoring.site\n"
@@ -266,6 +276,10 @@ def test_a_lazy_import_counts_and_a_main_guarded_one_does_not() -> None:
         (f"{EXPORTER}.app", False, f"importlib.resources.files('{MONITORING}.runbooks')"),
         (f"{CORE}.store", True, f"from {EXPORTER}.catalogue import CATALOGUE"),
         (f"{CORE}.queue.worker", False, f"from {MONITORING} import queries"),
+        (f"{CORE}.queue.worker", False, f"from {MONITORING} import kubernetes"),
+        (DEPLOY_COMMAND, False, f"from {MONITORING}.site import load_config"),
+        (DEPLOY_COMMAND, False, f"from {EXPORTER}.catalogue import CATALOGUE"),
+        (f"{MONITORING}.worker_options", False, "from .alerts import prometheus_rules"),
         ("<scripts/generate.py>", False, "from alerts.spec import alert_specs"),
         ("<tests/x.py>", False, "import dashboards.encode"),
     ],
@@ -278,3 +292,10 @@ def test_relative_imports_resolve_from_the_module_package() -> None:
     assert f"{MONITORING}.config" in imported("from .config import X", f"{MONITORING}.spec", False)
     assert f"{MONITORING}.spec" in imported("from ..spec import X", f"{MONITORING}.alerts.a", False)
     assert f"{MONITORING}.alerts.x" in imported("from . import x", f"{MONITORING}.alerts", True)
+
+
+def test_the_deploy_command_may_import_the_kubernetes_renderer_alone() -> None:
+    allowed = imported(f"from {MONITORING} import kubernetes", DEPLOY_COMMAND, False)
+    assert KUBERNETES in allowed and violations(DEPLOY_COMMAND, allowed) == []
+    # The door is that one module's: any other core module importing it is reported.
+    assert violations(f"{CORE}.cli.root", allowed)

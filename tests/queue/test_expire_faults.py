@@ -46,7 +46,7 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 from tests.support.stored_jobs import to_job_hash
 
-pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
+pytestmark = [pytest.mark.cluster_sample(planted=("kind", "value")), pytest.mark.valkey]
 
 DINING = QueueKeys("dining")
 

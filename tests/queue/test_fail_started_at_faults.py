@@ -19,7 +19,7 @@ from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 
-pytestmark = pytest.mark.cluster_sample(planted=("started_at",))
+pytestmark = [pytest.mark.cluster_sample(planted=("started_at",)), pytest.mark.valkey]
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"

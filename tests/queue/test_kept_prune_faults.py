@@ -34,7 +34,7 @@ from tests.support.keyspace import Snapshot, changed_keys, snapshot
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import fast_settings
 
-pytestmark = pytest.mark.cluster_sample(planted=("kind", "fields"))
+pytestmark = [pytest.mark.cluster_sample(planted=("kind", "fields")), pytest.mark.valkey]
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"

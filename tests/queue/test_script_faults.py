@@ -33,7 +33,10 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.stored_jobs import hold_deadline_mark, make_packed_due
 
-pytestmark = pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault"))
+pytestmark = [
+    pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault")),
+    pytest.mark.valkey,
+]
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"

@@ -50,6 +50,7 @@ async def echo(job: JobPayload) -> dict[str, Any]:
     return {"task": job.task, "attempt": current_job().attempt}
 
 
+@pytest.mark.valkey  # one worker end to end on the second server family
 async def test_success_stores_result_then_publishes_and_counts(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:

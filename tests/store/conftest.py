@@ -1,5 +1,6 @@
 """The JobStore harness, parametrized over its backends: `memory` (a fake clock), `redis`
-(the session redis-server) and `cluster` (the session Redis Cluster). A test marked
+(the session redis-server) and `cluster` (the session Redis Cluster), and `valkey` (the
+session valkey-server) for a test marked `valkey`. A test marked
 `@pytest.mark.single_node(...)` gets no cluster run."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from tests.support.backends import CLUSTER, parametrize_backends
+from tests.support.backends import CLUSTER, VALKEY, parametrize_backends
 from tests.support.stores import Harness
 
 MEMORY, REDIS = "memory", "redis"
@@ -22,7 +23,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def store_backend(request: pytest.FixtureRequest) -> str:
-    """`memory`, `redis` or `cluster` (generated above)."""
+    """`memory`, `redis`, `cluster` or `valkey` (generated above)."""
     backend: str = request.param
     return backend
 
@@ -32,8 +33,8 @@ async def harness(store_backend: str, request: pytest.FixtureRequest) -> AsyncIt
     """Makes stores of the backend (closed after the test), with its raw client."""
     url: str | None = None
     raw: RedisClient | None = None
-    if store_backend == REDIS:
-        url = request.getfixturevalue("single_node_url")
+    if store_backend in (REDIS, VALKEY):
+        url = request.getfixturevalue("single_node_url" if store_backend == REDIS else "valkey_url")
         raw = aioredis.Redis.from_url(url, decode_responses=True)
     elif store_backend == CLUSTER:
         url = request.getfixturevalue("cluster_url")

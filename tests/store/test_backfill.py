@@ -144,7 +144,26 @@ async def test_the_command_line(redis_url: str) -> None:
     assert "scanned 30, added 0, already present 30, skipped 0" in rerun.stdout
     assert rerun.stderr == f"backfill target: {redis_url} agent 'cli-agent'\n"  # no progress
     assert len((await indexed.list_for_owner("u1", limit=100)).rows) == 30
+    verified = run_cli(redis_url, "--verify", "--quiet")
+    assert verified.returncode == 0, verified.stderr
+    assert "verify (nothing written): scanned 30, missing 0, already present 30" in verified.stdout
     await indexed.close()
+
+
+async def test_verify_exits_non_zero_while_a_record_lacks_its_entry(redis_url: str) -> None:
+    store = RedisJobStore(redis_url, agent="cli-agent", index_writes=True)
+    await store.create("indexed", ttl_seconds=600, owner_oid="u1")
+    await store.close()
+    unindexed = RedisJobStore(redis_url, agent="cli-agent")  # an agent still without writes
+    await unindexed.create("unindexed", ttl_seconds=600, owner_oid="")
+    await unindexed.close()
+
+    missing = run_cli(redis_url, "--verify", "--quiet")
+    assert missing.returncode == 1
+    assert "scanned 2, missing 1, already present 1" in missing.stdout
+    assert missing.stderr.splitlines()[-1].startswith("error: verify: 1 records lack their")
+    assert run_cli(redis_url, "--quiet").returncode == 0
+    assert run_cli(redis_url, "--verify", "--quiet").returncode == 0
 
 
 def test_the_command_line_reports_configuration_errors(

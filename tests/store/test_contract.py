@@ -29,6 +29,9 @@ BAD_JOB_IDS = ["", "a b", "line\nbreak", "x" * 201, "{tag}", "star*", "-leading"
 BAD_TTLS = [0, -1, True, 1.5, None, "10"]
 
 
+pytestmark = pytest.mark.valkey  # the contract, on the second server family too
+
+
 @pytest.fixture
 def store(harness: Harness) -> BaseJobStore:
     return harness.make()

@@ -66,6 +66,7 @@ def test_bad_urls_name_the_variable_and_hide_the_password(url: str) -> None:
         ({"OTEL_SERVICE_NAME": "bad name!"}, "OTEL_SERVICE_NAME"),
         ({"OTEL_SERVICE_NAME": "x" * 64}, "OTEL_SERVICE_NAME"),
         ({"JOBSTATE_TIME_INDEX_ENABLED": "maybe"}, "JOBSTATE_TIME_INDEX_ENABLED"),
+        ({"JOBSTATE_TIME_INDEX_READS": "true"}, "JOBSTATE_TIME_INDEX_READS"),  # no writes
         ({"JOBSTATE_LIST_SCAN_CAP": "0"}, "JOBSTATE_LIST_SCAN_CAP"),
         ({"JOBSTATE_LIST_SCAN_CAP": "lots"}, "JOBSTATE_LIST_SCAN_CAP"),
         ({"JOBSTATE_TIME_INDEX": "true"}, "JOBSTATE_TIME_INDEX"),  # a typo, not "off"
@@ -78,13 +79,16 @@ def test_bad_settings_name_themselves(env: dict[str, str], setting: str) -> None
     assert info.value.setting == setting
 
 
-def test_index_flag_and_scan_cap_come_from_the_environment() -> None:
+def test_index_switches_and_scan_cap_come_from_the_environment() -> None:
     config = StoreConfig.from_env(
         {"JOBSTATE_TIME_INDEX_ENABLED": "true", "JOBSTATE_LIST_SCAN_CAP": "250"}
     )
-    assert config.time_index and config.list_scan_cap == 250
+    assert config.index_writes and config.index_reads and config.list_scan_cap == 250
     store = make_job_store(environ={"JOBSTATE_TIME_INDEX_ENABLED": "1"})
-    assert store.time_index
+    assert store.index_writes and store.index_reads and store.time_index
+    writes_only = make_job_store(environ={"JOBSTATE_TIME_INDEX_WRITES": "1"})
+    assert writes_only.index_writes and not writes_only.index_reads
+    assert not writes_only.time_index
 
 
 def test_arguments_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,10 +82,13 @@ class Env:
         return {point.attributes["verb"]: point.value for point in points}
 
 
-@pytest.fixture(params=["redis", "cluster"])
+# The whole matrix on valkey-server too: what a second server family can break is
+# exactly how its scripts meet a planted key.
+@pytest.fixture(params=["redis", "cluster", "valkey"])
 async def env(request: pytest.FixtureRequest) -> AsyncIterator[Env]:
     cluster = request.param == "cluster"
-    url: str = request.getfixturevalue("cluster_url" if cluster else "single_node_url")
+    urls = {"redis": "single_node_url", "cluster": "cluster_url", "valkey": "valkey_url"}
+    url: str = request.getfixturevalue(urls[request.param])
     raw: RedisClient
     raw_bytes: RedisClient
     if cluster:

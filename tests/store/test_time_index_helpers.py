@@ -15,11 +15,11 @@ from platform_common.jobs.store.time_index import (
     created_us,
     decode_cursor,
     encode_cursor,
+    index_switches,
     job_id_of,
     list_scan_cap,
     member,
     owner_bucket,
-    time_index_enabled,
 )
 
 job_ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,60}", fullmatch=True)
@@ -32,14 +32,44 @@ micros = st.integers(min_value=0, max_value=9_999_999_999_999_998)  # 16 digits:
     [(None, False), ("", False), ("0", False), ("off", False), ("1", True), ("TRUE", True),
      ("yes", True), (" on ", True)],
 )  # fmt: skip
-def test_flag(raw: str | None, enabled: bool) -> None:
+def test_the_former_single_switch_means_both(raw: str | None, enabled: bool) -> None:
     env = {} if raw is None else {"JOBSTATE_TIME_INDEX_ENABLED": raw}
-    assert time_index_enabled(env) is enabled
+    assert index_switches(env) == (enabled, enabled)
 
 
-def test_a_typo_in_the_flag_is_an_error_not_off() -> None:
-    with pytest.raises(ConfigurationError, match="JOBSTATE_TIME_INDEX_ENABLED"):
-        time_index_enabled({"JOBSTATE_TIME_INDEX_ENABLED": "ture"})
+@pytest.mark.parametrize(
+    ("writes", "reads", "switches"),
+    [(None, None, (False, False)), ("true", None, (True, False)), ("1", "0", (True, False)),
+     ("true", "true", (True, True))],
+)  # fmt: skip
+def test_writes_and_reads_are_switched_apart(
+    writes: str | None, reads: str | None, switches: tuple[bool, bool]
+) -> None:
+    env = {"JOBSTATE_TIME_INDEX_WRITES": writes, "JOBSTATE_TIME_INDEX_READS": reads}
+    assert index_switches({k: v for k, v in env.items() if v is not None}) == switches
+
+
+def test_reads_without_writes_are_refused() -> None:
+    # An index nobody writes misses every job created from then on.
+    reads_alone = {"JOBSTATE_TIME_INDEX_READS": "on"}
+    for env in (reads_alone, reads_alone | {"JOBSTATE_TIME_INDEX_WRITES": "off"}):
+        with pytest.raises(ConfigurationError, match="JOBSTATE_TIME_INDEX_READS: needs "):
+            index_switches(env)
+
+
+def test_the_former_switch_is_not_combined_with_the_two() -> None:
+    env = {"JOBSTATE_TIME_INDEX_ENABLED": "true", "JOBSTATE_TIME_INDEX_READS": "false"}
+    with pytest.raises(ConfigurationError, match="JOBSTATE_TIME_INDEX_ENABLED: means both"):
+        index_switches(env)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["JOBSTATE_TIME_INDEX_ENABLED", "JOBSTATE_TIME_INDEX_WRITES", "JOBSTATE_TIME_INDEX_READS"],
+)
+def test_a_typo_in_a_switch_is_an_error_not_off(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=name):
+        index_switches({name: "ture"})
 
 
 def test_scan_cap() -> None:

@@ -308,6 +308,40 @@ async def test_an_empty_index_falls_back_to_the_scan(
     assert "reason: empty" in caplog.text
 
 
+async def test_writes_on_reads_off_lists_by_the_complete_scan(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The rollout's middle step: jobs of before the index (no entries) and jobs created
+    # since writes were turned on (entries) are listed together, by the scan.
+    reader = InMemoryMetricReader()
+    store = harness.make(meter_provider=MeterProvider(metric_readers=[reader]))
+    for n in range(3):
+        await store.create(f"old-{n}", ttl_seconds=60, owner_oid="u1")
+        await harness.pass_time(0.002)
+    store.index_writes = True
+    await store.create("new-0", ttl_seconds=60, owner_oid="u1")
+    assert [job_id_of(m) for m in await harness.index(store, "u1")] == ["new-0"]
+    expected = ["new-0", "old-2", "old-1", "old-0"]
+    with caplog.at_level(logging.DEBUG, logger="platform_common.jobs.store.listing"):
+        assert await walk(store, "u1", 10) == expected
+    assert "legacy scan (reason: disabled" in caplog.text
+    assert fallback_counts(reader) == {"disabled": 1}
+    # What reads on at this point would answer: the index holds the new job only.
+    store.index_reads = True
+    assert await walk(store, "u1", 10) == ["new-0"]
+    await store.backfill_time_index()
+    assert await walk(store, "u1", 10) == expected
+
+
+def test_index_reads_need_index_writes(harness: Harness) -> None:
+    with pytest.raises(ValidationError, match="index_reads: needs index_writes"):
+        harness.make(index_reads=True)
+    both = harness.make(index_writes=True, index_reads=True)
+    assert both.time_index
+    both.time_index = False  # the former single switch sets both
+    assert (both.index_writes, both.index_reads) == (False, False)
+
+
 async def test_the_legacy_scan_is_bounded_by_its_cap(harness: Harness) -> None:
     store = harness.make(time_index=False, list_scan_cap=10)
     for n in range(40):

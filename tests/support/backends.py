@@ -12,6 +12,12 @@ The fixture turns `request.param` into a URL or a store; it asks for the session
 starts only when a cluster test runs. A single-node test gets no cluster param at all
 (it is not generated, so nothing is reported as skipped).
 
+A test (or module) marked `@pytest.mark.valkey` runs on the session valkey-server too:
+its backend fixture gets a `valkey` param, and a test elsewhere that uses `redis_url`
+gets it parametrized over `single` and `valkey` (`parametrize_redis_url`, from the root
+conftest). Only the subset a second server family can break is marked (README.md,
+"Minimum versions", says which and why), so the long, sleep-bound tests do not run twice.
+
 A fault-injection module marked `pytest.mark.cluster_sample(planted=(...))` runs every
 case on the single node and a sample on the cluster: per test function, one case for
 each combination of its other parameters (key roles, modes), the planted content (the
@@ -28,12 +34,19 @@ import pytest
 __all__ = [
     "BACKEND_FIXTURES",
     "CLUSTER",
+    "SINGLE",
+    "VALKEY",
     "check_single_node_markers",
+    "check_valkey_markers",
     "parametrize_backends",
+    "parametrize_redis_url",
     "sample_cluster_cases",
 ]
 
 CLUSTER = "cluster"
+SINGLE = "single"
+VALKEY = "valkey"
+"""The backend param of the session valkey-server, and the name of its marker."""
 SINGLE_NODE = "single_node"
 CLUSTER_SAMPLE = "cluster_sample"
 
@@ -48,7 +61,33 @@ def parametrize_backends(metafunc: pytest.Metafunc, fixture: str, backends: Sequ
     assert fixture in BACKEND_FIXTURES, f"add {fixture} to BACKEND_FIXTURES"
     single_node = metafunc.definition.get_closest_marker(SINGLE_NODE) is not None
     chosen = [b for b in backends if not (single_node and b == CLUSTER)]
+    if metafunc.definition.get_closest_marker(VALKEY) is not None:
+        chosen.append(VALKEY)
     metafunc.parametrize(fixture, chosen, indirect=True, scope="function")
+
+
+def parametrize_redis_url(metafunc: pytest.Metafunc) -> None:
+    """A `valkey` test outside the backend folders: `redis_url` (indirectly) over the
+    session redis-server and the session valkey-server."""
+    names = set(metafunc.fixturenames)
+    if metafunc.definition.get_closest_marker(VALKEY) is None or "redis_url" not in names:
+        return
+    if BACKEND_FIXTURES & names:
+        return  # its folder's backend fixture adds the valkey param (parametrize_backends)
+    metafunc.parametrize("redis_url", [SINGLE, VALKEY], indirect=True, scope="function")
+
+
+def check_valkey_markers(items: Sequence[pytest.Item]) -> None:
+    """A `valkey` marker must mark a test that reaches a server through a backend fixture
+    or `redis_url`: on any other it would silently run on Redis alone."""
+    for item in items:
+        if item.get_closest_marker(VALKEY) is None:
+            continue
+        names = set(getattr(item, "fixturenames", ()))
+        if not (BACKEND_FIXTURES | {"redis_url"}) & names:
+            raise pytest.UsageError(
+                f"{item.nodeid}: marked {VALKEY} but uses no backend fixture nor redis_url"
+            )
 
 
 def check_single_node_markers(items: Sequence[pytest.Item]) -> None:

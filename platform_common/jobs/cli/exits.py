@@ -1,7 +1,8 @@
 """Exit statuses and the one-line failure report every command shares (core only, no typer).
 
     0    done
-    1    the command failed: Redis unreachable or refusing, stale generated files, a bug
+    1    the command failed: Redis unreachable or refusing, stale generated files, a
+         `backfill --verify` that found records without their index entry, a bug
     2    usage or configuration: a bad option, a ConfigurationError, a bad --handler,
          a missing extra
     130  interrupted (Ctrl-C before a worker installed its own signal handlers)

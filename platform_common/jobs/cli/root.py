@@ -15,6 +15,7 @@ from . import (
     acl_command,
     console_command,
     dead_command,
+    deploy_command,
     info_command,
     job_command,
     store_commands,
@@ -83,6 +84,7 @@ app.command("workers", help=workers_command.HELP)(workers_command.workers)
 app.add_typer(job_command.app, name="job")
 app.add_typer(dead_command.app, name="dead")
 app.command("console", help=console_command.HELP)(console_command.console)
+app.add_typer(deploy_command.app, name="deploy")
 
 
 def run_app(args: list[str], prog: str) -> int:

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..store.backfill import BackfillProgress, run, summary
+from ..store.backfill import BackfillProgress, run, summary, unindexed
+from .exits import EXIT_FAILURE, CliError
 from .operator_output import Output, OutputOption, print_json
 
 __all__ = ["backfill"]
@@ -61,6 +62,14 @@ def _lines(console: Console) -> Iterator[BackfillProgress]:
 
 def backfill(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only, write nothing.")] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Write nothing; exit 1 while a record lacks its index entry "
+            "(run before turning index reads on).",
+        ),
+    ] = False,
     batch: Annotated[int, typer.Option("--batch", help="Records per round trip.")] = 500,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No progress on stderr, the summary only.")
@@ -69,8 +78,9 @@ def backfill(
 ) -> None:
     """Fill the time index from the stored records (idempotent; safe under traffic).
 
-    Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent. Rollout: run it, set
-    JOBSTATE_TIME_INDEX_ENABLED=true on the agents, run it once more.
+    Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent. Rollout:
+    JOBSTATE_TIME_INDEX_WRITES=true on every agent, run the backfill, run it with
+    --verify until it exits 0, then JOBSTATE_TIME_INDEX_READS=true.
     """
     # The target goes to stderr before anything else: a run against the wrong store (or
     # namespace) is visible at once, not after it reports zeros.
@@ -79,15 +89,19 @@ def backfill(
     def announce(target: str) -> None:
         console.print(target, markup=False, highlight=False, soft_wrap=True)
 
+    dry = dry_run or verify
     if quiet:
-        report = asyncio.run(run(dry_run=dry_run, batch=batch, announce=announce))
+        report = asyncio.run(run(dry_run=dry, batch=batch, announce=announce))
     else:
         with _bar(console) if console.is_terminal else _lines(console) as progress:
             report = asyncio.run(
-                run(dry_run=dry_run, batch=batch, progress=progress, announce=announce)
+                run(dry_run=dry, batch=batch, progress=progress, announce=announce)
             )
     if output == Output.JSON:
         print_json(report)  # the report's fields, malformed ids and bad buckets included
-        return
-    # Plain stdout, not rich: the summary is read by scripts as much as by people.
-    print(summary(report))
+    else:
+        # Plain stdout, not rich: the summary is read by scripts as much as by people.
+        print(summary(report, verify=verify))
+    problem = unindexed(report) if verify else None
+    if problem is not None:
+        raise CliError(f"verify: {problem}", EXIT_FAILURE)

@@ -1,17 +1,21 @@
 """Fill the time index from the records already stored (idempotent; safe under traffic).
 
-    python -m platform_common.jobs backfill [--dry-run] [--batch N] [--quiet]
+    python -m platform_common.jobs backfill [--dry-run | --verify] [--batch N] [--quiet]
     (alias: python -m platform_common.jobs.store.backfill ...)
 
 Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent does. Upserts one index entry
 for every live record of the agent; entries already there are counted, not
 rewritten; records that vanish mid-run or are malformed are skipped (and reported).
 
-Rollout: run it, set JOBSTATE_TIME_INDEX_ENABLED=true on the agents, then run it once
-more: the second run adds only the jobs created between the first run and the flip
-(until then creates did not write index entries). A run with --dry-run writes nothing.
-`run` is the backfill itself; the command's options and progress bar are in
-`platform_common.jobs.cli.store_commands`.
+Rollout (the order matters: reads before a complete backfill under-report):
+1. JOBSTATE_TIME_INDEX_WRITES=true on every agent (creates now write their entry);
+2. run the backfill (it adds the entries of the jobs created before step 1);
+3. run it with --verify: it writes nothing and exits 1 while a record lacks its entry
+   (an agent still without writes, a run cut short); repeat 2 until it exits 0;
+4. JOBSTATE_TIME_INDEX_READS=true on the agents (list_for_owner reads the index).
+Rolling back goes the other way: reads off, then writes off. A run with --dry-run
+writes nothing. `run` is the backfill itself; the command's options and progress bar
+are in `platform_common.jobs.cli.store_commands`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from .factory import make_job_store
 from .listing import BackfillReport
 from .redis_store import RedisJobStore
 
-__all__ = ["BackfillProgress", "run", "summary"]
+__all__ = ["BackfillProgress", "run", "summary", "unindexed"]
 
 BackfillProgress = Callable[[int, int | None], None]
 """Told (records scanned so far, the store's estimate of its record count or None)."""
@@ -65,10 +69,14 @@ async def run(
         await store.close()
 
 
-def summary(report: BackfillReport) -> str:
+def summary(report: BackfillReport, *, verify: bool = False) -> str:
     """What the run did, for people (and scripts that grep it)."""
-    head = "dry run (nothing written): " if report.dry_run else ""
-    verb = "would add" if report.dry_run else "added"
+    if verify:
+        head, verb = "verify (nothing written): ", "missing"
+    elif report.dry_run:
+        head, verb = "dry run (nothing written): ", "would add"
+    else:
+        head, verb = "", "added"
     text = (
         f"{head}scanned {report.scanned:,}, {verb} {report.added:,}, "
         f"already present {report.present:,}, skipped {report.skipped:,}"
@@ -81,6 +89,25 @@ def summary(report: BackfillReport) -> str:
             f"{', '.join(report.bad_buckets)}"
         )
     return text
+
+
+def unindexed(report: BackfillReport) -> str | None:
+    """Why index reads may not be turned on yet after this (dry or verify) run, or None.
+
+    A record without its entry would be missing from every indexed listing; one in a
+    bucket whose key is not a sorted set cannot get one. Malformed records are listed by
+    neither path, so they do not hold reads back (they are reported all the same)."""
+    problems = []
+    if report.added:
+        problems.append(f"{report.added:,} records lack their index entry")
+    if report.bad_buckets:
+        problems.append(f"{len(report.bad_buckets)} index keys are not sorted sets")
+    if not problems:
+        return None
+    return (
+        f"{' and '.join(problems)}: keep index reads off; with index writes on everywhere, "
+        "run the backfill and verify again"
+    )
 
 
 if __name__ == "__main__":

@@ -119,12 +119,20 @@ class BaseJobStore(IndexBackend, ABC):
         *,
         agent: str = DEFAULT_AGENT,
         time_index: bool = False,
+        index_writes: bool = False,
+        index_reads: bool = False,
         list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.agent = validate_name(agent, "agent")
-        self.time_index = bool(time_index)
+        # time_index=True is the former single switch: both on.
+        self.index_writes = bool(index_writes or time_index)
+        self.index_reads = bool(index_reads or time_index)
+        if self.index_reads and not self.index_writes:
+            raise ValidationError(
+                "index_reads", "needs index_writes (an index nobody writes misses new jobs)"
+            )
         if not is_int(list_scan_cap) or list_scan_cap < 1:
             raise ValidationError("list_scan_cap", "must be a positive int")
         self.list_scan_cap = list_scan_cap
@@ -134,6 +142,15 @@ class BaseJobStore(IndexBackend, ABC):
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
         )
+
+    @property
+    def time_index(self) -> bool:
+        """Both index switches on (the former single switch; setting it sets both)."""
+        return self.index_writes and self.index_reads
+
+    @time_index.setter
+    def time_index(self, enabled: bool) -> None:
+        self.index_writes = self.index_reads = bool(enabled)
 
     # -- the contract ----------------------------------------------------------
     async def create(
@@ -242,9 +259,9 @@ class BaseJobStore(IndexBackend, ABC):
     ) -> Page:
         """The newest jobs visible to `owner_oid` (theirs and shared ones), newest first.
 
-        Pass `page.next_cursor` back to get the next page; None means the end. With the
-        time index enabled this reads O(limit) index entries; otherwise (or when the
-        index read fails or is empty) it falls back to the bounded legacy scan.
+        Pass `page.next_cursor` back to get the next page; None means the end. With
+        index reads on this reads O(limit) index entries; otherwise (or when the index
+        read fails or is empty) it falls back to the bounded legacy scan.
         Rows carry payload=None unless `include_payload`.
         """
         with self.telemetry.operation("list_for_owner"):

@@ -7,7 +7,11 @@ The environment is read in `StoreConfig.from_env()` only, when called, never at 
                                   rediss+sentinel://     -> RedisJobStore
                                   (?max_connections= and ?pool_timeout= size its pool)
     OTEL_SERVICE_NAME             the agent namespace (lower-cased; default "default-agent")
-    JOBSTATE_TIME_INDEX_ENABLED   maintain and read the per-owner time index (default off)
+    JOBSTATE_TIME_INDEX_WRITES    creates and deletes maintain the per-owner time index
+                                  (default off)
+    JOBSTATE_TIME_INDEX_READS     list_for_owner reads it (default off; needs writes on,
+                                  and a verified backfill: see time_index.py)
+    JOBSTATE_TIME_INDEX_ENABLED   the former single switch: both of the above
     JOBSTATE_LIST_SCAN_CAP        records the legacy listing scan reads (default 5000)
 
 JOB_STORE_* and JOBSTATE_* belong to this package: any other variable of those
@@ -32,7 +36,14 @@ from ..validation import validate_name
 from .contract import DEFAULT_AGENT, BaseJobStore
 from .memory import InMemoryJobStore
 from .redis_store import RedisJobStore
-from .time_index import FLAG_ENV, SCAN_CAP_ENV, list_scan_cap, time_index_enabled
+from .time_index import (
+    FLAG_ENV,
+    READS_ENV,
+    SCAN_CAP_ENV,
+    WRITES_ENV,
+    index_switches,
+    list_scan_cap,
+)
 
 __all__ = ["AGENT_ENV", "ENV_NAMESPACES", "URL_ENV", "StoreConfig", "make_job_store"]
 
@@ -43,7 +54,7 @@ AGENT_ENV = "OTEL_SERVICE_NAME"
 _REDIS_SCHEMES = ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 ENV_NAMESPACES: Mapping[str, frozenset[str]] = {
     "JOB_STORE_": frozenset({URL_ENV}),
-    "JOBSTATE_": frozenset({FLAG_ENV, SCAN_CAP_ENV}),
+    "JOBSTATE_": frozenset({FLAG_ENV, WRITES_ENV, READS_ENV, SCAN_CAP_ENV}),
 }
 """The namespaces the store owns -> every variable of each it reads (the rest are refused)."""
 
@@ -55,7 +66,8 @@ class StoreConfig:
     url: str
     agent: str
     agent_from_env: bool
-    time_index: bool
+    index_writes: bool
+    index_reads: bool
     list_scan_cap: int
 
     @classmethod
@@ -69,11 +81,13 @@ class StoreConfig:
             validate_name(agent, AGENT_ENV)
         except ValidationError as exc:
             raise ConfigurationError(AGENT_ENV, exc.problem) from None
+        switches = index_switches(index_variables)
         return cls(
             url=store_variables.get(URL_ENV, "").strip(),
             agent=agent,
             agent_from_env=bool(raw_agent),
-            time_index=time_index_enabled(index_variables),
+            index_writes=switches.writes,
+            index_reads=switches.reads,
             list_scan_cap=list_scan_cap(index_variables),
         )
 
@@ -98,7 +112,8 @@ def make_job_store(
         agent = validate_name(agent, "agent")
     common = {
         "agent": agent or config.agent,
-        "time_index": config.time_index,
+        "index_writes": config.index_writes,
+        "index_reads": config.index_reads,
         "list_scan_cap": config.list_scan_cap,
         "tracer_provider": tracer_provider,
         "meter_provider": meter_provider,

@@ -71,7 +71,7 @@ class IndexBackend(ABC):
     """The storage primitives a backend provides for listing."""
 
     agent: str
-    time_index: bool
+    index_reads: bool
     list_scan_cap: int
     telemetry: StoreTelemetry
 
@@ -98,7 +98,7 @@ async def list_page(
     store: IndexBackend, owner_oid: str, limit: int, cursor: str | None, include_payload: bool
 ) -> Page:
     after = decode_cursor(store.agent, owner_oid, cursor) if cursor is not None else None
-    if not store.time_index:
+    if not store.index_reads:
         return await _legacy_page(store, owner_oid, limit, after, include_payload, "disabled")
     try:
         page = await _index_page(store, owner_oid, limit, after, include_payload)

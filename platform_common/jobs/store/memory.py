@@ -66,6 +66,8 @@ class InMemoryJobStore(BaseJobStore):
         *,
         agent: str = DEFAULT_AGENT,
         time_index: bool = False,
+        index_writes: bool = False,
+        index_reads: bool = False,
         list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
         now: Callable[[], float] | None = None,
         tracer_provider: TracerProvider | None = None,
@@ -74,6 +76,8 @@ class InMemoryJobStore(BaseJobStore):
         super().__init__(
             agent=agent,
             time_index=time_index,
+            index_writes=index_writes,
+            index_reads=index_reads,
             list_scan_cap=list_scan_cap,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
@@ -106,7 +110,7 @@ class InMemoryJobStore(BaseJobStore):
         )
         self._records[job_id] = stored
         self._schedule(stored.expires_at, job_id)
-        if self.time_index:
+        if self.index_writes:
             self._index_add(owner_bucket(owner_oid), member(created, job_id))
         return stored.record(job_id)
 

@@ -134,6 +134,8 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         *,
         agent: str = DEFAULT_AGENT,
         time_index: bool = False,
+        index_writes: bool = False,
+        index_reads: bool = False,
         list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
         client: RedisClient | None = None,
         tracer_provider: TracerProvider | None = None,
@@ -142,6 +144,8 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         super().__init__(
             agent=agent,
             time_index=time_index,
+            index_writes=index_writes,
+            index_reads=index_reads,
             list_scan_cap=list_scan_cap,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
@@ -182,7 +186,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         self, job_id: str, payload_json: str, ttl: int, status: JobStatus, owner_oid: str
     ) -> JobRecord:
         keys = [self.keys.record(job_id)]
-        if self.time_index:
+        if self.index_writes:
             keys.append(self.keys.index(owner_bucket(owner_oid)))
         with self._unavailable():
             reply = await self._binding().run(
@@ -274,7 +278,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         record_key = self.keys.record(job_id)
         with self._unavailable():
             binding = self._binding()
-            if not self.time_index:
+            if not self.index_writes:
                 return bool(await binding.run("store_delete", [record_key], ["", job_id]))
             for _ in range(5):  # -1: re-created with another owner between our two steps
                 try:

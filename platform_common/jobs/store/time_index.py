@@ -1,5 +1,16 @@
 """Pure helpers of the time-ordered per-owner index: flag parsing, buckets, members, cursors.
 
+Two switches, turned on in this order (each after the step before it is done everywhere):
+
+    JOBSTATE_TIME_INDEX_WRITES   creates and deletes maintain the index entries
+    (run `agentjobs backfill`, then `agentjobs backfill --verify` until it exits 0)
+    JOBSTATE_TIME_INDEX_READS    list_for_owner reads the index (needs writes on)
+
+Reads before the backfill would under-report: the index would miss every job created
+before writes were on. JOBSTATE_TIME_INDEX_ENABLED is the former single switch, kept
+to mean both (set on a store that was backfilled and verified); it may not be combined
+with the two.
+
 An index entry is keyed only on what never changes after create, so it never moves:
 
     bucket  = owner_oid, or "__shared__" for owner_oid == ""
@@ -23,28 +34,34 @@ import binascii
 import hashlib
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ..env import parse_bool, parse_int, read_variable
-from ..errors import InvalidCursor
+from ..errors import ConfigurationError, InvalidCursor
 from ..keys import SHARED_OWNER_BUCKET
 
 __all__ = [
     "DEFAULT_LIST_SCAN_CAP",
     "FLAG_ENV",
     "MAX_CURSOR_LENGTH",
+    "READS_ENV",
     "SCAN_CAP_ENV",
+    "WRITES_ENV",
+    "IndexSwitches",
     "buckets_for",
     "created_us",
     "decode_cursor",
     "encode_cursor",
+    "index_switches",
     "job_id_of",
     "list_scan_cap",
     "member",
     "owner_bucket",
-    "time_index_enabled",
 ]
 
 FLAG_ENV = "JOBSTATE_TIME_INDEX_ENABLED"
+WRITES_ENV = "JOBSTATE_TIME_INDEX_WRITES"
+READS_ENV = "JOBSTATE_TIME_INDEX_READS"
 SCAN_CAP_ENV = "JOBSTATE_LIST_SCAN_CAP"
 DEFAULT_LIST_SCAN_CAP = 5000
 MAX_CURSOR_LENGTH = 400
@@ -54,10 +71,34 @@ _DIGEST_SIZE = 10
 _MEMBER = re.compile(r"\d{16}:[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
 
 
-def time_index_enabled(environ: Mapping[str, str]) -> bool:
-    """The flag; unset or blank means off. Anything unrecognised is a ConfigurationError."""
-    raw = read_variable(environ, FLAG_ENV)
-    return False if raw is None else parse_bool(raw, FLAG_ENV)
+class IndexSwitches(NamedTuple):
+    writes: bool
+    """Creates and deletes maintain the index entries."""
+    reads: bool
+    """list_for_owner reads the index (only ever with writes)."""
+
+
+def index_switches(environ: Mapping[str, str]) -> IndexSwitches:
+    """The two switches; unset or blank means off. Anything unrecognised, reads without
+    writes, or the former single switch combined with the two is a ConfigurationError."""
+    values = {name: read_variable(environ, name) for name in (FLAG_ENV, WRITES_ENV, READS_ENV)}
+    parsed = {name: raw is not None and parse_bool(raw, name) for name, raw in values.items()}
+    if values[FLAG_ENV] is not None:
+        split = [name for name in (WRITES_ENV, READS_ENV) if values[name] is not None]
+        if split:
+            raise ConfigurationError(
+                FLAG_ENV,
+                f"means both {WRITES_ENV} and {READS_ENV}; set it or those two, not both "
+                f"(also set: {', '.join(split)})",
+            )
+        return IndexSwitches(parsed[FLAG_ENV], parsed[FLAG_ENV])
+    if parsed[READS_ENV] and not parsed[WRITES_ENV]:
+        raise ConfigurationError(
+            READS_ENV,
+            f"needs {WRITES_ENV}=true (an index nobody writes misses every new job); turn "
+            f"writes on, run `agentjobs backfill`, check it with `--verify`, then reads",
+        )
+    return IndexSwitches(parsed[WRITES_ENV], parsed[READS_ENV])
 
 
 def list_scan_cap(environ: Mapping[str, str]) -> int:
