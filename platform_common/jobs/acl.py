@@ -324,7 +324,10 @@ _WORKER_WRITES = (
 # active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
 # their payloads (operators look at them) and results.
 _OPERATOR_READS = (
-    Grant(("llen", "lrange"), (_queue("queue"), _queue("processing"), _queue("dead"))),
+    Grant(
+        ("llen", "lrange"),
+        (_queue("queue"), _queue("processing"), _queue("dead"), _queue("failed")),
+    ),
     Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
     # second the oldest of them arrived in.
@@ -473,7 +476,7 @@ ROLES: dict[str, AclRole] = {
             name="reader",
             summary=(
                 "what a read-only console and the read-only operator commands read (info, "
-                "workers, job show, dead list and show, dry runs): depths, counters, "
+                "workers, job show, dead and failed list and show, dry runs): depths, counters, "
                 "heartbeats, pages of each list, job records with payloads, results; "
                 "writes nothing, runs no script"
             ),
@@ -486,19 +489,22 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="operator",
             summary=(
-                "reads what the reader reads, and requeues and purges dead letters (the "
-                "read-write console, dead requeue and purge); cannot enqueue, write a "
+                "reads what the reader reads, and requeues and purges dead letters and failed "
+                "jobs (the read-write console, dead and failed requeue and purge); cannot "
+                "enqueue, write a "
                 "job's payload (no HSET), take, claim, complete or fail jobs"
             ),
             scripts=_DEAD_LETTER_SCRIPTS,
             keyless=("time", "info"),
             grants=(
                 *_OPERATOR_READS,
-                # The two dead-letter scripts, with exactly the keys they declare.
+                # The two dead-letter scripts, with exactly the keys they declare (the
+                # kept list: dead letters or failed jobs).
                 Grant(
                     _SCRIPTING,
                     (
                         _queue("dead", write=True),
+                        _queue("failed", write=True),
                         _queue("queue", write=True),
                         _queue("expiry", write=True),
                         _queue("stats", write=True),
@@ -513,6 +519,7 @@ ROLES: dict[str, AclRole] = {
                     ("type",),
                     (
                         _queue("dead"),
+                        _queue("failed"),
                         _queue("queue"),
                         _queue("expiry"),
                         _queue("stats"),
@@ -523,7 +530,7 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hget",), (_queue("stats"),)),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
-                Grant(("lrem",), (_queue("dead", write=True),)),
+                Grant(("lrem",), (_queue("dead", write=True), _queue("failed", write=True))),
                 Grant(("lpush",), (_queue("queue", write=True),)),
                 Grant(("zadd",), (_queue("expiry", write=True), _queue("waiting", write=True))),
                 Grant(("hincrby",), (_queue("stats", write=True),)),

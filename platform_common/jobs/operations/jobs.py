@@ -13,6 +13,7 @@ from ..queue import JobQueue, JobResult, QueueState
 from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
 from ..queue.results import parse_result
+from .dead_letter_ops import KeptList
 from .session import read_undecoded
 from .stored import stored_ms
 
@@ -96,15 +97,16 @@ class JobDetail:
 
 
 class NotADeadLetter(JobNotFound):
-    """`dead show` of a job that exists but is not a dead letter."""
+    """`dead show` (or `failed show`) of a job that exists but is not on that list."""
 
-    def __init__(self, detail: JobDetail) -> None:
+    def __init__(self, detail: JobDetail, kept: KeptList = KeptList.DEAD) -> None:
         self.detail = detail
+        self.kept = kept
         super().__init__(detail.job_id)
 
     def __str__(self) -> str:
         return (
-            f"job {self.job_id!r} is not a dead letter of {self.detail.agent_type!r} "
+            f"job {self.job_id!r} is not a {self.kept.noun} of {self.detail.agent_type!r} "
             f"(its state: {self.detail.state}); `job show` shows it"
         )
 
@@ -159,11 +161,14 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     )
 
 
-async def show_dead_letter(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
-    """show_job of a dead letter; NotADeadLetter when the job is in another state."""
+async def show_dead_letter(
+    queue: JobQueue, agent_type: str, job_id: str, kept: KeptList = KeptList.DEAD
+) -> JobDetail:
+    """show_job of a job kept on `kept` (a dead letter by default); NotADeadLetter when
+    the job is in another state."""
     detail = await show_job(queue, agent_type, job_id)
-    if detail.state != QueueState.DEAD:
-        raise NotADeadLetter(detail)
+    if detail.state != kept.state:
+        raise NotADeadLetter(detail, kept)
     return detail
 
 
