@@ -338,6 +338,9 @@ _OPERATOR_READS = (
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
     Grant(("get",), (_queue("result:*"),)),
+    # The types Redis has seen, read as the exporter reads them (the operator tools show
+    # every one, and accept a name the registry holds).
+    Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
 _DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")

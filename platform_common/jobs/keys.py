@@ -77,8 +77,10 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
                                      it (the exporter reads it: no job hash is read)
-    jobs:types                SET    every agent type ever enqueued (exporter discovery;
-                                     written with a plain SADD, never inside a script)
+    jobs:types                SET    every agent type ever enqueued or worked on (written
+                                     with a plain SADD by each producer and worker, never
+                                     inside a script); the exporter and the operator
+                                     tools discover types here (type_registry.py)
 Channel: agent:<type>:completed  (the spec's name; PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
     terminal outcome (succeeded, failed, dead-lettered, expired)

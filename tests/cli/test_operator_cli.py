@@ -179,8 +179,51 @@ def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list
     done = agentjobs(*args)
     assert done.code == 2
     assert done.err == (
-        "error: agent_type: unknown agent type 'lodging'; "
-        "known: dining, dmc, experiences, flights, transportation\n"
+        "error: agent_type: unknown agent type 'lodging': not configured and never seen in "
+        "Redis (jobs:types); known: dining, dmc, experiences, flights, transportation\n"
+    )
+
+
+def billing_jobs(redis_url: str, count: int) -> list[str]:
+    """Jobs of `billing`, a type this operator's QUEUE_AGENT_TYPES does not name, enqueued
+    by a producer configured for it (which registers it in Redis, as every producer does)."""
+
+    async def make() -> list[str]:
+        settings = fast_settings(redis_url, agent_types=("billing",))
+        async with await JobQueue.connect(settings) as queue:
+            return await queue.enqueue_many([make_job("billing") for _ in range(count)])
+
+    return asyncio.run(make())
+
+
+def test_a_type_redis_has_seen_is_known_though_not_configured(
+    agentjobs: Any, redis_url: str
+) -> None:
+    ids = billing_jobs(redis_url, 2)
+    listed = agentjobs("info", "-o", "json").json()
+    names = [t["agent_type"] for t in listed["types"]]
+    # Configured first, in their order, then those Redis has seen: the exporter's order.
+    assert names == ["dining", "experiences", "transportation", "flights", "dmc", "billing"]
+    assert listed["types"][-1]["queued"] == 2
+    [billing] = agentjobs("info", "billing", "-o", "json").json()["types"]
+    assert (billing["agent_type"], billing["queued"]) == ("billing", 2)
+    table = agentjobs("info")
+    assert table.code == 0 and table.err == "", table.err
+    assert table_row(table.out, "billing")[1] == "2"
+    shown = agentjobs("job", "show", "billing", ids[0], "-o", "json").json()
+    assert (shown["agent_type"], shown["state"]) == ("billing", "queued")
+    for args in (
+        ["dead", "list", "billing"],
+        ["failed", "list", "billing"],
+        ["workers", "billing"],
+    ):
+        done = agentjobs(*args)
+        assert done.code == 0, (args, done.err)
+    unknown = agentjobs("info", "billin")
+    assert unknown.code == 2
+    assert unknown.err == (
+        "error: agent_type: unknown agent type 'billin': not configured and never seen in "
+        "Redis (jobs:types); known: billing, dining, dmc, experiences, flights, transportation\n"
     )
 
 

@@ -10,7 +10,7 @@ later, at most as many as were confirmed, and reports the rest as skipped."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from starlette.requests import Request
@@ -77,7 +77,7 @@ class DeadLetterForms:
         tokens: CsrfTokens,
         read_only: bool,
         refuse: Callable[[int, str], Exception],
-        known: Callable[[str], str],
+        known: Callable[[str], Awaitable[str]],
     ) -> None:
         self._queue = queue
         self._tokens = tokens
@@ -142,7 +142,7 @@ class DeadLetterForms:
         form: dict[str, list[str]] | None = None,
     ) -> _Request:
         form = form if form is not None else await self._form(request)
-        self._known(agent_type)
+        await self._known(agent_type)
         if not self._tokens.verify(request, _one(form, "csrf")):
             raise self._refuse(
                 403, "the form's security token is missing or stale: load the page again"

@@ -42,6 +42,7 @@ from ..operations import (
     CounterHistory,
     JobList,
     KeptList,
+    agent_types,
     list_dead_letters,
     list_jobs,
     read_overview,
@@ -132,6 +133,9 @@ def console_router(
     env = environment()
     history = CounterHistory()
     links = links or ConsoleLinks()
+    unreadable: set[str] = set()
+    """Types Redis has seen that the console's Redis user may not read (the last
+    overview's finding): left out of the navigation."""
     router = APIRouter(dependencies=[Depends(auth_dependency)], include_in_schema=False)
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
@@ -148,7 +152,10 @@ def console_router(
 
         html = env.get_template(template).render(
             url=url, csrf=tokens.token(request, session), read_only=read_only, links=links,
-            agent_types=queue.settings.agent_types, **context,
+            agent_types=(
+                *queue.settings.agent_types, *sorted(queue.connection.seen_types - unreadable)
+            ),
+            **context,
         )  # fmt: skip
         response = HTMLResponse(html, status, headers=_SECURITY_HEADERS)
         if fresh:
@@ -189,9 +196,12 @@ def console_router(
             status, problem = 403, f"Redis refused the console's user: {exc}"
         return render(request, "error.html", status, code=status, problem=problem)
 
-    def known(agent_type: str) -> str:
-        if agent_type not in queue.settings.agent_types:
-            raise ConsoleError(404, f"unknown agent type {agent_type!r}")
+    async def known(agent_type: str) -> str:
+        """A configured agent type, or one Redis has seen (else a 404 page)."""
+        try:
+            await queue.connection.seen_keys(agent_type)
+        except ValidationError:
+            raise ConsoleError(404, f"unknown agent type {agent_type!r}") from None
         return agent_type
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
@@ -213,7 +223,10 @@ def console_router(
     @router.get("/", name=named("console_overview"))
     async def overview(request: Request) -> Response:
         async def build() -> Response:
-            read = await read_overview(queue, queue.settings.agent_types)
+            listed = await agent_types(queue)
+            unreadable.clear()
+            unreadable.update(listed.unreadable)
+            read = await read_overview(queue, listed.names)
             # Readings continue while Prometheus answers: they are the fallback.
             chart = await last_hour(prometheus, history.add(read), read.read_at)
             minutes = chart.minutes
@@ -229,6 +242,7 @@ def console_router(
             return render(
                 request, "overview.html", overview=read, charts=charts, totals=totals,
                 chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
+                left_out=listed.notes(),
             )  # fmt: skip
 
         return await respond(request, build)
@@ -248,7 +262,7 @@ def console_router(
                 raise ConsoleError(400, f"list: one of {choices}, got {list_!r}")
             at = position("cursor", cursor)
             page = await list_jobs(
-                queue, known(agent_type), JobList(list_), cursor=at, limit=page_size
+                queue, await known(agent_type), JobList(list_), cursor=at, limit=page_size
             )
             stats = await queue.stats(agent_type)
             counts = {
@@ -269,7 +283,7 @@ def console_router(
         async def build() -> Response:
             if not job_id or len(job_id) > _MAX_JOB_ID:
                 raise ConsoleError(404, "no such job")
-            detail = await show_job(queue, known(agent_type), job_id)
+            detail = await show_job(queue, await known(agent_type), job_id)
             now = await redis_now(queue)
             return render(request, "job.html", agent_type=agent_type, job=detail, now=now)
 
@@ -291,7 +305,7 @@ def console_router(
                     raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
                 first = position("start", start) or 0
                 listing = await list_dead_letters(
-                    queue, known(agent_type), limit=page_size,
+                    queue, await known(agent_type), limit=page_size,
                     error_matches=forms.pattern(error), start=first, kept=kept,
                 )  # fmt: skip
                 # A filtered page stops after MAX_SCAN entries (bounded however rare the

@@ -37,12 +37,13 @@ from .history import CounterHistory, Minute
 from .job_pages import MAX_PAGE_SIZE, JobLine, JobList, JobPage, list_jobs
 from .jobs import Attempt, JobDetail, NotADeadLetter, Unparsed, show_dead_letter, show_job
 from .overview import Counts, Overview, Recent, RecentCounts, TypeOverview, read_overview
-from .session import agent_types, operator_queue
+from .session import AgentTypes, agent_types, operator_queue
 from .workers import WorkersReport, WorkerStatus, read_workers
 
 __all__ = [
     "MAX_PAGE_SIZE",
     "MAX_SCAN",
+    "AgentTypes",
     "Attempt",
     "CounterHistory",
     "Counts",

@@ -239,7 +239,7 @@ async def list_dead_letters(
     if max_scan < 1:
         raise ValidationError("max_scan", f"must be at least 1, got {max_scan}")
     pattern = _compile(error_matches)
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     (total,) = await read(queue, [("LLEN", kept.key(keys))])
     found: list[DeadLetterLine] = []
     scanned = 0
@@ -292,7 +292,7 @@ async def select_dead_letters(
     given = sum((bool(job_ids), every, error_matches is not None))
     if given != 1:
         raise ValidationError("selection", "give exactly one of --id, --all, --error-matches")
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     kept_key = kept.key(keys)
     if every:
         head, total = await read_undecoded(queue, [("LRANGE", kept_key, 0, 0), ("LLEN", kept_key)])
@@ -389,7 +389,7 @@ async def _act(
     dry_run: bool,
     progress: Progress | None,
 ) -> DeadLetterAction:
-    kept_key = selection.kept.key(queue.connection.known_keys(selection.agent_type))
+    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     if dry_run:
         sample = list(selection.job_ids[:SAMPLE_SIZE])
         if selection.kind == SelectionKind.ALL:
@@ -423,7 +423,7 @@ async def _oldest_first(
     """Every letter of the list from its oldest end up to `newest` (while it is still
     there) or the first one dead-lettered after `as_of`, BATCH per call; never more
     than the count selected (and confirmed)."""
-    kept_key = selection.kept.key(queue.connection.known_keys(selection.agent_type))
+    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     acted = ActedOn()
     while len(acted.done) < selection.count:
         size = min(BATCH, selection.count - len(acted.done))

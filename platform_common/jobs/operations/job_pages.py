@@ -99,7 +99,7 @@ async def list_jobs(
         raise ValidationError("limit", f"must be 1 to {MAX_PAGE_SIZE}, got {limit}")
     if cursor is not None and cursor < 0:
         raise ValidationError("cursor", f"must be 0 or more, got {cursor}")
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     key = {
         JobList.WAITING: keys.queue,
         JobList.RUNNING: keys.processing,

@@ -113,12 +113,13 @@ class NotADeadLetter(JobNotFound):
 
 async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     """The job's record and result; JobNotFound when neither exists (never enqueued, or
-    gone with its TTL). `agent_type` must be a configured one (ValidationError).
+    gone with its TTL). `agent_type` must be configured or seen in Redis (else
+    ValidationError).
 
     Read undecoded: a record the worker dead-letters as "corrupt" (a payload that is not
     UTF-8 or not JSON, a damaged history) is exactly what on-call needs to look at, so
     what does not parse comes back as text in `unparsed`, never as an error."""
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     stored, packed, stored_result = await read_undecoded(
         queue,
         [
