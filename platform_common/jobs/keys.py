@@ -13,7 +13,10 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     nor an owner bucket can ever collide with the `_idx:` segment or `__shared__`)
 
 Queue (one set per agent type), prefix default "jobs":
-    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
+    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, by the enqueue script only:
+                                     an id pushed without it has no job, and the worker
+                                     that takes it drops and counts it; BLMOVE out from
+                                     the right)
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
                                      for a job enqueued and not yet claimed: the cheap
                                      form of a waiting job (a hash field, not a key and a
