@@ -39,8 +39,8 @@ from platform_common.jobs.redis.memory_policy import (
 from platform_common.jobs.redis.replies import first_score
 from platform_common.jobs.redis.script import Command, Replies, Send, run_batch, run_pipelined
 from platform_common.jobs.redis.url import RedisClient
+from platform_common.jobs.type_registry import registry_reads, select_from_replies
 
-from .discovery import scan_count, select_types
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, type_snapshot, within_clock_tolerance
@@ -86,23 +86,19 @@ class SnapshotReader:
 
     async def read(self) -> Snapshot:
         """One snapshot; Redis errors (connection, timeout, auth) propagate to the caller."""
-        types_key = QueueKeys.types_key(self._settings.queue_prefix)
         head: list[tuple[Any, ...]] = [
             ("TIME",),
-            ("SCARD", types_key),
-            ("SSCAN", types_key, 0, "COUNT", scan_count(self._settings.max_agent_types)),
+            *registry_reads(self._settings.queue_prefix, self._settings.max_agent_types),
         ]
         replies, nodes = await self._with_memory(head, self._previous)
         end = len(head) + len(self._previous) * TYPE_COMMAND_COUNT
         memory, server, memory_problem = _server_info(nodes, replies[end:])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
-        set_size, (cursor, members) = _ok(replies[1]), _ok(replies[2])
-        selection = select_types(
+        selection = select_from_replies(
             self._settings.agent_types,
-            members,
-            set_size=int(set_size),
-            scan_complete=int(cursor) == 0,
+            _ok(replies[1]),
+            _ok(replies[2]),
             max_agent_types=self._settings.max_agent_types,
         )
         results: dict[str, TypeSnapshot] = {}

@@ -37,6 +37,7 @@ from platform_common.jobs.env import (
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
 from platform_common.jobs.redis.url import DEFAULT_REDIS_URL, RedisSettings
+from platform_common.jobs.type_registry import MAX_AGENT_TYPES
 
 __all__ = [
     "DEPRECATED_VARIABLES",
@@ -122,7 +123,8 @@ class ExporterSettings:
         help="comma-separated agent types always exported, even before their first job; "
         "discovered ones are added after them")
     max_agent_types: int = setting(
-        200, _max_agent_types, flag="--max-agent-types", variable="EXPORTER_MAX_AGENT_TYPES",
+        MAX_AGENT_TYPES, _max_agent_types, flag="--max-agent-types",
+        variable="EXPORTER_MAX_AGENT_TYPES",
         help="cap on exported agent types; the overflow is counted, not exported")
     namespace: str = setting(
         "", _namespace, flag="--namespace", variable="EXPORTER_NAMESPACE",

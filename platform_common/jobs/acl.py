@@ -290,7 +290,10 @@ _WORKER_WRITES = (
 # active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
 # their payloads (operators look at them) and results.
 _OPERATOR_READS = (
-    Grant(("llen", "lrange"), (_queue("queue"), _queue("processing"), _queue("dead"))),
+    Grant(
+        ("llen", "lrange"),
+        (_queue("queue"), _queue("processing"), _queue("dead"), _queue("failed")),
+    ),
     Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
     # second the oldest of them arrived in.
@@ -303,6 +306,9 @@ _OPERATOR_READS = (
     Grant(("get",), (_queue("result:*"),)),
     # When Redis drops an ended job's record and result (job show's "kept until").
     Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
+    # The types Redis has seen, read as the exporter reads them (the operator tools show
+    # every one, and accept a name the registry holds).
+    Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
 _DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")
@@ -441,7 +447,7 @@ ROLES: dict[str, AclRole] = {
             name="reader",
             summary=(
                 "what a read-only console and the read-only operator commands read (info, "
-                "workers, job show, dead list and show, dry runs): depths, counters, "
+                "workers, job show, dead and failed list and show, dry runs): depths, counters, "
                 "heartbeats, pages of each list, job records with payloads, results; "
                 "writes nothing, runs no script"
             ),
@@ -454,18 +460,22 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="operator",
             summary=(
-                "reads what the reader reads, and requeues and purges dead letters (the "
-                "read-write console, dead requeue and purge); cannot enqueue, write a "
+                "reads what the reader reads, and requeues and purges dead letters and failed "
+                "jobs (the read-write console, dead and failed requeue and purge); cannot "
+                "enqueue, write a "
                 "job's payload (no HSET), take, claim, complete or fail jobs"
             ),
             scripts=_DEAD_LETTER_SCRIPTS,
             keyless=("time", "info"),
             grants=(
                 *_OPERATOR_READS,
-                # The two dead-letter scripts, with exactly the keys they declare.
+                # The two dead-letter scripts, with exactly the keys they declare (the
+                # kept list: dead letters or failed jobs).
                 Grant(
                     _SCRIPTING,
-                    _written("dead", "queue", "expiry", "stats", "waiting", "job:*", "result:*"),
+                    _written(
+                        "dead", "failed", "queue", "expiry", "stats", "waiting", "job:*", "result:*"
+                    ),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
                 # each record's ttl: HGET of the job hash is a read above).
@@ -473,6 +483,7 @@ ROLES: dict[str, AclRole] = {
                     ("type",),
                     (
                         _queue("dead"),
+                        _queue("failed"),
                         _queue("queue"),
                         _queue("expiry"),
                         _queue("stats"),
@@ -483,7 +494,7 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hget",), (_queue("stats"),)),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
-                Grant(("lrem",), _written("dead")),
+                Grant(("lrem",), _written("dead", "failed")),
                 Grant(("lpush",), _written("queue")),
                 Grant(("zadd",), _written("expiry", "waiting")),
                 Grant(("hincrby",), _written("stats")),

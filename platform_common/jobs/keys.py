@@ -13,7 +13,10 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     nor an owner bucket can ever collide with the `_idx:` segment or `__shared__`)
 
 Queue (one set per agent type), prefix default "jobs":
-    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, BLMOVE out from the right)
+    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, by the enqueue script only:
+                                     an id pushed without it has no job, and the worker
+                                     that takes it drops and counts it; BLMOVE out from
+                                     the right)
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
                                      for a job enqueued and not yet claimed: the cheap
                                      form of a waiting job (a hash field, not a key and a
@@ -77,8 +80,10 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
                                      it (the exporter reads it: no job hash is read)
-    jobs:types                SET    every agent type ever enqueued (exporter discovery;
-                                     written with a plain SADD, never inside a script)
+    jobs:types                SET    every agent type ever enqueued or worked on (written
+                                     with a plain SADD by each producer and worker, never
+                                     inside a script); the exporter and the operator
+                                     tools discover types here (type_registry.py)
 Channel: agent:<type>:completed  (PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
     terminal outcome (succeeded, failed, dead-lettered, expired)

@@ -1,4 +1,5 @@
-"""The operator commands (`info`, `workers`, `job show`, `dead ...`) against real Redis:
+"""The operator commands (`info`, `workers`, `job show`, `dead ...`, `failed ...`) against
+real Redis:
 in-process through `cli.main` for speed, as child processes where the terminal, the
 exit path or a running watch matter. Destructive commands run with --dry-run first, and
 Redis is read afterwards to see what really changed."""
@@ -18,14 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import typer
+from typer.core import TyperGroup
 
-from platform_common.jobs.cli import main
+from platform_common.jobs.cli import main, root
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations.formatting import timestamp
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
 from tests.support.backends import CLUSTER, SINGLE, VALKEY, parametrize_backends
-from tests.support.dead_letter_race import make_dead_letters, meanwhile
+from tests.support.dead_letter_race import make_dead_letters, make_failed_jobs, meanwhile
 from tests.support.paths import REPO_ROOT
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -121,6 +124,16 @@ def dead_letters(redis_url: str, tasks: list[str]) -> list[str]:
     return asyncio.run(make())
 
 
+def failed_jobs(redis_url: str, errors: list[str]) -> list[str]:
+    """Enqueue a job per error text and let a worker fail each for good (NonRetryableError)."""
+
+    async def make() -> list[str]:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await make_failed_jobs(queue, errors)
+
+    return asyncio.run(make())
+
+
 def enqueue(redis_url: str, count: int, **fields: Any) -> list[str]:
     async def make() -> list[str]:
         async with await JobQueue.connect(fast_settings(redis_url)) as queue:
@@ -165,8 +178,51 @@ def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list
     done = agentjobs(*args)
     assert done.code == 2
     assert done.err == (
-        "error: agent_type: unknown agent type 'lodging'; "
-        "known: dining, dmc, experiences, flights, transportation\n"
+        "error: agent_type: unknown agent type 'lodging': not configured and never seen in "
+        "Redis (jobs:types); known: dining, dmc, experiences, flights, transportation\n"
+    )
+
+
+def billing_jobs(redis_url: str, count: int) -> list[str]:
+    """Jobs of `billing`, a type this operator's QUEUE_AGENT_TYPES does not name, enqueued
+    by a producer configured for it (which registers it in Redis, as every producer does)."""
+
+    async def make() -> list[str]:
+        settings = fast_settings(redis_url, agent_types=("billing",))
+        async with await JobQueue.connect(settings) as queue:
+            return await queue.enqueue_many([make_job("billing") for _ in range(count)])
+
+    return asyncio.run(make())
+
+
+def test_a_type_redis_has_seen_is_known_though_not_configured(
+    agentjobs: Any, redis_url: str
+) -> None:
+    ids = billing_jobs(redis_url, 2)
+    listed = agentjobs("info", "-o", "json").json()
+    names = [t["agent_type"] for t in listed["types"]]
+    # Configured first, in their order, then those Redis has seen: the exporter's order.
+    assert names == ["dining", "experiences", "transportation", "flights", "dmc", "billing"]
+    assert listed["types"][-1]["queued"] == 2
+    [billing] = agentjobs("info", "billing", "-o", "json").json()["types"]
+    assert (billing["agent_type"], billing["queued"]) == ("billing", 2)
+    table = agentjobs("info")
+    assert table.code == 0 and table.err == "", table.err
+    assert table_row(table.out, "billing")[1] == "2"
+    shown = agentjobs("job", "show", "billing", ids[0], "-o", "json").json()
+    assert (shown["agent_type"], shown["state"]) == ("billing", "queued")
+    for args in (
+        ["dead", "list", "billing"],
+        ["failed", "list", "billing"],
+        ["workers", "billing"],
+    ):
+        done = agentjobs(*args)
+        assert done.code == 0, (args, done.err)
+    unknown = agentjobs("info", "billin")
+    assert unknown.code == 2
+    assert unknown.err == (
+        "error: agent_type: unknown agent type 'billin': not configured and never seen in "
+        "Redis (jobs:types); known: billing, dining, dmc, experiences, flights, transportation\n"
     )
 
 
@@ -646,3 +702,88 @@ def test_a_table_written_to_a_pipe_cuts_no_job_id(redis_url: str) -> None:
     assert listed.returncode == 0, listed.stderr
     assert ids[0] in listed.stdout
     assert "RuntimeError: cannot book a long enough error text to need the columns" in listed.stdout
+
+
+# -- failed ... -------------------------------------------------------------------------
+def test_failed_has_the_commands_options_and_exits_of_dead() -> None:
+    group = typer.main.get_command(root.app)
+    assert isinstance(group, TyperGroup)
+    dead, failed = group.commands["dead"], group.commands["failed"]
+    assert isinstance(dead, TyperGroup) and isinstance(failed, TyperGroup)
+    assert sorted(failed.commands) == sorted(dead.commands) == ["list", "purge", "requeue", "show"]
+    for name, command in dead.commands.items():
+        options = [(p.name, p.opts, p.required, p.default) for p in command.params]
+        assert [
+            (p.name, p.opts, p.required, p.default) for p in failed.commands[name].params
+        ] == options, name
+
+
+def test_failed_jobs_are_listed_and_shown_and_dead_show_refuses_them(
+    agentjobs: Any, redis_url: str
+) -> None:
+    ids = failed_jobs(redis_url, ["card declined", "venue closed", "card expired"])
+    listed = agentjobs("failed", "list", "dining", "-o", "json").json()
+    assert [x["job_id"] for x in listed["letters"]] == ids[::-1]  # newest first
+    assert (listed["total"], listed["kept"]) == (3, "failed")
+    assert listed["letters"][0]["last_error"] == "NonRetryableError: card expired"
+    table = agentjobs("failed", "list", "dining", "--error-matches", "card")
+    assert table.code == 0, table.err
+    assert "2 matching 'card' among all of 3 failed jobs, newest first." in table.out
+    assert "FAILED AT" in table.out and ids[1] not in table.out
+    assert agentjobs("dead", "list", "dining", "-o", "json").json()["total"] == 0
+
+    refused = agentjobs("dead", "show", "dining", ids[0])
+    assert (refused.code, refused.err) == (
+        1,
+        f"error: job '{ids[0]}' is not a dead letter of 'dining' (its state: failed); "
+        "`job show` shows it\n",
+    )
+    detail = agentjobs("failed", "show", "dining", ids[0], "-o", "json").json()
+    assert (detail["state"], detail["attempts"]) == ("failed", 1)
+    assert [a["outcome"] for a in detail["history"]] == ["fatal"]
+    (waiting,) = enqueue(redis_url, 1)
+    not_failed = agentjobs("failed", "show", "dining", waiting)
+    assert not_failed.code == 1
+    assert "is not a failed job of 'dining' (its state: queued)" in not_failed.err
+
+
+def test_failed_requeue_and_purge_act_on_the_failed_list_only(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    failed = failed_jobs(redis_url, ["card declined", "venue closed", "card expired"])
+    (dead,) = dead_letters(redis_url, ["card declined too"])
+    dry = agentjobs("failed", "requeue", "dining", "--error-matches", "card", "--dry-run")
+    assert dry.out.startswith(
+        "dry run (nothing changed): would requeue 2 failed job(s) of 'dining' "
+        "(--error-matches 'card'): "
+    )
+    requeued = agentjobs("failed", "requeue", "dining", "--id", failed[0], "--id", dead)
+    assert requeued.out == (
+        "requeued 1 of 1 selected failed job(s) of 'dining' (--id)\n"
+        f"not failed jobs, left alone: {dead}\n"
+    )
+    assert sync_reply(client.lrange(DINING.queue, 0, -1)) == [failed[0]]
+    assert client.hget(DINING.job(failed[0]), "state") is None  # queued: no state
+    assert sync_reply(client.lrange(DINING.failed, 0, -1)) == [failed[2], failed[1]]
+    assert sync_reply(client.lrange(DINING.dead, 0, -1)) == [dead]  # another list: untouched
+
+    purged = agentjobs("failed", "purge", "dining", "--all", "--yes")
+    assert purged.out == "purged 2 of 2 selected failed job(s) of 'dining' (--all)\n"
+    assert client.llen(DINING.failed) == 0
+    assert not client.exists(DINING.job(failed[1]), DINING.job(failed[2]))
+    assert client.llen(DINING.dead) == 1
+
+
+@pytest.mark.single_node("the refusal happens before Redis is read")
+def test_failed_purge_without_a_terminal_refuses_unless_yes(
+    redis_url: str, client: SyncClient
+) -> None:
+    failed_jobs(redis_url, ["kept"])
+    done = run_child(
+        "failed", "purge", "dining", "--all", "--redis-url", redis_url, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 2
+    assert one_error_line(done) == (
+        "error: purge: no terminal to confirm on; pass --yes (or --dry-run)"
+    )
+    assert client.llen(DINING.failed) == 1

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, MAX_ERROR_CLASSES
 from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
-from platform_common.jobs_exporter.discovery import scan_count, select_types
+from platform_common.jobs.type_registry import scan_count, select_types
 from platform_common.jobs_exporter.snapshot import TypeSnapshot, type_snapshot
 from platform_common.jobs_exporter.stats_hash import parse_stats
 

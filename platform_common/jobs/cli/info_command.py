@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..operations import (
+    AgentTypes,
     Counts,
     Overview,
     Recent,
@@ -74,7 +75,8 @@ def info(
         list[str] | None,
         typer.Argument(
             metavar="TYPE",
-            help="Agent types (default: every configured one).",
+            help="Agent types (default: every configured one, then every one Redis has "
+            "seen, as the exporter finds them).",
             show_default=False,
         ),
     ] = None,
@@ -110,6 +112,11 @@ def info(
     JSON: each type's "totals", and "last_minute" ({enqueued, completed, failed,
     seconds, source}, or null); the document's "last_minute_source" is "prometheus",
     "watch" or null, and "prometheus_problem" says why Prometheus was not used.
+
+    Without TYPE: every configured agent type (QUEUE_AGENT_TYPES), then every one Redis
+    has seen (a producer or worker of it registered it: what the exporter exports), at
+    most 200; a note on stderr names any this Redis user may not read. With --watch, a
+    type that appears meanwhile is added.
 
     A worker is active while its last heartbeat is within 6 heartbeat intervals
     (QUEUE_HEARTBEAT_INTERVAL; 30 s by default). --output json with --watch prints one
@@ -162,9 +169,10 @@ async def _info(
     redis_url: str | None,
 ) -> None:
     async with operator_queue(redis_url) as queue:
-        chosen = agent_types(queue, requested)
+        listed = await agent_types(queue, requested)
+        _notes(listed, None)
         if not watch:
-            overview = await read_overview(queue, chosen)
+            overview = await read_overview(queue, listed.names)
             last = await _from_prometheus(source, overview)
             _note(last, "the totals")
             if output == Output.JSON:
@@ -181,7 +189,9 @@ async def _info(
             if live is not None:
                 live.start()
             while True:
-                overview = await read_overview(queue, chosen)
+                if refreshes:  # a type that appears while it watches is shown too
+                    listed = _notes(await agent_types(queue, requested), listed)
+                overview = await read_overview(queue, listed.names)
                 # The watch's own readings go on while Prometheus answers: the fallback.
                 own = _LastMinute(recent_counts.add(overview), WATCH)
                 last = await _from_prometheus(source, overview)
@@ -204,6 +214,14 @@ async def _info(
         finally:
             if live is not None:
                 live.stop()
+
+
+def _notes(listed: AgentTypes, before: AgentTypes | None) -> AgentTypes:
+    """What the listing left out, on stderr (once, not on every refresh)."""
+    if before is None or listed.notes() != before.notes():
+        for note in listed.notes():
+            print(f"note: {note}", file=sys.stderr)
+    return listed
 
 
 def _document(overview: Overview, last: _LastMinute | None) -> dict[str, Any]:

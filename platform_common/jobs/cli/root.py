@@ -83,6 +83,7 @@ app.command("info", help=info_command.HELP)(info_command.info)
 app.command("workers", help=workers_command.HELP)(workers_command.workers)
 app.add_typer(job_command.app, name="job")
 app.add_typer(dead_command.app, name="dead")
+app.add_typer(dead_command.failed_app, name="failed")
 app.command("console", help=console_command.HELP)(console_command.console)
 app.add_typer(deploy_command.app, name="deploy")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Annotated
 
 import typer
@@ -29,7 +30,7 @@ def workers(
         str | None,
         typer.Argument(
             metavar="TYPE",
-            help="One agent type (default: every configured one).",
+            help="One agent type (default: every configured one, then every one Redis has seen).",
             show_default=False,
         ),
     ] = None,
@@ -46,7 +47,10 @@ def workers(
 
     async def read() -> WorkersReport:
         async with operator_queue(redis_url) as queue:
-            return await read_workers(queue, agent_types(queue, [agent_type] if agent_type else []))
+            listed = await agent_types(queue, [agent_type] if agent_type else [])
+            for note in listed.notes():
+                print(f"note: {note}", file=sys.stderr)
+            return await read_workers(queue, listed.names)
 
     report = asyncio.run(read())
     if output == Output.JSON:

@@ -1,6 +1,7 @@
-"""The dead-letter forms: requeue or purge the selected letters, or all those matching the
-filter, in two steps (confirm, then act), through the operations layer's selection and
-actions, so the page reports what Redis says was really done.
+"""The forms of a kept list (the dead letters, or the failed jobs): requeue or purge the
+selected entries, or all those matching the filter, in two steps (confirm, then act),
+through the operations layer's selection and actions, so the page reports what Redis
+says was really done. One implementation for both lists (KeptList).
 
 The confirmation page carries the selection's moment (`as_of`, Redis ms) and, for all
 matching, the newest letter it counted: the act touches only letters dead-lettered no
@@ -9,7 +10,7 @@ later, at most as many as were confirmed, and reports the rest as skipped."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from starlette.requests import Request
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from ..operations import (
     DeadLetterAction,
     DeadSelection,
+    KeptList,
     SelectionKind,
     purge_dead_letters,
     requeue_dead_letters,
@@ -40,10 +42,12 @@ _DIGITS = re.compile(r"[0-9]{1,16}")
 class Confirmation:
     """What the confirmation page shows, and posts on to act."""
 
+    kept: KeptList
+    """The list acted on."""
     action: str
     scope: str
     error: str
-    """The error-text filter ("" = every dead letter), for scope "matching"."""
+    """The error-text filter ("" = every entry of the list), for scope "matching"."""
     job_ids: tuple[str, ...]
     """The ticked ids, for scope "selected"."""
     count: int
@@ -73,7 +77,7 @@ class DeadLetterForms:
         tokens: CsrfTokens,
         read_only: bool,
         refuse: Callable[[int, str], Exception],
-        known: Callable[[str], str],
+        known: Callable[[str], Awaitable[str]],
     ) -> None:
         self._queue = queue
         self._tokens = tokens
@@ -87,23 +91,23 @@ class DeadLetterForms:
         literally (people type error text, not expressions); None for no filter."""
         return re.escape(error) if error else None
 
-    async def confirm(self, request: Request, agent_type: str) -> Confirmation:
-        """What the posted form would do: selected now, changing nothing."""
-        asked = await self._checked(request, agent_type)
-        selection = await self._select(asked, agent_type)
+    async def confirm(self, request: Request, agent_type: str, kept: KeptList) -> Confirmation:
+        """What the posted form would do to the list `kept`: selected now, changing nothing."""
+        asked = await self._checked(request, agent_type, kept)
+        selection = await self._select(asked, agent_type, kept)
         run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
         preview = await run(self._queue, selection, dry_run=True)
         return Confirmation(
-            asked.action, asked.scope, asked.error, selection.job_ids if asked.scope ==
+            kept, asked.action, asked.scope, asked.error, selection.job_ids if asked.scope ==
             "selected" else (), selection.count, selection.not_dead, preview.sample,
             selection.as_of, selection.newest,
         )  # fmt: skip
 
-    async def act(self, request: Request, agent_type: str) -> DeadLetterAction:
-        """Do the confirmed action: only on letters dead-lettered no later than the
-        confirmed moment, on at most as many letters as were confirmed."""
+    async def act(self, request: Request, agent_type: str, kept: KeptList) -> DeadLetterAction:
+        """Do the confirmed action on the list `kept`: only on entries that joined it no
+        later than the confirmed moment, on at most as many as were confirmed."""
         form = await self._form(request)
-        asked = await self._checked(request, agent_type, form)
+        asked = await self._checked(request, agent_type, kept, form)
         confirmed = _one(form, "count")
         if not _DIGITS.fullmatch(confirmed):
             raise self._refuse(400, "count: the confirmed count is missing or not a number")
@@ -116,10 +120,11 @@ class DeadLetterForms:
         as_of = int(moment) if moment else None
         if asked.scope == "matching" and not asked.error:
             selection = DeadSelection(
-                agent_type, SelectionKind.ALL, int(confirmed), (), as_of=as_of, newest=newest
-            )
+                agent_type, SelectionKind.ALL, int(confirmed), (), as_of=as_of, newest=newest,
+                kept=kept,
+            )  # fmt: skip
         else:
-            selection = await self._select(asked, agent_type, newest)
+            selection = await self._select(asked, agent_type, kept, newest)
             selection = _at_most(replace(selection, as_of=as_of), int(confirmed))
         run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
         return await run(self._queue, selection)
@@ -130,10 +135,14 @@ class DeadLetterForms:
         return await read_form(request)
 
     async def _checked(
-        self, request: Request, agent_type: str, form: dict[str, list[str]] | None = None
+        self,
+        request: Request,
+        agent_type: str,
+        kept: KeptList,
+        form: dict[str, list[str]] | None = None,
     ) -> _Request:
         form = form if form is not None else await self._form(request)
-        self._known(agent_type)
+        await self._known(agent_type)
         if not self._tokens.verify(request, _one(form, "csrf")):
             raise self._refuse(
                 403, "the form's security token is missing or stale: load the page again"
@@ -150,19 +159,22 @@ class DeadLetterForms:
             raise self._refuse(400, f"error: a filter is at most {MAX_FILTER} characters")
         job_ids = tuple(dict.fromkeys(j for j in form.get("ids", []) if j))
         if scope == "selected" and not job_ids:
-            raise self._refuse(400, "no dead letter selected: tick at least one")
+            raise self._refuse(400, f"no {kept.noun} selected: tick at least one")
         return _Request(action, scope, error, job_ids)
 
     async def _select(
-        self, asked: _Request, agent_type: str, newest: str | None = None
+        self, asked: _Request, agent_type: str, kept: KeptList, newest: str | None = None
     ) -> DeadSelection:
         if asked.scope == "selected":
-            return await select_dead_letters(self._queue, agent_type, job_ids=asked.job_ids)
+            return await select_dead_letters(
+                self._queue, agent_type, job_ids=asked.job_ids, kept=kept
+            )
         if asked.error:
             return await select_dead_letters(
-                self._queue, agent_type, error_matches=self.pattern(asked.error), newest=newest
-            )
-        return await select_dead_letters(self._queue, agent_type, every=True)
+                self._queue, agent_type, error_matches=self.pattern(asked.error),
+                newest=newest, kept=kept,
+            )  # fmt: skip
+        return await select_dead_letters(self._queue, agent_type, every=True, kept=kept)
 
 
 def _one(form: dict[str, list[str]], name: str) -> str:

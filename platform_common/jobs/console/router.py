@@ -1,12 +1,15 @@
-"""The console's FastAPI router: the overview, one agent type, one job and the dead
-letters, server-rendered, read through the operations layer (the one under the CLI).
+"""The console's FastAPI router: the overview, one agent type, one job, the dead
+letters and the failed jobs, server-rendered, read through the operations layer (the
+one under the CLI).
 
     GET  /                              every agent type (refreshes itself)
-    GET  /types/{type}?list=&cursor=    its waiting, running, delayed or dead jobs, paged
+    GET  /types/{type}?list=&cursor=    its waiting, running, delayed, dead or failed
+                                        jobs, paged
     GET  /types/{type}/jobs/{job_id}    one job: state, attempts, payload, result
     GET  /types/{type}/dead?error=&start=   dead letters, filtered by error text
     POST /types/{type}/dead/confirm     what a requeue or purge would do: a confirmation
     POST /types/{type}/dead/act         do it; the page says how many were really done
+    GET, POST /types/{type}/failed...   the same three for the failed jobs
     GET  /static/console.css
 
 Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiting job
@@ -38,6 +41,8 @@ from ..operations import (
     MAX_PAGE_SIZE,
     CounterHistory,
     JobList,
+    KeptList,
+    agent_types,
     list_dead_letters,
     list_jobs,
     read_overview,
@@ -128,6 +133,9 @@ def console_router(
     env = environment()
     history = CounterHistory()
     links = links or ConsoleLinks()
+    unreadable: set[str] = set()
+    """Types Redis has seen that the console's Redis user may not read (the last
+    overview's finding): left out of the navigation."""
     router = APIRouter(dependencies=[Depends(auth_dependency)], include_in_schema=False)
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
@@ -144,7 +152,10 @@ def console_router(
 
         html = env.get_template(template).render(
             url=url, csrf=tokens.token(request, session), read_only=read_only, links=links,
-            agent_types=queue.settings.agent_types, **context,
+            agent_types=(
+                *queue.settings.agent_types, *sorted(queue.connection.seen_types - unreadable)
+            ),
+            **context,
         )  # fmt: skip
         response = HTMLResponse(html, status, headers=_SECURITY_HEADERS)
         if fresh:
@@ -185,9 +196,12 @@ def console_router(
             status, problem = 403, f"Redis refused the console's user: {exc}"
         return render(request, "error.html", status, code=status, problem=problem)
 
-    def known(agent_type: str) -> str:
-        if agent_type not in queue.settings.agent_types:
-            raise ConsoleError(404, f"unknown agent type {agent_type!r}")
+    async def known(agent_type: str) -> str:
+        """A configured agent type, or one Redis has seen (else a 404 page)."""
+        try:
+            await queue.connection.seen_keys(agent_type)
+        except ValidationError:
+            raise ConsoleError(404, f"unknown agent type {agent_type!r}") from None
         return agent_type
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
@@ -209,7 +223,10 @@ def console_router(
     @router.get("/", name=named("console_overview"))
     async def overview(request: Request) -> Response:
         async def build() -> Response:
-            read = await read_overview(queue, queue.settings.agent_types)
+            listed = await agent_types(queue)
+            unreadable.clear()
+            unreadable.update(listed.unreadable)
+            read = await read_overview(queue, listed.names)
             # Readings continue while Prometheus answers: they are the fallback.
             chart = await last_hour(prometheus, history.add(read), read.read_at)
             minutes = chart.minutes
@@ -225,6 +242,7 @@ def console_router(
             return render(
                 request, "overview.html", overview=read, charts=charts, totals=totals,
                 chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
+                left_out=listed.notes(),
             )  # fmt: skip
 
         return await respond(request, build)
@@ -244,12 +262,13 @@ def console_router(
                 raise ConsoleError(400, f"list: one of {choices}, got {list_!r}")
             at = position("cursor", cursor)
             page = await list_jobs(
-                queue, known(agent_type), JobList(list_), cursor=at, limit=page_size
+                queue, await known(agent_type), JobList(list_), cursor=at, limit=page_size
             )
             stats = await queue.stats(agent_type)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
                 JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
+                JobList.FAILED: await queue.failed_jobs.count(agent_type),
             }  # fmt: skip
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
@@ -264,54 +283,61 @@ def console_router(
         async def build() -> Response:
             if not job_id or len(job_id) > _MAX_JOB_ID:
                 raise ConsoleError(404, "no such job")
-            detail = await show_job(queue, known(agent_type), job_id)
+            detail = await show_job(queue, await known(agent_type), job_id)
             now = await redis_now(queue)
             return render(request, "job.html", agent_type=agent_type, job=detail, now=now)
 
         return await respond(request, build)
 
-    @router.get("/types/{agent_type}/dead", name=named("console_dead"))
-    async def dead_page(
-        request: Request,
-        agent_type: str,
-        error: str = "",
-        start: str | None = None,
-    ) -> Response:
-        async def build() -> Response:
-            if len(error) > MAX_FILTER:
-                raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
-            first = position("start", start) or 0
-            listing = await list_dead_letters(
-                queue, known(agent_type), limit=page_size,
-                error_matches=forms.pattern(error), start=first,
-            )  # fmt: skip
-            # A filtered page stops after MAX_SCAN letters (bounded however rare the
-            # match): "Older" then continues the search, even from an empty page.
-            return render(
-                request, "dead.html", agent_type=agent_type, listing=listing, error=error,
-                start=first, next_start=listing.next_start,
-                listing_now=await redis_now(queue),
-            )  # fmt: skip
+    def kept_routes(kept: KeptList) -> None:
+        """The list page, confirmation and action of one kept list, at /types/{type}/<list>
+        (route names console_<list>, console_<list>_confirm, console_<list>_act)."""
 
-        return await respond(request, build)
+        @router.get(f"/types/{{agent_type}}/{kept}", name=named(f"console_{kept}"))
+        async def kept_page(
+            request: Request,
+            agent_type: str,
+            error: str = "",
+            start: str | None = None,
+        ) -> Response:
+            async def build() -> Response:
+                if len(error) > MAX_FILTER:
+                    raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
+                first = position("start", start) or 0
+                listing = await list_dead_letters(
+                    queue, await known(agent_type), limit=page_size,
+                    error_matches=forms.pattern(error), start=first, kept=kept,
+                )  # fmt: skip
+                # A filtered page stops after MAX_SCAN entries (bounded however rare the
+                # match): "Older" then continues the search, even from an empty page.
+                return render(
+                    request, "dead.html", agent_type=agent_type, kept=kept, listing=listing,
+                    error=error, start=first, next_start=listing.next_start,
+                    listing_now=await redis_now(queue),
+                )  # fmt: skip
 
-    @router.post("/types/{agent_type}/dead/confirm", name=named("console_dead_confirm"))
-    async def dead_confirm(request: Request, agent_type: str) -> Response:
-        async def build() -> Response:
-            same_origin(request)
-            confirmation = await forms.confirm(request, agent_type)
-            return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
+            return await respond(request, build)
 
-        return await respond(request, build)
+        @router.post(f"/types/{{agent_type}}/{kept}/confirm", name=named(f"console_{kept}_confirm"))
+        async def kept_confirm(request: Request, agent_type: str) -> Response:
+            async def build() -> Response:
+                same_origin(request)
+                confirmation = await forms.confirm(request, agent_type, kept)
+                return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
 
-    @router.post("/types/{agent_type}/dead/act", name=named("console_dead_act"))
-    async def dead_act(request: Request, agent_type: str) -> Response:
-        async def build() -> Response:
-            same_origin(request)
-            report = await forms.act(request, agent_type)
-            return render(request, "done.html", agent_type=agent_type, report=report)
+            return await respond(request, build)
 
-        return await respond(request, build)
+        @router.post(f"/types/{{agent_type}}/{kept}/act", name=named(f"console_{kept}_act"))
+        async def kept_act(request: Request, agent_type: str) -> Response:
+            async def build() -> Response:
+                same_origin(request)
+                report = await forms.act(request, agent_type, kept)
+                return render(request, "done.html", agent_type=agent_type, report=report)
+
+            return await respond(request, build)
+
+    for kept in KeptList:
+        kept_routes(kept)
 
     stylesheet = resources.files(__package__).joinpath("static/console.css").read_text()
 

@@ -6,10 +6,11 @@ No rendering here: the CLI modules parse options and draw the results.
                 prometheus.last_minute (the last minute from Prometheus, shared with
                 the console's chart: console and cli import this layer, never the reverse)
     workers     workers.read_workers
-    job show    jobs.show_job (dead show: show_dead_letter)
+    job show    jobs.show_job (dead show, failed show: show_dead_letter)
     dead ...    dead_letter_ops: list (a filtered page looks at MAX_SCAN letters at most),
-                select (ids | all | error matches: the whole list), requeue, purge
-    console     job_pages.list_jobs (a type's waiting/running/delayed/dead, paged),
+    failed ...  select (ids | all | error matches: the whole list), requeue, purge; one
+                implementation for both kept lists (KeptList)
+    console     job_pages.list_jobs (a type's waiting/running/delayed/dead/failed, paged),
                 history.CounterHistory (the last hour per minute, while it reads)
 
 Each works on a JobQueue (operator_queue opens one as the worker would) through its
@@ -24,6 +25,7 @@ from .dead_letter_ops import (
     DeadLetterLine,
     DeadLetterListing,
     DeadSelection,
+    KeptList,
     Progress,
     SelectionKind,
     list_dead_letters,
@@ -35,12 +37,13 @@ from .history import CounterHistory, Minute
 from .job_pages import MAX_PAGE_SIZE, JobLine, JobList, JobPage, list_jobs
 from .jobs import Attempt, JobDetail, NotADeadLetter, Unparsed, show_dead_letter, show_job
 from .overview import Counts, Overview, Recent, RecentCounts, TypeOverview, read_overview
-from .session import agent_types, operator_queue
+from .session import AgentTypes, agent_types, operator_queue
 from .workers import WorkersReport, WorkerStatus, read_workers
 
 __all__ = [
     "MAX_PAGE_SIZE",
     "MAX_SCAN",
+    "AgentTypes",
     "Attempt",
     "CounterHistory",
     "Counts",
@@ -52,6 +55,7 @@ __all__ = [
     "JobLine",
     "JobList",
     "JobPage",
+    "KeptList",
     "Minute",
     "NotADeadLetter",
     "Overview",

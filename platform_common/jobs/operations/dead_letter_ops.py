@@ -1,5 +1,8 @@
-"""`dead list/requeue/purge`: dead letters listed, selected (ids, all, or by error) and
-requeued or purged in batches, with a dry run, reporting what was really done.
+"""`dead` and `failed` list/requeue/purge: the jobs kept on one of the two lists of an
+agent type (KeptList: the dead letters, or the jobs failed for good by a non-retryable
+error) listed, selected (ids, all, or by error) and requeued or purged in batches, with
+a dry run, reporting what was really done. One implementation for both lists: below,
+"letter" is an entry of either, and "dead-lettered" its time of ending on the list.
 
 Listing and matching read each letter's id, attempts, error and time (LRANGE + HMGET
 pages), never its payload or history: matching an error over 100k letters through
@@ -24,8 +27,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import ValidationError
+from ..keys import QueueKeys
 from ..queue import JobQueue
-from ..queue.dead_letters import BATCH, ActedOn, wire
+from ..queue.dead_letters import BATCH, ActedOn, DeadLetters, wire
+from ..status import QueueState
 from .session import PAGE, read, read_undecoded, redis_now
 from .stored import shown_stored, stored_count, stored_id, stored_ms, stored_text
 
@@ -37,6 +42,7 @@ __all__ = [
     "DeadLetterLine",
     "DeadLetterListing",
     "DeadSelection",
+    "KeptList",
     "Progress",
     "SelectionKind",
     "list_dead_letters",
@@ -57,6 +63,44 @@ and LRANGE still takes it (a 20-digit one is a Redis error)."""
 
 Progress = Callable[[int, int], None]
 """Called with (letters handled so far, letters to handle) after each page or batch."""
+
+
+class KeptList(StrEnum):
+    """The two lists of an agent type that keep jobs which ended for good unsuccessfully,
+    for an operator to look at, requeue or purge (keys.py: `dead`, `failed`)."""
+
+    DEAD = "dead"
+    """Used their last attempt (retries exhausted), or their stored job did not parse."""
+    FAILED = "failed"
+    """Failed for good without a retry: the handler raised NonRetryableError, or
+    returned a result that could not be stored."""
+
+    @property
+    def state(self) -> QueueState:
+        """The state a job on this list holds (what the scripts check before acting)."""
+        return QueueState(self.value)
+
+    @property
+    def noun(self) -> str:
+        """One entry, as the commands and pages name it."""
+        return "dead letter" if self is KeptList.DEAD else "failed job"
+
+    @property
+    def nouns(self) -> str:
+        return self.noun + "s"
+
+    @property
+    def ended(self) -> str:
+        """What happened to an entry when it joined the list, as a past participle."""
+        return "dead-lettered" if self is KeptList.DEAD else "failed"
+
+    def key(self, keys: QueueKeys) -> str:
+        """The list's key of one agent type."""
+        return keys.dead if self is KeptList.DEAD else keys.failed
+
+    def of(self, queue: JobQueue) -> DeadLetters:
+        """The queue's API of this list (JobQueue.dead_letters or .failed_jobs)."""
+        return queue.dead_letters if self is KeptList.DEAD else queue.failed_jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +139,8 @@ class DeadLetterListing:
     scan_limited: bool = False
     """A filtered scan stopped after `max_scan` letters with fewer than `limit` matches:
     more may match from `next_start` on."""
+    kept: KeptList = KeptList.DEAD
+    """The list listed."""
 
     @property
     def next_start(self) -> int | None:
@@ -132,6 +178,8 @@ class DeadSelection:
     newer: int = 0
     """Matches found above `newest` when matching again: dead-lettered after the
     selection, left out (counted in the action's report)."""
+    kept: KeptList = KeptList.DEAD
+    """The list selected from (and acted on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +211,8 @@ class DeadLetterAction:
     alone (for ALL: the letters left on the list when it ended)."""
     as_of: int | None = None
     """The selection's moment (Redis ms): nothing dead-lettered later was touched."""
+    kept: KeptList = KeptList.DEAD
+    """The list acted on."""
 
 
 async def list_dead_letters(
@@ -173,10 +223,11 @@ async def list_dead_letters(
     error_matches: str | None = None,
     start: int = 0,
     max_scan: int = MAX_SCAN,
+    kept: KeptList = KeptList.DEAD,
 ) -> DeadLetterListing:
     """The newest `limit` dead letters (whose last error matches `error_matches`, a
     regular expression searched anywhere in it), read PAGE at a time, from position
-    `start` (0 = the newest; a next page starts at `next_start`).
+    `start` (0 = the newest; a next page starts at `next_start`), of the list `kept`.
 
     A filtered listing looks at `max_scan` letters at most: fewer matches than `limit`
     then come back with `scan_limited` set, and the next call continues the search from
@@ -188,8 +239,8 @@ async def list_dead_letters(
     if max_scan < 1:
         raise ValidationError("max_scan", f"must be at least 1, got {max_scan}")
     pattern = _compile(error_matches)
-    keys = queue.connection.known_keys(agent_type)
-    (total,) = await read(queue, [("LLEN", keys.dead)])
+    keys = await queue.connection.seen_keys(agent_type)
+    (total,) = await read(queue, [("LLEN", kept.key(keys))])
     found: list[DeadLetterLine] = []
     scanned = 0
     complete = False
@@ -199,7 +250,7 @@ async def list_dead_letters(
             limited = True
             break
         wanted = min(PAGE, max_scan - scanned) if pattern else min(PAGE, limit - len(found))
-        lines = await _lines(queue, agent_type, start + scanned, wanted)
+        lines = await _lines(queue, keys, kept, start + scanned, wanted)
         if lines is None:
             complete = True
             break
@@ -215,7 +266,7 @@ async def list_dead_letters(
                 complete = True
                 break
     return DeadLetterListing(
-        agent_type, int(total), scanned, complete, tuple(found), start, limited
+        agent_type, int(total), scanned, complete, tuple(found), start, limited, kept
     )
 
 
@@ -228,10 +279,12 @@ async def select_dead_letters(
     error_matches: str | None = None,
     on_scan: Progress | None = None,
     newest: str | None = None,
+    kept: KeptList = KeptList.DEAD,
 ) -> DeadSelection:
     """Exactly one of: these `job_ids` (those that are dead letters), `every` dead letter,
     or those whose last error matches `error_matches` (a scan of the list, PAGE at a time,
-    reported to `on_scan`). Reads only: nothing changes until an action runs.
+    reported to `on_scan`), of the list `kept`. Reads only: nothing changes until an
+    action runs.
 
     `newest` (matching again a selection made before): the matches above that letter,
     when it is still on the list, are left out and counted in `newer`; the selection's
@@ -239,21 +292,21 @@ async def select_dead_letters(
     given = sum((bool(job_ids), every, error_matches is not None))
     if given != 1:
         raise ValidationError("selection", "give exactly one of --id, --all, --error-matches")
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
+    kept_key = kept.key(keys)
     if every:
-        head, total = await read_undecoded(
-            queue, [("LRANGE", keys.dead, 0, 0), ("LLEN", keys.dead)]
-        )
+        head, total = await read_undecoded(queue, [("LRANGE", kept_key, 0, 0), ("LLEN", kept_key)])
         if not head:
-            return DeadSelection(agent_type, SelectionKind.ALL, 0, ())
+            return DeadSelection(agent_type, SelectionKind.ALL, 0, (), kept=kept)
         head_id = stored_id(head[0])
         (ended,) = await read_undecoded(queue, [("HGET", wire(keys.job(head_id)), "finished_at")])
         as_of = stored_ms(ended)
         if as_of is None:
             as_of = await _now_ms(queue)
         return DeadSelection(
-            agent_type, SelectionKind.ALL, int(total), (), as_of=as_of, newest=head_id
-        )
+            agent_type, SelectionKind.ALL, int(total), (), as_of=as_of, newest=head_id,
+            kept=kept,
+        )  # fmt: skip
     if job_ids:
         unique = list(dict.fromkeys(job_ids))
         dead: list[str] = []
@@ -264,24 +317,24 @@ async def select_dead_letters(
                 queue, [("HMGET", wire(keys.job(j)), "state", "finished_at") for j in chunk]
             )
             for job_id, (state, ended) in zip(chunk, replies, strict=True):
-                if state == b"dead":
+                if state == kept.state.encode():
                     dead.append(job_id)
                     times += [ms] if (ms := stored_ms(ended)) is not None else []
         not_dead = tuple(j for j in unique if j not in set(dead))
         return DeadSelection(
             agent_type, SelectionKind.IDS, len(dead), tuple(dead), not_dead,
-            as_of=max(times, default=None),
+            as_of=max(times, default=None), kept=kept,
         )  # fmt: skip
     pattern = _compile(error_matches)
     assert pattern is not None
-    (total,) = await read(queue, [("LLEN", keys.dead)])
+    (total,) = await read(queue, [("LLEN", kept_key)])
     matched: list[str] = []
     scanned = 0
     head_ms: int | None = None
     first: str | None = None
     passed_newest = newest is None
     above = 0
-    while (page := await _page(queue, agent_type, scanned, PAGE)) is not None:
+    while (page := await _page(queue, keys, kept, scanned, PAGE)) is not None:
         if first is None:
             first, head_ms = page[0].job_id, page[0].ended_ms
         scanned += len(page)
@@ -298,7 +351,7 @@ async def select_dead_letters(
     as_of = head_ms if head_ms is not None or first is None else await _now_ms(queue)
     return DeadSelection(
         agent_type, SelectionKind.ERROR_MATCHES, len(matched), tuple(matched),
-        pattern=pattern.pattern, as_of=as_of, newest=first, newer=above,
+        pattern=pattern.pattern, as_of=as_of, newest=first, newer=above, kept=kept,
     )  # fmt: skip
 
 
@@ -336,14 +389,14 @@ async def _act(
     dry_run: bool,
     progress: Progress | None,
 ) -> DeadLetterAction:
-    keys = queue.connection.known_keys(selection.agent_type)
+    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     if dry_run:
         sample = list(selection.job_ids[:SAMPLE_SIZE])
         if selection.kind == SelectionKind.ALL:
-            (raw,) = await read_undecoded(queue, [("LRANGE", keys.dead, -SAMPLE_SIZE, -1)])
+            (raw,) = await read_undecoded(queue, [("LRANGE", kept_key, -SAMPLE_SIZE, -1)])
             sample = [stored_id(r) for r in reversed(raw)]
         return _report(action, selection, True, ActedOn(), sample, 0)
-    letters = queue.dead_letters
+    letters = selection.kept.of(queue)
     run = letters.requeue_each if action == "requeue" else letters.purge_each
 
     async def each(agent_type: str, job_ids: Sequence[str]) -> ActedOn:
@@ -352,7 +405,7 @@ async def _act(
     if selection.kind == SelectionKind.ALL:
         acted = await _oldest_first(queue, selection, each, progress)
         # What the walk left is what was dead-lettered after the moment.
-        (left,) = await read(queue, [("LLEN", keys.dead)])
+        (left,) = await read(queue, [("LLEN", kept_key)])
         newer = int(left)
     else:
         acted = ActedOn()
@@ -370,12 +423,12 @@ async def _oldest_first(
     """Every letter of the list from its oldest end up to `newest` (while it is still
     there) or the first one dead-lettered after `as_of`, BATCH per call; never more
     than the count selected (and confirmed)."""
-    keys = queue.connection.known_keys(selection.agent_type)
+    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     acted = ActedOn()
     while len(acted.done) < selection.count:
         size = min(BATCH, selection.count - len(acted.done))
         # Re-read for each batch: the oldest `size`, at the list's right end.
-        (raw,) = await read_undecoded(queue, [("LRANGE", keys.dead, -size, -1)])
+        (raw,) = await read_undecoded(queue, [("LRANGE", kept_key, -size, -1)])
         window = [stored_id(r) for r in reversed(raw)]
         if not window:
             break
@@ -414,6 +467,7 @@ def _report(
         gone=0 if dry_run else max(0, selection.count - done),
         newer=newer,
         as_of=selection.as_of,
+        kept=selection.kept,
     )
 
 
@@ -426,11 +480,12 @@ class _Letter:
     """Its dead-lettered time as stored, Redis ms (None: absent or does not parse)."""
 
 
-async def _page(queue: JobQueue, agent_type: str, start: int, count: int) -> list[_Letter] | None:
-    """`count` letters from position `start`; None when the list has no entry there.
-    Read undecoded: an id or a field that is not UTF-8 is shown, not an error."""
-    keys = queue.connection.keys(agent_type)
-    (raw_ids,) = await read_undecoded(queue, [("LRANGE", keys.dead, start, start + count - 1)])
+async def _page(
+    queue: JobQueue, keys: QueueKeys, kept: KeptList, start: int, count: int
+) -> list[_Letter] | None:
+    """`count` letters of `kept` from position `start`; None when the list has no entry
+    there. Read undecoded: an id or a field that is not UTF-8 is shown, not an error."""
+    (raw_ids,) = await read_undecoded(queue, [("LRANGE", kept.key(keys), start, start + count - 1)])
     if not raw_ids:
         return None
     job_ids = [stored_id(r) for r in raw_ids]
@@ -457,11 +512,11 @@ async def _page(queue: JobQueue, agent_type: str, start: int, count: int) -> lis
 
 
 async def _lines(
-    queue: JobQueue, agent_type: str, start: int, count: int
+    queue: JobQueue, keys: QueueKeys, kept: KeptList, start: int, count: int
 ) -> list[DeadLetterLine | None] | None:
     """`count` letters from position `start` (None where the record is gone meanwhile);
     None when the list has no entry there."""
-    page = await _page(queue, agent_type, start, count)
+    page = await _page(queue, keys, kept, start, count)
     return None if page is None else [letter.line for letter in page]
 
 

@@ -1,8 +1,9 @@
-"""One agent type's waiting, running, delayed or dead jobs, a bounded page at a time,
-newest first, with a cursor to the next page (what the console's agent-type page shows).
+"""One agent type's waiting, running, delayed, dead or failed jobs, a bounded page at a
+time, newest first, with a cursor to the next page (what the console's agent-type page
+shows).
 
 A cursor is a position counted from the oldest end of the structure (the waiting and
-delayed sets' ascending rank, the processing and dead lists' index from the right):
+delayed sets' ascending rank, the other lists' index from the right):
 jobs arriving meanwhile enter at the newest end and shift no page. Jobs leaving (taken,
 finished, requeued) can make the next page repeat or skip as many entries as left."""
 
@@ -26,12 +27,14 @@ MAX_PAGE_SIZE = 100
 
 
 class JobList(StrEnum):
-    """The four places a live or dead job of one agent type sits."""
+    """The places a live job, or one kept after it ended unsuccessfully, of one agent
+    type sits."""
 
     WAITING = "waiting"
     RUNNING = "running"
     DELAYED = "delayed"
     DEAD = "dead"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,8 @@ class JobLine:
     lease_deadline: float | None
     """When a running job's lease runs out unless its worker renews it."""
     finished_at: float | None
-    """When it reached its state (a dead letter: when it was dead-lettered)."""
+    """When it reached its state (a dead letter: when it was dead-lettered; a failed
+    job: when it failed)."""
     last_error: str | None
     unparsed: dict[str, str] = field(default_factory=dict)
     """Stored fields that do not parse (attempts and the times), as their text (cut to
@@ -95,12 +99,13 @@ async def list_jobs(
         raise ValidationError("limit", f"must be 1 to {MAX_PAGE_SIZE}, got {limit}")
     if cursor is not None and cursor < 0:
         raise ValidationError("cursor", f"must be 0 or more, got {cursor}")
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     key = {
         JobList.WAITING: keys.queue,
         JobList.RUNNING: keys.processing,
         JobList.DELAYED: keys.delayed,
         JobList.DEAD: keys.dead,
+        JobList.FAILED: keys.failed,
     }[which]
     # Waiting jobs are paged on the queue list: it holds every one, packed or not (an
     # entry of a job expired while it waited shows as gone until a worker pops it).

@@ -14,6 +14,7 @@ from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
 from ..queue.results import parse_result
 from ..status import QUEUE_ACTIVE
+from .dead_letter_ops import KeptList
 from .session import read_undecoded
 from .stored import stored_ms
 
@@ -123,27 +124,29 @@ class JobDetail:
 
 
 class NotADeadLetter(JobNotFound):
-    """`dead show` of a job that exists but is not a dead letter."""
+    """`dead show` (or `failed show`) of a job that exists but is not on that list."""
 
-    def __init__(self, detail: JobDetail) -> None:
+    def __init__(self, detail: JobDetail, kept: KeptList = KeptList.DEAD) -> None:
         self.detail = detail
+        self.kept = kept
         super().__init__(detail.job_id)
 
     def __str__(self) -> str:
         return (
-            f"job {self.job_id!r} is not a dead letter of {self.detail.agent_type!r} "
+            f"job {self.job_id!r} is not a {self.kept.noun} of {self.detail.agent_type!r} "
             f"(its state: {self.detail.state}); `job show` shows it"
         )
 
 
 async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     """The job's record and result; JobNotFound when neither exists (never enqueued, or
-    gone with its TTL). `agent_type` must be a configured one (ValidationError).
+    gone with its TTL). `agent_type` must be configured or seen in Redis (else
+    ValidationError).
 
     Read undecoded: a record the worker dead-letters as "corrupt" (a payload that is not
     UTF-8 or not JSON, a damaged history) is exactly what on-call needs to look at, so
     what does not parse comes back as text in `unparsed`, never as an error."""
-    keys = queue.connection.known_keys(agent_type)
+    keys = await queue.connection.seen_keys(agent_type)
     stored, packed, stored_result, record_drop, result_drop = await read_undecoded(
         queue,
         [
@@ -193,11 +196,14 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     )
 
 
-async def show_dead_letter(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
-    """show_job of a dead letter; NotADeadLetter when the job is in another state."""
+async def show_dead_letter(
+    queue: JobQueue, agent_type: str, job_id: str, kept: KeptList = KeptList.DEAD
+) -> JobDetail:
+    """show_job of a job kept on `kept` (a dead letter by default); NotADeadLetter when
+    the job is in another state."""
     detail = await show_job(queue, agent_type, job_id)
-    if detail.state != QueueState.DEAD:
-        raise NotADeadLetter(detail)
+    if detail.state != kept.state:
+        raise NotADeadLetter(detail, kept)
     return detail
 
 

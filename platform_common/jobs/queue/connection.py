@@ -18,7 +18,9 @@ from ..redis.auto_pipeline import AutoPipeline
 from ..redis.memory_policy import check_memory_policy
 from ..redis.script import Script
 from ..redis.url import RedisClient
-from .backend_errors import CORRUPT_REPLY, corrupt_reply, out_of_memory
+from ..type_registry import MAX_AGENT_TYPES, Selection, registry_reads, select_from_replies
+from ..validation import validate_name
+from .backend_errors import CORRUPT_REPLY, backend_errors, corrupt_reply, out_of_memory
 from .queue_settings import QueueSettings
 from .scripts import QueueScripts
 
@@ -44,6 +46,9 @@ class QueueConnection:
         # (worker/attempt_calls.py), so one that is not UTF-8 fails only its own job.
         self._pipeline = AutoPipeline(self.client, undecoded=[self.scripts.claim])
         self.registered_types: set[str] = set()
+        self.seen_types: set[str] = set()
+        """Agent types not configured here that the registry showed this connection
+        (seen_keys, discover_types): known_keys accepts them too."""
         # Batches that run on after their caller was cancelled: closing waits for them,
         # or one would reconnect after the close and leave its socket to the GC.
         self._detached: set[asyncio.Future[Any]] = set()
@@ -66,15 +71,53 @@ class QueueConnection:
         return _keys(agent_type, self.settings.prefix)
 
     def known_keys(self, agent_type: str) -> QueueKeys:
-        """The keys of a configured agent type; any other name is refused with the
-        ValidationError text enqueue gives (a misspelt type is an error, never an empty
-        answer)."""
-        if agent_type not in self.settings.agent_types:
+        """The keys of a configured agent type (or of one seen in the registry, see
+        seen_keys); any other name is refused with the ValidationError text enqueue gives
+        (a misspelt type is an error, never an empty answer)."""
+        if agent_type not in self.settings.agent_types and agent_type not in self.seen_types:
             known = ", ".join(sorted(self.settings.agent_types))
             raise ValidationError(
                 "agent_type", f"unknown agent type {agent_type!r}; known: {known}"
             )
         return self.keys(agent_type)
+
+    async def seen_keys(self, agent_type: str) -> QueueKeys:
+        """known_keys, and the keys of an agent type that is not configured here but that
+        Redis has seen: the registry (keys.py, `<prefix>:types`) holds it, so a producer
+        or a worker of it ran (what the exporter exports). A name neither configured nor
+        ever registered is a ValidationError that says so and names the known ones: what
+        the operator tools ask before they read a type."""
+        if agent_type in self.settings.agent_types or agent_type in self.seen_types:
+            return self.keys(agent_type)
+        types_key = QueueKeys.types_key(self.settings.prefix)
+        with backend_errors(self.settings.redis):
+            registered = await self.client.sismember(types_key, agent_type)  # type: ignore[misc]
+        if registered and _valid(agent_type):
+            self.seen_types.add(agent_type)
+            return self.keys(agent_type)
+        known = ", ".join(sorted((await self.discover_types()).types))
+        raise ValidationError(
+            "agent_type",
+            f"unknown agent type {agent_type!r}: not configured and never seen in Redis "
+            f"({types_key}); known: {known}",
+        )
+
+    async def discover_types(self, max_agent_types: int = MAX_AGENT_TYPES) -> Selection:
+        """The agent types configured here, then those the registry holds (sorted), at
+        most `max_agent_types`, read as the exporter reads them (type_registry); known_keys
+        accepts each from now on."""
+        with backend_errors(self.settings.redis):
+            scard, sscan = await self.execute_many(
+                registry_reads(self.settings.prefix, max_agent_types)
+            )
+            for reply in (scard, sscan):
+                if isinstance(reply, Exception):
+                    raise reply
+        selection = select_from_replies(
+            self.settings.agent_types, scard, sscan, max_agent_types=max_agent_types
+        )
+        self.seen_types.update(t for t in selection.types if t not in self.settings.agent_types)
+        return selection
 
     async def prewarm(self) -> None:
         """Open `pool_min` connections now, so the first jobs do not pay for connecting.
@@ -213,3 +256,12 @@ _INTEGER = re.compile(r"-?[0-9]{1,18}")
 @lru_cache(maxsize=256)
 def _keys(agent_type: str, prefix: str) -> QueueKeys:
     return QueueKeys(agent_type, prefix)
+
+
+def _valid(agent_type: str) -> bool:
+    """A name the queue could have registered (a hand-added member may not be one)."""
+    try:
+        validate_name(agent_type, "agent_type")
+    except ValidationError:
+        return False
+    return True

@@ -100,13 +100,15 @@ class AttemptCalls:
         worker_id: str,
         taken: Sequence[tuple[str, str]],
         expired: list[tuple[str, str]] | None = None,
+        skipped: list[str] | None = None,
     ) -> tuple[int, list[Claim]]:
         """Start an attempt of each (job_id, token) just moved into processing.
 
         Returns the queue length left and the claims that run; jobs past their TTL are
         expired here (not started) and strays are dropped. `expired`, if given, gets
         (job_id, trace_context) of each job expired, the creation context as stored
-        ("" if none), so the worker can log it under the producer's trace."""
+        ("" if none), so the worker can log it under the producer's trace; `skipped`,
+        if given, the id of each stray dropped."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
@@ -115,7 +117,7 @@ class AttemptCalls:
             args += [job_id, token]
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
-        return int(reply[0]), _claims_of(reply, expired)
+        return int(reply[0]), _claims_of(reply, expired, skipped)
 
     async def take(
         self,
@@ -123,6 +125,7 @@ class AttemptCalls:
         tokens: Sequence[str],
         previous: str | None = None,
         expired: list[tuple[str, str]] | None = None,
+        skipped: list[str] | None = None,
     ) -> tuple[int, list[Claim]]:
         """Take up to len(tokens) jobs off the queue and claim them, in one script call
         (no LMOVE round trip before the claim): the i-th job taken gets tokens[i].
@@ -132,8 +135,8 @@ class AttemptCalls:
         Safe to call again with the same tokens after a lost reply (a dropped
         connection): the call's marker, named by tokens[0], makes the second call hand
         back the jobs the first took instead of taking more. `previous`: tokens[0] of
-        this worker's last take whose reply came (its marker is deleted); `expired` as
-        for claim()."""
+        this worker's last take whose reply came (its marker is deleted); `expired` and
+        `skipped` as for claim()."""
         keys = self.keys
         marker = self.take_marker(tokens[0])
         script_keys = [
@@ -149,7 +152,7 @@ class AttemptCalls:
             reply = await self._run(self._scripts.claim, script_keys, args)
         except CorruptQueueState as exc:
             raise _named_refusal(exc) from None
-        return int(reply[0]), _claims_of(reply, expired)
+        return int(reply[0]), _claims_of(reply, expired, skipped)
 
     def take_marker(self, call: str) -> str:
         """The key of a take's marker (see queue_claim.lua), `call` its first token."""
@@ -304,13 +307,18 @@ LOST_EXPIRED = lost_reason(QueueState.EXPIRED)
 """The reason of a lease lost because the job's TTL passed and it was expired elsewhere."""
 
 
-def _claims_of(reply: list[Any], expired: list[tuple[str, str]] | None) -> list[Claim]:
-    """The claims of a claim script's reply; each job it expired added to `expired`."""
+def _claims_of(
+    reply: list[Any], expired: list[tuple[str, str]] | None, skipped: list[str] | None = None
+) -> list[Claim]:
+    """The claims of a claim script's reply; each job it expired added to `expired`, each
+    stray it dropped to `skipped`."""
     claims = []
     for entry in reply[1:]:
         kind = _text(entry[1])
         if kind in _HELD:
             claims.append(_claim_of(entry))
+        elif kind == "skip" and skipped is not None:
+            skipped.append(_text(entry[0]))
         elif kind == "expired" and expired is not None:
             try:
                 carried = _decoded(entry[2]) if len(entry) > 2 else None

@@ -34,6 +34,7 @@ from ..validation import is_int
 from .attempt_calls import AttemptCalls, Claim
 from .attempt_log import AttemptLog, log
 from .chores import ChoreLoop, Chores, RedisClock
+from .foreign_entries import ForeignEntries
 from .handler_calls import HandlerThreads, is_async_handler
 from .lease_keeper import LeaseKeeper
 from .settlement import LOST, SHUTDOWN, Attempt, Settlement, wait_or_stop, wake
@@ -122,6 +123,7 @@ class Worker:
         round trip, AttemptCalls.take). The first fetch waits with BLMOVE, as on an empty queue."""
         self._retake: list[str] | None = None  # the tokens of a take that failed
         self._last_take: str | None = None  # the first token of the last take answered
+        self._foreign: ForeignEntries | None = None
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
@@ -131,6 +133,13 @@ class Worker:
         not parse (too long, not a flat JSON object of strings) and what lay beyond W3C's
         limits (see queue.trace_context). Each drop is also logged, rate-limited."""
         return self._tracing.dropped
+
+    @property
+    def foreign_entries(self) -> int:
+        """Entries of the queue list with no job behind them (an id pushed without the
+        enqueue script, docs/protocol.md) this worker dropped; each is logged, as a
+        WARNING rate-limited to one line a minute (worker/foreign_entries.py)."""
+        return self._foreign.count if self._foreign is not None else 0
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (safe from a signal handler)."""
@@ -158,6 +167,7 @@ class Worker:
             running=lambda: len(self._running), on_expired=self._log_expired_job,
         )  # fmt: skip
         self._keys = self._leases.keys
+        self._foreign = ForeignEntries(connection, self._keys, log)
         loop = asyncio.get_running_loop()
         keeper = self.keeper = LeaseKeeper(
             settings, self.agent_type, loop=loop, on_lost=self._lease_lost,
@@ -249,6 +259,7 @@ class Worker:
             linger_until = None
             taken: list[str] = []
             expired: list[tuple[str, str]] = []
+            skipped: list[str] = []
             try:
                 want = min(free, self.settings.fetch_batch)
                 if self._expect_more:
@@ -260,7 +271,7 @@ class Worker:
                     tokens = self._retake or [self._new_token() for _ in range(want)]
                     self._retake = tokens
                     remaining, claims = await self._leases.take(
-                        self.worker_id, tokens, self._last_take, expired
+                        self.worker_id, tokens, self._last_take, expired, skipped
                     )
                     self._retake = None
                     self._last_take = tokens[0]
@@ -272,6 +283,7 @@ class Worker:
                             self.worker_id,
                             [(job_id, self._new_token()) for job_id in taken],
                             expired,
+                            skipped,
                         )
                 self.health.ok()
                 received = loop.time()
@@ -280,6 +292,8 @@ class Worker:
                     self._start(claim, received)
                 for job_id, trace_context in expired:
                     self._log_expired_job(job_id, trace_context)
+                if skipped and self._foreign is not None:
+                    await self._foreign.check(skipped)
                 delay = 0.05
             except CorruptQueueState as exc:
                 # The claim refused before writing anything: a job BLMOVE took stays in
