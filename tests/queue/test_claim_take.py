@@ -25,6 +25,8 @@ from tests.support.stored_jobs import make_packed_due
 
 env = faults.env
 """The fault tests' fixture: a queue, its AttemptCalls and raw clients (single node and cluster)."""
+# The wrong types rotate over the cluster cases, one per key role (as in test_script_faults).
+pytestmark = pytest.mark.cluster_sample(planted=("kind",))
 
 
 async def test_take_claims_the_oldest_jobs_into_processing(env: Env) -> None:

@@ -58,6 +58,7 @@ def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
 
 
+@pytest.mark.single_node("what the worker logs of a failed attempt, whatever Redis it uses")
 async def test_each_failed_attempt_of_a_poison_job_is_one_warning_with_a_debug_traceback(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -294,6 +295,7 @@ def test_json_lines_carry_the_same_fields_and_survive_any_text() -> None:
     assert (entry["level"], entry["job_id"], entry["attempt"]) == ("WARNING", "j1", 2)
 
 
+@pytest.mark.single_node("what the worker logs of a failed attempt, whatever Redis it uses")
 def test_the_worker_cli_logs_json_lines(redis_url: str, tmp_path: Path) -> None:
     job = make_job(constraints=behaviour("fail"))
 

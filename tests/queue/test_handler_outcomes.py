@@ -29,6 +29,9 @@ from tests.support.worker_records import SyncClient, job_history, result, runs
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
+# What the worker makes of its handler is the same whatever Redis it talks to: the
+# worker's round trips on a cluster are in test_worker.py.
+pytestmark = pytest.mark.single_node("how the worker treats its handler, whatever Redis it uses")
 
 
 @pytest.fixture

@@ -263,6 +263,7 @@ async def settled_once(queue: JobQueue, job_id: str) -> None:
 
 @pytest.mark.parametrize("layout", ["packed", "job hash"])
 @pytest.mark.parametrize("hostile", list(HOSTILE))
+@pytest.mark.cluster_sample(planted=("hostile",))
 async def test_a_stored_trace_context_that_does_not_parse_is_dropped_within_one_attempt(
     redis_url: str,
     redis_client: RedisClient,

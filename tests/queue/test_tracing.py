@@ -332,6 +332,7 @@ async def test_every_log_line_about_an_attempt_carries_its_trace_and_span_id(
     assert messages == expected
 
 
+@pytest.mark.single_node("a TTL running out; the trace on the line is the worker's own")
 async def test_the_line_for_a_job_expired_at_its_ttl_carries_its_attempts_trace(
     queue: JobQueue,
     provider: TracerProvider,

@@ -113,6 +113,7 @@ async def test_a_silent_worker_is_pruned_from_both_keys(env: Env) -> None:
         if kind != native
     ],
 )
+@pytest.mark.cluster_sample(planted=("kind",))
 async def test_a_key_of_another_type_is_refused_before_any_write(
     env: Env, key: str, kind: str, leaving: bool
 ) -> None:
@@ -131,6 +132,7 @@ async def test_a_key_of_another_type_is_refused_before_any_write(
 @pytest.mark.parametrize(
     ("count", "error"), [(-1, ValueError), (True, TypeError), (1.5, TypeError), ("2", TypeError)]
 )
+@pytest.mark.cluster_sample(planted=("count", "error"))
 async def test_a_count_that_is_not_a_non_negative_int_is_refused(
     env: Env, count: Any, error: type[Exception]
 ) -> None:
