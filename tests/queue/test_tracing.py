@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -34,31 +33,8 @@ from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 CONSUMER = "platform_common.jobs.worker"
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    yield InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield tracer_provider
-    tracer_provider.shutdown()
-
-
-@pytest.fixture
-async def queue(redis_url: str, provider: TracerProvider) -> AsyncIterator[JobQueue]:
-    """A producer that traces (max 2 attempts, so a poison job is dead after two)."""
-    job_queue = await JobQueue.connect(
-        fast_settings(redis_url, max_attempts=2), tracer_provider=provider
-    )
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# A producer that traces (max 2 attempts, so a poison job is dead after two).
+pytestmark = pytest.mark.queue(max_attempts=2, traced=True)
 
 
 @asynccontextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -24,21 +23,12 @@ from platform_common.jobs.queue import (
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
 # Waits on a lease or a TTL of one type, whose scripts run on its one slot alike on a
 # cluster; the worker's round trips on a cluster are the other tests here.
 ONE_SLOT = "a lease or a TTL running out: one type's scripts on its one slot"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def counters(queue: JobQueue) -> dict[str, int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,18 +13,11 @@ import pytest
 from platform_common.jobs import clock
 from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    # No cleanup during the test: the endless job must be expired by its worker's TTL
-    # deadline, the clock under test, not by a sweep.
-    job_queue = await JobQueue.connect(fast_settings(redis_url, cleanup_interval=60))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# No cleanup during the test: the endless job must be expired by its worker's TTL
+# deadline, the clock under test, not by a sweep.
+pytestmark = pytest.mark.queue(cleanup_interval=60)
 
 
 def ttl_left(seconds: float, **overrides: Any) -> dict[str, Any]:

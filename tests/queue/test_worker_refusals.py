@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import pytest
@@ -20,7 +19,7 @@ from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls
 from platform_common.jobs.worker.lease_keeper import LeaseKeeper
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
@@ -29,15 +28,6 @@ CONSUMER = "platform_common.jobs.worker"
 # Each script's refusal on a cluster is in test_script_faults.py; what the worker makes
 # of one is its own, whatever Redis refused.
 REPORTED = "how the worker reports a refusal, whatever Redis refused"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=3))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 def refusals(caplog: pytest.LogCaptureFixture, activity: str) -> list[logging.LogRecord]:
