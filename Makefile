@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEPS_STAMP := $(VENV)/.dependencies
 
 .PHONY: deps venv demo test lint typecheck unit generate check-generated bench clean
 
@@ -22,9 +23,18 @@ PACKAGE_DIRS := $(wildcard platform_common exporter monitoring dashboards alerts
 $(shell mkdir -p $(VENV) && find $(PACKAGE_DIRS) -type f -not -path '*/__pycache__/*' \
 	| sort > $(FILE_LIST).new && (cmp -s $(FILE_LIST).new $(FILE_LIST) || mv $(FILE_LIST).new $(FILE_LIST)))
 
+# A changed pyproject.toml (or a new venv) is a full install; a file added or removed
+# only relinks the tree: no dependency resolution, the venv's own setuptools builds
+# the links (about 2 s instead of 6 s or more).
 $(STAMP): pyproject.toml $(FILE_LIST)
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=strict
+	@if [ ! -e $(DEPS_STAMP) ] || [ pyproject.toml -nt $(DEPS_STAMP) ]; then \
+		$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' \
+			--config-settings editable_mode=strict && touch $(DEPS_STAMP); \
+	else \
+		$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+			-e . --config-settings editable_mode=strict; \
+	fi
 	@touch $(STAMP)
 
 demo: deps

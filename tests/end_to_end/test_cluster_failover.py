@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis.exceptions import RedisError
 
+from platform_common.jobs.errors import BackendUnavailable, InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.support.queue_handlers import make_job
@@ -51,10 +51,10 @@ async def enqueue_retrying(queue: JobQueue, job: dict[str, Any]) -> None:
         try:
             await queue.enqueue(job)
             return
-        except (RedisError, OSError):
+        except BackendUnavailable:  # the slot's master is not reachable (yet)
             await asyncio.sleep(0.1)
-        except Exception as exc:  # InvalidPayload: duplicate id, the first try landed
-            if "job_id" in getattr(exc, "errors", {}):
+        except InvalidPayload as exc:  # a duplicate id: the first try landed
+            if "job_id" in exc.errors:
                 return
             raise
     raise AssertionError(f"could not enqueue {job['job_id']} after the failover")
@@ -118,7 +118,7 @@ async def test_workers_consume_again_after_a_master_is_killed(
                     try:
                         if await queue.get_result(job["job_id"], job["agent_type"]) is None:
                             return False
-                    except (RedisError, OSError):
+                    except BackendUnavailable:
                         return False
                 return True
 

@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 
 from platform_common.jobs.errors import CorruptQueueState
-from tests.queue import test_script_faults as faults
 from tests.queue.test_script_faults import (
     CLAIM_SHARED,
     DINING,
+    FAULT_QUEUE,
     WRONG_TYPES,
     Env,
     key_of,
@@ -23,8 +23,9 @@ from tests.queue.test_script_faults import (
 )
 from tests.support.stored_jobs import make_packed_due
 
-env = faults.env
-"""The fault tests' fixture: a queue, its AttemptCalls and raw clients (single node and cluster)."""
+# The fault tests' queue and Env (the conftest's `env` is made as the imported Env); the
+# wrong types rotate over the cluster cases, one per key role (as in test_script_faults).
+pytestmark = [pytest.mark.cluster_sample(planted=("kind",)), FAULT_QUEUE]
 
 
 async def test_take_claims_the_oldest_jobs_into_processing(env: Env) -> None:

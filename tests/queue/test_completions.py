@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 import pytest
@@ -16,15 +16,6 @@ from platform_common.jobs.queue import Completions, JobPayload, JobQueue
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def echo(job: JobPayload) -> str:

@@ -3,8 +3,6 @@ counted as enqueued), purge them (record and result gone)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from platform_common.jobs.errors import InvalidPayload, ValidationError
@@ -12,18 +10,10 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
 from platform_common.jobs.redis.url import RedisClient
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=1))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+pytestmark = pytest.mark.queue(max_attempts=1)
 
 
 async def fails_first_life(job: JobPayload) -> str:

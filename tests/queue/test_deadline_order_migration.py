@@ -6,10 +6,7 @@ header lacks ",o": the scan keeps them and walks on). No upgrade step is needed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
@@ -20,15 +17,6 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def _header_of(client: RedisClient, job_id: str) -> Any:

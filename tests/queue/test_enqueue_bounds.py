@@ -7,48 +7,22 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs import clock
 from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.validation import MAX_CLOCK_SKEW_SECONDS, MAX_TTL_SECONDS
 from tests.support.keyspace import Snapshot, snapshot
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import fast_settings
 from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        await job_queue.connection.register_type("dining")
-        yield job_queue
-    finally:
-        await job_queue.aclose()
-
-
-@pytest.fixture
-async def keyspace(redis_url: str) -> AsyncIterator[RedisClient]:
-    """Bytes in, bytes out (DUMP)."""
-    client: RedisClient
-    if RedisSettings.from_url(redis_url).cluster:
-        client = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
-    else:
-        client = aioredis.Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
+pytestmark = pytest.mark.queue(register=("dining",))
 
 
 async def redis_now(redis_client: RedisClient) -> datetime:

@@ -5,7 +5,7 @@ rest. Each test starts its own small redis-server (its memory limit is set per t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 CHUNKS = 4
+pytestmark = pytest.mark.queue(defaults=True, register=("dining",))
 
 
 @pytest.fixture
@@ -31,88 +32,79 @@ def server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-async def raw(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(server.url, decode_responses=True)
-    try:
-        yield client
-    finally:
-        await client.aclose()
-
-
-@pytest.fixture
-async def queue(server: RedisServer) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(server.url)
-    try:
-        await job_queue.connection.register_type("dining")
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+def redis_url(server: RedisServer) -> str:
+    """This test's own server: `queue` and `redis_client` follow it."""
+    return server.url
 
 
 def jobs(count: int) -> list[dict[str, Any]]:
     return [make_job(task="x" * 600) for _ in range(count)]
 
 
-async def used_memory(raw: aioredis.Redis) -> int:
-    return int((await raw.info("memory"))["used_memory"])
+async def used_memory(redis_client: aioredis.Redis) -> int:
+    return int((await redis_client.info("memory"))["used_memory"])
 
 
-async def chunk_cost(raw: aioredis.Redis, queue: JobQueue) -> int:
+async def chunk_cost(redis_client: aioredis.Redis, queue: JobQueue) -> int:
     """What one full chunk of jobs() adds to used_memory (measured, then flushed)."""
-    before = await used_memory(raw)
+    before = await used_memory(redis_client)
     await queue.enqueue_many(jobs(ENQUEUE_CHUNK))
-    cost = await used_memory(raw) - before
-    await raw.flushall()
+    cost = await used_memory(redis_client) - before
+    await redis_client.flushall()
     queue.connection.registered_types.clear()
     await queue.connection.register_type("dining")
     return cost
 
 
-async def written_ids(raw: aioredis.Redis) -> set[str]:
-    return set(await raw.lrange(DINING.queue, 0, -1))
+async def written_ids(redis_client: aioredis.Redis) -> set[str]:
+    return set(await redis_client.lrange(DINING.queue, 0, -1))
 
 
 async def test_enqueue_many_at_maxmemory_lists_the_ids_written_and_not(
-    raw: aioredis.Redis, queue: JobQueue
+    redis_client: aioredis.Redis, queue: JobQueue
 ) -> None:
-    cost = await chunk_cost(raw, queue)
+    cost = await chunk_cost(redis_client, queue)
     batch = jobs(CHUNKS * ENQUEUE_CHUNK)
     ids = [job["job_id"] for job in batch]
     # How much of a pipelined batch fits depends on how much of it sits in Redis' input
     # buffer at once: raise the limit half a chunk at a time until the batch is cut.
     for half_chunks in range(2, 2 * CHUNKS):
-        await raw.config_set("maxmemory", await used_memory(raw) + half_chunks * cost // 2)
+        await redis_client.config_set(
+            "maxmemory", await used_memory(redis_client) + half_chunks * cost // 2
+        )
         with pytest.raises(BackendOutOfMemory) as info:
             await queue.enqueue_many(batch)
         error = info.value
         assert isinstance(error, BackendUnavailable)
         assert error.written + error.not_written == ids  # each id once, in batch order
         assert len(error.written) % ENQUEUE_CHUNK == 0  # whole chunks only
-        assert await written_ids(raw) == set(error.written)
-        stored = [bool(await stored_fields(raw, DINING, job_id)) for job_id in ids]
+        assert await written_ids(redis_client) == set(error.written)
+        stored = [bool(await stored_fields(redis_client, DINING, job_id)) for job_id in ids]
         assert stored == [True] * len(error.written) + [False] * len(error.not_written)
-        assert await raw.hget(DINING.stats, "enqueued") == str(len(error.written))
+        assert await redis_client.hget(DINING.stats, "enqueued") == str(len(error.written))
         if error.written:
             break
-        await raw.config_set("maxmemory", 0)
+        await redis_client.config_set("maxmemory", 0)
     else:
         pytest.fail("no limit cut the batch after a written chunk")
     assert f"{len(error.written)} job(s) written" in str(error)
 
     # The caller retries exactly what was not written, once memory is there again.
-    await raw.config_set("maxmemory", 0)
+    await redis_client.config_set("maxmemory", 0)
     retry = [job for job in batch if job["job_id"] in set(error.not_written)]
     assert await queue.enqueue_many(retry) == error.not_written
-    assert await written_ids(raw) == set(ids)
-    assert await raw.llen(DINING.queue) == len(ids)
-    assert await raw.hget(DINING.stats, "enqueued") == str(len(ids))
+    assert await written_ids(redis_client) == set(ids)
+    assert await redis_client.llen(DINING.queue) == len(ids)
+    assert await redis_client.hget(DINING.stats, "enqueued") == str(len(ids))
 
 
 async def test_enqueue_at_maxmemory_refuses_and_writes_nothing(
-    raw: aioredis.Redis, queue: JobQueue, server: RedisServer
+    redis_client: aioredis.Redis, queue: JobQueue, server: RedisServer
 ) -> None:
     await queue.enqueue(make_job())
-    await raw.config_set("maxmemory", await used_memory(raw) // 2)  # already past it
+    await redis_client.config_set(
+        "maxmemory", await used_memory(redis_client) // 2
+    )  # already past it
     raw_bytes = aioredis.Redis.from_url(server.url)
     try:
         before = await snapshot(raw_bytes)

@@ -24,26 +24,24 @@ errors, which one case per key proves.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from redis.exceptions import ResponseError
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.queue.expiry import (
     CORRUPT_RESULT_TTL_SECONDS,
     ExpireReport,
     expire_jobs,
 )
 from platform_common.jobs.redis.script import Script
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import Chores
-from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from tests.support.keyspace import changed_keys
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import fast_settings
 from tests.support.stored_jobs import to_job_hash
 
 pytestmark = [pytest.mark.cluster_sample(planted=("kind", "value")), pytest.mark.valkey]
@@ -52,17 +50,14 @@ DINING = QueueKeys("dining")
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    raw: RedisClient
-    """Decodes replies (for setting up and reading back)."""
-    raw_bytes: RedisClient
-    """Bytes in, bytes out: DUMP."""
-    due: list[str]
+class Env(QueueEnv):
+    due: list[str] = field(default_factory=list)
     """Two queued jobs past their TTL: what the cleanup would expire."""
 
-    async def snapshot(self) -> Snapshot:
-        return await snapshot(self.raw_bytes)
+    async def prepare(self) -> None:
+        self.due = await self.queue.enqueue_many([make_job(ttl_seconds=600) for _ in range(2)])
+        await self.queue.enqueue(make_job(ttl_seconds=600))  # not due: stays as it is
+        await make_due(self.raw, self.due)
 
     async def expire(self, job_ids: list[str]) -> list[str]:
         """The script itself, given the ids (the cleanup reads them from the expiry set)."""
@@ -71,23 +66,6 @@ class Env:
             connection.run_script, connection.scripts.expire, DINING, job_ids
         )
         return list(report.expired)
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    queue = await JobQueue.connect(fast_settings(redis_url))
-    settings = RedisSettings.from_url(redis_url)
-    raw = settings.make_client(decode_responses=True)
-    raw_bytes = settings.make_client(decode_responses=False)
-    try:
-        due = await queue.enqueue_many([make_job(ttl_seconds=600) for _ in range(2)])
-        await queue.enqueue(make_job(ttl_seconds=600))  # not due: stays as it is
-        await make_due(raw, due)
-        yield Env(queue, raw, raw_bytes, due)
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 async def make_due(client: RedisClient, job_ids: list[str]) -> None:

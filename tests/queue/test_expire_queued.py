@@ -21,27 +21,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobQueue, QueueState
+from platform_common.jobs.queue import QueueState
 from platform_common.jobs.queue.expiry import (
     CORRUPT_RESULT_TTL_SECONDS,
     ExpireReport,
     expire_in_order,
 )
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls, Chores
-from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from tests.support.keyspace import changed_keys
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import fast_settings
 from tests.support.stored_jobs import hold_deadline_mark, make_packed_due
 
-pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
+pytestmark = [
+    pytest.mark.cluster_sample(planted=("kind", "value")),
+    pytest.mark.queue(cleanup_interval=60, register=("dining",)),
+]
 
 DINING = QueueKeys("dining")
 TTL = 600
@@ -50,15 +52,10 @@ IN_ORDER_TTL = 2 * 86_400
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    raw: RedisClient
-    """Decodes replies (for setting up and reading back)."""
-    raw_bytes: RedisClient
-    """Bytes in, bytes out: DUMP."""
-
-    async def snapshot(self) -> Snapshot:
-        return await snapshot(self.raw_bytes)
+class Env(QueueEnv):
+    async def prepare(self) -> None:
+        # The bucket path is what this file tests: the jobs are out of deadline order.
+        await hold_deadline_mark(self.raw, DINING)
 
     async def enqueue(self, count: int) -> list[str]:
         return await self.queue.enqueue_many([make_job(ttl_seconds=TTL) for _ in range(count)])
@@ -77,10 +74,6 @@ class Env:
         """Jobs counted in `arrived`, every second summed."""
         return sum(int(count) for count in await self.raw.hvals(DINING.arrived))
 
-    async def redis_ms(self) -> int:
-        seconds, micros = await self.raw.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
     async def claim(self, job_id: str, token: str = "token-1") -> list[str]:
         """Take `job_id` off the queue list as a worker does and claim it: the ids of the
         claims that run."""
@@ -89,23 +82,6 @@ class Env:
             "w-1", [(job_id, token)]
         )
         return [claim.job_id for claim in claims]
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    queue = await JobQueue.connect(fast_settings(redis_url, cleanup_interval=60))
-    settings = RedisSettings.from_url(redis_url)
-    raw = settings.make_client(decode_responses=True)
-    raw_bytes = settings.make_client(decode_responses=False)
-    try:
-        await queue.connection.register_type("dining")
-        # The bucket path is what this file tests: the jobs are out of deadline order.
-        await hold_deadline_mark(raw, DINING)
-        yield Env(queue, raw, raw_bytes)
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 def bucket_start(bucket_key: str) -> int:

@@ -7,50 +7,33 @@ the stats had been written. Now the attempt ends whole, the history entry withou
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue, QueueState
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from platform_common.jobs.worker import AttemptCalls, Chores
+from platform_common.jobs.queue import QueueState
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import fast_settings
 
-pytestmark = [pytest.mark.cluster_sample(planted=("started_at",)), pytest.mark.valkey]
+pytestmark = [
+    pytest.mark.cluster_sample(planted=("started_at",)),
+    pytest.mark.queue(max_attempts=2),
+    pytest.mark.valkey,
+]
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    leases: AttemptCalls
-    chores: Chores
-    raw: RedisClient
-
+class Env(QueueEnv):
     async def running(self) -> str:
         job_id: str = await self.queue.enqueue(make_job())
         assert await self.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
         _, claims = await self.leases.claim("worker-1", [(job_id, TOKEN)])
         assert [claim.job_id for claim in claims] == [job_id]
         return job_id
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=2))
-    raw = RedisSettings.from_url(redis_url).make_client(decode_responses=True)
-    try:
-        yield Env(
-            queue, AttemptCalls(queue.connection, "dining"), Chores(queue.connection, "dining"), raw
-        )
-    finally:
-        await queue.aclose()
-        await raw.aclose()
 
 
 @pytest.mark.parametrize("started_at", ["inf", "-inf", "nan", "1e999", "soon"])

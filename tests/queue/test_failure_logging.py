@@ -9,7 +9,6 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,31 +22,12 @@ from platform_common.jobs.worker import Worker
 from platform_common.jobs.worker.attempt_calls import MAX_ERROR_LENGTH
 from platform_common.jobs.worker.attempt_log import AttemptLog, JsonFormatter
 from tests.support.queue_handlers import behaviour, make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 from tests.support.stored_jobs import to_job_hash
 from tests.support.workers import FAST_SETTINGS, ROOT, wait_until
 
 DINING = QueueKeys("dining")
 CONSUMER = "platform_common.jobs.worker"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
-
-
-@pytest.fixture
-async def one_shot(redis_url: str) -> AsyncIterator[JobQueue]:
-    """A producer whose jobs get one attempt (max_attempts is set when enqueued)."""
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=1))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def history(client: RedisClient, job_id: str) -> list[dict[str, Any]]:
@@ -58,6 +38,7 @@ def attempt_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.getMessage().startswith("attempt failed")]
 
 
+@pytest.mark.single_node("what the worker logs of a failed attempt, whatever Redis it uses")
 async def test_each_failed_attempt_of_a_poison_job_is_one_warning_with_a_debug_traceback(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -88,11 +69,10 @@ async def test_each_failed_attempt_of_a_poison_job_is_one_warning_with_a_debug_t
     assert all("in poison" in e["traceback"] and "RuntimeError" in e["traceback"] for e in entries)
 
 
+@pytest.mark.queue(max_attempts=1)  # one attempt per job (set when it is enqueued)
 async def test_error_text_and_traceback_are_bounded_and_any_text_round_trips(
-    one_shot: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
+    queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = one_shot
-
     def deep(n: int) -> None:
         if n == 0:
             raise ValueError("x" * 50_000)
@@ -235,11 +215,10 @@ async def test_the_line_of_a_payload_that_is_not_utf8_names_its_attempt(
     )  # fmt: skip
 
 
+@pytest.mark.queue(max_attempts=1)  # one attempt per job (set when it is enqueued)
 async def test_a_poison_flood_is_rate_limited_with_a_count_of_lines_left_out(
-    one_shot: JobQueue, caplog: pytest.LogCaptureFixture
+    queue: JobQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = one_shot
-
     async def poison(job: JobPayload) -> None:
         raise RuntimeError("poison")
 
@@ -294,6 +273,7 @@ def test_json_lines_carry_the_same_fields_and_survive_any_text() -> None:
     assert (entry["level"], entry["job_id"], entry["attempt"]) == ("WARNING", "j1", 2)
 
 
+@pytest.mark.single_node("what the worker logs of a failed attempt, whatever Redis it uses")
 def test_the_worker_cli_logs_json_lines(redis_url: str, tmp_path: Path) -> None:
     job = make_job(constraints=behaviour("fail"))
 

@@ -9,7 +9,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +22,15 @@ from tests.support.queue_handlers import (
     behaviour,
     make_job,
 )
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 from tests.support.sync_redis import sync_reply
 from tests.support.worker_records import SyncClient, job_history, result, runs
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# What the worker makes of its handler is the same whatever Redis it talks to: the
+# worker's round trips on a cluster are in test_worker.py.
+pytestmark = pytest.mark.single_node("how the worker treats its handler, whatever Redis it uses")
 
 
 async def history(client: RedisClient, job_id: str) -> list[dict[str, Any]]:

@@ -6,45 +6,20 @@ and its result and completion are the new job's alone."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs import JobStatus
 from platform_common.jobs.errors import InvalidPayload
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, QueueState
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from tests.support.keyspace import snapshot
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
-
-
-@pytest.fixture
-async def keyspace(redis_url: str) -> AsyncIterator[RedisClient]:
-    """Bytes in, bytes out (DUMP)."""
-    client: RedisClient
-    if RedisSettings.from_url(redis_url).cluster:
-        client = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
-    else:
-        client = aioredis.Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 async def echo(job: JobPayload) -> str:

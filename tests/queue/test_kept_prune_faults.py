@@ -17,7 +17,6 @@ or value rotating (`cluster_sample`, tests/support/backends.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -25,20 +24,21 @@ from redis.exceptions import ResponseError
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.status import AttemptOutcome
-from platform_common.jobs.worker import AttemptCalls, Chores
 from platform_common.jobs.worker.retention import PruneReport, Retention
-from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from tests.support.keyspace import changed_keys
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import fast_settings
-
-pytestmark = [pytest.mark.cluster_sample(planted=("kind", "fields")), pytest.mark.valkey]
 
 DINING = QueueKeys("dining")
 TOKEN = "token-1"
 CAP = 2
+pytestmark = [
+    pytest.mark.cluster_sample(planted=("kind", "fields")),
+    pytest.mark.queue(dead_letter_max=CAP),
+    pytest.mark.valkey,
+]
 LISTS = {"dead": DINING.dead, "failed": DINING.failed}
 # How a job ends up on each list: dead-lettered at once, or failed for good.
 ENDINGS = {"dead": ("corrupt", AttemptOutcome.DEAD), "failed": ("fatal", AttemptOutcome.FAILED)}
@@ -46,18 +46,7 @@ OTHER = {"dead": "failed", "failed": "dead"}
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    leases: AttemptCalls
-    chores: Chores
-    raw: RedisClient
-    """Decodes replies (for setting up and reading back)."""
-    raw_bytes: RedisClient
-    """Bytes in, bytes out: DUMP."""
-
-    async def snapshot(self) -> Snapshot:
-        return await snapshot(self.raw_bytes)
-
+class Env(QueueEnv):
     async def kept(self, role: str, count: int) -> list[str]:
         """`count` jobs ended onto the `role` list, oldest first."""
         mode, outcome = ENDINGS[role]
@@ -79,26 +68,6 @@ class Env:
         for job_id in job_ids:
             keys += [DINING.job(job_id), DINING.result(job_id)]
         return await connection.run_script(connection.scripts.kept_prune, keys, [cap, *job_ids])
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    queue = await JobQueue.connect(fast_settings(redis_url, dead_letter_max=CAP))
-    settings = RedisSettings.from_url(redis_url)
-    raw = settings.make_client(decode_responses=True)
-    raw_bytes = settings.make_client(decode_responses=False)
-    try:
-        yield Env(
-            queue,
-            AttemptCalls(queue.connection, "dining"),
-            Chores(queue.connection, "dining"),
-            raw,
-            raw_bytes,
-        )
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 # -- the faults --------------------------------------------------------------------------

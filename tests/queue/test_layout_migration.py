@@ -8,12 +8,9 @@ hash (like a promoted retry), a path every script still serves."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
@@ -23,15 +20,6 @@ from tests.support.queue_runtime import RanJobs, eventually, fast_settings, runn
 
 DINING = QueueKeys("dining")
 LEGACY_ENQUEUE = (Path(__file__).parent / "legacy" / "queue_enqueue_v1.lua").read_text()
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def legacy_enqueue(client: RedisClient, job: dict[str, Any]) -> None:

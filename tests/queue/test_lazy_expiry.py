@@ -12,7 +12,6 @@ moves its deadline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,19 +20,11 @@ from platform_common.jobs.queue import JobPayload, JobQueue, current_job
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import Chores
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
+from tests.support.queue_runtime import RanJobs, eventually, running_worker
 from tests.support.stored_jobs import make_packed_due, to_job_hash
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, cleanup_interval=60))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+pytestmark = pytest.mark.queue(cleanup_interval=60)
 
 
 async def make_due(client: RedisClient, job_ids: list[str]) -> None:

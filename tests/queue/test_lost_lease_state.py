@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,19 +16,11 @@ from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls
 from platform_common.jobs.worker.attempt_calls import LOST_EXPIRED, lost_reason
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
 CONSUMER = "platform_common.jobs.worker"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=2))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+pytestmark = pytest.mark.queue(max_attempts=2)
 
 
 async def expire_elsewhere(queue: JobQueue, redis_client: RedisClient, job_id: str) -> None:

@@ -9,12 +9,9 @@ version keeps for a claimed, retrying or dead-lettered job. No upgrade step is n
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue
@@ -35,15 +32,6 @@ OLD_BACKOFF_MS = [200, 2.0, 300_000]
 OLD_RETENTION_S = 14 * 86_400
 """Its dead_letter_retention default, as settings.retention_seconds() passed it."""
 OLD_MAX_ERROR_CLASSES = 20
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def legacy_enqueue(client: RedisClient, job: dict[str, Any], max_attempts: int = 3) -> None:

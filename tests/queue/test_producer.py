@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,15 +23,7 @@ from tests.support.redis_server import find_free_port
 from tests.support.stored_jobs import hold_deadline_mark, stored_fields, to_job_hash
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(QueueSettings.from_url(redis_url, max_payload_bytes=4096))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+pytestmark = pytest.mark.queue(defaults=True, max_payload_bytes=4096)
 
 
 async def snapshot(client: RedisClient) -> dict[str, object]:

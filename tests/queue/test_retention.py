@@ -6,7 +6,6 @@ makes the job live again (no TTL)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +24,7 @@ from tests.support.stored_jobs import make_packed_due, stored_fields, to_job_has
 
 DINING = QueueKeys("dining")
 HOUR = 3600
+pytestmark = pytest.mark.queue(max_attempts=1, dead_letter_retention=HOUR)
 
 
 async def ends_as_told(job: JobPayload) -> str:
@@ -34,16 +34,6 @@ async def ends_as_told(job: JobPayload) -> str:
     if job.task.startswith("broken"):
         raise RuntimeError(f"{job.task} failed")
     return "fine"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    settings = fast_settings(redis_url, max_attempts=1, dead_letter_retention=HOUR)
-    job_queue = await JobQueue.connect(settings)
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
 
 
 async def run_to_the_end(queue: JobQueue, jobs: list[dict[str, Any]], **overrides: Any) -> None:

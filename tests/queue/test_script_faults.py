@@ -15,26 +15,28 @@ come back through the cluster client, which one case per key proves.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueState
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from platform_common.jobs.worker import AttemptCalls, Chores, Claim
-from tests.support.keyspace import Snapshot, changed_keys, snapshot
+from platform_common.jobs.worker import Claim
+from tests.support.keyspace import changed_keys
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.stored_jobs import hold_deadline_mark, make_packed_due
 
+FAULT_QUEUE = pytest.mark.queue(max_attempts=2, register=("dining",))
+"""The queue of the fault tests (test_claim_take.py's too)."""
 pytestmark = [
     pytest.mark.cluster_sample(planted=("kind", "value", "field", "fault")),
+    FAULT_QUEUE,
     pytest.mark.valkey,
 ]
 
@@ -43,18 +45,7 @@ TOKEN = "token-1"
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    leases: AttemptCalls
-    chores: Chores
-    raw: RedisClient
-    """Decodes replies (for setting up and reading back)."""
-    raw_bytes: RedisClient
-    """Bytes in, bytes out: DUMP."""
-
-    async def snapshot(self) -> Snapshot:
-        return await snapshot(self.raw_bytes)
-
+class Env(QueueEnv):
     async def queued(self, **overrides: Any) -> str:
         job_id: str = await self.queue.enqueue(make_job(**overrides))
         return job_id
@@ -93,33 +84,6 @@ class Env:
     async def counter(self, field: str) -> str | None:
         value: str | None = await self.raw.hget(DINING.stats, field)
         return value
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    settings = fast_settings(redis_url, max_attempts=2)
-    raw: RedisClient
-    raw_bytes: RedisClient
-    if settings.redis.cluster:
-        raw = RedisSettings.from_url(redis_url).make_client()
-        raw_bytes = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
-    else:
-        raw = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        raw_bytes = aioredis.Redis.from_url(redis_url)
-    queue = await JobQueue.connect(settings)
-    try:
-        await queue.connection.register_type("dining")
-        yield Env(
-            queue,
-            AttemptCalls(queue.connection, "dining"),
-            Chores(queue.connection, "dining"),
-            raw,
-            raw_bytes,
-        )
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 # -- the faults --------------------------------------------------------------------------

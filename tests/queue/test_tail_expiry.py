@@ -14,7 +14,7 @@ is due, whatever the enqueue would choose."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,17 +22,20 @@ import pytest
 
 from platform_common.jobs import CorruptQueueState
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
-from platform_common.jobs.queue import JobQueue, QueueState
+from platform_common.jobs.queue import QueueState
 from platform_common.jobs.queue.expiry import (
     ExpireReport,
     expire_in_order,
 )
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import Chores
-from tests.support.keyspace import Snapshot, changed_keys, snapshot
-from tests.support.queue_runtime import fast_settings
+from tests.support.keyspace import changed_keys
+from tests.support.queue_env import QueueEnv
 
-pytestmark = pytest.mark.cluster_sample(planted=("kind", "value"))
+pytestmark = [
+    pytest.mark.cluster_sample(planted=("kind", "value")),
+    pytest.mark.queue(cleanup_interval=60, register=("dining",)),
+]
 
 DINING = QueueKeys("dining")
 TTL = 600
@@ -43,20 +46,7 @@ AHEAD = 600_000
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    raw: RedisClient
-    """Decodes replies (for setting up and reading back)."""
-    raw_bytes: RedisClient
-    """Bytes in, bytes out: DUMP."""
-
-    async def snapshot(self) -> Snapshot:
-        return await snapshot(self.raw_bytes)
-
-    async def redis_ms(self) -> int:
-        seconds, micros = await self.raw.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
+class Env(QueueEnv):
     async def plant(
         self,
         job_id: str,
@@ -115,21 +105,6 @@ class Env:
         args = [DINING.channel, offset, ARRIVAL_BUCKET_MS, *ids]
         connection = self.queue.connection
         return await connection.run_script(connection.scripts.expire_tail, keys, args)
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    queue = await JobQueue.connect(fast_settings(redis_url, cleanup_interval=60))
-    settings = RedisSettings.from_url(redis_url)
-    raw = settings.make_client(decode_responses=True)
-    raw_bytes = settings.make_client(decode_responses=False)
-    try:
-        await queue.connection.register_type("dining")
-        yield Env(queue, raw, raw_bytes)
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 def untraced(*job_ids: str) -> ExpireReport:

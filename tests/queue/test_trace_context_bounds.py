@@ -26,7 +26,6 @@ from opentelemetry.propagators.textmap import (
     default_setter,
 )
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -97,19 +96,6 @@ def oversized_propagator() -> Iterator[None]:
         yield
     finally:
         propagate.set_global_textmap(previous)
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield tracer_provider
-    tracer_provider.shutdown()
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
@@ -263,6 +249,7 @@ async def settled_once(queue: JobQueue, job_id: str) -> None:
 
 @pytest.mark.parametrize("layout", ["packed", "job hash"])
 @pytest.mark.parametrize("hostile", list(HOSTILE))
+@pytest.mark.cluster_sample(planted=("hostile",))
 async def test_a_stored_trace_context_that_does_not_parse_is_dropped_within_one_attempt(
     redis_url: str,
     redis_client: RedisClient,

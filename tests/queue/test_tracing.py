@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -34,31 +33,8 @@ from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 CONSUMER = "platform_common.jobs.worker"
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    yield InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield tracer_provider
-    tracer_provider.shutdown()
-
-
-@pytest.fixture
-async def queue(redis_url: str, provider: TracerProvider) -> AsyncIterator[JobQueue]:
-    """A producer that traces (max 2 attempts, so a poison job is dead after two)."""
-    job_queue = await JobQueue.connect(
-        fast_settings(redis_url, max_attempts=2), tracer_provider=provider
-    )
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# A producer that traces (max 2 attempts, so a poison job is dead after two).
+pytestmark = pytest.mark.queue(max_attempts=2, traced=True)
 
 
 @asynccontextmanager
@@ -332,6 +308,7 @@ async def test_every_log_line_about_an_attempt_carries_its_trace_and_span_id(
     assert messages == expected
 
 
+@pytest.mark.single_node("a TTL running out; the trace on the line is the worker's own")
 async def test_the_line_for_a_job_expired_at_its_ttl_carries_its_attempts_trace(
     queue: JobQueue,
     provider: TracerProvider,

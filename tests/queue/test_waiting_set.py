@@ -6,8 +6,6 @@ set with the time it arrived. Each is there exactly while the job waits."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
@@ -18,15 +16,7 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=2))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+pytestmark = pytest.mark.queue(max_attempts=2)
 
 
 async def waiting(client: RedisClient) -> dict[str, float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -24,18 +23,12 @@ from platform_common.jobs.queue import (
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls, Chores
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# Waits on a lease or a TTL of one type, whose scripts run on its one slot alike on a
+# cluster; the worker's round trips on a cluster are the other tests here.
+ONE_SLOT = "a lease or a TTL running out: one type's scripts on its one slot"
 
 
 async def counters(queue: JobQueue) -> dict[str, int]:
@@ -170,6 +163,7 @@ async def test_cleanup_expires_a_waiting_job_without_starting_it(
     assert (counts["expired"], counts["started"], counts["failed"]) == (1, 0, 0)
 
 
+@pytest.mark.single_node(ONE_SLOT)
 async def test_a_worker_never_starts_an_expired_job_and_cancels_one_at_its_ttl(
     queue: JobQueue,
 ) -> None:
@@ -194,6 +188,7 @@ async def test_a_worker_never_starts_an_expired_job_and_cancels_one_at_its_ttl(
     assert (counts["expired"], counts["started"], counts["completed"]) == (2, 1, 0)
 
 
+@pytest.mark.single_node(ONE_SLOT)
 async def test_a_lost_lease_fences_out_the_old_token(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:
@@ -238,6 +233,7 @@ async def fence_scenario(
     assert (await counters(queue))["completed"] == 1
 
 
+@pytest.mark.single_node(ONE_SLOT)
 async def test_renewal_keeps_a_long_job_and_stop_gives_unfinished_ones_back(
     queue: JobQueue, redis_client: RedisClient
 ) -> None:

@@ -6,21 +6,18 @@ key holds another type. Against a real Redis (single server and cluster)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from platform_common.jobs.errors import CorruptQueueState
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, JobQueue
-from platform_common.jobs.redis.url import RedisClient, RedisSettings
-from platform_common.jobs.worker import Chores
+from platform_common.jobs.queue import JobPayload
 from tests.support.keyspace import changed_keys, snapshot
+from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 
 DINING = QueueKeys("dining")
 # A command that makes a key of each type (KEY is replaced by the key).
@@ -34,12 +31,7 @@ WRONG_TYPES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
-class Env:
-    queue: JobQueue
-    chores: Chores
-    raw: RedisClient
-    raw_bytes: RedisClient
-
+class Env(QueueEnv):
     async def counts(self) -> dict[str, str]:
         counts: dict[str, str] = await self.raw.hgetall(DINING.worker_jobs)
         return counts
@@ -47,26 +39,6 @@ class Env:
     async def beats(self) -> list[str]:
         members: list[str] = await self.raw.zrange(DINING.workers, 0, -1)
         return members
-
-
-@pytest.fixture
-async def env(redis_url: str) -> AsyncIterator[Env]:
-    settings = fast_settings(redis_url)
-    raw: RedisClient
-    raw_bytes: RedisClient
-    if settings.redis.cluster:
-        raw = RedisSettings.from_url(redis_url).make_client()
-        raw_bytes = RedisSettings.from_url(redis_url).make_client(decode_responses=False)
-    else:
-        raw = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        raw_bytes = aioredis.Redis.from_url(redis_url)
-    queue = await JobQueue.connect(settings)
-    try:
-        yield Env(queue, Chores(queue.connection, "dining"), raw, raw_bytes)
-    finally:
-        await queue.aclose()
-        await raw.aclose()
-        await raw_bytes.aclose()
 
 
 async def test_each_beat_writes_the_workers_count(env: Env) -> None:
@@ -113,6 +85,7 @@ async def test_a_silent_worker_is_pruned_from_both_keys(env: Env) -> None:
         if kind != native
     ],
 )
+@pytest.mark.cluster_sample(planted=("kind",))
 async def test_a_key_of_another_type_is_refused_before_any_write(
     env: Env, key: str, kind: str, leaving: bool
 ) -> None:
@@ -131,6 +104,7 @@ async def test_a_key_of_another_type_is_refused_before_any_write(
 @pytest.mark.parametrize(
     ("count", "error"), [(-1, ValueError), (True, TypeError), (1.5, TypeError), ("2", TypeError)]
 )
+@pytest.mark.cluster_sample(planted=("count", "error"))
 async def test_a_count_that_is_not_a_non_negative_int_is_refused(
     env: Env, count: Any, error: type[Exception]
 ) -> None:

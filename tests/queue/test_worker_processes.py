@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,9 @@ from tests.support.workers import FAST_SETTINGS, ROOT, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
 HANDLER = "tests.support.queue_handlers:behave"
+# A lapsed lease, the reaper and the backoff are one agent type's scripts on its one
+# slot, the same on a cluster; the mixed workload (two producers, batches) runs on both.
+ONE_SLOT = "a lease, the reaper and the backoff: one type's scripts on its one slot"
 
 
 @pytest.fixture
@@ -51,6 +53,7 @@ def status(client: SyncClient, job_id: str) -> str | None:
     return None if stored is None else str(stored["status"])
 
 
+@pytest.mark.single_node(ONE_SLOT)
 def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
@@ -71,6 +74,7 @@ def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
     assert [(h["attempt"], h["outcome"]) for h in history] == [(1, "lost")]
 
 
+@pytest.mark.single_node(ONE_SLOT)
 def test_a_paused_workers_stale_completion_is_refused(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
@@ -90,6 +94,7 @@ def test_a_paused_workers_stale_completion_is_refused(
     assert paused.stop() == 0
 
 
+@pytest.mark.single_node(ONE_SLOT)
 def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
@@ -130,15 +135,14 @@ def test_a_poison_pill_is_dead_lettered_after_exactly_three_attempts(
 def test_counters_equal_ground_truth_after_a_mixed_workload(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:
-    # 12 s of TTL left: enough for the producer process to enqueue them on a loaded
-    # machine (Redis refuses a job already past its TTL), too little for a 30 s sleep.
-    soon = (datetime.now(UTC) - timedelta(seconds=48)).isoformat()
+    # 4 s of TTL left when the producer process enqueues them (queue_handlers
+    # with_ttl_left): time for a worker to start them, too little for a 30 s sleep.
     plan = (
         [make_job(constraints=behaviour("ok")) for _ in range(20)]
         + [make_job(constraints=behaviour("fail_until", succeed_on=2)) for _ in range(5)]
         + [make_job(constraints=behaviour("fail")) for _ in range(3)]
         + [make_job(constraints=behaviour("fatal")) for _ in range(3)]
-        + [make_job(constraints=behaviour("sleep", seconds=30), created_at=soon) for _ in range(3)]
+        + [make_job(constraints=behaviour("sleep", seconds=30)) | {"ttl_left": 4} for _ in range(3)]
     )
     group.start_many(2, concurrency=4)
     enqueue(redis_url, plan[0::2], tmp_path, batch=False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import pytest
@@ -20,21 +19,15 @@ from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls
 from platform_common.jobs.worker.lease_keeper import LeaseKeeper
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.queue_runtime import eventually, running_worker
 from tests.support.stored_jobs import stored_fields
 
 DINING = QueueKeys("dining")
 _T = TypeVar("_T")
 CONSUMER = "platform_common.jobs.worker"
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[JobQueue]:
-    job_queue = await JobQueue.connect(fast_settings(redis_url, max_attempts=3))
-    try:
-        yield job_queue
-    finally:
-        await job_queue.aclose()
+# Each script's refusal on a cluster is in test_script_faults.py; what the worker makes
+# of one is its own, whatever Redis refused.
+REPORTED = "how the worker reports a refusal, whatever Redis refused"
 
 
 def refusals(caplog: pytest.LogCaptureFixture, activity: str) -> list[logging.LogRecord]:
@@ -55,6 +48,7 @@ async def done(job: object) -> str:
     return "done"
 
 
+@pytest.mark.single_node(REPORTED)
 async def test_a_refused_claim_charges_nothing_and_the_jobs_run_once_repaired(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -79,6 +73,7 @@ async def test_a_refused_claim_charges_nothing_and_the_jobs_run_once_repaired(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.single_node(REPORTED)
 async def test_a_refused_failure_leaves_the_job_leased_for_the_reaper(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -117,6 +112,7 @@ async def test_a_refused_failure_leaves_the_job_leased_for_the_reaper(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.single_node(REPORTED)
 async def test_a_refused_chore_is_reported_and_the_worker_keeps_running_jobs(
     queue: JobQueue, redis_client: RedisClient, caplog: pytest.LogCaptureFixture
 ) -> None:

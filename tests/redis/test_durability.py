@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 import redis.asyncio as aioredis
 
+from platform_common.jobs.errors import BackendUnavailable
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueSettings
 from tests.support.redis_server import RedisServer
@@ -60,7 +61,7 @@ async def test_acknowledged_enqueues_survive_kill_9(aof_server: RedisServer) -> 
             agent_type = rng.choice(AGENT_TYPES)
             try:
                 job_id = await queue.enqueue(job(number, agent_type))
-            except Exception:
+            except BackendUnavailable:
                 # Only after the kill may an enqueue fail; it was never acknowledged.
                 assert killed.is_set()
                 failed_in_flight += 1

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from platform_common.jobs import InMemoryJobStore, JobStatus
+from platform_common.jobs import InMemoryJobStore, JobStatus, VersionConflict
 from platform_common.jobs import clock as clock_module
 from tests.support.stores import FakeClock
 
@@ -60,7 +60,7 @@ async def test_concurrent_tasks_see_each_change_whole() -> None:
                     expected_version=record.version,
                 )
                 return
-            except Exception:
+            except VersionConflict:
                 continue
 
     await asyncio.gather(*(bump() for _ in range(50)))

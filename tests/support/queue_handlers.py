@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -165,14 +165,26 @@ def behave_sync(job: JobPayload) -> Any:
     }
 
 
+def with_ttl_left(job: dict[str, Any]) -> dict[str, Any]:
+    """The payload of a plan entry: an entry with `ttl_left` (not a payload field) gets the
+    created_at that leaves it that many seconds of its ttl_seconds now, as it is enqueued,
+    however long this process took to start."""
+    payload = dict(job)
+    left = payload.pop("ttl_left", None)
+    if left is not None:
+        age = timedelta(seconds=payload["ttl_seconds"] - left)
+        payload["created_at"] = (datetime.now(UTC) - age).isoformat()
+    return payload
+
+
 async def _produce(redis_url: str, plan: list[dict[str, Any]], batch: bool) -> None:
     queue = await JobQueue.connect(redis_url)
     try:
         if batch:
-            await queue.enqueue_many(plan)
+            await queue.enqueue_many([with_ttl_left(job) for job in plan])
         else:
             for job in plan:
-                await queue.enqueue(job)
+                await queue.enqueue(with_ttl_left(job))
     finally:
         await queue.aclose()
 

@@ -81,6 +81,11 @@ class RedisClusterNodes:
                         # elsewhere: one dead shard must not stop the other two.
                         "--cluster-require-full-coverage",
                         "no",
+                        # A replica's full sync starts at once: a master otherwise waits
+                        # 5 s for more replicas to share a diskless transfer with, at the
+                        # cluster's start and whenever a killed node rejoins.
+                        "--repl-diskless-sync-delay",
+                        "0",
                     ),
                 )
             )
