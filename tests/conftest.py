@@ -121,9 +121,19 @@ def redis_cluster() -> Iterator[RedisClusterNodes]:
 @pytest.fixture
 def cluster_url(redis_cluster: RedisClusterNodes) -> str:
     """URL of the session cluster (every node a startup node), every master emptied."""
-    redis_cluster.wait_healthy()
-    for port in redis_cluster.master_ports():
-        node = redis_cluster.node_by_port(port)
-        node.command("FLUSHALL")
-        node.command("SCRIPT", "FLUSH")
+    # A loaded machine can stall a node past the cluster's short node timeout, and its
+    # replica takes over: a master read a moment ago answers READONLY. Then the roles are
+    # read again, after the cluster is healthy, and the masters emptied from the start.
+    for attempt in range(5):
+        redis_cluster.wait_healthy()
+        try:
+            for port in redis_cluster.master_ports():
+                node = redis_cluster.node_by_port(port)
+                node.command("FLUSHALL")
+                node.command("SCRIPT", "FLUSH")
+        except redis.exceptions.ReadOnlyError:
+            if attempt == 4:
+                raise
+            continue
+        break
     return redis_cluster.url
