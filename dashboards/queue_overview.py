@@ -23,6 +23,8 @@ from platform_common.jobs_monitoring.dashboard_ids import (
     QUEUE_OVERVIEW_UID,
 )
 from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs_monitoring.slo import BURN_RATE_PAIRS, SloKind
+from platform_common.jobs_monitoring.slo_queries import SloQueries
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 from .panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
@@ -465,6 +467,47 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     ]
 
 
+_SLO_PANELS: dict[SloKind, P] = {
+    "availability": P.SLO_AVAILABILITY_BURN,
+    "latency": P.SLO_LATENCY_BURN,
+}
+_BURN_WINDOWS = ("5m", "1h", "6h")
+"""The burn rates drawn: the page pairs' windows (the short one is the alerts' value)."""
+
+
+def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    pairs = ", ".join(
+        f"{pair.severity} at {q.number(pair.factor)}x over {pair.long} and {pair.short}"
+        for pair in BURN_RATE_PAIRS
+    )
+    # The objective is 1x here: the budget lasts exactly the window. Dashed lines: 1x
+    # and the page factors.
+    lines = steps(
+        (None, "green"),
+        *zip((pair.factor for pair in BURN_RATE_PAIRS[::-1]), _BURN_COLOURS, strict=True),
+    )
+    panel = _SLO_PANELS[kind]
+    return timeseries(
+        panel,
+        PANEL_TITLES[panel],
+        f"How fast each agent type spends its {kind} error budget: the error ratio over "
+        "a window divided by the budget (1 - the objective). At 1x (the objective) the "
+        "budget lasts exactly the SLO window. The burn-rate alerts: "
+        f"{pairs}, each over both windows. Dashed: 1x, 3x, 6x and 14.4x.",
+        "short",
+        [_by_type(slo.burn_rate(window), f" {window}") for window in _BURN_WINDOWS],
+        threshold_steps=lines,
+    )
+
+
+_BURN_COLOURS = ("yellow", "orange", "dark-orange", "red")
+
+
+def _slo_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
+    return [(_burn_panel(config, sel, kind), 12, 8) for kind in _SLO_PANELS]
+
+
 def _titled_row(panel: P) -> Any:
     return row(panel, PANEL_TITLES[panel])
 
@@ -491,6 +534,7 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
     panels = _layout(
         [
             (_titled_row(P.ROW_ALERTS), _alert_row(config)),
+            (_titled_row(P.ROW_SLO), _slo_row(config, sel)),
             (_titled_row(P.ROW_QUEUE), _queue_row(config, sel)),
             (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
             (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),

@@ -21,6 +21,7 @@ from platform_common.jobs.errors import ConfigurationError
 
 from .config import MonitoringConfig
 from .slo import Objective, SloKind, SloOverride
+from .spec import alert_specs
 
 __all__ = ["DEFAULTS_FILE", "SITE_SETTINGS", "load_config"]
 
@@ -132,7 +133,9 @@ def load_config(site: Path | None = None) -> MonitoringConfig:
         origin.update(dict.fromkeys(overlay, site))
     typed = {key: _typed(key, values[key], _TYPES[key], origin[key]) for key in SITE_SETTINGS}
     try:
-        return MonitoringConfig(**typed)
+        config = MonitoringConfig(**typed)
+        alert_specs(config)  # `alerts_off` names alerts: refused here, with its file
+        return config
     except ConfigurationError as exc:
         # "latency_slo_overrides[dining]", "slo_latency.target" -> the top-level key
         key = re.split(r"[\[.]", exc.setting, maxsplit=1)[0]
