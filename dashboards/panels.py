@@ -120,9 +120,17 @@ def link(title: str, url: str) -> dict[str, Any]:
     }
 
 
-def _targets(queries: Sequence[tuple[str, str]], fmt: str = "time_series") -> list[PromTarget]:
+def _targets(
+    queries: Sequence[tuple[str, str]], fmt: str = "time_series", instant: bool = False
+) -> list[PromTarget]:
     return [
-        PromTarget(expr=expr, legendFormat=legend, refId=chr(ord("A") + index), format=fmt)
+        PromTarget(
+            expr=expr,
+            legendFormat=legend,
+            refId=chr(ord("A") + index),
+            format=fmt,
+            instant=instant,
+        )
         for index, (expr, legend) in enumerate(queries)
     ]
 
@@ -136,8 +144,10 @@ def timeseries(
     *,
     threshold_steps: Steps | None = None,
     links: Sequence[dict[str, Any]] = (),
+    value_min: float | None = 0,
 ) -> TimeSeries:
-    """A line chart; `threshold_steps` are drawn as lines (an alert's threshold)."""
+    """A line chart; `threshold_steps` are drawn as lines (an alert's threshold).
+    `value_min` None lets the axis start where the data does (an SLI near 99%)."""
     return TimeSeries(
         id=int(panel_id),
         title=title,
@@ -145,7 +155,7 @@ def timeseries(
         dataSource=DATASOURCE,
         targets=_targets(queries),
         unit=unit,
-        valueMin=0,
+        valueMin=value_min,
         fillOpacity=10,
         showPoints="never",
         legendDisplayMode="table",
@@ -170,13 +180,15 @@ def stat(
     *,
     no_value: str = "No data",
     links: Sequence[dict[str, Any]] = (),
+    instant: bool = False,
 ) -> Stat:
+    """`instant`: the value now only, for a query too costly over every step of a range."""
     return Stat(
         id=int(panel_id),
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=_targets(queries),
+        targets=_targets(queries, instant=instant),
         format=unit,
         reduceCalc="lastNotNull",
         colorMode="background",

@@ -467,9 +467,17 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     ]
 
 
-_SLO_PANELS: dict[SloKind, P] = {
-    "availability": P.SLO_AVAILABILITY_BURN,
-    "latency": P.SLO_LATENCY_BURN,
+_SLO_PANELS: dict[SloKind, tuple[P, P, P]] = {
+    "availability": (P.SLO_AVAILABILITY, P.SLO_AVAILABILITY_BUDGET, P.SLO_AVAILABILITY_BURN),
+    "latency": (P.SLO_LATENCY, P.SLO_LATENCY_BUDGET, P.SLO_LATENCY_BURN),
+}
+_SLI_WINDOW = "1h"
+"""The SLI drawn over time: the page's long window."""
+_MEASURES: dict[SloKind, str] = {
+    "availability": "the share of finished jobs that completed (failed for good, "
+    "dead-lettered ones included, and expired jobs are the errors)",
+    "latency": "the share of completed jobs within the latency threshold of their "
+    "enqueue (default {threshold}s)",
 }
 _BURN_WINDOWS = ("5m", "1h", "6h")
 """The burn rates drawn: the page pairs' windows (the short one is the alerts' value)."""
@@ -487,7 +495,7 @@ def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any
         (None, "green"),
         *zip((pair.factor for pair in BURN_RATE_PAIRS[::-1]), _BURN_COLOURS, strict=True),
     )
-    panel = _SLO_PANELS[kind]
+    panel = _SLO_PANELS[kind][2]
     return timeseries(
         panel,
         PANEL_TITLES[panel],
@@ -504,8 +512,68 @@ def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any
 _BURN_COLOURS = ("yellow", "orange", "dark-orange", "red")
 
 
+def _objectives_text(config: MonitoringConfig, kind: SloKind) -> str:
+    default = config.slo_default(kind)
+    text = f"{q.number(default.target)} over {default.window} for every agent type"
+    overrides = config.slo_objectives(kind)
+    if overrides:
+        listed = ", ".join(
+            f"{name} {q.number(objective.target)} over {objective.window}"
+            for name, objective in overrides.items()
+        )
+        text += f" but {listed}"
+    return text
+
+
+def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    default = config.slo_default(kind)
+    measure = _MEASURES[kind].format(threshold=q.number(default.threshold_seconds or 0))
+    panel = _SLO_PANELS[kind][0]
+    return timeseries(
+        panel,
+        PANEL_TITLES[panel],
+        f"The {kind} SLI of each agent type over the last {_SLI_WINDOW}: {measure}; its "
+        f"last value is the SLI now. Each type's objective is drawn beside it "
+        f"({_objectives_text(config, kind)}); dashed: the default objective. Below the "
+        "objective the error budget burns faster than the window allows.",
+        "percentunit",
+        [
+            _by_type(f"1 - {slo.error_ratio(_SLI_WINDOW)}", f" SLI ({_SLI_WINDOW})"),
+            _by_type(slo.objective(), " objective"),
+        ],
+        threshold_steps=steps((None, "red"), (default.target, "green")),
+        value_min=None,
+    )
+
+
+def _budget_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    panel = _SLO_PANELS[kind][1]
+    return stat(
+        panel,
+        PANEL_TITLES[panel],
+        f"The share of each agent type's {kind} error budget (1 - the objective: "
+        f"{_objectives_text(config, kind)}) left in its SLO window: 100% nothing spent, "
+        "0% all of it, below 0 the objective is broken for the window. The burn-rate "
+        "alerts fire long before it runs out.",
+        "percentunit",
+        [_by_type(slo.budget_left())],
+        steps((None, "red"), (0, "orange"), (0.25, "green")),
+        # Weeks of samples for every step of a range would be slow: the value now.
+        instant=True,
+    )
+
+
 def _slo_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
-    return [(_burn_panel(config, sel, kind), 12, 8) for kind in _SLO_PANELS]
+    placed: list[Placed] = []
+    for kind in _SLO_PANELS:
+        placed += [
+            (_sli_panel(config, sel, kind), 10, 8),
+            (_budget_panel(config, sel, kind), 4, 8),
+            (_burn_panel(config, sel, kind), 10, 8),
+        ]
+    return placed
 
 
 def _titled_row(panel: P) -> Any:

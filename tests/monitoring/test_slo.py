@@ -6,6 +6,7 @@ catch a rule that gets the math wrong."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -24,6 +25,9 @@ from platform_common.jobs_monitoring.alerts.prometheus_rules import (
     slo_promtool_tests,
 )
 from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.dashboard_ids import QueueOverviewPanel as P
+from platform_common.jobs_monitoring.dashboards.encode import render
+from platform_common.jobs_monitoring.dashboards.queue_overview import queue_overview
 from platform_common.jobs_monitoring.generate import bundle
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.slo import ALERT_WINDOWS, BURN_RATE_PAIRS, SloOverride
@@ -322,3 +326,53 @@ def test_switching_off_an_alert_that_does_not_exist_is_refused(tmp_path: Path) -
         load_config(site)
     assert caught.value.setting == "alerts_off"
     assert "JobFailureRatioHihg" in caught.value.problem and str(site) in caught.value.problem
+
+
+# -- the dashboard -------------------------------------------------------------------------
+
+
+def _slo_panels(config: MonitoringConfig) -> dict[int, dict[str, Any]]:
+    board = json.loads(render(queue_overview(config)))
+    return {panel["id"]: panel for panel in board["panels"] if P.ROW_SLO <= panel["id"] < 80}
+
+
+@pytest.mark.parametrize(
+    ("kind", "sli", "budget", "burn"),
+    [
+        ("availability", P.SLO_AVAILABILITY, P.SLO_AVAILABILITY_BUDGET, P.SLO_AVAILABILITY_BURN),
+        ("latency", P.SLO_LATENCY, P.SLO_LATENCY_BUDGET, P.SLO_LATENCY_BURN),
+    ],
+)
+def test_the_dashboard_shows_each_types_sli_budget_and_burn_against_its_objective(
+    kind: str, sli: P, budget: P, burn: P
+) -> None:
+    config = replace(
+        load_config(),
+        slo_overrides={"dining": SloOverride(Change(target=0.995), Change(target=0.97))},
+    )
+    panels = _slo_panels(config)
+    assert panels[P.ROW_SLO]["type"] == "row"
+    target = config.slo_default(kind).target  # type: ignore[arg-type]
+    own = 0.995 if kind == "availability" else 0.97
+    # The SLI now, per agent type, with each type's objective drawn beside it.
+    line, objective = panels[sli]["targets"]
+    assert line["expr"].startswith("1 - ") and "[1h]" in line["expr"]
+    assert line["legendFormat"] == "{{agent_type}} SLI (1h)"
+    assert f"* {target:g}" in objective["expr"] and f"* {own:g}" in objective["expr"]
+    assert 'agent_type=~"dining"' in objective["expr"]
+    steps = panels[sli]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert target in [step["value"] for step in steps]  # dashed: the default objective
+    # The budget left in each type's window: the value now.
+    [left] = panels[budget]["targets"]
+    assert panels[budget]["type"] == "stat" and left["instant"] is True
+    assert f"[{config.slo_default(kind).window}]" in left["expr"]  # type: ignore[arg-type]
+    # The burn rate over time, the objective (1x) and the page factors drawn.
+    windows = [t["legendFormat"] for t in panels[burn]["targets"]]
+    assert windows == ["{{agent_type}} 5m", "{{agent_type}} 1h", "{{agent_type}} 6h"]
+    lines = [s["value"] for s in panels[burn]["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert lines == [None, 1, 3, 6, 14.4]
+    assert panels[burn]["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "dashed"
+    # The burn-rate alerts link the burn panel.
+    for spec in alert_specs(config):
+        if spec.slo == kind:
+            assert spec.panel == burn
