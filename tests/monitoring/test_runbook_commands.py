@@ -275,9 +275,13 @@ STATES: dict[str, State] = {
     "JobsExpiring": State(backlog),
     "QueueExporterDroppingAgentTypes": State(backlog),
     "QueueExporterMalformedValues": State(malformed_counter),
-    "JobAvailabilityBudgetBurnFast": State(failing, site="slo", shows=(POISON, 'window="5m"')),
+    "JobAvailabilityBudgetBurnFast": State(
+        failing, site="slo", shows=(POISON, 'window="5m"', "│ availability │")
+    ),
     "JobAvailabilityBudgetBurnSlow": State(failing, site="slo", shows=(POISON, 'window="3d"')),
-    "JobLatencyBudgetBurnFast": State(slow, site="slo", shows=('window="1h"', "No workers.")),
+    "JobLatencyBudgetBurnFast": State(
+        slow, site="slo", shows=('window="1h"', "No workers.", "│ latency      │")
+    ),
     "JobLatencyBudgetBurnSlow": State(slow, site="slo", shows=('window="28d"',)),
 }
 

@@ -16,6 +16,7 @@ from . import (
     dead_command,
     info_command,
     job_command,
+    slo_command,
     store_commands,
     worker_command,
     workers_command,
@@ -68,6 +69,7 @@ app.command("workers", help=workers_command.HELP)(workers_command.workers)
 app.add_typer(job_command.app, name="job")
 app.add_typer(dead_command.app, name="dead")
 app.command("console", help=console_command.HELP)(console_command.console)
+app.command("slo", help=slo_command.HELP)(slo_command.slo)
 
 
 def run_app(args: list[str], prog: str) -> int:
