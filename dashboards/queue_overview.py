@@ -235,9 +235,10 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
 
 # Where to go from a slow job on the latency panels: its trace and its worker's log lines.
 TRACES_HINT = (
-    " Each job's trace: search the tracing backend for messaging.message.id = <job id>"
-    " (spans named send/process <agent type>); worker log lines about the job carry its"
-    " trace_id and span_id."
+    " Exemplars (the dots) are recent jobs of a bucket: each carries its trace_id, a link"
+    " to the trace when the site sets trace_url. Any job's trace: search the tracing"
+    " backend for messaging.message.id = <job id> (spans named send/process <agent"
+    " type>); worker log lines about the job carry its trace_id and span_id."
 )
 
 
@@ -271,6 +272,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 + TRACES_HINT,
                 unit,
                 [*quantiles, _by_type(slo, " p95 SLO")],
+                exemplars=True,
             ),
             12,
             9,
@@ -290,6 +292,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                     for key in ("wait", "run")
                     for quantile, percent in ((0.5, 50), (0.95, 95))
                 ],
+                exemplars=True,
             ),
             24,
             8,

@@ -21,7 +21,10 @@ from platform_common.jobs.validation import is_finite_number
 
 from .slo import SLO_KINDS, Objective, SloKind, SloOverride, check_objective, objectives_of
 
-__all__ = ["DURATION_FIELDS", "MonitoringConfig"]
+__all__ = ["DURATION_FIELDS", "TRACE_ID_PLACEHOLDER", "MonitoringConfig"]
+
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+"""Where `trace_url` takes the trace id."""
 
 _DURATION = re.compile(r"(?:\d+[smh])+")
 _NAMESPACE = re.compile(r"(?:[a-zA-Z_][a-zA-Z0-9_]*)?")
@@ -73,6 +76,10 @@ class MonitoringConfig:
     annotation `<console_url>/types/<agent_type>` and its runbook says so. Empty: no
     console links."""
     prometheus_url: str
+    trace_url: str
+    """Where a trace id opens in a tracing UI: a URL holding `{trace_id}` (Jaeger
+    `http://jaeger:16686/trace/{trace_id}`, Tempo through Grafana's Explore). Set, the
+    datasource links each exemplar's `trace_id` there; empty, exemplars link nowhere."""
     datasource_uid: str
     """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
     grafana_folder: str
@@ -139,6 +146,15 @@ class MonitoringConfig:
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigurationError(name, f"must be an absolute http(s) URL: {value!r}")
+        if self.trace_url:
+            parts = urlsplit(self.trace_url.replace(TRACE_ID_PLACEHOLDER, "x"))
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigurationError("trace_url", f"must be an http(s) URL: {self.trace_url!r}")
+            if self.trace_url.count(TRACE_ID_PLACEHOLDER) != 1 or "$" in self.trace_url:
+                raise ConfigurationError(
+                    "trace_url",
+                    f"must hold {TRACE_ID_PLACEHOLDER} once (and no $): {self.trace_url!r}",
+                )
         if not _UID.fullmatch(self.datasource_uid):
             raise ConfigurationError("datasource_uid", "1-40 characters of [A-Za-z0-9_-]")
         for name in DURATION_FIELDS:

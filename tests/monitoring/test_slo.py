@@ -18,7 +18,12 @@ import pytest
 import yaml
 
 from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs_exporter import collector
 from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring.alerts.grafana_provisioning import (
+    EXEMPLAR_TRACE_ID,
+    datasource,
+)
 from platform_common.jobs_monitoring.alerts.prometheus_rules import (
     SLO_GROUP_NAME,
     rule_file,
@@ -34,6 +39,7 @@ from platform_common.jobs_monitoring.slo import ALERT_WINDOWS, BURN_RATE_PAIRS, 
 from platform_common.jobs_monitoring.slo import ObjectiveOverride as Change
 from platform_common.jobs_monitoring.slo_queries import recording_rules, sli_error
 from platform_common.jobs_monitoring.spec import alert_specs
+from tests.monitoring.schema_check import errors, schema
 from tests.support.prometheus import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -376,3 +382,48 @@ def test_the_dashboard_shows_each_types_sli_budget_and_burn_against_its_objectiv
     for spec in alert_specs(config):
         if spec.slo == kind:
             assert spec.panel == burn
+
+
+# -- exemplars: from a latency panel to a job's trace -----------------------------------
+
+
+def test_the_latency_panels_draw_exemplars() -> None:
+    board = json.loads(render(queue_overview(load_config())))
+    by_id = {panel["id"]: panel for panel in board["panels"]}
+    for panel in (P.LATENCY_HEATMAP, P.LATENCY_QUANTILES, P.WAIT_AND_RUN):
+        targets = by_id[panel]["targets"]
+        assert targets and all(target["exemplar"] is True for target in targets), panel.name
+        assert "Exemplars" in by_id[panel]["description"]
+    # Only they: the other panels' series have no exemplars to fetch.
+    others = [t for p in board["panels"] for t in p.get("targets", []) if "exemplar" in t]
+    latency = (P.LATENCY_HEATMAP, P.LATENCY_QUANTILES, P.WAIT_AND_RUN)
+    assert len(others) == sum(len(by_id[p]["targets"]) for p in latency)
+
+
+def test_the_site_sets_where_an_exemplars_trace_opens(tmp_path: Path) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text("trace_url: http://jaeger:16686/trace/{trace_id}\n")
+    config = load_config(site)
+    [source] = datasource(config)["datasources"]
+    assert source["jsonData"]["exemplarTraceIdDestinations"] == [
+        # `$$`: file provisioning would read `${...}` as an environment variable.
+        {"name": "trace_id", "url": "http://jaeger:16686/trace/$${__value.raw}"}
+    ]
+    assert errors(datasource(config), schema("provisioning", "datasourcesFile")) == []
+    # The label is the one the exporter writes.
+    assert EXEMPLAR_TRACE_ID == collector.EXEMPLAR_TRACE_ID
+    [default] = datasource(load_config())["datasources"]
+    assert "exemplarTraceIdDestinations" not in default["jsonData"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["jaeger:16686/trace/{trace_id}", "http://jaeger:16686/trace/", "http://x/{trace_id}/$HOME",
+     "http://x/{trace_id}/{trace_id}"],
+)  # fmt: skip
+def test_a_trace_url_without_its_place_for_the_id_is_refused(tmp_path: Path, url: str) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(f"trace_url: '{url}'\n")
+    with pytest.raises(ConfigurationError) as caught:
+        load_config(site)
+    assert caught.value.setting == "trace_url" and str(site) in caught.value.problem
