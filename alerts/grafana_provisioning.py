@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.config import TRACE_ID_PLACEHOLDER, MonitoringConfig
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 from .prometheus_rules import rule_annotations
 
 __all__ = [
+    "EXEMPLAR_TRACE_ID",
     "EXPR_DATASOURCE",
     "alert_rules",
     "dashboards_provider",
@@ -123,8 +124,23 @@ def alert_rules(config: MonitoringConfig) -> dict[str, Any]:
     }
 
 
+EXEMPLAR_TRACE_ID = "trace_id"
+"""The exemplar label holding a job's trace id (the exporter's, collector.EXEMPLAR_TRACE_ID)."""
+
+
+def _json_data(config: MonitoringConfig) -> dict[str, Any]:
+    data: dict[str, Any] = {"httpMethod": "POST", "timeInterval": "15s"}
+    if config.trace_url:
+        # Grafana puts the exemplar's value at ${__value.raw}; `$$` keeps file
+        # provisioning from reading it as an environment variable.
+        url = config.trace_url.replace(TRACE_ID_PLACEHOLDER, "$${__value.raw}")
+        data["exemplarTraceIdDestinations"] = [{"name": EXEMPLAR_TRACE_ID, "url": url}]
+    return data
+
+
 def datasource(config: MonitoringConfig) -> dict[str, Any]:
-    """The Prometheus datasource with the fixed uid that rules and dashboards use."""
+    """The Prometheus datasource with the fixed uid that rules and dashboards use; with
+    `trace_url`, each exemplar's trace id links there."""
     return {
         "apiVersion": 1,
         "datasources": [
@@ -132,7 +148,7 @@ def datasource(config: MonitoringConfig) -> dict[str, Any]:
                 "access": "proxy",
                 "editable": False,
                 "isDefault": False,
-                "jsonData": {"httpMethod": "POST", "timeInterval": "15s"},
+                "jsonData": _json_data(config),
                 "name": "Queue Prometheus",
                 "orgId": 1,
                 "type": "prometheus",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.slo_queries import recording_rules
 from platform_common.jobs_monitoring.spec import (
     AlertSpec,
     alert_specs,
@@ -13,10 +14,20 @@ from platform_common.jobs_monitoring.spec import (
 )
 
 from .promtool_cases import BoundaryCase, Scenario, boundary_cases, seconds
+from .slo_cases import EVALUATION_MINUTES, SloTest, slo_cases
 
-__all__ = ["GROUP_NAME", "promtool_tests", "rule_annotations", "rule_file"]
+__all__ = [
+    "GROUP_NAME",
+    "SLO_GROUP_NAME",
+    "promtool_tests",
+    "rule_annotations",
+    "rule_file",
+    "slo_promtool_tests",
+]
 
 GROUP_NAME = "platform-common-jobs-queue"
+SLO_GROUP_NAME = "platform-common-jobs-slo"
+"""The SLOs' recording rules; the burn-rate alerts in GROUP_NAME read them."""
 
 
 def rule_annotations(spec: AlertSpec, config: MonitoringConfig) -> dict[str, str]:
@@ -50,7 +61,16 @@ def rule_file(config: MonitoringConfig) -> dict[str, Any]:
         }
         for spec in alert_specs(config)
     ]
-    return {"groups": [{"interval": config.rule_interval, "name": GROUP_NAME, "rules": rules}]}
+    records = [
+        {"expr": rule.expr, "labels": {"slo": rule.slo}, "record": rule.record}
+        for rule in recording_rules(config)
+    ]
+    return {
+        "groups": [
+            {"interval": config.rule_interval, "name": GROUP_NAME, "rules": rules},
+            {"interval": config.rule_interval, "name": SLO_GROUP_NAME, "rules": records},
+        ]
+    }
 
 
 def _duration(total: int) -> str:
@@ -119,16 +139,61 @@ def _tests_for(spec: AlertSpec, case: BoundaryCase, config: MonitoringConfig) ->
     return [firing, *quiet, *timelines]
 
 
+def _slo_test(spec: AlertSpec, test: SloTest, config: MonitoringConfig) -> dict[str, Any]:
+    """One story: the alert at each check, and Grafana's inline query beside it (firing
+    with the same value as the recorded rule, or as silent)."""
+    assert spec.rule_query is not None
+    alerts: list[dict[str, Any]] = []
+    queries: list[dict[str, Any]] = []
+    for minute, scenario in test.checks:
+        at = _duration(minute * 60)
+        expected = [] if scenario is None else [_expected(spec, config, scenario)]
+        alerts.append({"alertname": spec.name, "eval_time": at, "exp_alerts": expected})
+        if scenario is None:
+            queries.append({"eval_time": at, "expr": spec.query, "exp_samples": []})
+            continue
+        same = f"abs({spec.query} - on (job, agent_type) {spec.rule_query}) < bool 1e-9"
+        labels = ", ".join(f'{k}="{v}"' for k, v in sorted(scenario.labels.items()))
+        sample = {"labels": f"{{{labels}}}", "value": 1}
+        queries.append({"eval_time": at, "expr": same, "exp_samples": [sample]})
+    return {
+        "name": f"{spec.name}: {test.case.title}",
+        "input_series": [{"series": series, "values": values} for series, values in test.series],
+        "interval": f"{test.case.interval}m",
+        "alert_rule_test": alerts,
+        "promql_expr_test": queries,
+    }
+
+
 def promtool_tests(config: MonitoringConfig, rule_file_name: str) -> dict[str, Any]:
     """A `promtool test rules` file for the rule file `rule_file_name` (same directory)."""
     cases = boundary_cases(config)
     tests: list[Any] = []
     for spec in alert_specs(config):
-        tests.extend(_tests_for(spec, cases[spec.name], config))
+        if spec.slo is None:  # the burn-rate alerts have their own file
+            tests.extend(_tests_for(spec, cases[spec.name], config))
     # The rule group's own interval: "one second short of `for`" then sees what the
     # last real evaluation before it decided, as a running Prometheus would.
     return {
         "evaluation_interval": config.rule_interval,
+        "rule_files": [rule_file_name],
+        "tests": tests,
+    }
+
+
+def slo_promtool_tests(config: MonitoringConfig, rule_file_name: str) -> dict[str, Any]:
+    """The burn-rate alerts' stories (slo_cases.py), a `promtool test rules` file for
+    the rule file `rule_file_name`."""
+    tests: list[Any] = []
+    for spec in alert_specs(config):
+        if spec.slo is not None:
+            severity = "page" if spec.severity == "critical" else "ticket"
+            tests.extend(_slo_test(spec, t, config) for t in slo_cases(config, spec.slo, severity))
+    # The recordings first at each evaluation: the alerts read this evaluation's (a
+    # Prometheus, whose groups run apart, reads them at most one interval late).
+    return {
+        "evaluation_interval": f"{EVALUATION_MINUTES}m",
+        "group_eval_order": [SLO_GROUP_NAME, GROUP_NAME],
         "rule_files": [rule_file_name],
         "tests": tests,
     }

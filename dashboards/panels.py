@@ -15,6 +15,7 @@ from grafanalib.core import Panel, RowPanel, Stat, Target, TimeSeries
 
 __all__ = [
     "DATASOURCE",
+    "ExemplarTarget",
     "ModernHeatmap",
     "PromTarget",
     "heatmap",
@@ -40,6 +41,7 @@ class PromTarget(Target):  # type: ignore[misc]
 
     def to_json_data(self) -> dict[str, Any]:
         return {
+            **self._exemplar(),
             "datasource": DATASOURCE,
             "editorMode": "code",
             "expr": self.expr,
@@ -49,6 +51,17 @@ class PromTarget(Target):  # type: ignore[misc]
             "range": not self.instant,
             "refId": self.refId,
         }
+
+    def _exemplar(self) -> dict[str, Any]:
+        return {}
+
+
+class ExemplarTarget(PromTarget):
+    """A target whose series' exemplars Grafana fetches and draws (a duration
+    histogram's: each leads to a recent job's trace)."""
+
+    def _exemplar(self) -> dict[str, Any]:
+        return {"exemplar": True}
 
 
 @_attrs_class
@@ -120,9 +133,21 @@ def link(title: str, url: str) -> dict[str, Any]:
     }
 
 
-def _targets(queries: Sequence[tuple[str, str]], fmt: str = "time_series") -> list[PromTarget]:
+def _targets(
+    queries: Sequence[tuple[str, str]],
+    fmt: str = "time_series",
+    instant: bool = False,
+    exemplars: bool = False,
+) -> list[PromTarget]:
+    kind = ExemplarTarget if exemplars else PromTarget
     return [
-        PromTarget(expr=expr, legendFormat=legend, refId=chr(ord("A") + index), format=fmt)
+        kind(
+            expr=expr,
+            legendFormat=legend,
+            refId=chr(ord("A") + index),
+            format=fmt,
+            instant=instant,
+        )
         for index, (expr, legend) in enumerate(queries)
     ]
 
@@ -136,16 +161,20 @@ def timeseries(
     *,
     threshold_steps: Steps | None = None,
     links: Sequence[dict[str, Any]] = (),
+    value_min: float | None = 0,
+    exemplars: bool = False,
 ) -> TimeSeries:
-    """A line chart; `threshold_steps` are drawn as lines (an alert's threshold)."""
+    """A line chart; `threshold_steps` are drawn as lines (an alert's threshold).
+    `value_min` None lets the axis start where the data does (an SLI near 99%);
+    `exemplars` draws the queries' exemplars (trace links)."""
     return TimeSeries(
         id=int(panel_id),
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=_targets(queries),
+        targets=_targets(queries, exemplars=exemplars),
         unit=unit,
-        valueMin=0,
+        valueMin=value_min,
         fillOpacity=10,
         showPoints="never",
         legendDisplayMode="table",
@@ -170,13 +199,15 @@ def stat(
     *,
     no_value: str = "No data",
     links: Sequence[dict[str, Any]] = (),
+    instant: bool = False,
 ) -> Stat:
+    """`instant`: the value now only, for a query too costly over every step of a range."""
     return Stat(
         id=int(panel_id),
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=_targets(queries),
+        targets=_targets(queries, instant=instant),
         format=unit,
         reduceCalc="lastNotNull",
         colorMode="background",
@@ -202,7 +233,7 @@ def heatmap(
         title=title,
         description=description,
         dataSource=DATASOURCE,
-        targets=_targets([(expr, "{{le}}")], fmt="heatmap"),
+        targets=_targets([(expr, "{{le}}")], fmt="heatmap", exemplars=True),
         yAxisUnit=y_unit,
         cellUnit=cell_unit,
         thresholds=steps((None, "green")),

@@ -23,6 +23,8 @@ from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
 from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE, by_key
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.slo import BURN_RATE_PAIRS, SloKind
+from platform_common.jobs_monitoring.slo_queries import SloQueries
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 from .panels import DATASOURCE, heatmap, link, row, stat, steps, timeseries
@@ -233,9 +235,10 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
 
 # Where to go from a slow job on the latency panels: its trace and its worker's log lines.
 TRACES_HINT = (
-    " Each job's trace: search the tracing backend for messaging.message.id = <job id>"
-    " (spans named send/process <agent type>); worker log lines about the job carry its"
-    " trace_id and span_id."
+    " Exemplars (the dots) are recent jobs of a bucket: each carries its trace_id, a link"
+    " to the trace when the site sets trace_url. Any job's trace: search the tracing"
+    " backend for messaging.message.id = <job id> (spans named send/process <agent"
+    " type>); worker log lines about the job carry its trace_id and span_id."
 )
 
 
@@ -269,6 +272,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 + TRACES_HINT,
                 unit,
                 [*quantiles, _by_type(slo, " p95 SLO")],
+                exemplars=True,
             ),
             12,
             9,
@@ -288,6 +292,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                     for key in ("wait", "run")
                     for quantile, percent in ((0.5, 50), (0.95, 95))
                 ],
+                exemplars=True,
             ),
             24,
             8,
@@ -465,6 +470,115 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     ]
 
 
+_SLO_PANELS: dict[SloKind, tuple[P, P, P]] = {
+    "availability": (P.SLO_AVAILABILITY, P.SLO_AVAILABILITY_BUDGET, P.SLO_AVAILABILITY_BURN),
+    "latency": (P.SLO_LATENCY, P.SLO_LATENCY_BUDGET, P.SLO_LATENCY_BURN),
+}
+_SLI_WINDOW = "1h"
+"""The SLI drawn over time: the page's long window."""
+_MEASURES: dict[SloKind, str] = {
+    "availability": "the share of finished jobs that completed (failed for good, "
+    "dead-lettered ones included, and expired jobs are the errors)",
+    "latency": "the share of completed jobs within the latency threshold of their "
+    "enqueue (default {threshold}s)",
+}
+_BURN_WINDOWS = ("5m", "1h", "6h")
+"""The burn rates drawn: the page pairs' windows (the short one is the alerts' value)."""
+
+
+def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    pairs = ", ".join(
+        f"{pair.severity} at {q.number(pair.factor)}x over {pair.long} and {pair.short}"
+        for pair in BURN_RATE_PAIRS
+    )
+    # The objective is 1x here: the budget lasts exactly the window. Dashed lines: 1x
+    # and the page factors.
+    lines = steps(
+        (None, "green"),
+        *zip((pair.factor for pair in BURN_RATE_PAIRS[::-1]), _BURN_COLOURS, strict=True),
+    )
+    panel = _SLO_PANELS[kind][2]
+    return timeseries(
+        panel,
+        PANEL_TITLES[panel],
+        f"How fast each agent type spends its {kind} error budget: the error ratio over "
+        "a window divided by the budget (1 - the objective). At 1x (the objective) the "
+        "budget lasts exactly the SLO window. The burn-rate alerts: "
+        f"{pairs}, each over both windows. Dashed: 1x, 3x, 6x and 14.4x.",
+        "short",
+        [_by_type(slo.burn_rate(window), f" {window}") for window in _BURN_WINDOWS],
+        threshold_steps=lines,
+    )
+
+
+_BURN_COLOURS = ("yellow", "orange", "dark-orange", "red")
+
+
+def _objectives_text(config: MonitoringConfig, kind: SloKind) -> str:
+    default = config.slo_default(kind)
+    text = f"{q.number(default.target)} over {default.window} for every agent type"
+    overrides = config.slo_objectives(kind)
+    if overrides:
+        listed = ", ".join(
+            f"{name} {q.number(objective.target)} over {objective.window}"
+            for name, objective in overrides.items()
+        )
+        text += f" but {listed}"
+    return text
+
+
+def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    default = config.slo_default(kind)
+    measure = _MEASURES[kind].format(threshold=q.number(default.threshold_seconds or 0))
+    panel = _SLO_PANELS[kind][0]
+    return timeseries(
+        panel,
+        PANEL_TITLES[panel],
+        f"The {kind} SLI of each agent type over the last {_SLI_WINDOW}: {measure}; its "
+        f"last value is the SLI now. Each type's objective is drawn beside it "
+        f"({_objectives_text(config, kind)}); dashed: the default objective. Below the "
+        "objective the error budget burns faster than the window allows.",
+        "percentunit",
+        [
+            _by_type(f"1 - {slo.error_ratio(_SLI_WINDOW)}", f" SLI ({_SLI_WINDOW})"),
+            _by_type(slo.objective(), " objective"),
+        ],
+        threshold_steps=steps((None, "red"), (default.target, "green")),
+        value_min=None,
+    )
+
+
+def _budget_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+    slo = SloQueries(config, kind, sel)
+    panel = _SLO_PANELS[kind][1]
+    return stat(
+        panel,
+        PANEL_TITLES[panel],
+        f"The share of each agent type's {kind} error budget (1 - the objective: "
+        f"{_objectives_text(config, kind)}) left in its SLO window: 100% nothing spent, "
+        "0% all of it, below 0 the objective is broken for the window. The burn-rate "
+        "alerts fire long before it runs out.",
+        "percentunit",
+        [_by_type(slo.budget_left())],
+        steps((None, "red"), (0, "orange"), (0.25, "green")),
+        # Weeks of samples for every step of a range would be slow: the value now.
+        instant=True,
+    )
+
+
+def _slo_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
+    placed: list[Placed] = []
+    for kind in _SLO_PANELS:
+        placed += [
+            (_sli_panel(config, sel, kind), 10, 8),
+            (_budget_panel(config, sel, kind), 4, 8),
+            (_burn_panel(config, sel, kind), 10, 8),
+        ]
+    return placed
+
+
 def _titled_row(panel: P) -> Any:
     return row(panel, PANEL_TITLES[panel])
 
@@ -491,6 +605,7 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
     panels = _layout(
         [
             (_titled_row(P.ROW_ALERTS), _alert_row(config)),
+            (_titled_row(P.ROW_SLO), _slo_row(config, sel)),
             (_titled_row(P.ROW_QUEUE), _queue_row(config, sel)),
             (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
             (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),

@@ -1,8 +1,9 @@
 """`make demo`: the whole alert loop on this machine. A private redis-server, workers, a
-producer with poison jobs, the exporter, Prometheus with the generated rules (a demo copy
-with shorter alert timings, demo/site.yaml), Alertmanager notifying a local webhook
-receiver that prints each alert with its runbook link, and the runbook site. Ctrl-C (or
---seconds, or --until-alert) stops everything it started."""
+producer with poison jobs and a failing phase (one agent type's upstream down for a
+while), the exporter, Prometheus with the generated rules (a demo copy with shorter
+alert timings, demo/site.yaml), Alertmanager notifying a local webhook receiver that
+prints each alert with its runbook link, and the runbook site. Ctrl-C (or --seconds, or
+--until-alert) stops everything it started."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 from platform_common.jobs import JobStatus, make_job_store
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs.queue import JobQueue, QueueSettings
+from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.site import load_config
 
 from .alerting import AlertTiming, DemoBundle, render_bundle
@@ -40,6 +42,8 @@ from .traffic import TASKS, produce
 
 AGENT_TYPES = tuple(TASKS)
 WATCHED_ALERT = "DeadLetterDepthHigh"
+SLO_ALERT = "JobAvailabilityBudgetBurnFast"
+"""The page the failing phase burns the error budget fast enough for."""
 PROMETHEUS_PORT, ALERTMANAGER_PORT, RUNBOOK_PORT = 9090, 9093, 8000
 
 
@@ -63,7 +67,9 @@ async def show_job_store(redis_url: str) -> None:
         await store.close()
 
 
-async def run_traffic(redis_url: str, args: argparse.Namespace, fired: threading.Event) -> int:
+async def run_traffic(
+    redis_url: str, args: argparse.Namespace, fired: threading.Event, timing: AlertTiming
+) -> int:
     """Produce until Ctrl-C, --seconds, or (--until-alert) the watched alert's arrival."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -72,7 +78,7 @@ async def run_traffic(redis_url: str, args: argparse.Namespace, fired: threading
     queue = await JobQueue.connect(QueueSettings.from_url(redis_url))
     try:
         until = fired if args.until_alert else None
-        await produce(queue, AGENT_TYPES, args.seconds, args.rate, stop, until)
+        await produce(queue, AGENT_TYPES, args.seconds, args.rate, stop, until, timing.outage)
     finally:
         await queue.aclose()
     if args.until_alert and not fired.is_set() and not stop.is_set():
@@ -109,15 +115,33 @@ def banner(
         f"workers:       {args.workers} per agent type ({', '.join(AGENT_TYPES)}),"
         f" logs in {urls['logs']} (removed at exit)",
         f"try:           {urls['agentjobs']}",
-        "producer:      ordinary, slow, flaky (retried), poison (dead-lettered), invalid jobs",
+        "producer:      ordinary, slow, flaky (retried) and poison (dead-lettered) jobs",
         f"{WATCHED_ALERT}, demo-only timing ({mode}): more than {config.dead_letter_high} dead"
         f" jobs of a type for {config.dead_letter_high_for}, rules evaluated every"
         f" {config.rule_interval}, scraped every {timing.scrape_interval} (shipped:"
         f" {shipped.dead_letter_high} for {shipped.dead_letter_high_for}, every"
         f" {shipped.rule_interval}).",
+        *_slo_lines(config, timing),
         until,
         "",
     ])  # fmt: skip
+
+
+def _slo_lines(config: MonitoringConfig, timing: AlertTiming) -> list[str]:
+    """What the failing phase shows: the budget it burns and the page that follows."""
+    outage = timing.outage
+    objective = config.slo_objectives("availability").get(
+        outage.agent_type, config.slo_availability
+    )
+    budget = objective.error_budget
+    return [
+        f"failing phase: {outage.seconds:g}s from {outage.start:g}s in, every"
+        f" {outage.agent_type} job fails. Its availability objective is"
+        f" {objective.target:g} (an error budget of {budget:.0%} of its jobs over"
+        f" {objective.window}); {SLO_ALERT} pages once more than 14.4 x {budget:.0%} of the"
+        " jobs that finished in both the last 5m and 1h failed (the SRE workbook's fast"
+        " burn: the budget would be gone in two days).",
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -179,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
         print(banner(args, urls, bundle, timing))
-        return asyncio.run(run_traffic(redis_url, args, fired))
+        return asyncio.run(run_traffic(redis_url, args, fired, timing))
 
 
 def _stopping() -> None:

@@ -14,6 +14,8 @@ from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.generate import generate
 from platform_common.jobs_monitoring.site import load_config
 
+from .traffic import Outage
+
 __all__ = ["DEMO_SITE", "FAST_SETTINGS", "AlertTiming", "DemoBundle", "render_bundle"]
 
 DEMO_SITE = Path(__file__).resolve().with_name("site.yaml")
@@ -27,16 +29,20 @@ FAST_SETTINGS: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class AlertTiming:
-    """How quickly the demo's DeadLetterDepthHigh can fire."""
+    """How quickly the demo's alerts can fire."""
 
     scrape_interval: str
     """Prometheus' scrape interval (not a site setting: the demo's Prometheus config)."""
     group_wait: str
     """Alertmanager's wait before the first notification of a new group."""
+    outage: Outage
+    """The failing phase: when it starts, how long it lasts (seconds into the traffic)."""
 
     @classmethod
     def for_mode(cls, fast: bool) -> AlertTiming:
-        return cls("1s", "0s") if fast else cls("5s", "5s")
+        if fast:
+            return cls("1s", "0s", Outage(start=15, seconds=60))
+        return cls("5s", "5s", Outage(start=60, seconds=120))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,13 @@ from platform_common.jobs.queue import JobPayload, NonRetryableError, current_jo
 async def research(job: JobPayload) -> dict[str, Any]:
     """Pretends to research `job.task`. `constraints["demo"]` picks the behaviour:
     "ok" (fast), "slow" (seconds), "flaky" (fails its first attempt, then succeeds),
-    "poison" (fails every attempt: dead-lettered), "invalid" (fails at once, no retry)."""
+    "poison" (fails every attempt: dead-lettered), "outage" (the failing phase: its
+    upstream is down, it fails at once, no retry)."""
     behaviour = job.constraints.get("demo", "ok")
+    if behaviour == "outage":
+        raise NonRetryableError(f"upstream {job.agent_type} API is down (demo failing phase)")
     if behaviour == "poison":
         raise RuntimeError("upstream booking API rejected the request (demo poison pill)")
-    if behaviour == "invalid":
-        raise NonRetryableError("task cannot be parsed (demo)")
     if behaviour == "flaky" and current_job().attempt == 1:
         raise TimeoutError("upstream timed out (demo flaky job, will retry)")
     delay = random.uniform(1.0, 3.0) if behaviour == "slow" else random.uniform(0.02, 0.3)

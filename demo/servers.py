@@ -121,6 +121,9 @@ def start_prometheus(
     return url
 
 
+EXAMPLE_ALERTMANAGER = Path(__file__).resolve().parents[1] / "alerts/alertmanager/alertmanager.yml"
+
+
 def alertmanager_config(webhook_url: str, *, group_wait: str) -> dict[str, Any]:
     """Demo only: every alert to the demo's webhook receiver (the example config in
     alerts/alertmanager/ routes by severity and action to real receivers instead)."""
@@ -138,6 +141,8 @@ def alertmanager_config(webhook_url: str, *, group_wait: str) -> dict[str, Any]:
                 "webhook_configs": [{"url": webhook_url, "send_resolved": True}],
             }
         ],
+        # The example's (an SLO's page covers its ticket, the exporter down every other).
+        "inhibit_rules": yaml.safe_load(EXAMPLE_ALERTMANAGER.read_text())["inhibit_rules"],
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -21,14 +22,17 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from platform_common.jobs import metric_catalogue as catalogue
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 
 from .server_stats import ServerStats
 from .snapshot import LatencyHistogram, Snapshot, TypeSnapshot
+from .stats_hash import BucketExemplar
 
 __all__ = [
+    "EXEMPLAR_TRACE_ID",
     "ScrapeResult",
     "Series",
     "histogram_series",
@@ -69,6 +73,9 @@ _TYPE_HISTOGRAMS: dict[str, Callable[[TypeSnapshot], LatencyHistogram | None]] =
     "run": lambda t: t.run,
 }
 
+
+EXEMPLAR_TRACE_ID = "trace_id"
+"""The label of a bucket's exemplar that names its job's trace (Grafana links it)."""
 
 Series = tuple[tuple[str, ...], float]
 """One sample: its label values (in the metric's label order) and its value."""
@@ -201,7 +208,13 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
             return None
         histogram = HistogramMetricFamily(name, metric.help, labels=labels, unit=unit)
         for label_values, observed in histograms:
-            buckets = [(_le(bound), count) for bound, count in observed.buckets]
+            exemplars = dict(observed.exemplars)
+            buckets: list[Any] = [
+                (_le(bound), count)
+                if bound not in exemplars
+                else (_le(bound), count, _exemplar(exemplars[bound]))
+                for bound, count in observed.buckets
+            ]
             histogram.add_metric(list(label_values), buckets, observed.sum)
         return histogram
     series = value_series(metric, result)
@@ -215,6 +228,11 @@ def _family(metric: catalogue.Metric, namespace: str, result: ScrapeResult) -> M
     for label_values, value in series:
         family.add_metric(list(label_values), value)
     return family
+
+
+def _exemplar(exemplar: BucketExemplar) -> Exemplar:
+    # Only the OpenMetrics encoder writes exemplars; the text format has none.
+    return Exemplar({EXEMPLAR_TRACE_ID: exemplar.trace_id}, exemplar.value, exemplar.timestamp)
 
 
 def _le(bound: float) -> str:

@@ -24,8 +24,16 @@ from prometheus_client.utils import floatToGoString
 
 from platform_common.jobs import metric_catalogue as catalogue
 
-from .collector import ScrapeResult, Series, histogram_series, type_reading, value_series
+from .collector import (
+    EXEMPLAR_TRACE_ID,
+    ScrapeResult,
+    Series,
+    histogram_series,
+    type_reading,
+    value_series,
+)
 from .snapshot import LatencyHistogram, TypeSnapshot
+from .stats_hash import BucketExemplar
 
 __all__ = ["PageMemory", "page_format", "render_page"]
 
@@ -85,7 +93,9 @@ def render_page(
             histograms = histogram_series(family.metric, result)
             if histograms is not None:
                 out.append(family.header)
-                _histogram_lines(out, family, histograms, labels, kept.histograms, written)
+                _histogram_lines(
+                    out, family, histograms, labels, kept.histograms, written, openmetrics
+                )
             continue
         reading = type_reading(family.metric)
         if reading is not None:
@@ -212,10 +222,15 @@ def _histogram_lines(
     labels: _LabelText,
     last: dict[tuple[str, str], tuple[LatencyHistogram, str]],
     written: dict[tuple[str, str], tuple[LatencyHistogram, str]],
+    openmetrics: bool,
 ) -> None:
     sample, names = family.sample, family.label_names
     for values, histogram in histograms:
         text = labels.joined(names, values) if names else ""
+        if openmetrics and histogram.exemplars:
+            # Exemplars are OpenMetrics' alone: these lines are never kept for a text page.
+            out.append(_histogram_text(sample, text, histogram, dict(histogram.exemplars)))
+            continue
         key = (sample, text)
         kept = last.get(key)
         if kept is not None and kept[0] is histogram:
@@ -226,10 +241,17 @@ def _histogram_lines(
         out.append(lines)
 
 
-def _histogram_text(sample: str, label_text: str, histogram: LatencyHistogram) -> str:
-    """The `_bucket` lines, then `_count` and `_sum`, of one histogram series."""
+def _histogram_text(
+    sample: str,
+    label_text: str,
+    histogram: LatencyHistogram,
+    exemplars: dict[float, BucketExemplar] | None = None,
+) -> str:
+    """The `_bucket` lines, then `_count` and `_sum`, of one histogram series;
+    `exemplars` (OpenMetrics) end the lines of their buckets."""
     bounds, counts = zip(*histogram.buckets, strict=True)
-    if set(map(type, counts)) == _JUST_INT and min(counts) >= 0 and max(counts) < 10**6:
+    small = set(map(type, counts)) == _JUST_INT and min(counts) >= 0 and max(counts) < 10**6
+    if small and not exemplars:
         # Small integers (the usual case), written `<n>.0` as floatToGoString writes
         # them: one format call from the lines' template.
         template = _template(sample, bool(label_text), bounds)
@@ -237,7 +259,8 @@ def _histogram_text(sample: str, label_text: str, histogram: LatencyHistogram) -
     lines = []
     bucket = f"{sample}_bucket{{{label_text}," if label_text else f"{sample}_bucket{{"
     for bound, count in histogram.buckets:
-        lines.append(f'{bucket}le="{_le(bound)}"}} {_number(count)}\n')
+        exemplar = "" if not exemplars or bound not in exemplars else _exemplar(exemplars[bound])
+        lines.append(f'{bucket}le="{_le(bound)}"}} {_number(count)}{exemplar}\n')
     if float(_le(bounds[0])) >= 0:
         braces = f"{{{label_text}}}" if label_text else ""
         lines.append(f"{sample}_count{braces} {_number(counts[-1])}\n")
@@ -269,6 +292,15 @@ def _template(sample: str, labelled: bool, bounds: tuple[float, ...]) -> str:
     if len(_TEMPLATES) < 256:  # bounds come from Redis: keep this bounded
         _TEMPLATES[key] = template
     return template
+
+
+def _exemplar(exemplar: BucketExemplar) -> str:
+    """` # {trace_id="..."} <value> <timestamp>`, as prometheus_client's OpenMetrics
+    encoder writes an exemplar (the trace id is hex: nothing to escape)."""
+    return (
+        f' # {{{EXEMPLAR_TRACE_ID}="{exemplar.trace_id}"}} '
+        f"{_go_float(exemplar.value)} {exemplar.timestamp}"
+    )
 
 
 def _number(value: float) -> str:

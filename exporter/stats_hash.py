@@ -11,6 +11,7 @@ reading and parses a hash again only when it changed.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
@@ -24,16 +25,30 @@ from platform_common.jobs.keys import (
     STATS_COUNTERS,
     histogram_bucket_field,
     histogram_count_field,
+    histogram_exemplar_field,
     histogram_sum_field,
 )
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
 from .label_values import capped_label_value
 
-__all__ = ["HISTOGRAMS", "LatencyHistogram", "StatsReading", "parse_stats"]
+__all__ = ["HISTOGRAMS", "BucketExemplar", "LatencyHistogram", "StatsReading", "parse_stats"]
 
 HISTOGRAMS = ("latency", "wait", "run")
 """The histograms of TypeSnapshot, by their keys.STATS_HISTOGRAMS name."""
+
+
+@dataclass(frozen=True, slots=True)
+class BucketExemplar:
+    """A recent job observed in one bucket (keys.EXEMPLAR_FIELD_FORMAT): the OpenMetrics
+    exemplar that leads from the bucket to the job's trace."""
+
+    trace_id: str
+    """The job's W3C trace id, 32 lowercase hex digits."""
+    value: float
+    """What was observed, seconds (within the bucket)."""
+    timestamp: float
+    """When, Unix seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,8 @@ class LatencyHistogram:
     """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
     sum: float
     """Sum of all observed latencies, seconds."""
+    exemplars: tuple[tuple[float, BucketExemplar], ...] = ()
+    """(upper bound, its exemplar) of the buckets that have one, ascending."""
 
     @property
     def count(self) -> int:
@@ -76,6 +93,7 @@ def parse_stats(
     bounds = _configured_bounds(tuple(bucket_bounds))
     malformed = 0
     per_bound: dict[str, dict[float, int]] = {name: {} for name in HISTOGRAMS}
+    exemplars: dict[str, dict[float, BucketExemplar]] = {name: {} for name in HISTOGRAMS}
     error_fields: list[tuple[str, str]] = []
     kinds = _FIELD_KINDS
     for name, raw in fields.items():
@@ -83,6 +101,13 @@ def parse_stats(
         if kind is _UNKNOWN:
             kind = _classify(name)
         if kind is None:
+            continue
+        if isinstance(kind, _ExemplarField):
+            exemplar = _exemplar(raw, kind.bound)
+            if exemplar is None:
+                malformed += 1
+            else:
+                exemplars[kind.histogram][kind.bound] = exemplar  # type: ignore[index]
             continue
         if not isinstance(kind, tuple):
             error_fields.append((name, raw))
@@ -104,14 +129,20 @@ def parse_stats(
             malformed += 1
     histograms: dict[str, LatencyHistogram | None] = {}
     for name in HISTOGRAMS:
-        histograms[name], errors = _histogram(fields, name, per_bound[name], bounds)
+        histograms[name], errors = _histogram(
+            fields, name, per_bound[name], bounds, exemplars[name]
+        )
         malformed += errors
     error_classes, errors = _error_classes(error_fields)
     return StatsReading(counters, histograms, error_classes, malformed + errors)
 
 
 def _histogram(
-    fields: Mapping[str, str], name: str, per_bound: dict[float, int], bounds: _Bounds
+    fields: Mapping[str, str],
+    name: str,
+    per_bound: dict[float, int],
+    bounds: _Bounds,
+    exemplars: Mapping[float, BucketExemplar],
 ) -> tuple[LatencyHistogram | None, int]:
     """Histogram `name` from its NON-cumulative bucket counts by bound, summed into
     cumulative `le` buckets.
@@ -144,7 +175,43 @@ def _histogram(
         # The buckets are authoritative (the histogram must be self-consistent); a
         # count that disagrees with them is reported, not exported.
         malformed += 1
-    return LatencyHistogram(buckets, total), malformed
+    if not exemplars:
+        return LatencyHistogram(buckets, total), malformed
+    # Only a bucket that is exported, and has seen a job, can carry one.
+    seen = {bound for bound, count in _counts(buckets) if count}
+    kept = tuple((bound, exemplars[bound]) for bound in sorted(exemplars) if bound in seen)
+    malformed += len(exemplars) - len(kept)
+    return LatencyHistogram(buckets, total, kept), malformed
+
+
+def _counts(buckets: tuple[tuple[float, int], ...]) -> list[tuple[float, int]]:
+    """Each bucket's own (NON-cumulative) count."""
+    previous = 0
+    counts = []
+    for bound, cumulative in buckets:
+        counts.append((bound, cumulative - previous))
+        previous = cumulative
+    return counts
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _exemplar(raw: str, bound: float | None) -> BucketExemplar | None:
+    """An exemplar field's value (keys.EXEMPLAR_FIELD_FORMAT), or None when it does not
+    parse, its trace id is not a valid W3C one, or its value is not within `bound`."""
+    parts = raw.split(" ")
+    if bound is None or len(parts) != 3:
+        return None
+    trace_id, seconds, millis = parts
+    if not _TRACE_ID.fullmatch(trace_id) or trace_id == "0" * 32:
+        return None
+    value = finite_number(seconds)
+    if value is None or not 0 <= value <= bound:
+        return None
+    if not (millis.isdigit() and len(millis) <= 15):
+        return None
+    return BucketExemplar(trace_id, value, int(millis) / 1000)
 
 
 def _error_classes(error_fields: Sequence[tuple[str, str]]) -> tuple[dict[str, int], int]:
@@ -170,11 +237,23 @@ _SUM_FIELDS = {name: histogram_sum_field(name) for name in HISTOGRAMS}
 _COUNT_FIELDS = {name: histogram_count_field(name) for name in HISTOGRAMS}
 _BUCKET_PREFIXES = {histogram_bucket_field(n, 0.0).split(":", 1)[0] + ":": n for n in HISTOGRAMS}
 """Bucket field prefix ("latency_le:") -> histogram name."""
+_EXEMPLAR_PREFIXES = {
+    histogram_exemplar_field(n, 0.0).split(":", 1)[0] + ":": n for n in HISTOGRAMS
+}
+"""Exemplar field prefix ("latency_ex:") -> histogram name."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ExemplarField:
+    histogram: str
+    bound: float | None
+    """None when the bound does not parse."""
+
 
 _ERROR_FIELD: Final = "error"
-FieldKind = tuple[str, float | None] | str | None
-"""(histogram, bound or None when the bound does not parse) for a bucket field,
-_ERROR_FIELD for an error class, None for any other field."""
+FieldKind = tuple[str, float | None] | _ExemplarField | str | None
+"""(histogram, bound or None when the bound does not parse) for a bucket field, an
+_ExemplarField for an exemplar, _ERROR_FIELD for an error class, None for any other."""
 _FIELD_KINDS: dict[str, FieldKind] = {}
 _UNKNOWN: FieldKind = ("not yet classified", None)
 """What _FIELD_KINDS answers for a name it does not hold (compared by identity)."""
@@ -188,9 +267,12 @@ def _classify(name: str) -> FieldKind:
         kind = _ERROR_FIELD
     else:
         colon = name.find(":")
-        histogram = _BUCKET_PREFIXES.get(name[: colon + 1]) if colon > 0 else None
+        prefix = name[: colon + 1] if colon > 0 else ""
+        histogram = _BUCKET_PREFIXES.get(prefix)
         if histogram is not None:
             kind = (histogram, _bound(name[colon + 1 :]))
+        elif prefix in _EXEMPLAR_PREFIXES:
+            kind = _ExemplarField(_EXEMPLAR_PREFIXES[prefix], _bound(name[colon + 1 :]))
     if len(_FIELD_KINDS) < 4096:
         _FIELD_KINDS[name] = kind
     return kind

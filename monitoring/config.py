@@ -14,10 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
+from platform_common.jobs.env import check_latency_buckets
 from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs.validation import is_finite_number
 
-__all__ = ["DURATION_FIELDS", "MonitoringConfig"]
+from .slo import SLO_KINDS, Objective, SloKind, SloOverride, check_objective, objectives_of
+
+__all__ = ["DURATION_FIELDS", "TRACE_ID_PLACEHOLDER", "MonitoringConfig"]
+
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+"""Where `trace_url` takes the trace id."""
 
 _DURATION = re.compile(r"(?:\d+[smh])+")
 _NAMESPACE = re.compile(r"(?:[a-zA-Z_][a-zA-Z0-9_]*)?")
@@ -69,6 +76,10 @@ class MonitoringConfig:
     annotation `<console_url>/types/<agent_type>` and its runbook says so. Empty: no
     console links."""
     prometheus_url: str
+    trace_url: str
+    """Where a trace id opens in a tracing UI: a URL holding `{trace_id}` (Jaeger
+    `http://jaeger:16686/trace/{trace_id}`, Tempo through Grafana's Explore). Set, the
+    datasource links each exemplar's `trace_id` there; empty, exemplars link nowhere."""
     datasource_uid: str
     """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
     grafana_folder: str
@@ -108,6 +119,18 @@ class MonitoringConfig:
     agent_types_dropped_for: str
     malformed_values_for: str
 
+    slo_availability: Objective
+    """The default availability SLO: completed jobs out of finished ones (slo.py)."""
+    slo_latency: Objective
+    """The default latency SLO: completed jobs within `threshold_seconds` of their enqueue."""
+    slo_overrides: Mapping[str, SloOverride]
+    """Agent type -> what it changes of the default SLOs."""
+    latency_buckets: tuple[float, ...]
+    """The queue's latency histogram bounds (its QUEUE_LATENCY_BUCKETS); empty: the
+    queue's default. A latency SLO's threshold must be one of them."""
+    alerts_off: tuple[str, ...]
+    """Alerts not generated at all, e.g. a threshold alert an SLO alert covers."""
+
     for_override: str | None = None
     """Test settings only, never a site setting: replaces every alert's `for`."""
 
@@ -124,6 +147,15 @@ class MonitoringConfig:
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigurationError(name, f"must be an absolute http(s) URL: {value!r}")
+        if self.trace_url:
+            parts = urlsplit(self.trace_url.replace(TRACE_ID_PLACEHOLDER, "x"))
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigurationError("trace_url", f"must be an http(s) URL: {self.trace_url!r}")
+            if self.trace_url.count(TRACE_ID_PLACEHOLDER) != 1 or "$" in self.trace_url:
+                raise ConfigurationError(
+                    "trace_url",
+                    f"must hold {TRACE_ID_PLACEHOLDER} once (and no $): {self.trace_url!r}",
+                )
         if not _UID.fullmatch(self.datasource_uid):
             raise ConfigurationError("datasource_uid", "1-40 characters of [A-Za-z0-9_-]")
         for name in DURATION_FIELDS:
@@ -159,6 +191,30 @@ class MonitoringConfig:
             for agent_type in mapping:
                 if not _LABEL_VALUE.fullmatch(agent_type):
                     raise ConfigurationError(name, f"not an agent type: {agent_type!r}")
+        self._check_slos()
+
+    def _check_slos(self) -> None:
+        if self.latency_buckets:
+            check_latency_buckets("latency_buckets", self.latency_buckets)
+        bounds = self.histogram_bounds
+        for kind in SLO_KINDS:
+            default = self.slo_default(kind)
+            check_objective(
+                f"slo_{kind}", default.target, default.window,
+                default.threshold_seconds, bounds,
+            )  # fmt: skip
+            if kind == "latency" and default.threshold_seconds is None:
+                raise ConfigurationError("slo_latency.threshold_seconds", "missing")
+        for agent_type, override in self.slo_overrides.items():
+            if not _LABEL_VALUE.fullmatch(agent_type):
+                raise ConfigurationError("slo_overrides", f"not an agent type: {agent_type!r}")
+            for kind in SLO_KINDS:
+                part = override.of(kind)
+                if part is not None:
+                    check_objective(
+                        f"slo_overrides[{agent_type}].{kind}", part.target, part.window,
+                        part.threshold_seconds, bounds,
+                    )  # fmt: skip
 
     # -- derived -------------------------------------------------------------
     @property
@@ -204,6 +260,19 @@ class MonitoringConfig:
             for agent_type, ttl in self.job_ttl_overrides.items()
         }
         return dict(sorted({**derived, **self.latency_slo_overrides}.items()))
+
+    @property
+    def histogram_bounds(self) -> tuple[float, ...]:
+        """The latency histogram's finite bucket bounds the queue writes."""
+        return self.latency_buckets or DEFAULT_LATENCY_BUCKETS
+
+    def slo_default(self, kind: SloKind) -> Objective:
+        """The objective of `kind` every agent type without an override has."""
+        return self.slo_availability if kind == "availability" else self.slo_latency
+
+    def slo_objectives(self, kind: SloKind) -> dict[str, Objective]:
+        """The objective of `kind` of each agent type that overrides it (sorted)."""
+        return objectives_of(self.slo_default(kind), self.slo_overrides, kind)
 
     def job_ttls(self) -> dict[str, float]:
         return dict(sorted(self.job_ttl_overrides.items()))

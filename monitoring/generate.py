@@ -15,7 +15,7 @@ import yaml
 
 from . import outputs
 from .alerts import grafana_provisioning
-from .alerts.prometheus_rules import promtool_tests, rule_file
+from .alerts.prometheus_rules import promtool_tests, rule_file, slo_promtool_tests
 from .config import MonitoringConfig
 from .dashboards.encode import render as render_dashboard
 from .dashboards.queue_overview import queue_overview
@@ -45,6 +45,9 @@ def bundle(config: MonitoringConfig) -> dict[str, str]:
         outputs.PROMETHEUS_RULES: dump_yaml(rule_file(config)),
         outputs.PROMETHEUS_RULE_TESTS: dump_yaml(
             promtool_tests(config, Path(outputs.PROMETHEUS_RULES).name)
+        ),
+        outputs.PROMETHEUS_SLO_RULE_TESTS: dump_yaml(
+            slo_promtool_tests(config, Path(outputs.PROMETHEUS_RULES).name)
         ),
     }
     pages = render_runbooks(config)

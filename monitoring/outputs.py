@@ -14,6 +14,7 @@ __all__ = [
     "GRAFANA_PROVISIONING",
     "PROMETHEUS_RULES",
     "PROMETHEUS_RULE_TESTS",
+    "PROMETHEUS_SLO_RULE_TESTS",
     "RUNBOOKS_DIR",
     "RUNBOOK_SITE_DIR",
 ]
@@ -25,6 +26,8 @@ GRAFANA_DATASOURCE = f"{GRAFANA_PROVISIONING}/datasources/queue-prometheus.yaml"
 GRAFANA_DASHBOARD_PROVIDER = f"{GRAFANA_PROVISIONING}/dashboards/queue-dashboards.yaml"
 PROMETHEUS_RULES = "alerts/prometheus/queue-alerts.rules.yml"
 PROMETHEUS_RULE_TESTS = "alerts/prometheus/queue-alerts.test.yml"
+PROMETHEUS_SLO_RULE_TESTS = "alerts/prometheus/queue-slo.test.yml"
+"""The burn-rate alerts' stories (their own file: its own evaluation interval)."""
 RUNBOOKS_DIR = "runbooks"
 """One `<AlertName>.md` per alert and the `README.md` index (the exporter serves them)."""
 RUNBOOK_SITE_DIR = f"{RUNBOOKS_DIR}/html"

@@ -9,6 +9,7 @@ naming the key and the file it came from.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -19,6 +20,8 @@ import yaml
 from platform_common.jobs.errors import ConfigurationError
 
 from .config import MonitoringConfig
+from .slo import Objective, SloKind, SloOverride
+from .spec import alert_specs
 
 __all__ = ["DEFAULTS_FILE", "SITE_SETTINGS", "load_config"]
 
@@ -31,6 +34,10 @@ SITE_SETTINGS = tuple(f.name for f in fields(MonitoringConfig) if f.name != "for
 """Every key a site file may set (and the defaults file must set)."""
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number"}
+_OBJECTIVE_KINDS: dict[str, SloKind] = {
+    "slo_availability": "availability",
+    "slo_latency": "latency",
+}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -68,9 +75,22 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _typed(key: str, value: Any, expected: Any, origin: Path) -> Any:
     """`value` as the config field's type (ints widen to float), or an error naming `key`."""
+    if expected is Objective:
+        return Objective.from_yaml(key, value, _OBJECTIVE_KINDS[key], str(origin))
+    if expected is SloOverride:
+        return SloOverride.from_yaml(key, value, str(origin))
+    if get_origin(expected) is tuple:
+        if not isinstance(value, list):
+            raise ConfigurationError(key, f"must be a list ({origin})")
+        item_type = get_args(expected)[0]
+        return tuple(
+            _typed(f"{key}[{index}]", item, item_type, origin) for index, item in enumerate(value)
+        )
     if get_origin(expected) is Mapping:
         if not isinstance(value, dict):
-            raise ConfigurationError(key, f"must be a mapping of agent type: number ({origin})")
+            _, item_type = get_args(expected)
+            what = "number" if item_type is float else "its changes"
+            raise ConfigurationError(key, f"must be a mapping of agent type: {what} ({origin})")
         _, item_type = get_args(expected)
         typed = {}
         for name, item in value.items():
@@ -113,7 +133,10 @@ def load_config(site: Path | None = None) -> MonitoringConfig:
         origin.update(dict.fromkeys(overlay, site))
     typed = {key: _typed(key, values[key], _TYPES[key], origin[key]) for key in SITE_SETTINGS}
     try:
-        return MonitoringConfig(**typed)
+        config = MonitoringConfig(**typed)
+        alert_specs(config)  # `alerts_off` names alerts: refused here, with its file
+        return config
     except ConfigurationError as exc:
-        key = exc.setting.split("[", 1)[0]  # "latency_slo_overrides[dining]" -> its key
+        # "latency_slo_overrides[dining]", "slo_latency.target" -> the top-level key
+        key = re.split(r"[\[.]", exc.setting, maxsplit=1)[0]
         raise ConfigurationError(exc.setting, f"{exc.problem} ({origin[key]})") from None

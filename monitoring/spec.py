@@ -18,9 +18,12 @@ from string import Template
 from typing import Literal
 
 from platform_common.jobs.dashboard_ids import QUEUE_OVERVIEW_UID, QueueOverviewPanel
+from platform_common.jobs.errors import ConfigurationError
 
 from . import queries as q
 from .config import MonitoringConfig
+from .slo import SLO_KINDS, BurnRatePair, Objective, SloKind, window_seconds
+from .slo_queries import SloQueries, burn_alert, pairs_of
 
 __all__ = [
     "AlertSpec",
@@ -64,6 +67,11 @@ class AlertSpec:
     unit: str = "short"
     """Grafana unit of `query`'s value (the alert row's stat panel shows it)."""
     dashboard_uid: str = QUEUE_OVERVIEW_UID
+    rule_query: str | None = None
+    """The Prometheus rule's query when it differs from Grafana's `query`: the SLO alerts
+    read the recording rules, which Grafana (and the dashboard) cannot count on."""
+    slo: SloKind | None = None
+    """The SLO a burn-rate alert is about (its `slo` label); None for a threshold alert."""
 
     @property
     def about_agent_type(self) -> bool:
@@ -77,8 +85,9 @@ class AlertSpec:
 
     @property
     def expr(self) -> str:
-        """The Prometheus rule expression: the same query and threshold."""
-        return f"{self.query} {PROMQL_OP[self.op]} {q.number(self.threshold)}"
+        """The Prometheus rule expression: the same query (or its recorded form) and threshold."""
+        query = self.query if self.rule_query is None else self.rule_query
+        return f"{query} {PROMQL_OP[self.op]} {q.number(self.threshold)}"
 
     @property
     def condition(self) -> str:
@@ -86,7 +95,8 @@ class AlertSpec:
         return f"{PROMQL_OP[self.op]} {q.number(self.threshold)}"
 
     def labels(self) -> dict[str, str]:
-        return {"action": self.action, "severity": self.severity}
+        slo = {} if self.slo is None else {"slo": self.slo}
+        return {"action": self.action, "severity": self.severity, **slo}
 
 
 _LABELS = ("agent_type", "instance", "job", "node", "policy")
@@ -398,6 +408,111 @@ def alert_specs(
             unit="ops",
         ),
     )
+    generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:
-        return specs
-    return tuple(replace(spec, for_=config.for_override) for spec in specs)
+        return generated
+    return tuple(replace(spec, for_=config.for_override) for spec in generated)
+
+
+def _switched_off(config: MonitoringConfig, specs: tuple[AlertSpec, ...]) -> tuple[AlertSpec, ...]:
+    """`specs` without the site's `alerts_off` (each must name an alert)."""
+    names = [spec.name for spec in specs]
+    for name in config.alerts_off:
+        if name not in names:
+            raise ConfigurationError("alerts_off", f"no alert is named {name!r}")
+    return tuple(spec for spec in specs if spec.name not in config.alerts_off)
+
+
+# -- burn-rate alerts of the SLOs (slo.py) ---------------------------------------------
+
+_SLO_ALERTS: dict[SloKind, tuple[str, str, QueueOverviewPanel]] = {
+    "availability": (
+        "investigate-failures",
+        "Of the finished $agent_type jobs, the share that failed for good (dead-lettered "
+        "ones included) or expired",
+        QueueOverviewPanel.SLO_AVAILABILITY_BURN,
+    ),
+    "latency": (
+        "investigate-workers",
+        "Of the completed $agent_type jobs, the share slower than the latency threshold "
+        "(default {threshold}s from enqueue to completion)",
+        QueueOverviewPanel.SLO_LATENCY_BURN,
+    ),
+}
+
+
+def _percent(value: float) -> str:
+    return f"{float(f'{value * 100:.2g}'):g}%"
+
+
+def _pairs_text(pairs: tuple[BurnRatePair, ...], objective: Objective) -> str:
+    """'14.4 times its error budget over both the last 1h and 5m (2.1% of a 28d budget
+    spent in 1h), or 6 times over both 6h and 30m (5.4% in 6h)'."""
+    parts = []
+    for index, pair in enumerate(pairs):
+        spent = pair.factor * window_seconds(pair.long) / window_seconds(objective.window)
+        if index == 0:
+            parts.append(
+                f"{q.number(pair.factor)} times its error budget over both the last "
+                f"{pair.long} and {pair.short} ({_percent(spent)} of a {objective.window} "
+                f"budget spent in {pair.long})"
+            )
+        else:
+            parts.append(
+                f"{q.number(pair.factor)} times over both {pair.long} and {pair.short} "
+                f"({_percent(spent)} in {pair.long})"
+            )
+    return ", or ".join(parts)
+
+
+def _slo_specs(config: MonitoringConfig, sel: q.Selector) -> tuple[AlertSpec, ...]:
+    """Per SLO, the workbook's page (fast burn) and ticket (slow burn) alerts. Grafana
+    and the dashboard compute the burn rates inline; Prometheus reads the recordings."""
+    rules = q.Selector.alerts(config.namespace, config.job)
+    specs = []
+    for kind in SLO_KINDS:
+        action, errors, panel = _SLO_ALERTS[kind]
+        objective = config.slo_default(kind)
+        inline, recorded = SloQueries(config, kind, sel), SloQueries(config, kind, rules)
+        budget = (
+            f"The error budget is 1 - the objective (default {q.number(objective.target)}: "
+            f"{_percent(objective.error_budget)} of the jobs in {objective.window})."
+        )
+        errors = errors.format(threshold=q.number(objective.threshold_seconds or 0))
+        for severity, speed in (("page", "Fast"), ("ticket", "Slow")):
+            pairs = pairs_of(severity)
+            if severity == "page":
+                days = window_seconds(objective.window) / pairs[0].factor / 86400
+                consequence = (
+                    f"At {q.number(pairs[0].factor)}x a {objective.window} budget is gone in "
+                    f"{days:.1f} days: act now."
+                )
+            else:
+                consequence = (
+                    "At 1x the budget lasts exactly the window; faster, it runs out before "
+                    "the window ends. Not urgent, but it will not stop by itself."
+                )
+            specs.append(
+                AlertSpec(
+                    name=f"Job{kind.title()}BudgetBurn{speed}",
+                    query=burn_alert(inline.burn_rate, pairs),
+                    rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
+                    op="gt",
+                    threshold=0,
+                    for_="0s",  # the short window is what ends it (the workbook's choice)
+                    severity="critical" if severity == "page" else "warning",
+                    action=action,
+                    summary=(
+                        f"$agent_type burns its {kind} error budget $value times as fast "
+                        "as its SLO allows."
+                    ),
+                    description=(
+                        f"{errors} has been more than {_pairs_text(pairs, objective)}. "
+                        f"{budget} $value is the burn rate over the short window. {consequence}"
+                    ),
+                    panel=panel,
+                    expect_data=False,
+                    slo=kind,
+                )
+            )
+    return tuple(specs)

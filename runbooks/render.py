@@ -24,6 +24,18 @@ from platform_common.jobs.metric_catalogue import CATALOGUE
 from platform_common.jobs_monitoring import outputs
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
+from platform_common.jobs_monitoring.slo import (
+    BURN_RATE_PAIRS,
+    SLO_KINDS,
+    BurnRatePair,
+    window_seconds,
+)
+from platform_common.jobs_monitoring.slo_queries import (
+    BUDGET_REMAINING,
+    ERROR_BUDGET,
+    SloQueries,
+    sli_error,
+)
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs, render_text
 
 __all__ = ["INDEX", "SECTIONS", "TEMPLATES", "render_runbooks"]
@@ -71,6 +83,37 @@ def _limits_text(default: float, overrides: dict[str, float], what: str) -> str:
     return f"{text} ({what})."
 
 
+def _spent(pair: BurnRatePair, window: str) -> str:
+    """The share of a `window` budget a pair has spent when it fires: factor x long / window."""
+    return f"{pair.factor * window_seconds(pair.long) / window_seconds(window) * 100:.2g}%"
+
+
+def _slo_context(config: MonitoringConfig) -> dict[str, Any]:
+    """Per SLO: its objectives in words, the workbook's pairs with the share of the
+    budget each has spent when it fires, and the queries of the SLO pages."""
+    sel = q.Selector.alerts(config.namespace, config.job)
+    context: dict[str, Any] = {}
+    for kind in SLO_KINDS:
+        slo = SloQueries(config, kind, sel)
+        default = config.slo_default(kind)
+        matchers = ", ".join(sel.target_matchers)
+        every_window = f'{{__name__=~"{sli_error("(.+)")}", {matchers}, slo="{kind}"}}'
+        context[kind] = {
+            "default": default,
+            "budget": f"{default.error_budget * 100:.4g}%",
+            "overrides": config.slo_objectives(kind),
+            "pairs": [(pair, _spent(pair, default.window)) for pair in BURN_RATE_PAIRS],
+            # The burn rate over every window the alerts read, one series per window.
+            "burn_by_window": (
+                f'label_replace({every_window}, "window", "$1", "__name__", '
+                f'"{sli_error("(.+)")}") / on (job, agent_type, slo) group_left () '
+                f"{slo.recorded(ERROR_BUDGET)}"
+            ),
+            "budget_left": slo.recorded(BUDGET_REMAINING),
+        }
+    return context
+
+
 def _context(config: MonitoringConfig) -> dict[str, Any]:
     return {
         "config": config,
@@ -88,6 +131,7 @@ def _context(config: MonitoringConfig) -> dict[str, Any]:
         ),
         "ttl_text": _limits_text(config.job_ttl_seconds, config.job_ttls(), "job TTL"),
         "window": q.Selector.alerts(config.namespace, config.job).window,
+        "slo": _slo_context(config),
     }
 
 

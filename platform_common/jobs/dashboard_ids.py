@@ -48,6 +48,13 @@ class QueueOverviewPanel(IntEnum):
     REDIS_EVICTION_POLICY = 62
     REDIS_CLIENTS = 63
     REDIS_EVICTIONS = 64
+    ROW_SLO = 70
+    SLO_AVAILABILITY = 71
+    SLO_AVAILABILITY_BUDGET = 72
+    SLO_AVAILABILITY_BURN = 73
+    SLO_LATENCY = 74
+    SLO_LATENCY_BUDGET = 75
+    SLO_LATENCY_BURN = 76
 
 
 _P = QueueOverviewPanel
@@ -82,6 +89,13 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.REDIS_EVICTION_POLICY: "Redis eviction policy",
         _P.REDIS_CLIENTS: "Redis clients per primary",
         _P.REDIS_EVICTIONS: "Redis evicted keys",
+        _P.ROW_SLO: "Service-level objectives",
+        _P.SLO_AVAILABILITY: "Availability SLI and objective",
+        _P.SLO_AVAILABILITY_BUDGET: "Availability error budget left",
+        _P.SLO_AVAILABILITY_BURN: "Availability error budget burn rate",
+        _P.SLO_LATENCY: "Latency SLI and objective",
+        _P.SLO_LATENCY_BUDGET: "Latency error budget left",
+        _P.SLO_LATENCY_BURN: "Latency error budget burn rate",
     }
 )
 """Title of every panel but the alert stats (each titled by its alert's name). The

@@ -102,6 +102,9 @@ the transition; so they are exact across any number of processes):
     in progress), and failed >= dead_lettered.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
+Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
+of a recent job observed in that bucket, its value and when (one field per bucket, so
+bounded; the exporter serves them on the OpenMetrics page, see EXEMPLAR_FIELD_FORMAT).
 Failed attempts by exception class, in the same hash (written by queue_fail):
     error:<class>  attempts that ended in an error (retried, dead-lettered or failed for
                    good; not a release) whose exception was of that class; at most
@@ -121,6 +124,7 @@ __all__ = [
     "DEFAULT_LATENCY_BUCKETS",
     "ERROR_CLASSES_FIELD",
     "ERROR_CLASS_PREFIX",
+    "EXEMPLAR_FIELD_FORMAT",
     "EXPIRY_BUCKET_MS",
     "INDEX_SEGMENT",
     "LATENCY_COUNT_FIELD",
@@ -137,6 +141,7 @@ __all__ = [
     "completion_channel",
     "histogram_bucket_field",
     "histogram_count_field",
+    "histogram_exemplar_field",
     "histogram_sum_field",
     "latency_bucket_field",
     "queue_key_type",
@@ -226,6 +231,17 @@ def histogram_bucket_field(histogram: str, upper_bound: float) -> str:
     """Stats-hash field of bucket `upper_bound` of STATS_HISTOGRAMS `histogram`
     (`wait_le:0.5`), stored NON-cumulative like the latency ones."""
     return f"{histogram}_le:{_format_bound(upper_bound)}"
+
+
+EXEMPLAR_FIELD_FORMAT = "<trace id> <seconds> <unix ms>"
+"""An exemplar field's value: the W3C trace id (32 lowercase hex digits) of a job
+observed in the bucket, the observed value in seconds and the time in ms, one space apart."""
+
+
+def histogram_exemplar_field(histogram: str, upper_bound: float) -> str:
+    """Stats-hash field of the exemplar of bucket `upper_bound` of `histogram`
+    (`latency_ex:0.5`): the last job observed in it (EXEMPLAR_FIELD_FORMAT)."""
+    return f"{histogram}_ex:{_format_bound(upper_bound)}"
 
 
 def histogram_sum_field(histogram: str) -> str:

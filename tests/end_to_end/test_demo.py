@@ -2,10 +2,11 @@
 
 The demo runs as a user runs it (`python -m demo`, a subprocess), with `--fast` so its
 DeadLetterDepthHigh fires within seconds rather than minutes (scrape and evaluation
-every 1 s, more than 3 dead jobs for 5 s: the only differences from `make demo`) and
-`--free-ports` so it never competes for 9090 and friends. Its own output is the
-evidence: the webhook receiver's line for the alert, which has travelled redis ->
-exporter -> Prometheus (the generated rules) -> Alertmanager -> receiver.
+every 1 s, more than 3 dead jobs for 5 s, the failing phase 15 s in: the only
+differences from `make demo`) and `--free-ports` so it never competes for 9090 and
+friends. Its own output is the evidence: the webhook receiver's lines for the alerts,
+which have travelled redis -> exporter -> Prometheus (the generated rules) ->
+Alertmanager -> receiver, among them the SLO page its failing phase burns the budget for.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ RUNBOOK_LINE = re.compile(
     r"^\s+runbook: (?P<url>http://127\.0\.0\.1:\d+/DeadLetterDepthHigh\.html)$"
 )
 AGENTJOBS_LINE = re.compile(r"^try:\s+(?P<command>.+ info .+)$")
+FAILING_LINE = re.compile(r"^FAILING PHASE: the flights upstream is down")
+SLO_ALERT_LINE = re.compile(r"^ALERT FIRING JobAvailabilityBudgetBurnFast agent_type=flights ")
+SLO_RUNBOOK_LINE = re.compile(
+    r"^\s+runbook: (?P<url>http://127\.0\.0\.1:\d+/JobAvailabilityBudgetBurnFast\.html)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +209,21 @@ def test_the_demo_alert_reaches_the_receiver_and_ctrl_c_stops_everything(
     assert info.returncode == 0, info.stderr
     [dead_type] = [t for t in json.loads(info.stdout)["types"] if t["agent_type"] == alert["type"]]
     assert dead_type["dead"] > 3 and dead_type["active_workers"] == 2, dead_type
+
+    # The failing phase burns flights' error budget fast enough to page, after it began.
+    failing_at, _ = output.wait_for(FAILING_LINE, timeout=60)
+    slo_at, _ = output.wait_for(SLO_ALERT_LINE, timeout=90)
+    lines = output.snapshot()
+    assert slo_at > failing_at, "\n".join(lines[: slo_at + 3])
+    assert "(severity=critical)" in lines[slo_at]
+    assert "flights burns its availability error budget" in lines[slo_at + 1]
+    slo_runbook = SLO_RUNBOOK_LINE.search(lines[slo_at + 2])
+    assert slo_runbook is not None, "\n".join(lines[slo_at:])
+    with urllib.request.urlopen(slo_runbook["url"], timeout=10) as response:
+        page = response.read().decode()
+    assert "The error budget" in page and "14.4x" in page
+    # dining fails within its own (demo) objective: no page for it.
+    assert not [line for line in lines if "BudgetBurnFast agent_type=dining" in line]
 
     demo.process.send_signal(signal.SIGINT)
     assert demo.process.wait(timeout=60) == 0, "\n".join(output.snapshot()[-30:])

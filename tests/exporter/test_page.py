@@ -19,7 +19,7 @@ from redis.exceptions import ResponseError
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs_exporter.collector import ScrapeResult, metric_families, registry_for
-from platform_common.jobs_exporter.page import page_format, render_page
+from platform_common.jobs_exporter.page import PageMemory, page_format, render_page
 from platform_common.jobs_exporter.reader import make_exporter_client
 from platform_common.jobs_exporter.server_stats import ServerStats
 from platform_common.jobs_exporter.service import Exporter
@@ -30,6 +30,7 @@ from platform_common.jobs_exporter.snapshot import (
     TypeSnapshot,
     WorkerBeat,
 )
+from platform_common.jobs_exporter.stats_hash import BucketExemplar
 from platform_common.jobs_exporter.wire import pack, send_and_read
 from tests.support.exporter_data import of, parse, seed_type
 from tests.support.sync_redis import sync_reply
@@ -63,7 +64,15 @@ ACCEPTS = [
     (PROMETHEUS_3, True),
 ]
 
-LATENCY = LatencyHistogram(((0.5, 5), (2.5, 8), (math.inf, 9)), 12.25)
+LATENCY = LatencyHistogram(
+    ((0.5, 5), (2.5, 8), (math.inf, 9)),
+    12.25,
+    # OpenMetrics writes them on their buckets' lines; the text format has none.
+    (
+        (0.5, BucketExemplar("4bf92f3577b34da6a3ce929d0e0e4736", 0.25, 1_700_000_099.123)),
+        (math.inf, BucketExemplar("a" * 32, 30.5, 1_700_000_100.0)),
+    ),
+)
 DINING = TypeSnapshot(
     agent_type="dining",
     queue_depth=7,
@@ -157,6 +166,17 @@ def test_page_is_byte_identical_to_prometheus_client(
         assert render_page(result, namespace, openmetrics) == expected
 
 
+def test_exemplars_are_on_the_openmetrics_page_only_whatever_was_rendered_before() -> None:
+    result = RESULTS["full"]
+    memory = PageMemory()
+    openmetrics = render_page(result, "", True, memory)
+    assert b'# {trace_id="4bf92f3577b34da6a3ce929d0e0e4736"} 0.25 1700000099.123\n' in openmetrics
+    # The same memory (kept lines) for a text page next: no exemplar leaks into it.
+    text = render_page(result, "", False, memory)
+    assert b"trace_id" not in text and text == reference(result, "", None)[0]
+    assert render_page(result, "", True, memory) == openmetrics
+
+
 LABEL_TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 NUMBER = st.one_of(st.integers(-(10**20), 10**20), st.floats(allow_nan=True, allow_infinity=True))
 COUNT = st.one_of(st.integers(0, 10**20), st.floats(allow_nan=False, allow_infinity=True))
@@ -167,9 +187,20 @@ def histograms(draw: st.DrawFn) -> LatencyHistogram | None:
     bounds = draw(st.lists(st.floats(-10, 1e12, allow_nan=False), max_size=5, unique=True))
     counts = draw(st.lists(COUNT, min_size=len(bounds) + 1, max_size=len(bounds) + 1))
     buckets = tuple(zip([*sorted(bounds), math.inf], counts, strict=True))
+    exemplars = tuple((bound, draw(exemplar_of())) for bound, _ in buckets if draw(st.booleans()))
     # Counts that are floats, or not ascending, are no parse's output: the page must be
     # the same all the same.
-    return draw(st.none() | st.just(LatencyHistogram(buckets, draw(NUMBER))))  # type: ignore[arg-type]
+    histogram = LatencyHistogram(buckets, draw(NUMBER), exemplars)  # type: ignore[arg-type]
+    return draw(st.none() | st.just(histogram))
+
+
+@st.composite
+def exemplar_of(draw: st.DrawFn) -> BucketExemplar:
+    return BucketExemplar(
+        draw(st.from_regex(r"[0-9a-f]{32}", fullmatch=True)),
+        draw(st.floats(0, 1e12, allow_nan=False)),
+        draw(st.integers(0, 10**15)) / 1000,
+    )
 
 
 @st.composite

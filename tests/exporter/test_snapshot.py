@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import pytest
+
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, MAX_ERROR_CLASSES
 from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
 from platform_common.jobs.type_registry import scan_count, select_types
 from platform_common.jobs_exporter.snapshot import TypeSnapshot, type_snapshot
-from platform_common.jobs_exporter.stats_hash import parse_stats
+from platform_common.jobs_exporter.stats_hash import BucketExemplar, parse_stats
 
 NOW_MS = 1_700_000_100_000
 
@@ -209,3 +211,53 @@ def test_worker_heartbeats_stalest_first_and_capped() -> None:
     assert [w.age_seconds for w in snapshot.workers] == sorted(
         (w.age_seconds for w in snapshot.workers), reverse=True
     )
+
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_exemplars_lead_from_a_bucket_to_a_recent_jobs_trace() -> None:
+    stats = {"latency_le:0.5": "3", "latency_le:2.5": "1", "latency_sum": "3.1",
+             "latency_count": "4", "latency_ex:0.5": f"{TRACE} 0.25 1700000099123",
+             "latency_ex:2.5": f"{'a' * 32} 2 1700000098000",
+             "run_le:0.5": "4", "run_sum": "1", "run_count": "4",
+             "run_ex:0.5": f"{TRACE} 0.125 1700000099123"}  # fmt: skip
+    snapshot, malformed = parse_type_reply("dining", reply(stats), (0.5, 2.5))
+    assert malformed == 0
+    assert snapshot.latency is not None and snapshot.run is not None
+    assert snapshot.latency.exemplars == (
+        (0.5, BucketExemplar(TRACE, 0.25, 1_700_000_099.123)),
+        (2.5, BucketExemplar("a" * 32, 2.0, 1_700_000_098.0)),
+    )
+    assert snapshot.run.exemplars == ((0.5, BucketExemplar(TRACE, 0.125, 1_700_000_099.123)),)
+    assert snapshot.wait is not None and snapshot.wait.exemplars == ()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"{TRACE} 0.25",  # no time
+        f"{TRACE.upper()} 0.25 1700000099123",  # W3C trace ids are lowercase hex
+        f"{'0' * 32} 0.25 1700000099123",  # the invalid all-zero trace id
+        f"{TRACE[:-1]} 0.25 1700000099123",
+        f"{TRACE} 0.75 1700000099123",  # not within its bucket (0.5)
+        f"{TRACE} nan 1700000099123",
+        f"{TRACE} 0.25 17000000991230000",  # a time past 15 digits
+        f"{TRACE}  0.25 1700000099123",
+    ],
+)
+def test_a_malformed_exemplar_is_skipped_and_counted(value: str) -> None:
+    stats = {"latency_le:0.5": "1", "latency_sum": "0.25", "latency_count": "1",
+             "latency_ex:0.5": value}  # fmt: skip
+    snapshot, malformed = parse_type_reply("dining", reply(stats), (0.5,))
+    assert malformed == 1
+    assert snapshot.latency is not None and snapshot.latency.exemplars == ()
+
+
+def test_an_exemplar_of_a_bucket_without_jobs_or_outside_the_buckets_is_dropped() -> None:
+    stats = {"latency_le:0.5": "1", "latency_sum": "0.25", "latency_count": "1",
+             "latency_ex:2.5": f"{TRACE} 1 1700000099123",  # its bucket holds no job
+             "latency_ex:7": f"{TRACE} 6 1700000099123"}  # fmt: skip
+    snapshot, malformed = parse_type_reply("dining", reply(stats), (0.5, 2.5))
+    assert malformed == 2
+    assert snapshot.latency is not None and snapshot.latency.exemplars == ()

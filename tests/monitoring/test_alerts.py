@@ -18,6 +18,7 @@ from platform_common.jobs_monitoring.alerts.prometheus_rules import promtool_tes
 from platform_common.jobs_monitoring.alerts.promtool_cases import boundary_cases, seconds
 from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.slo_queries import recording_rules
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.monitoring.schema_check import errors, schema
 from tests.support.prometheus import promtool
@@ -50,7 +51,9 @@ def grafana_rules() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def prometheus_rules() -> list[dict[str, Any]]:
-    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+    """The alerting rules (the SLOs' recording rules are in a group of their own)."""
+    rules = [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
+    return [rule for rule in rules if "alert" in rule]
 
 
 # -- promtool --------------------------------------------------------------------
@@ -59,7 +62,9 @@ def prometheus_rules() -> list[dict[str, Any]]:
 def test_promtool_check_rules_passes_with_lint_fatal() -> None:
     result = promtool("check", "rules", "--lint-fatal", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alert_specs(load_config()))} rules found" in result.stdout
+    config = load_config()
+    count = len(alert_specs(config)) + len(recording_rules(config))
+    assert f"SUCCESS: {count} rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -73,6 +78,8 @@ def test_every_alert_has_a_firing_and_a_quiet_case_at_its_boundaries() -> None:
     tests = load_yaml(RULE_TESTS)["tests"]
     cases = boundary_cases(config)
     for spec in alert_specs(config):
+        if spec.slo is not None:  # the burn-rate alerts' stories: tests/monitoring/test_slo.py
+            continue
         fires_at = cases[spec.name].onset + seconds(spec.for_)
         checks = [
             (seconds(check["eval_time"]), bool(check["exp_alerts"]))
@@ -241,11 +248,14 @@ def test_grafana_and_prometheus_carry_the_same_alerts(
         evaluator = graf["data"][2]["model"]["conditions"][0]["evaluator"]
         assert graf["data"][0]["model"]["expr"] == spec.query
         assert (evaluator["type"], evaluator["params"]) == (spec.op, [spec.threshold])
-        assert prom["expr"] == spec.expr == f"{spec.query} {spec.condition}"
+        # The burn-rate alerts: Prometheus reads the recordings, Grafana computes inline
+        # (the SLO stories check both give the same answer).
+        query = spec.query if spec.slo is None else spec.rule_query
+        assert prom["expr"] == spec.expr == f"{query} {spec.condition}"
         assert graf["for"] == prom["for"] == spec.for_
-        assert (
-            graf["labels"] == prom["labels"] == {"action": spec.action, "severity": spec.severity}
-        )
+        slo = {} if spec.slo is None else {"slo": spec.slo}
+        labels = {"action": spec.action, "severity": spec.severity, **slo}
+        assert graf["labels"] == prom["labels"] == labels
         notes = prom["annotations"]
         assert notes["runbook_url"] == graf["annotations"]["runbook_url"]
         assert (

@@ -27,6 +27,8 @@ CONSOLE = "https://ops.example.com/console"
 PER_TYPE = {
     "DeadLetterDepthHigh", "JobFailureRatioHigh", "JobLatencyP95AboveSLO", "JobsExpiring",
     "OldestJobOlderThanTTL", "QueueDepthHigh", "QueueIdle", "QueueNoActiveWorkers",
+    "JobAvailabilityBudgetBurnFast", "JobAvailabilityBudgetBurnSlow",
+    "JobLatencyBudgetBurnFast", "JobLatencyBudgetBurnSlow",
 }  # fmt: skip
 """The alerts that fire per agent type (the others are about the exporter or Redis)."""
 

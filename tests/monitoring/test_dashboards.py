@@ -21,6 +21,7 @@ from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.dashboards.encode import render
 from platform_common.jobs_monitoring.dashboards.queue_overview import queue_overview
 from platform_common.jobs_monitoring.site import load_config
+from platform_common.jobs_monitoring.slo import ALERT_WINDOWS
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.monitoring.schema_check import errors, schema
 
@@ -190,15 +191,27 @@ def metric_of(series: str) -> Metric | None:
     return SERIES[series]  # KeyError: a series name the catalogue does not know
 
 
+def _slo_panel_ids() -> set[int]:
+    """The SLO row's panels and the burn-rate alerts' stats: their windows are the SLOs'."""
+    specs = alert_specs(load_config())
+    stats = {int(P.ALERT_STATS) + index for index, spec in enumerate(specs) if spec.slo}
+    return stats | {int(panel) for panel in P if panel.name.startswith("SLO_")}
+
+
 def test_rates_use_rate_interval_and_counters_only_inside_rates(board: dict[str, Any]) -> None:
     counters = counter_series()
     config = load_config()
     # QueueIdle's range is its idle time, not a rate window: its stat shows the alert's value.
     idle_stat = int(P.ALERT_STATS) + [s.name for s in alert_specs(config)].index("QueueIdle")
+    slo_windows = {*ALERT_WINDOWS, config.slo_availability.window, config.slo_latency.window}
+    slo_panels = _slo_panel_ids()
     for panel_id, expr in exprs(board):
         for _function, _series, window in RANGE_FUNCTION.findall(expr):
-            expected = config.queue_idle_for if panel_id == idle_stat else "$__rate_interval"
-            assert window == expected, (panel_id, expr)
+            if panel_id in slo_panels:
+                assert window in slo_windows, (panel_id, expr)
+            else:
+                expected = config.queue_idle_for if panel_id == idle_stat else "$__rate_interval"
+                assert window == expected, (panel_id, expr)
         for name, _ in SELECTOR.findall(expr):
             if name in counters:
                 assert re.search(rf"\b(rate|irate|increase)\({name}\{{", expr), (panel_id, name)

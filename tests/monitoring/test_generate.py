@@ -140,7 +140,7 @@ def test_script_names_a_bad_key_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def _rule(document: Any, name: str, key: str) -> dict[str, Any]:
-    [rule] = [r for group in document["groups"] for r in group["rules"] if r[key] == name]
+    [rule] = [r for group in document["groups"] for r in group["rules"] if r.get(key) == name]
     found: dict[str, Any] = rule
     return found
 

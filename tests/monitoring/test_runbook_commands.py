@@ -30,10 +30,12 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+import yaml
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs_monitoring import outputs
+from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs
 from tests.support.prometheus import PrometheusServer
@@ -114,11 +116,15 @@ class Site:
 
 
 def _scraping(
-    stack: ExitStack, exporter_address: str, job_name: str = "queue-exporter"
+    stack: ExitStack,
+    exporter_address: str,
+    job_name: str = "queue-exporter",
+    rules: Path | None = None,
 ) -> PrometheusServer:
     """A Prometheus that has scraped its one target at least once (up or down)."""
+    rule_files = [] if rules is None else [rules]
     prometheus = stack.enter_context(
-        PrometheusServer(targets=[exporter_address], job_name=job_name)
+        PrometheusServer(targets=[exporter_address], job_name=job_name, rule_files=rule_files)
     )
     wait_until(lambda: any(t["health"] in ("up", "down") for t in prometheus.targets()), timeout=30)
     return prometheus
@@ -143,6 +149,11 @@ def _site(stack: ExitStack, kind: str, redis_url: str, main: Site) -> Site:
     if kind == "exporter-cannot-read-redis":  # Redis is up for on-call, not for it
         exporter = _exporter(stack, f"redis://127.0.0.1:{find_free_port()}/0")
         return Site(redis_url, exporter.url, _scraping(stack, f"127.0.0.1:{exporter.port}"))
+    if kind == "slo":  # a Prometheus with the rule file: the SLOs' recordings
+        rules = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "rules.yml"
+        rules.write_text(yaml.safe_dump(rule_file(load_config().test_settings(interval="1s"))))
+        address = main.exporter_url.removeprefix("http://")
+        return Site(redis_url, main.exporter_url, _scraping(stack, address, rules=rules))
     raise AssertionError(f"unknown site {kind}")
 
 
@@ -193,6 +204,17 @@ async def dead_letters(queue: JobQueue, client: redis.Redis) -> None:
 async def failing(queue: JobQueue, client: redis.Redis) -> None:
     await _run_through(queue, 2, _succeed)
     await _run_through(queue, 3, _poison)
+
+
+async def slow(queue: JobQueue, client: redis.Redis) -> None:
+    """Jobs that complete a minute after their enqueue, over the latency SLO's threshold:
+    each handler moves its job's enqueue time back (a minute of waiting, without the wait)."""
+
+    async def aged(job: JobPayload) -> dict[str, str]:
+        client.hincrby(DINING.job(job.job_id), "enqueued_at", -60_000)
+        return {"ok": job.job_id}
+
+    await _run_through(queue, 3, aged)
 
 
 async def idle(queue: JobQueue, client: redis.Redis) -> None:
@@ -253,6 +275,14 @@ STATES: dict[str, State] = {
     "JobsExpiring": State(backlog),
     "QueueExporterDroppingAgentTypes": State(backlog),
     "QueueExporterMalformedValues": State(malformed_counter),
+    "JobAvailabilityBudgetBurnFast": State(
+        failing, site="slo", shows=(POISON, 'window="5m"', "│ availability │")
+    ),
+    "JobAvailabilityBudgetBurnSlow": State(failing, site="slo", shows=(POISON, 'window="3d"')),
+    "JobLatencyBudgetBurnFast": State(
+        slow, site="slo", shows=('window="1h"', "No workers.", "│ latency      │")
+    ),
+    "JobLatencyBudgetBurnSlow": State(slow, site="slo", shows=('window="28d"',)),
 }
 
 

@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from platform_common.jobs.errors import ConfigurationError
+from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS
 from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.site import DEFAULTS_FILE, SITE_SETTINGS, load_config
+from platform_common.jobs_monitoring.slo import Objective
 
 
 def site_file(tmp_path: Path, text: str) -> Path:
@@ -178,3 +180,88 @@ def test_bad_settings_name_themselves(changes: dict[str, Any], setting: str) -> 
     with pytest.raises(ConfigurationError) as caught:
         replace(load_config(), **changes)
     assert caught.value.setting == setting
+
+
+# -- service-level objectives ------------------------------------------------------------
+
+
+def test_slo_defaults_are_the_documented_ones() -> None:
+    config = load_config()
+    assert config.slo_availability == Objective(target=0.99, window="28d")
+    assert config.slo_latency == Objective(target=0.95, window="28d", threshold_seconds=30.0)
+    assert config.slo_overrides == {} and config.alerts_off == ()
+    assert config.histogram_bounds == DEFAULT_LATENCY_BUCKETS  # latency_buckets: []
+
+
+def test_an_agent_types_slo_override_changes_only_what_it_names(tmp_path: Path) -> None:
+    config = load_config(
+        site_file(
+            tmp_path,
+            "slo_overrides:\n"
+            "  dining: {latency: {threshold_seconds: 60}}\n"
+            "  flights: {availability: {target: 0.999, window: 4w}}\n",
+        )
+    )
+    assert config.slo_objectives("latency") == {
+        "dining": Objective(target=0.95, window="28d", threshold_seconds=60.0)
+    }
+    assert config.slo_objectives("availability") == {
+        "flights": Objective(target=0.999, window="4w")
+    }
+    assert config.slo_latency.threshold_seconds == 30  # every other type keeps the default
+
+
+def test_a_sites_own_buckets_decide_which_latency_thresholds_exist(tmp_path: Path) -> None:
+    text = (
+        "latency_buckets: [1, 20, 40]\n"
+        "slo_latency: {target: 0.95, threshold_seconds: 20, window: 28d}\n"
+    )
+    config = load_config(site_file(tmp_path, text))
+    assert config.histogram_bounds == (1.0, 20.0, 40.0)
+    assert config.slo_latency.threshold_seconds == 20
+
+
+@pytest.mark.parametrize(
+    ("text", "setting", "expected"),
+    [
+        # unknown keys, at every level
+        ("slo_latency: {target: 0.95, threshold_seconds: 30, window: 28d, le: 30}\n",
+         "slo_latency.le", "unknown"),
+        ("slo_availability: {target: 0.99, window: 28d, threshold_seconds: 30}\n",
+         "slo_availability.threshold_seconds", "unknown"),
+        ("slo_overrides: {dining: {latncy: {target: 0.99}}}\n",
+         "slo_overrides[dining].latncy", "unknown"),
+        ("slo_overrides: {dining: {latency: {objective: 0.99}}}\n",
+         "slo_overrides[dining].latency.objective", "unknown"),
+        # impossible values
+        ("slo_availability: {target: 1, window: 28d}\n", "slo_availability.target", "(0, 1)"),
+        ("slo_availability: {target: 1.5, window: 28d}\n", "slo_availability.target", "(0, 1)"),
+        ("slo_availability: {target: 0.9, window: 28d}\n", "slo_availability.target",
+         "could never fire"),
+        ("slo_latency: {target: 0.95, threshold_seconds: 20, window: 28d}\n",
+         "slo_latency.threshold_seconds", "not a bound of the latency histogram"),
+        ("slo_overrides: {dining: {latency: {threshold_seconds: 45}}}\n",
+         "slo_overrides[dining].latency.threshold_seconds", "not a bound"),
+        ("slo_overrides: {dining: {availability: {target: 1}}}\n",
+         "slo_overrides[dining].availability.target", "no error budget"),
+        ("slo_availability: {target: 0.99, window: 2d}\n", "slo_availability.window",
+         "shorter than the 3d"),
+        ("slo_availability: {target: 0.99, window: a month}\n", "slo_availability.window",
+         "not a duration"),
+        ("latency_buckets: [30, 10]\n", "latency_buckets", "ascending"),
+        # missing and mistyped
+        ("slo_availability: {target: 0.99}\n", "slo_availability.window", "missing"),
+        ("slo_latency: {target: 95%, threshold_seconds: 30, window: 28d}\n",
+         "slo_latency.target", "a number"),
+        ("slo_overrides: {dining: 0.99}\n", "slo_overrides[dining]", "a mapping"),
+        ("slo_overrides: [dining]\n", "slo_overrides", "a mapping"),
+        ("alerts_off: JobFailureRatioHigh\n", "alerts_off", "a list"),
+        ("alerts_off: [1]\n", "alerts_off[0]", "a string"),
+    ],
+)  # fmt: skip
+def test_bad_slos_are_refused_naming_the_key_and_the_file(
+    tmp_path: Path, text: str, setting: str, expected: str
+) -> None:
+    error = refused(tmp_path, text)
+    assert error.setting == setting
+    assert expected in error.problem and str(tmp_path / "site.yaml") in error.problem

@@ -55,7 +55,8 @@ class PrometheusServer:
 
     `targets` are "host:port" strings of one job (`job_name`, path `/metrics`);
     `scrape_configs` adds whole extra jobs. `rule_files` are copied into the temp dir;
-    `alertmanager` is "host:port" of an Alertmanager to send alerts to.
+    `alertmanager` is "host:port" of an Alertmanager to send alerts to; `features` are
+    --enable-feature flags (`exemplar-storage`).
     """
 
     def __init__(
@@ -69,8 +70,11 @@ class PrometheusServer:
         alertmanager: str | None = None,
         scrape_configs: Sequence[Mapping[str, Any]] = (),
         external_labels: Mapping[str, str] | None = None,
+        features: Sequence[str] = (),
     ) -> None:
         self.port = find_free_port()
+        self.features = tuple(features)
+        """--enable-feature values, e.g. "exemplar-storage"."""
         self.directory = Path(tempfile.mkdtemp(prefix="pcj-prometheus-"))
         self.process: subprocess.Popen[bytes] | None = None
         self._log_path = self.directory / "prometheus.log"
@@ -104,6 +108,7 @@ class PrometheusServer:
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--web.enable-lifecycle",
             "--log.level=warn",
+            *(f"--enable-feature={feature}" for feature in self.features),
         ]
         self.process = start_until_ready(
             args,
@@ -178,6 +183,10 @@ class PrometheusServer:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{expr!r} never satisfied the predicate; last: {result}")
             time.sleep(0.05)
+
+    def exemplars(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        """/api/v1/query_exemplars: per series, its `seriesLabels` and `exemplars`."""
+        return list(self.api("query_exemplars", query=expr, start=str(start), end=str(end)))
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self.api("targets")["activeTargets"])

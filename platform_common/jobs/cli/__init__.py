@@ -9,6 +9,7 @@
     dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
     console    serve the queue console locally (read-only on 127.0.0.1 by default)
     deploy render   the workers' Kubernetes objects and a PrometheusRule (`monitoring` extra)
+    slo        each agent type's SLOs, error budget left and burn rate, from Prometheus
 
 `worker` runs with the core dependencies alone (deployments start workers without the
 `cli` extra); the other commands are a typer app (`root`), one module per command

@@ -49,7 +49,7 @@ EXIT_INTERRUPTED = 130
 ENV_PREFIX = "AGENTJOBS_"
 DEBUG_ENV = "AGENTJOBS_DEBUG"
 PROMETHEUS_URL_ENV = "AGENTJOBS_PROMETHEUS_URL"
-"""The Prometheus scraping the exporter (`info` and `console` --prometheus-url)."""
+"""The Prometheus scraping the exporter (`info`, `console` and `slo` --prometheus-url)."""
 ENV_VARIABLES = frozenset({DEBUG_ENV, PROMETHEUS_URL_ENV})
 _DEBUG_HINT = f"--debug or {DEBUG_ENV}=1 shows the traceback"
 

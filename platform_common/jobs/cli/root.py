@@ -18,6 +18,7 @@ from . import (
     deploy_command,
     info_command,
     job_command,
+    slo_command,
     store_commands,
     worker_command,
     workers_command,
@@ -86,6 +87,7 @@ app.add_typer(dead_command.app, name="dead")
 app.add_typer(dead_command.failed_app, name="failed")
 app.command("console", help=console_command.HELP)(console_command.console)
 app.add_typer(deploy_command.app, name="deploy")
+app.command("slo", help=slo_command.HELP)(slo_command.slo)
 
 
 def run_app(args: list[str], prog: str) -> int:
