@@ -11,7 +11,7 @@ No rendering here: the CLI modules parse options and draw the results.
                 select (ids | all | error matches: the whole list), requeue, purge
     console     job_pages.list_jobs (a type's waiting/running/delayed/dead, paged),
                 history.CounterHistory (the last hour per minute, while it reads)
-    slo         slo.read_slos (the SLO recordings of the generated rule file, from
+    slo         slo_status.read_slos (the SLO recordings of the generated rule file, from
                 Prometheus)
 
 Each works on a JobQueue (operator_queue opens one as the worker would) through its
