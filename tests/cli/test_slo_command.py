@@ -22,7 +22,7 @@ import yaml
 
 from platform_common.jobs.cli import main
 from platform_common.jobs.metric_catalogue import by_key
-from platform_common.jobs.operations import slo as operations
+from platform_common.jobs.operations import slo_status as operations
 from platform_common.jobs_monitoring import slo_queries
 from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
 from platform_common.jobs_monitoring.site import load_config

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ..operations.prometheus import PrometheusSource, PrometheusUnavailable
-from ..operations.slo import LONG_WINDOW, SloStatus, read_slos
+from ..operations.slo_status import LONG_WINDOW, SloStatus, read_slos
 from .exits import EXIT_FAILURE, EXIT_USAGE, PROMETHEUS_URL_ENV, CliError
 from .info_command import PrometheusUrlOption
 from .operator_output import (

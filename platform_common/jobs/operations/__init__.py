@@ -12,7 +12,7 @@ No rendering here: the CLI modules parse options and draw the results.
                 implementation for both kept lists (KeptList)
     console     job_pages.list_jobs (a type's waiting/running/delayed/dead/failed, paged),
                 history.CounterHistory (the last hour per minute, while it reads)
-    slo         slo.read_slos (the SLO recordings of the generated rule file, from
+    slo         slo_status.read_slos (the SLO recordings of the generated rule file, from
                 Prometheus)
 
 Each works on a JobQueue (operator_queue opens one as the worker would) through its
