@@ -41,6 +41,7 @@ DURATION_FIELDS = (
     "expired_rate_high_for",
     "agent_types_dropped_for",
     "malformed_values_for",
+    "queue_paused_too_long_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -106,6 +107,8 @@ class MonitoringConfig:
     expired_rate_high_for: str
     agent_types_dropped_for: str
     malformed_values_for: str
+    queue_paused_too_long_for: str
+    """QueuePausedTooLong: an agent type paused (JobQueue.pause) longer than this."""
 
     for_override: str | None = None
     """Test settings only, never a site setting: replaces every alert's `for`."""

@@ -334,10 +334,11 @@ _OPERATOR_READS = (
     Grant(("zscore",), (_queue("leases"),)),
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
-    Grant(("get",), (_queue("result:*"),)),
+    # Results, and whether the type is paused (since when).
+    Grant(("get",), (_queue("result:*"), _queue("paused"))),
 )
 
-_DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")
+_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause")
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -398,7 +399,8 @@ ROLES: dict[str, AclRole] = {
                 # One EXISTS spans job hashes and results (a held result takes its id too),
                 # and Redis checks all keys of a command against one selector.
                 Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
-                Grant(("get",), (_queue("result:*"),)),
+                # Results, and whether the type is paused (JobQueue.pause_state).
+                Grant(("get",), (_queue("result:*"), _queue("paused"))),
                 # The enqueue script's type checks, before it writes.
                 Grant(
                     ("type",),
@@ -465,6 +467,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
                 # How many jobs wait packed: HLEN counts the fields, never reads a value.
                 Grant(("hlen",), (_queue("queued"),)),
+                # Whether the type is paused (queue_paused).
+                Grant(("get",), (_queue("paused"),)),
             ),
             channels="none",
             scoped=False,
@@ -486,15 +490,17 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="operator",
             summary=(
-                "reads what the reader reads, and requeues and purges dead letters (the "
-                "read-write console, dead requeue and purge); cannot enqueue, write a "
-                "job's payload (no HSET), take, claim, complete or fail jobs"
+                "reads what the reader reads, requeues and purges dead letters, and pauses "
+                "and resumes agent types (the read-write console, dead requeue and purge, "
+                "pause, resume); cannot enqueue, write a job's payload (no HSET), take, "
+                "claim, complete or fail jobs"
             ),
-            scripts=_DEAD_LETTER_SCRIPTS,
+            scripts=_OPERATOR_SCRIPTS,
             keyless=("time", "info"),
             grants=(
                 *_OPERATOR_READS,
-                # The two dead-letter scripts, with exactly the keys they declare.
+                # The dead-letter scripts and the pause script, with exactly the keys they
+                # declare.
                 Grant(
                     _SCRIPTING,
                     (
@@ -505,6 +511,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("waiting", write=True),
                         _queue("job:*", write=True),
                         _queue("result:*", write=True),
+                        _queue("paused", write=True),
                     ),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
@@ -518,6 +525,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("stats"),
                         _queue("waiting"),
                         _queue("job:*"),
+                        _queue("paused"),
                     ),
                 ),
                 Grant(("hget",), (_queue("stats"),)),
@@ -533,6 +541,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hdel", "hincrby", "persist"), (_queue("job:*", write=True),)),
                 # One DEL takes a record and its result: one selector for both.
                 Grant(("del",), (_queue("job:*", write=True), _queue("result:*", write=True))),
+                # The pause: its moment written, or the key deleted to resume.
+                Grant(("set", "del"), (_queue("paused", write=True),)),
             ),
             channels="none",
             scoped=True,

@@ -73,6 +73,12 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
                                      (newest first); both lists are capped, see retention.py
     jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
+    jobs:{type}:paused        STRING the Redis time (ms) the type was paused at
+                                     (queue/pausing.py); absent while it runs. The claim
+                                     reads it: while it exists no job of the type is
+                                     started (a job a worker's BLMOVE took goes back to
+                                     the queue list). Enqueue, retries, expiry and the
+                                     chores go on.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -195,6 +201,7 @@ _QUEUE_KEY_TYPES = {
     "dead": "list",
     "failed": "list",
     "stats": "hash",
+    "paused": "string",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -368,6 +375,10 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return f"{self.base}:stats"
+
+    @property
+    def paused(self) -> str:
+        return f"{self.base}:paused"
 
     @property
     def workers(self) -> str:

@@ -83,6 +83,7 @@ CATALOGUE: tuple[Metric, ...] = (
     # What on-call needs beside them.
     _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
     _m("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting for a retry (delayed sorted set).", "short"),
+    _m("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
     _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
     _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
     _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),

@@ -27,6 +27,7 @@ CONSOLE = "https://ops.example.com/console"
 PER_TYPE = {
     "DeadLetterDepthHigh", "JobFailureRatioHigh", "JobLatencyP95AboveSLO", "JobsExpiring",
     "OldestJobOlderThanTTL", "QueueDepthHigh", "QueueIdle", "QueueNoActiveWorkers",
+    "QueuePausedTooLong",
 }  # fmt: skip
 """The alerts that fire per agent type (the others are about the exporter or Redis)."""
 

@@ -210,6 +210,11 @@ async def evicting_policy(queue: JobQueue, client: redis.Redis) -> None:
     client.config_set("maxmemory-policy", "allkeys-lru")
 
 
+async def paused(queue: JobQueue, client: redis.Redis) -> None:
+    await _backlog(queue, 5)
+    await queue.pause(AGENT_TYPE)
+
+
 async def malformed_counter(queue: JobQueue, client: redis.Redis) -> None:
     await _run_through(queue, 2, _succeed)
     client.hset(DINING.stats, "completed", "not-a-number")
@@ -253,6 +258,7 @@ STATES: dict[str, State] = {
     "JobsExpiring": State(backlog),
     "QueueExporterDroppingAgentTypes": State(backlog),
     "QueueExporterMalformedValues": State(malformed_counter),
+    "QueuePausedTooLong": State(paused, shows=("for ", "dining: resumed (paused since")),
 }
 
 

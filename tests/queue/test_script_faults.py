@@ -621,6 +621,15 @@ async def test_purge_deletes_a_record_or_result_of_any_type(env: Env, role: str,
     assert not await env.raw.exists(DINING.dead, DINING.job(job_id), DINING.result(job_id))
 
 
+# -- queue_pause: JobQueue.pause, resume (and pause_state, which reads the key) -----------
+@pytest.mark.parametrize("call", ["pause", "resume", "pause_state"])
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"string"}))
+async def test_pause_refuses_a_paused_key_of_another_type(env: Env, call: str, kind: str) -> None:
+    await env.queued()
+    await env.plant(DINING.paused, kind)
+    await refused(env, lambda: getattr(env.queue, call)("dining"), DINING.paused)
+
+
 # -- queue_claim: AttemptCalls.claim -----------------------------------------------------------
 CLAIM_SHARED = [
     ("processing", "list"),
@@ -632,6 +641,7 @@ CLAIM_SHARED = [
     ("queued", "hash"),
     ("arrivals", "zset"),
     ("arrived", "hash"),
+    ("paused", "string"),
 ]
 
 

@@ -107,6 +107,19 @@ def dead_requeue(keys: QueueKeys, job_id: str) -> Step:
     )  # fmt: skip
 
 
+def pause_and_resume(keys: QueueKeys) -> Step:
+    """The pause script, then the resume (which writes only when the type is paused):
+    the second is sent only if the first was let through (a refusal raises)."""
+    paused = script("queue_pause", [keys.paused], ["pause"])
+    resumed = script("queue_pause", [keys.paused], ["resume"])
+
+    async def run(client: aioredis.Redis) -> None:
+        await paused(client)
+        await resumed(client)
+
+    return run
+
+
 def inject(keys: QueueKeys, job_id: str) -> Step:
     """A job no one enqueued: its job hash with a payload, its deadline and wait in the
     expiry and waiting sets, its id on the queue (all a claim needs to run it). Each
@@ -211,6 +224,12 @@ OPERATIONS = (
               (script("queue_dead_purge", [OWN.dead, OWN.job("d1"), OWN.result("d1")],
                       ["dead", "", "d1"]),),
               "refused", "allowed", "refused", "refused", "allowed"),
+    Operation("Pause or resume its agent type (pause script)",
+              (pause_and_resume(OWN),),
+              "refused", "refused", "refused", "refused", "allowed"),
+    Operation("Read whether its agent type is paused (GET of the paused key)",
+              (command("GET", OWN.paused),),
+              "allowed", "allowed", "allowed", "allowed", "allowed"),
     Operation("Use its JobStore agent's records (create script, HGETALL, SCAN MATCH)",
               (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
                command("SCAN", 0, "MATCH", OWN_STORE.scan_pattern())),
@@ -294,6 +313,11 @@ OPERATIONS = (
               (dead_requeue(OTHER, "d1"),
                script("queue_dead_purge", [OTHER.dead, OTHER.job("d1"), OTHER.result("d1")],
                       ["dead", "", "d1"])),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Pause or resume another agent type (pause script, SET or DEL of its paused "
+              "key)",
+              (pause_and_resume(OTHER), command("SET", OTHER.paused, "1"),
+               command("DEL", OTHER.paused)),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Read or write another JobStore agent's records",
               (command("HGETALL", OTHER_STORE.record("s1")),

@@ -16,6 +16,7 @@ from . import (
     dead_command,
     info_command,
     job_command,
+    pause_command,
     store_commands,
     worker_command,
     workers_command,
@@ -67,6 +68,8 @@ app.command("info", help=info_command.HELP)(info_command.info)
 app.command("workers", help=workers_command.HELP)(workers_command.workers)
 app.add_typer(job_command.app, name="job")
 app.add_typer(dead_command.app, name="dead")
+app.command("pause", help=pause_command.PAUSE_HELP)(pause_command.pause)
+app.command("resume", help=pause_command.RESUME_HELP)(pause_command.resume)
 app.command("console", help=console_command.HELP)(console_command.console)
 
 
