@@ -346,9 +346,9 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs, reads results, job state and depths, follows completion "
-                "events and uses the JobStore; cannot take, lease, complete or fail jobs, "
-                "nor delete or trim queue structures"
+                "enqueues jobs (scheduled ones too), reads results, job state and depths, "
+                "follows completion events and uses the JobStore; cannot take, lease, "
+                "complete or fail jobs, nor delete or trim queue structures"
             ),
             scripts=("queue_enqueue", *_STORE_SCRIPTS),
             keyless=(
@@ -372,9 +372,11 @@ ROLES: dict[str, AclRole] = {
                         _queue("arrivals", write=True),
                         _queue("arrived", write=True),
                         _queue("deadline_mark", write=True),
-                        _queue("job:*", write=True),  # read only, by EXISTS/HGET below
+                        _queue("job:*", write=True),  # a scheduled job's hash (HSET below)
                         _queue("result:*", write=True),  # read only, by EXISTS below
                         _queue("expiring:*", write=True),
+                        _queue("delayed", write=True),
+                        _queue("expiry", write=True),
                     ),
                 ),
                 # What the enqueue script writes, each command on its one kind of key: a
@@ -392,6 +394,11 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hdel",), (_queue("arrived", write=True),)),
                 Grant(("zrem",), (_queue("arrivals", write=True),)),
                 Grant(("hset",), (_queue("queued", write=True),)),
+                # A scheduled job (enqueue with a delay or run_at) waits as a retry does:
+                # its job hash, its due time in the delayed set, its deadline in the expiry
+                # set (docs/operations.md, note 1, says what HSET of job hashes allows).
+                Grant(("hset",), (_queue("job:*", write=True),)),
+                Grant(("zadd",), (_queue("delayed", write=True), _queue("expiry", write=True))),
                 # Reads: duplicate check and job state, results, depths and counters.
                 Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
                 Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
@@ -413,6 +420,8 @@ ROLES: dict[str, AclRole] = {
                         _queue("deadline_mark"),
                         _queue("expiring:*"),
                         _queue("job:*"),
+                        _queue("delayed"),
+                        _queue("expiry"),
                     ),
                 ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),

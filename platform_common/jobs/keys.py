@@ -63,7 +63,10 @@ Queue (one set per agent type), prefix default "jobs":
                                      returns the jobs); the worker's next take deletes its
                                      previous one, so about one exists per busy worker.
                                      Built by QueueKeys.take.
-    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
+    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here, and
+                                     scheduled jobs (enqueue with delay or run_at, their
+                                     job hash written by the enqueue, its run_at field
+                                     the due time); the promoter queues the due ones
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +35,8 @@ from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
 SINGLE = "single"
+RUN_AT = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
+"""Within the 60 s TTL of make_job's jobs, created now."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -362,6 +365,20 @@ def test_job_show_of_a_waiting_job_and_of_no_job(agentjobs: Any, redis_url: str)
     assert detail["result"] is None and detail["payload"]["job_id"] == job_id
     missing = agentjobs("job", "show", "dining", "no-such-job")
     assert (missing.code, missing.err) == (1, "error: job 'no-such-job' does not exist\n")
+
+
+def test_job_show_of_a_scheduled_job_says_when_it_runs(agentjobs: Any, redis_url: str) -> None:
+    async def schedule() -> str:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await queue.enqueue(make_job(), run_at=RUN_AT)
+
+    job_id = asyncio.run(schedule())
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert (detail["state"], detail["run_at"]) == ("queued", RUN_AT.timestamp())
+    shown = agentjobs("job", "show", "dining", job_id)
+    assert "scheduled for  " + RUN_AT.isoformat(timespec="milliseconds") in shown.out
+    info = agentjobs("info", "dining", "-o", "json").json()["types"][0]
+    assert (info["queued"], info["delayed"]) == (0, 1)
 
 
 # -- dead list / show -------------------------------------------------------------------

@@ -85,6 +85,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
         ("finished", timestamp(detail.finished_at)),
         ("expires", timestamp(detail.expires_at)),
     ]
+    rows += [("scheduled for", timestamp(detail.run_at))] if detail.run_at else []
     rows += [("retry due", timestamp(detail.due_at))] if detail.due_at else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []

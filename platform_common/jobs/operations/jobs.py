@@ -89,6 +89,8 @@ class JobDetail:
     unparsed: tuple[Unparsed, ...] = ()
     """Stored fields that do not parse, with their text: each is shown as absent above
     (the payload None, the history empty)."""
+    run_at: float | None = None
+    """When it was scheduled to run (enqueue with a delay or run_at); None if it was not."""
 
     def unparsed_field(self, field: str) -> Unparsed | None:
         """The stored `field` if it does not parse, else None."""
@@ -155,6 +157,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         history=record.history(),
         payload=record.document("payload"),
         result=result,
+        run_at=record.seconds("run_at"),
         unparsed=record.noted(),
     )
 

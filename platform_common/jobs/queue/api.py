@@ -6,6 +6,7 @@ import builtins
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
@@ -78,13 +79,21 @@ class JobQueue:
         with backend_errors(settings.redis):
             return cls(await QueueConnection.open(settings), tracer_provider=tracer_provider)
 
-    async def enqueue(self, job: Job) -> str:
-        """See Producer.enqueue."""
-        return await self._producer.enqueue(job)
+    async def enqueue(
+        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+    ) -> str:
+        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule)."""
+        return await self._producer.enqueue(job, delay=delay, run_at=run_at)
 
-    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
-        """See Producer.enqueue_many."""
-        return await self._producer.enqueue_many(jobs)
+    async def enqueue_many(
+        self,
+        jobs: Iterable[Job],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+    ) -> list[str]:
+        """See Producer.enqueue_many; `delay` or `run_at` schedules every job."""
+        return await self._producer.enqueue_many(jobs, delay=delay, run_at=run_at)
 
     @property
     def trace_context_dropped(self) -> dict[str, int]:
