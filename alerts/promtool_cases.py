@@ -356,5 +356,6 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "QueueExporterMalformedValues": _rate_case(
             "malformed", 0, "malformed_values_for", lambda b: b.by_target
         ),
+        "QueuePausedTooLong": _gauge_case("paused", 1, 0, humanize),
     }
     return {name: build(b) for name, build in builders.items()}

@@ -61,6 +61,7 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
     "dead_letter_depth": lambda t: t.dead_letter_depth,
     "in_progress": lambda t: t.in_progress,
     "delayed_depth": lambda t: t.delayed_depth,
+    "paused": lambda t: 1 if t.paused else 0,
     "oldest_age": lambda t: t.oldest_age_seconds,
     "active_workers": lambda t: t.active_workers,
     "last_heartbeat": lambda t: t.last_heartbeat_seconds,

@@ -80,6 +80,8 @@ class TypeSnapshot:
     """Unix time of the newest heartbeat not in the future; None when there is none."""
     workers: tuple[WorkerBeat, ...] = ()
     """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
+    paused: bool = False
+    """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,7 @@ def type_snapshot(
     oldest: object | None,
     beats: Sequence[tuple[object, object]],
     worker_jobs: object = None,
+    paused: bool = False,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -131,7 +134,8 @@ def type_snapshot(
     `stats`: its parsed stats hash; `active`: workers beating within the window;
     `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
     arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
-    HGETALL of worker -> jobs in progress (flat or a dict; None: not read).
+    HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
+    whether the type is paused.
     """
     malformed = stats.malformed
     workers, errors = _workers(beats, now_ms, hash_fields(worker_jobs))
@@ -165,6 +169,7 @@ def type_snapshot(
         active_workers=_int(active),
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
         workers=workers,
+        paused=paused,
     )
     return snapshot, malformed
 

@@ -48,6 +48,7 @@ DURATION_FIELDS = (
     "expired_rate_high_for",
     "agent_types_dropped_for",
     "malformed_values_for",
+    "queue_paused_too_long_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -118,6 +119,8 @@ class MonitoringConfig:
     expired_rate_high_for: str
     agent_types_dropped_for: str
     malformed_values_for: str
+    queue_paused_too_long_for: str
+    """QueuePausedTooLong: an agent type paused (JobQueue.pause) longer than this."""
 
     slo_availability: Objective
     """The default availability SLO: completed jobs out of finished ones (slo.py)."""

@@ -407,6 +407,22 @@ def alert_specs(
             panel=panel.EXPORTER_ERRORS,
             unit="ops",
         ),
+        AlertSpec(
+            name="QueuePausedTooLong",
+            query=q.gauge_by_type(sel, "paused"),
+            op="gt",
+            threshold=0,
+            for_=config.queue_paused_too_long_for,
+            severity="warning",
+            action="resume-queue",
+            summary="Agent type $agent_type has been paused for $for_: its jobs wait.",
+            description=(
+                "Workers have started no $agent_type job for $for_ because the type is "
+                "paused (agentjobs pause). Jobs still enqueue and wait, and expire when their "
+                "TTL passes. Resume it (agentjobs resume) once the reason for the pause is gone."
+            ),
+            panel=panel.QUEUE_DEPTH,
+        ),
     )
     generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:

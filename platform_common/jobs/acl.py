@@ -303,7 +303,8 @@ _OPERATOR_READS = (
     Grant(("zscore",), (_queue("leases"),)),
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
-    Grant(("get",), (_queue("result:*"),)),
+    # Results, and whether the type is paused (since when).
+    Grant(("get",), (_queue("result:*"), _queue("paused"))),
     # When Redis drops an ended job's record and result (job show's "kept until").
     Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
     # The types Redis has seen, read as the exporter reads them (the operator tools show
@@ -311,7 +312,7 @@ _OPERATOR_READS = (
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
-_DEAD_LETTER_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge")
+_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause")
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -319,9 +320,9 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs, reads results, job state and depths, follows completion "
-                "events and uses the JobStore; cannot take, lease, complete or fail jobs, "
-                "nor delete or trim queue structures"
+                "enqueues jobs (scheduled ones too), reads results, job state and depths, "
+                "follows completion events and uses the JobStore; cannot take, lease, "
+                "complete or fail jobs, nor delete or trim queue structures"
             ),
             scripts=("queue_enqueue", *_STORE_SCRIPTS),
             keyless=(
@@ -345,9 +346,11 @@ ROLES: dict[str, AclRole] = {
                         _queue("arrivals", write=True),
                         _queue("arrived", write=True),
                         _queue("deadline_mark", write=True),
-                        _queue("job:*", write=True),  # read only, by EXISTS/HGET below
+                        _queue("job:*", write=True),  # a scheduled job's hash (HSET below)
                         _queue("result:*", write=True),  # read only, by EXISTS below
                         _queue("expiring:*", write=True),
+                        _queue("delayed", write=True),
+                        _queue("expiry", write=True),
                     ),
                 ),
                 # What the enqueue script writes, each command on its one kind of key: a
@@ -365,6 +368,11 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hdel",), _written("arrived")),
                 Grant(("zrem",), _written("arrivals")),
                 Grant(("hset",), _written("queued")),
+                # A scheduled job (enqueue with a delay or run_at) waits as a retry does:
+                # its job hash, its due time in the delayed set, its deadline in the expiry
+                # set (docs/operations.md, note 1, says what HSET of job hashes allows).
+                Grant(("hset",), (_queue("job:*", write=True),)),
+                Grant(("zadd",), (_queue("delayed", write=True), _queue("expiry", write=True))),
                 # Reads: duplicate check and job state, results, depths and counters.
                 Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
                 Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
@@ -372,7 +380,8 @@ ROLES: dict[str, AclRole] = {
                 # One EXISTS spans job hashes and results (a held result takes its id too),
                 # and Redis checks all keys of a command against one selector.
                 Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
-                Grant(("get",), (_queue("result:*"),)),
+                # Results, and whether the type is paused (JobQueue.pause_state).
+                Grant(("get",), (_queue("result:*"), _queue("paused"))),
                 # The enqueue script's type checks, before it writes.
                 Grant(
                     ("type",),
@@ -385,6 +394,8 @@ ROLES: dict[str, AclRole] = {
                         _queue("deadline_mark"),
                         _queue("expiring:*"),
                         _queue("job:*"),
+                        _queue("delayed"),
+                        _queue("expiry"),
                     ),
                 ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
@@ -439,6 +450,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
                 # How many jobs wait packed: HLEN counts the fields, never reads a value.
                 Grant(("hlen",), (_queue("queued"),)),
+                # Whether the type is paused (queue_paused).
+                Grant(("get",), (_queue("paused"),)),
             ),
             channels="none",
             scoped=False,
@@ -460,21 +473,29 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="operator",
             summary=(
-                "reads what the reader reads, and requeues and purges dead letters and failed "
-                "jobs (the read-write console, dead and failed requeue and purge); cannot "
-                "enqueue, write a "
-                "job's payload (no HSET), take, claim, complete or fail jobs"
+                "reads what the reader reads, requeues and purges dead letters and failed "
+                "jobs, and pauses and resumes agent types (the read-write console, dead and "
+                "failed requeue and purge, pause, resume); cannot enqueue, write a job's "
+                "payload (no HSET), take, claim, complete or fail jobs"
             ),
-            scripts=_DEAD_LETTER_SCRIPTS,
+            scripts=_OPERATOR_SCRIPTS,
             keyless=("time", "info"),
             grants=(
                 *_OPERATOR_READS,
-                # The two dead-letter scripts, with exactly the keys they declare (the
-                # kept list: dead letters or failed jobs).
+                # The dead-letter scripts (the kept list: dead letters or failed jobs) and
+                # the pause script, with exactly the keys they declare.
                 Grant(
                     _SCRIPTING,
                     _written(
-                        "dead", "failed", "queue", "expiry", "stats", "waiting", "job:*", "result:*"
+                        "dead",
+                        "failed",
+                        "queue",
+                        "expiry",
+                        "stats",
+                        "waiting",
+                        "job:*",
+                        "result:*",
+                        "paused",
                     ),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
@@ -489,6 +510,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("stats"),
                         _queue("waiting"),
                         _queue("job:*"),
+                        _queue("paused"),
                     ),
                 ),
                 Grant(("hget",), (_queue("stats"),)),
@@ -504,6 +526,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hdel", "hincrby", "persist"), _written("job:*")),
                 # One DEL takes a record and its result: one selector for both.
                 Grant(("del",), _written("job:*", "result:*")),
+                # The pause: its moment written, or the key deleted to resume.
+                Grant(("set", "del"), _written("paused")),
             ),
             channels="none",
             scoped=True,

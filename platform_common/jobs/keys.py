@@ -66,7 +66,10 @@ Queue (one set per agent type), prefix default "jobs":
                                      returns the jobs); the worker's next take deletes its
                                      previous one, so about one exists per busy worker.
                                      Built by QueueKeys.take.
-    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here
+    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here, and
+                                     scheduled jobs (enqueue with delay or run_at, their
+                                     job hash written by the enqueue, its run_at field
+                                     the due time); the promoter queues the due ones
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)
@@ -76,6 +79,12 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
                                      (newest first); both lists are capped, see retention.py
     jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
+    jobs:{type}:paused        STRING the Redis time (ms) the type was paused at
+                                     (queue/pausing.py); absent while it runs. The claim
+                                     reads it: while it exists no job of the type is
+                                     started (a job a worker's BLMOVE took goes back to
+                                     the queue list). Enqueue, retries, expiry and the
+                                     chores go on.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -205,6 +214,7 @@ _QUEUE_KEY_TYPES = {
     "dead": "list",
     "failed": "list",
     "stats": "hash",
+    "paused": "string",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -389,6 +399,10 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return f"{self.base}:stats"
+
+    @property
+    def paused(self) -> str:
+        return f"{self.base}:paused"
 
     @property
     def workers(self) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,6 +39,8 @@ from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
 _URL_FIXTURES = {SINGLE: "single_node_url", CLUSTER: "cluster_url", VALKEY: "valkey_url"}
+RUN_AT = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
+"""Within the 60 s TTL of make_job's jobs, created now."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -155,7 +158,7 @@ def table_row(table: str, first_cell: str) -> list[str]:
 def test_help_lists_the_operator_commands() -> None:
     done = run_child("--help")
     assert done.returncode == 0, done.stderr
-    for command in ("info", "workers", "job", "dead"):
+    for command in ("info", "workers", "job", "dead", "pause", "resume"):
         assert f"│ {command} " in done.stdout
     dead = run_child("dead", "--help")
     for command in ("list", "show", "requeue", "purge"):
@@ -172,6 +175,8 @@ def test_help_lists_the_operator_commands() -> None:
         ["dead", "show", "lodging", "some-id"],
         ["dead", "requeue", "lodging", "--all", "--dry-run"],
         ["dead", "purge", "lodging", "--all", "--yes"],
+        ["pause", "lodging"],
+        ["resume", "lodging"],
     ],
 )
 def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list[str]) -> None:
@@ -227,8 +232,12 @@ def test_a_type_redis_has_seen_is_known_though_not_configured(
 
 
 @pytest.mark.parametrize(
-    "args", [["info"], ["workers"], ["job", "show", "dining", "x"], ["dead", "list", "dining"]]
-)
+    "args",
+    [
+        ["info"], ["workers"], ["job", "show", "dining", "x"], ["dead", "list", "dining"],
+        ["pause", "dining"], ["resume", "dining"],
+    ],
+)  # fmt: skip
 def test_an_unreachable_redis_is_one_line_and_exit_1(args: list[str]) -> None:
     done = run_child(*args, "--redis-url", DEAD_REDIS)
     assert done.returncode == 1
@@ -261,17 +270,57 @@ def test_info_counts_each_type_in_json_and_as_a_table(agentjobs: Any, redis_url:
 
     table = agentjobs("info")
     assert table.code == 0, table.err
-    assert table_row(table.out, "TYPE")[7:] == [
+    assert table_row(table.out, "TYPE")[7:10] == [
         "ENQUEUED (total)",
         "COMPLETED (total)",
         "FAILED (total)",
     ]
     cells = table_row(table.out, "dining")
-    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:] == ["5", "0", "2"]
+    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:10] == ["5", "0", "2"]
     assert table_row(table.out, "dmc")[6] == "—"  # nothing waits: no age
 
 
 @pytest.mark.single_node("one child process watching; the counting is the same on a cluster")
+# -- pause, resume ----------------------------------------------------------------------
+def test_pause_and_resume_say_what_they_did_and_info_shows_it(
+    agentjobs: Any, client: SyncClient
+) -> None:
+    paused = agentjobs("pause", "dining")
+    assert paused.code == 0, paused.err
+    assert re.fullmatch(
+        r"dining: paused at \S+Z?\+00:00; workers start none of its jobs until it is "
+        r"resumed \(running jobs finish\)\n",
+        paused.out,
+    ), paused.out
+    assert client.exists(DINING.paused) == 1
+    again = agentjobs("pause", "dining", "-o", "json").json()
+    assert (again["agent_type"], again["paused"], again["changed"]) == ("dining", True, False)
+    assert again["since"] == int(sync_reply(client.get(DINING.paused))) / 1000
+    assert agentjobs("pause", "dining").out.startswith("dining: already paused, since ")
+    table = agentjobs("info", "dining")
+    assert table_row(table.out, "TYPE")[-1] == "PAUSED"
+    assert re.fullmatch(r"for \d+\.\ds", table_row(table.out, "dining")[-1])
+    info = agentjobs("info", "dining", "-o", "json").json()["types"][0]
+    assert (info["paused"], info["paused_since"]) == (True, again["since"])
+    resumed = agentjobs("resume", "dining")
+    assert resumed.code == 0 and resumed.out.startswith("dining: resumed (paused since ")
+    assert client.exists(DINING.paused) == 0
+    assert agentjobs("resume", "dining").out == "dining: not paused; nothing to resume\n"
+    assert table_row(agentjobs("info", "dining").out, "dining")[-1] == "—"
+
+
+def test_pause_of_a_corrupt_pause_key_is_one_line_and_exit_1(
+    agentjobs: Any, client: SyncClient
+) -> None:
+    client.rpush(DINING.paused, "x")
+    done = agentjobs("pause", "dining")
+    assert done.code == 1
+    assert done.err == (
+        f"error: Redis: CorruptQueueState: corrupt queue state at {DINING.paused}: holds a "
+        "list, where the queue keeps a string\n"
+    )
+
+
 def test_info_watch_reports_what_happened_since_its_first_reading(redis_url: str) -> None:
     watch = subprocess.Popen(
         [sys.executable, "-m", "platform_common.jobs", "info", "dining", "--watch",
@@ -424,6 +473,20 @@ def test_job_show_of_a_job_delayed_for_a_retry_says_when_it_is_due_and_expires(
     assert f"retry due   {timestamp(detail['due_at'])}" in table.out
     assert f"expires     {timestamp(detail['expires_at'])}" in table.out
     assert "kept until" not in table.out
+
+
+def test_job_show_of_a_scheduled_job_says_when_it_runs(agentjobs: Any, redis_url: str) -> None:
+    async def schedule() -> str:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await queue.enqueue(make_job(), run_at=RUN_AT)
+
+    job_id = asyncio.run(schedule())
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert (detail["state"], detail["run_at"]) == ("queued", RUN_AT.timestamp())
+    shown = agentjobs("job", "show", "dining", job_id)
+    assert "scheduled for  " + RUN_AT.isoformat(timespec="milliseconds") in shown.out
+    info = agentjobs("info", "dining", "-o", "json").json()["types"][0]
+    assert (info["queued"], info["delayed"]) == (0, 1)
 
 
 # -- dead list / show -------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -341,3 +342,14 @@ async def test_an_unreachable_redis_is_a_503_page() -> None:
 def _job_ids(page: str, ids: list[str]) -> list[str]:
     """The ids of `ids` in the order the page shows them."""
     return sorted((i for i in ids if i in page), key=page.index)
+
+
+async def test_a_scheduled_job_is_delayed_and_its_page_says_when_it_runs(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    job_id = await queue.enqueue(make_job(), delay=40)
+    delayed = await client.get(f"{PREFIX}/types/dining", params={"list": "delayed"})
+    assert job_id in delayed.text and "delayed (1)" in delayed.text
+    page = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
+    assert page.status_code == 200
+    assert re.search(r"<dt>Scheduled for</dt><dd><time [^>]*>in \d+\.\ds</time>", page.text)

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
+from platform_common.jobs.queue import JobQueue, QueueSettings
 from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.label_values import MAX_LABEL_VALUE_BYTES
 from platform_common.jobs_exporter.reader import make_exporter_client
@@ -355,3 +356,31 @@ async def test_jobs_in_progress_per_worker_for_the_workers_shown(
     jobs = {beat.worker: beat.jobs_in_progress for beat in dining.workers}
     assert jobs == {"busy": 4, "idle": 0, "old": None, "odd": None}
     assert result.snapshot.malformed == 1  # "x"
+
+
+async def test_queue_paused_follows_pause_and_resume(
+    admin: redis.Redis, redis_url: str, http: httpx.AsyncClient
+) -> None:
+    seed_type(admin, "dining", waiting=2)
+    queue = await JobQueue.connect(QueueSettings.from_url(redis_url, pool_min=1))
+    try:
+        readings = []
+        for change in (None, queue.pause, queue.resume):
+            if change is not None:
+                await change("dining")
+            response = await http.get("/metrics", headers={"Accept": "text/plain"})
+            readings.append(of(parse(response.text), "queue_paused", agent_type="dining"))
+    finally:
+        await queue.aclose()
+    assert readings == [0, 1, 0]
+
+
+async def test_a_paused_key_of_another_type_skips_the_type_as_malformed(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    seed_type(admin, "dining", waiting=2)
+    admin.rpush(QueueKeys("dining").paused, "not a pause")
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    assert result.snapshot.types == ()
+    assert result.snapshot.malformed == 1

@@ -29,7 +29,10 @@ from tests.support.prometheus import promtool
 ROOT = Path(__file__).resolve().parents[2]
 OLDEST_GRAFANA_THRESHOLDS = {"gt", "lt"}
 """Threshold types every Grafana since 9 accepts; eq/ne/gte/lte arrived in 2025."""
-NEW_ALERTS = ("JobsExpiring", "QueueExporterDroppingAgentTypes", "QueueExporterMalformedValues")
+NEW_ALERTS = (
+    "JobsExpiring", "QueueExporterDroppingAgentTypes", "QueueExporterMalformedValues",
+    "QueuePausedTooLong",
+)  # fmt: skip
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
 
@@ -137,6 +140,7 @@ def test_new_alerts_fire_just_above_and_stay_silent_at_their_threshold(
         ("JobsExpiring", {"expired_rate_high_for": "4m"}),
         ("QueueExporterDroppingAgentTypes", {"agent_types_dropped_for": "4m"}),
         ("QueueExporterMalformedValues", {"malformed_values_for": "4m"}),
+        ("QueuePausedTooLong", {"queue_paused_too_long_for": "40m"}),
     ],
 )
 def test_boundary_cases_catch_a_moved_threshold_or_for(

@@ -29,6 +29,7 @@ PER_TYPE = {
     "OldestJobOlderThanTTL", "QueueDepthHigh", "QueueIdle", "QueueNoActiveWorkers",
     "JobAvailabilityBudgetBurnFast", "JobAvailabilityBudgetBurnSlow",
     "JobLatencyBudgetBurnFast", "JobLatencyBudgetBurnSlow",
+    "QueuePausedTooLong",
 }  # fmt: skip
 """The alerts that fire per agent type (the others are about the exporter or Redis)."""
 

@@ -232,6 +232,11 @@ async def evicting_policy(queue: JobQueue, client: redis.Redis) -> None:
     client.config_set("maxmemory-policy", "allkeys-lru")
 
 
+async def paused(queue: JobQueue, client: redis.Redis) -> None:
+    await _backlog(queue, 5)
+    await queue.pause(AGENT_TYPE)
+
+
 async def malformed_counter(queue: JobQueue, client: redis.Redis) -> None:
     await _run_through(queue, 2, _succeed)
     client.hset(DINING.stats, "completed", "not-a-number")
@@ -283,6 +288,7 @@ STATES: dict[str, State] = {
         slow, site="slo", shows=('window="1h"', "No workers.", "│ latency      │")
     ),
     "JobLatencyBudgetBurnSlow": State(slow, site="slo", shows=('window="28d"',)),
+    "QueuePausedTooLong": State(paused, shows=("for ", "dining: resumed (paused since")),
 }
 
 

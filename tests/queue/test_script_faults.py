@@ -329,6 +329,51 @@ async def test_enqueue_after_a_refusal_writes_whole_jobs(env: Env) -> None:
     assert await env.counter("enqueued") == "3"
 
 
+# -- queue_enqueue, scheduled: enqueue and enqueue_many with a delay or run_at ---------------
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+@pytest.mark.parametrize(
+    ("role", "kind"), wrong_types(("delayed", "zset"), ("expiry", "zset"), ("stats", "hash"))
+)
+async def test_a_scheduled_enqueue_refuses_a_queue_key_of_another_type(
+    env: Env, role: str, kind: str, many: bool
+) -> None:
+    await env.plant(key_of(role), kind)
+
+    async def enqueue() -> None:
+        if many:
+            await env.queue.enqueue_many([make_job() for _ in range(3)], delay=30)
+        else:
+            await env.queue.enqueue(make_job(), delay=30)
+
+    await refused(env, enqueue, key_of(role))
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
+async def test_a_scheduled_enqueue_refuses_a_malformed_enqueued_counter(
+    env: Env, value: str
+) -> None:
+    await env.raw.hset(DINING.stats, "enqueued", value)
+    await refused(env, lambda: env.queue.enqueue(make_job(), delay=30), DINING.stats)
+
+
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_a_scheduled_enqueue_refuses_a_job_key_of_another_type(env: Env, kind: str) -> None:
+    job = make_job()
+    await env.plant(DINING.job(job["job_id"]), kind)
+    await refused(env, lambda: env.queue.enqueue(job, delay=30), DINING.job(job["job_id"]))
+
+
+async def test_a_scheduled_job_hash_is_the_one_a_retry_waits_with(env: Env) -> None:
+    """What the claim, the expiry and the dead-letter requeue read: every field parses."""
+    job_id = await env.queue.enqueue(make_job(ttl_seconds=90), delay=10)
+    fields = await env.raw.hgetall(DINING.job(job_id))
+    assert set(fields) == {
+        "payload", "enqueued_at", "expires_at", "ttl", "max_attempts", "nonce", "run_at",
+    }  # fmt: skip
+    assert fields["ttl"] == "90" and fields["max_attempts"] == "2"
+    assert int(fields["expires_at"]) - int(fields["run_at"]) < 90_000
+
+
 # -- queue_complete: AttemptCalls.complete -----------------------------------------------------
 COMPLETE_KEYS = wrong_types(
     ("processing", "list"), ("leases", "zset"), ("expiry", "zset"), ("stats", "hash")
@@ -588,6 +633,15 @@ async def test_purge_deletes_a_record_or_result_of_any_type(env: Env, role: str,
     assert not await env.raw.exists(DINING.dead, DINING.job(job_id), DINING.result(job_id))
 
 
+# -- queue_pause: JobQueue.pause, resume (and pause_state, which reads the key) -----------
+@pytest.mark.parametrize("call", ["pause", "resume", "pause_state"])
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"string"}))
+async def test_pause_refuses_a_paused_key_of_another_type(env: Env, call: str, kind: str) -> None:
+    await env.queued()
+    await env.plant(DINING.paused, kind)
+    await refused(env, lambda: getattr(env.queue, call)("dining"), DINING.paused)
+
+
 # -- queue_claim: AttemptCalls.claim -----------------------------------------------------------
 CLAIM_SHARED = [
     ("processing", "list"),
@@ -599,6 +653,7 @@ CLAIM_SHARED = [
     ("queued", "hash"),
     ("arrivals", "zset"),
     ("arrived", "hash"),
+    ("paused", "string"),
 ]
 
 
@@ -847,9 +902,10 @@ async def test_the_reaper_refuses_a_lapsed_lease_of_a_job_key_of_another_type(en
 # -- queue_complete's wait and run histograms, queue_fail's error classes ------------------
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("started_at", "later"), ("started_at", None), ("due_at", "1.7e12"), ("due_at", "soon")],
+    [("started_at", "later"), ("started_at", None), ("due_at", "1.7e12"), ("due_at", "soon"),
+     ("run_at", "soon"), ("run_at", "1.7e12")],
     ids=repr,
-)
+)  # fmt: skip
 async def test_complete_refuses_a_timing_field_that_does_not_parse(
     env: Env, field: str, value: str | None
 ) -> None:

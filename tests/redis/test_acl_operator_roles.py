@@ -57,6 +57,8 @@ CHANGES = (
     ("dead", "purge", "dining", "--all", "--yes"),
     ("failed", "requeue", "dining", "--id", "{failed}"),
     ("failed", "purge", "dining", "--all", "--yes"),
+    ("pause", "dining"),
+    ("resume", "dining"),
 )
 OTHER_TYPE = (
     ("info", "flights"),
@@ -317,6 +319,23 @@ async def test_an_operator_requeues_and_purges_failed_jobs(
     assert await admin.llen(DINING.dead) == 2  # the other list: untouched
 
 
+async def test_an_operator_pauses_and_resumes_its_agent_type_only(
+    agentjobs: Any, admin: aioredis.Redis, scene: Scene
+) -> None:
+    paused = await agentjobs("operator", ["pause", "dining"])
+    assert paused.code == 0 and paused.out.startswith("dining: paused at "), paused.err
+    assert await admin.exists(DINING.paused) == 1
+    info = json.loads((await agentjobs("reader", ["info", "dining", "-o", "json"])).out)
+    assert info["types"][0]["paused"] is True
+    resumed = await agentjobs("operator", ["resume", "dining"])
+    assert resumed.code == 0 and resumed.out.startswith("dining: resumed "), resumed.err
+    assert await admin.exists(DINING.paused) == 0
+    before = await everything(admin)
+    other = await agentjobs("operator", ["pause", "flights"], agent_types="dining,flights")
+    assert "permissions to access one of the keys" in other.refused_line()
+    assert await everything(admin) == before
+
+
 # -- the package's API and raw commands, as the roles' users -----------------------------
 @pytest.mark.parametrize("role", ["reader", "operator"])
 async def test_connecting_checks_the_eviction_policy_unrefused(
@@ -377,8 +396,8 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
     claim = _script(
         "queue_claim",
         [DINING.processing, DINING.leases, DINING.stats, DINING.expiry, DINING.queue,
-         DINING.waiting, DINING.queued, DINING.arrivals, DINING.arrived, DINING.job(taken),
-         DINING.result(taken)],
+         DINING.waiting, DINING.queued, DINING.arrivals, DINING.arrived, DINING.paused,
+         DINING.job(taken), DINING.result(taken)],
         [60_000, "operator-1", DINING.channel, 1000, taken, "token-1"],
     )  # fmt: skip
     complete = _script(
@@ -520,3 +539,25 @@ async def test_a_read_write_console_under_the_reader_changes_nothing(
     assert refused.status_code == 403
     assert "Redis refused the console&#39;s user" in refused.text
     assert await everything(admin) == before
+
+
+@pytest.mark.parametrize("role", ["reader", "operator"])
+async def test_a_read_write_console_pauses_as_the_operator_only(
+    server: RedisServer, admin: aioredis.Redis, scene: Scene, role: str
+) -> None:
+    before = await everything(admin)
+    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    page = f"{PREFIX}/types/dining"
+    async with (
+        await JobQueue.connect(settings) as queue,
+        client_of(console_app(queue)) as browser,
+    ):
+        csrf = csrf_token((await browser.get(page)).text)
+        paused = await browser.post(f"{page}/pause", data={"csrf": csrf, "do": "pause"})
+    if role == "operator":
+        assert paused.status_code == 200 and "dining is paused" in paused.text
+        assert await admin.exists(DINING.paused) == 1
+    else:
+        assert paused.status_code == 403
+        assert "Redis refused the console&#39;s user" in paused.text
+        assert await everything(admin) == before

@@ -107,10 +107,37 @@ def dead_requeue(keys: QueueKeys, job_id: str) -> Step:
     )  # fmt: skip
 
 
+def pause_and_resume(keys: QueueKeys) -> Step:
+    """The pause script, then the resume (which writes only when the type is paused):
+    the second is sent only if the first was let through (a refusal raises)."""
+    paused = script("queue_pause", [keys.paused], ["pause"])
+    resumed = script("queue_pause", [keys.paused], ["resume"])
+
+    async def run(client: aioredis.Redis) -> None:
+        await paused(client)
+        await resumed(client)
+
+    return run
+
+
+def schedule(keys: QueueKeys, job_id: str) -> Step:
+    """The enqueue script with a delay: a scheduled job (its hash, delayed, expiry)."""
+    shared = [keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived]
+    shared.append(keys.deadline_mark)
+    own = [keys.job(job_id), keys.result(job_id), keys.expiring_bucket(NOW_MS + 60_000)]
+    return script(
+        "queue_enqueue",
+        [*shared, *own, keys.delayed, keys.expiry],
+        ["nonce-2", 1, 0, 2 * NOW_MS, EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,
+         job_id, PAYLOAD, 3600, NOW_MS, 3, "", f"@{NOW_MS}"],
+    )  # fmt: skip
+
+
 def inject(keys: QueueKeys, job_id: str) -> Step:
-    """A job no one enqueued: its job hash with a payload, its deadline and wait in the
-    expiry and waiting sets, its id on the queue (all a claim needs to run it). Each
-    write is sent only if the one before it was let through (a refusal raises)."""
+    """A job no one enqueued: its job hash with a payload, its deadline in the expiry
+    set, its due time in the delayed set (all the promoter and a claim need to run it, as
+    for a scheduled job). Each write is sent only if the one before it was let through
+    (a refusal raises)."""
     deadline = NOW_MS + 60_000
 
     async def run(client: aioredis.Redis) -> None:
@@ -118,8 +145,7 @@ def inject(keys: QueueKeys, job_id: str) -> Step:
                "max_attempts": 3, "attempts": 0}  # fmt: skip
         await client.hset(keys.job(job_id), mapping=job)
         await client.zadd(keys.expiry, {job_id: deadline})
-        await client.zadd(keys.waiting, {job_id: NOW_MS})
-        await client.lpush(keys.queue, job_id)
+        await client.zadd(keys.delayed, {job_id: NOW_MS})
 
     return run
 
@@ -144,6 +170,8 @@ async def _psubscribe(client: aioredis.Redis) -> Any:
 OPERATIONS = (
     # What the roles are for.                      producer, worker, exporter, reader, operator
     Operation("Enqueue a job (enqueue script)", (enqueue(OWN, "n1"),),
+              "allowed", "allowed", "refused", "refused", "refused"),
+    Operation("Schedule a job (enqueue script with a run_at)", (schedule(OWN, "n3"),),
               "allowed", "allowed", "refused", "refused", "refused"),
     Operation("Register an agent type (SADD jobs:types)",
               (command("SADD", QueueKeys.types_key(), "dining"),),
@@ -214,6 +242,12 @@ OPERATIONS = (
               (script("queue_dead_purge", [OWN.dead, OWN.job("d1"), OWN.result("d1")],
                       ["dead", "", "d1"]),),
               "refused", "allowed", "refused", "refused", "allowed"),
+    Operation("Pause or resume its agent type (pause script)",
+              (pause_and_resume(OWN),),
+              "refused", "refused", "refused", "refused", "allowed"),
+    Operation("Read whether its agent type is paused (GET of the paused key)",
+              (command("GET", OWN.paused),),
+              "allowed", "allowed", "allowed", "allowed", "allowed"),
     Operation("Use its JobStore agent's records (create script, HGETALL, SCAN MATCH)",
               (store_create(OWN_STORE, "s2"), command("HGETALL", OWN_STORE.record("s1")),
                command("SCAN", 0, "MATCH", OWN_STORE.scan_pattern())),
@@ -259,15 +293,19 @@ OPERATIONS = (
               (command("HDEL", OWN.job("r1"), "state"),),
               "refused", "gap", "refused", "refused", "gap", note=1),
     # (The operator has no HSET of a job hash: it sets a number with HDEL, then HINCRBY.)
-    Operation("Force-expire a claimed job (HDEL and HINCRBY its expires_at to 1, ZADD "
-              "expiry 1)",
+    Operation("Force-expire a claimed job (HDEL and HINCRBY its expires_at to 1)",
               (command("HDEL", OWN.job("q1"), "expires_at"),
-               command("HINCRBY", OWN.job("q1"), "expires_at", 1),
-               command("ZADD", OWN.expiry, 1, "q1")),
+               command("HINCRBY", OWN.job("q1"), "expires_at", 1)),
               "refused", "gap", "refused", "refused", "gap", note=1),
+    Operation("Force-expire a waiting job that has a job hash (HSET its expires_at to 1)",
+              (command("HSET", OWN.job("q1"), "expires_at", 1),),
+              "gap", "gap", "refused", "refused", "refused", note=1),
     Operation("Inject a job: a new job hash with its payload (HSET), its id in the expiry "
-              "and waiting sets (ZADD) and on the queue (LPUSH)", (inject(OWN, "x1"),),
-              "refused", "gap", "refused", "refused", "refused", note=1),
+              "and delayed sets (ZADD), for the promoter to queue", (inject(OWN, "x1"),),
+              "gap", "gap", "refused", "refused", "refused", note=1),
+    Operation("Rewrite a running job's fields, e.g. its lease token (HSET of its job hash)",
+              (command("HSET", OWN.job("r1"), "token", "forged"),),
+              "gap", "gap", "refused", "refused", "refused", note=1),
     Operation("Force-expire a waiting job (HSET its packed field in the queued hash)",
               (command("HSET", OWN.queued, "q1", "0,0,1,1,forged\n\n{}"),),
               "gap", "gap", "refused", "refused", "refused", note=1),
@@ -297,6 +335,11 @@ OPERATIONS = (
               (dead_requeue(OTHER, "d1"),
                script("queue_dead_purge", [OTHER.dead, OTHER.job("d1"), OTHER.result("d1")],
                       ["dead", "", "d1"])),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Pause or resume another agent type (pause script, SET or DEL of its paused "
+              "key)",
+              (pause_and_resume(OTHER), command("SET", OTHER.paused, "1"),
+               command("DEL", OTHER.paused)),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Read or write another JobStore agent's records",
               (command("HGETALL", OTHER_STORE.record("s1")),

@@ -7,6 +7,8 @@
     workers    each worker: id, host, last heartbeat, jobs running
     job show   one job: state, attempts, history, result
     dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
+    pause      stop workers starting jobs of an agent type (running ones finish)
+    resume     let them start its jobs again
     console    serve the queue console locally (read-only on 127.0.0.1 by default)
     deploy render   the workers' Kubernetes objects and a PrometheusRule (`monitoring` extra)
     slo        each agent type's SLOs, error budget left and burn rate, from Prometheus

@@ -17,6 +17,7 @@ from ..operations import (
     Overview,
     Recent,
     RecentCounts,
+    TypeOverview,
     agent_types,
     operator_queue,
     read_overview,
@@ -98,7 +99,8 @@ def info(
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Per agent type: queued, running, delayed, dead, active workers, the oldest waiting
-    job's age, and jobs enqueued, completed and failed in the last minute.
+    job's age, jobs enqueued, completed and failed in the last minute, and how long it
+    has been paused (`agentjobs pause`).
 
     The queue keeps running totals only. The last minute comes from the Prometheus that
     scrapes the exporter (--prometheus-url or AGENTJOBS_PROMETHEUS_URL): `max by
@@ -248,6 +250,7 @@ def _table(overview: Overview, last: _LastMinute | None) -> Table:
     window = "total" if recent is None else "1m"
     for name in ("ENQUEUED", "COMPLETED", "FAILED"):
         table.add_column(f"{name} ({window})", justify="right")
+    table.add_column("PAUSED", justify="right")
     for queue in overview.types:
         counts: Counts | None = queue.totals
         if recent is not None:
@@ -266,8 +269,18 @@ def _table(overview: Overview, last: _LastMinute | None) -> Table:
                 if counts is None
                 else (f"{counts.enqueued:,}", f"{counts.completed:,}", f"{counts.failed:,}")
             ),
+            _paused(queue, overview.read_at),
         )
     return table
+
+
+def _paused(queue: TypeOverview, now: float) -> str:
+    """How long the type has been paused, NONE while it runs."""
+    if not queue.paused:
+        return NONE
+    if queue.paused_since is None:
+        return "yes"
+    return f"for {age(max(0.0, now - queue.paused_since))}"
 
 
 def _caption(last: _LastMinute | None) -> str:

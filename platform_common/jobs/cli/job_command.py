@@ -88,6 +88,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
         ("finished", timestamp(detail.finished_at)),
         _lifetime(detail),
     ]
+    rows += [("scheduled for", timestamp(detail.run_at))] if detail.run_at else []
     retry_due = detail.retry_due_at
     rows += [("retry due", timestamp(retry_due))] if retry_due else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []

@@ -10,6 +10,7 @@ one under the CLI).
     POST /types/{type}/dead/confirm     what a requeue or purge would do: a confirmation
     POST /types/{type}/dead/act         do it; the page says how many were really done
     GET, POST /types/{type}/failed...   the same three for the failed jobs
+    POST /types/{type}/pause            pause or resume the agent type (no confirmation)
     GET  /static/console.css
 
 Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiting job
@@ -54,6 +55,7 @@ from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
+from .pause_forms import PauseForms
 from .prometheus_history import PrometheusSource, last_hour
 from .rendering import chart_bars, environment
 
@@ -205,6 +207,7 @@ def console_router(
         return agent_type
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
+    pauses = PauseForms(queue, tokens, read_only, ConsoleError, known)
 
     def same_origin(request: Request) -> None:
         """A form posted by a page of another site is refused, whatever it carries."""
@@ -265,6 +268,7 @@ def console_router(
                 queue, await known(agent_type), JobList(list_), cursor=at, limit=page_size
             )
             stats = await queue.stats(agent_type)
+            pause = await queue.pause_state(agent_type)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
                 JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
@@ -272,7 +276,7 @@ def console_router(
             }  # fmt: skip
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
-                counts=counts, lists=list(JobList), first_page=at is None,
+                counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
             )  # fmt: skip
 
         return await respond(request, build)
@@ -338,6 +342,16 @@ def console_router(
 
     for kept in KeptList:
         kept_routes(kept)
+
+    @router.post("/types/{agent_type}/pause", name=named("console_pause"))
+    async def pause_action(request: Request, agent_type: str) -> Response:
+        async def build() -> Response:
+            same_origin(request)
+            state = await pauses.act(request, agent_type)
+            now = await redis_now(queue)
+            return render(request, "paused.html", agent_type=agent_type, state=state, now=now)
+
+        return await respond(request, build)
 
     stylesheet = resources.files(__package__).joinpath("static/console.css").read_text()
 

@@ -5,14 +5,15 @@
 -- KEYS[1] processing list   KEYS[2] leases zset   KEYS[3] stats hash   KEYS[4] expiry zset
 -- KEYS[5] queue list   KEYS[6] waiting zset
 -- KEYS[7] queued hash   KEYS[8] arrivals zset   KEYS[9] arrived hash
+-- KEYS[10] the type's paused key (a string; see "Paused" below)
 -- ARGV[1] lease ms   ARGV[2] worker id   ARGV[3] completion channel
 -- ARGV[4] the arrival bucket width (ms)   ARGV[5] take: how many jobs to take (0: given)
 -- Given (take 0):
---   KEYS[8+2i] job hash of job i, KEYS[9+2i] result key of job i
+--   KEYS[9+2i] job hash of job i, KEYS[10+2i] result key of job i
 --   ARGV[4+2i] job id of job i, ARGV[5+2i] the lease token the worker chose for it
 -- Taken (take > 0): up to `take` jobs off the right of the queue list, moved into
 -- processing as LMOVE RIGHT LEFT would (the reaper sees them as it sees the worker's).
---   KEYS[10] this call's marker hash (see below)   KEYS[11] the worker's previous one
+--   KEYS[11] this call's marker hash (see below)   KEYS[12] the worker's previous one
 --   ARGV[6] job key prefix, ARGV[7] result key prefix (the key of job id x: prefix .. x;
 --   such keys are in no KEYS, so each is read before the first write: a cluster node
 --   that does not serve one refuses there, before anything is written)
@@ -42,6 +43,11 @@
 --       trace), or {job_id, "skip"} (unknown, finished or someone else's)
 -- `now` is Redis TIME in ms: the worker times the attempt's deadlines from it, never
 -- from its own clock.
+-- Paused: while the paused key exists (JobQueue.pause) no job is started, expired or
+-- taken: the reply is {"paused"}. Given jobs go back to the queue list's consuming end,
+-- as if the BLMOVE had not run (in reverse order, so the first taken is taken first
+-- again); nothing else is written. A replay of a take whose first run took jobs still
+-- hands them back (they are running, under lease).
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -106,8 +112,8 @@ end
 -- their read doubling as the type check.
 local typed = {{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}
 if take > 0 then
-    typed[#typed + 1] = {10, 'hash'}
     typed[#typed + 1] = {11, 'hash'}
+    typed[#typed + 1] = {12, 'hash'}
 end
 local refusal = wrong_types(typed)
 if refusal then
@@ -128,6 +134,11 @@ for c, field in ipairs({'started', 'expired'}) do
             .. shown(value))
     end
 end
+-- The pause: its GET doubles as its type check (any string value pauses).
+local paused = redis.pcall('GET', KEYS[10])
+if failed(paused) then
+    return wrong_type(10, 'string') or paused
+end
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
 -- the queue list, read here and moved below, after the checks.
 local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
@@ -135,7 +146,7 @@ local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
 -- ("CORRUPT 0 <key> <problem>": a key taken here is in no KEYS).
 local function job_refusal(i)
     if take == 0 then
-        return wrong_type(8 + 2 * i, 'hash')
+        return wrong_type(9 + 2 * i, 'hash')
     end
     return redis.error_reply('CORRUPT 0 ' .. job_keys[i] .. ' holds a '
         .. redis.call('TYPE', job_keys[i]).ok .. ', where the queue keeps a hash')
@@ -143,12 +154,12 @@ end
 if take == 0 then
     for i = 1, (#ARGV - 5) / 2 do
         ids[i], tokens[i] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
-        job_keys[i], result_keys[i] = KEYS[8 + 2 * i], KEYS[9 + 2 * i]
+        job_keys[i], result_keys[i] = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
     end
 else
     -- A replay of this very call (its reply was lost, the call was sent again): the
     -- jobs it took are in its marker, in the order they were taken.
-    local taken = redis.call('HGET', KEYS[10], 'ids')
+    local taken = redis.call('HGET', KEYS[11], 'ids')
     if taken then
         for job_id in string.gmatch(taken, '[^\n]+') do
             ids[#ids + 1] = job_id
@@ -177,6 +188,15 @@ else
     end
 end
 local n = #ids
+if paused then
+    if take == 0 then
+        for i = n, 1, -1 do
+            redis.call('LREM', KEYS[1], 1, ids[i])
+            redis.call('RPUSH', KEYS[5], ids[i])
+        end
+    end
+    return {'paused'}
+end
 if n == 0 then
     out[1] = left
     return out
@@ -427,10 +447,10 @@ if take > 0 then
     -- This call's marker: a replay of it hands these jobs back instead of taking more.
     -- It lives for a lease (a reply lost for longer finds the leases lapsed anyway);
     -- the worker's next take deletes its previous one.
-    redis.call('HSET', KEYS[10], 'ids', table.concat(ids, '\n'))
-    redis.call('EXPIRE', KEYS[10], math.floor(lease_ms / 1000) + 1)
-    if KEYS[11] ~= KEYS[10] then
-        redis.call('HDEL', KEYS[11], 'ids')
+    redis.call('HSET', KEYS[11], 'ids', table.concat(ids, '\n'))
+    redis.call('EXPIRE', KEYS[11], math.floor(lease_ms / 1000) + 1)
+    if KEYS[12] ~= KEYS[11] then
+        redis.call('HDEL', KEYS[12], 'ids')
     end
     left = left - n
 end

@@ -10,14 +10,15 @@
 -- ARGV[4+2m+3(i-1)..] job i: job id, lease token, result JSON (already encoded)
 -- The histograms (stats fields <name><suffix>, <name>_sum, <name>_count, all three with
 -- the same bounds):
---   latency  enqueued_at -> now: the job's whole life, retries and backoffs included
---   wait     the succeeding attempt's becoming due (due_at of its retry, else
---            enqueued_at) -> its started_at: time spent waiting for a worker
+--   latency  enqueued_at (a scheduled job's run_at) -> now: the job's whole life,
+--            retries and backoffs included
+--   wait     the succeeding attempt's becoming due (due_at of its retry, else run_at,
+--            else enqueued_at) -> its started_at: time spent waiting for a worker
 --   run      started_at -> now: the succeeding attempt in the handler
 -- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
 -- happened), {"lost", state}, or the error "CORRUPT <position in KEYS> <problem>" in
 -- place when its job key holds another type or a field it reads (enqueued_at, ttl,
--- started_at, due_at) does not parse: that job is not written, the others are.
+-- started_at, due_at, run_at) does not parse: that job is not written, the others are.
 -- All-or-nothing: every job is read and judged before the first write. A shared key of
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
@@ -54,7 +55,7 @@ for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
-        'started_at', 'due_at')
+        'started_at', 'due_at', 'run_at')
     local state = f[1]
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
@@ -73,8 +74,11 @@ for i = 1, n do
         local enqueued_at = int(f[3])
         local ttl = int(f[4])
         local started_at = int(f[5])
+        -- run_at: the job was scheduled (enqueued with a delay), its life begins then.
+        local run_at = f[7] and int(f[7])
+        local born = run_at or enqueued_at
         -- due_at is written when a failed attempt was scheduled for a retry.
-        local due_at = enqueued_at
+        local due_at = born
         if f[6] then
             due_at = int(f[6])
         end
@@ -91,12 +95,15 @@ for i = 1, n do
         elseif not due_at then
             entries[i] = corrupt(key, 'field due_at of the job does not parse: '
                 .. shown(f[6]))
+        elseif f[7] and not run_at then
+            entries[i] = corrupt(key, 'field run_at of the job does not parse: '
+                .. shown(f[7]))
         else
             -- Seconds between two ms timestamps, never negative (a clock step, a
             -- hand-edited field).
             -- Numbers are written as parsed, with %d, never as the stored text.
             plans[i] = {string.format('%d', ttl), {
-                math.max(0, now - enqueued_at) / 1000,
+                math.max(0, now - born) / 1000,
                 math.max(0, started_at - due_at) / 1000,
                 math.max(0, now - started_at) / 1000,
             }}

@@ -80,7 +80,7 @@ for i = 1, #ARGV - 2 do
         -- (%d: HINCRBY takes plain integer digits only, never a Lua number's 1e+15)
         local at, expires_at = string.format('%d', now), string.format('%d', now + verdict * 1000)
         redis.call('HDEL', job_key, 'state', 'token', 'due_at', 'finished_at', 'attempts',
-            'enqueued_at', 'expires_at', 'requeued_at')
+            'enqueued_at', 'expires_at', 'requeued_at', 'run_at')
         redis.call('HINCRBY', job_key, 'attempts', 0)
         redis.call('HINCRBY', job_key, 'enqueued_at', at)
         redis.call('HINCRBY', job_key, 'expires_at', expires_at)

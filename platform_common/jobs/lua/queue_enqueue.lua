@@ -17,6 +17,9 @@
 --           job_id, payload JSON, ttl seconds, created_at ms, max attempts
 -- ARGV[7+5n] optional: the trace context of every job of the call (a JSON object of
 --           propagation headers), kept with the job; absent or "" keeps none
+-- ARGV[8+5n] optional: the schedule of every job of the call: "@<ms>" due at that time,
+--           "+<ms>" due that long after Redis TIME; absent or "" runs them now. Then
+--           KEYS[8+3n] is the delayed zset and KEYS[9+3n] the expiry zset (see Scheduled)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -30,20 +33,27 @@
 -- before. The mark is kept rounded up to a bucket boundary (written once per bucket
 -- width, not per job) and expires a bucket width after it: by then every ordered job
 -- under it is past its deadline, and the next job starts a new mark.
+-- Scheduled: each job is written as a retry waits (keys.py): its job hash (the fields the
+-- claim unpacks a packed job into, plus run_at, the due time), its id in the delayed set
+-- (score: the due time; the promoter queues it then) and in the expiry set (its
+-- deadline); not packed, not on the queue list, no arrival count, the deadline mark
+-- untouched. A due time at or after a job's deadline is refused: {"late", now, due}.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
--- is at or past ARGV[4], and the call is not its own replay); all three write nothing.
+-- is at or past ARGV[4], and the call is not its own replay); these write nothing.
 -- A key of another type or a count that is not an integer is refused with the error
 -- reply "CORRUPT <position in KEYS> <problem>", nothing written: before the first write,
 -- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
 -- wrote of them.
 -- @include time
+-- @include numbers
 -- @include key_types
 -- @include packed_header
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
+local schedule = ARGV[8 + 5 * n]
 local now = now_ms()
 if now < tonumber(ARGV[3]) then
     return {'ahead', now}
@@ -107,6 +117,80 @@ if n > 1 or existing > 0 or waiting[1] then
 end
 if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
+end
+
+-- Scheduled: job hashes in the delayed and expiry sets (see the header).
+if schedule and schedule ~= '' then
+    local kind, amount = string.sub(schedule, 1, 1), int(string.sub(schedule, 2))
+    if (kind ~= '@' and kind ~= '+') or not amount or amount < 0 then
+        return redis.error_reply('ERR queue_enqueue: the schedule must be "@<ms>" or "+<ms>", got '
+            .. shown(schedule))
+    end
+    local due = kind == '@' and amount or now + amount
+    local jobs = {}
+    for i = 1, n do
+        if not replayed[i] then
+            local base = 6 + 5 * (i - 1)
+            local ttl = int(ARGV[base + 3])
+            local created = int(ARGV[base + 4])
+            local attempts = int(ARGV[base + 5])
+            if not ttl or not created or not attempts then
+                return redis.error_reply('ERR queue_enqueue: job ' .. i .. ' has no integer ttl,'
+                    .. ' created_at or max attempts argument')
+            end
+            local expires_at = created + ttl * 1000
+            if due >= expires_at then
+                return {'late', now, string.format('%d', due)}
+            end
+            jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
+        end
+    end
+    if #jobs == 0 then
+        return {'ok', 0}
+    end
+    if now >= tonumber(ARGV[4]) then
+        return {'expired', now}
+    end
+    local delayed, expiry = 8 + 3 * n, 9 + 3 * n
+    local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
+    if problem then
+        return problem
+    end
+    -- The first write, and the one Redis refuses at maxmemory: its HINCRBY checks the
+    -- counter itself. (A job key written below does not exist: one that did was judged a
+    -- replay or a duplicate above, or refused for its type.)
+    local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', #jobs)
+    if type(counted) == 'table' then
+        local err = counted.err
+        if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
+            return corrupt(2, 'field enqueued: ' .. err)
+        end
+        if string.sub(err, 1, 10) == 'WRONGTYPE ' then
+            return wrong_type(2, 'hash') or counted
+        end
+        return counted  -- Redis at maxmemory (OOM), or another refusal: as Redis said it
+    end
+    local now_text, due_text = string.format('%d', now), string.format('%d', due)
+    local dues, deadlines = {}, {}
+    for _, job in ipairs(jobs) do
+        local i, expires_at = job[1], string.format('%d', job[2])
+        local id = ids[i]
+        local fields = {'payload', ARGV[6 + 5 * (i - 1) + 2], 'enqueued_at', now_text,
+            'expires_at', expires_at, 'ttl', string.format('%d', job[3]),
+            'max_attempts', string.format('%d', job[4]), 'nonce', nonce, 'run_at', due_text}
+        if trace_context ~= '' then
+            fields[#fields + 1] = 'trace_context'
+            fields[#fields + 1] = trace_context
+        end
+        redis.call('HSET', KEYS[5 + 3 * i], unpack(fields))
+        dues[#dues + 1] = due_text
+        dues[#dues + 1] = id
+        deadlines[#deadlines + 1] = expires_at
+        deadlines[#deadlines + 1] = id
+    end
+    redis.call('ZADD', KEYS[delayed], unpack(dues))
+    redis.call('ZADD', KEYS[expiry], unpack(deadlines))
+    return {'ok', #jobs}
 end
 
 -- The deadline mark: its GET doubles as its type check.

@@ -102,9 +102,10 @@ local traces = {}  -- the trace context each expired job carries ('' if none), f
 local reply = {expired, traces}
 for _, job in ipairs(expire) do
     local i, job_id, ttl, problem, state, unknown = job[1], job[2], job[3], job[4], job[5], job[6]
-    -- queued: its queue list entry stays (see above). retrying: in the delayed set, or
-    -- promoted already and then on the queue list, where it stays too.
-    if state == 'retrying' or unknown then
+    -- queued: its queue list entry stays (see above), or, scheduled and not promoted yet,
+    -- it is in the delayed set. retrying: in the delayed set, or promoted already and then
+    -- on the queue list, where it stays too.
+    if state ~= 'running' then
         redis.call('ZREM', KEYS[2], job_id)
     end
     if state == 'running' or unknown then

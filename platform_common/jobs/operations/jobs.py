@@ -92,6 +92,8 @@ class JobDetail:
     unparsed: tuple[Unparsed, ...] = ()
     """Stored fields that do not parse, with their text: each is shown as absent above
     (the payload None, the history empty)."""
+    run_at: float | None = None
+    """When it was scheduled to run (enqueue with a delay or run_at); None if it was not."""
     kept_until: float | None = None
     """When Redis drops what a job that ended left (its record and result, or only the
     result): the job's TTL after it succeeded or expired, the dead-letter retention
@@ -191,6 +193,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         history=record.history(),
         payload=record.document("payload"),
         result=result,
+        run_at=record.seconds("run_at"),
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
     )

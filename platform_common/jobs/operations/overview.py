@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..queue import JobQueue, QueueSettings
+from ..queue.pausing import pause_time
 from ..redis.replies import first_score
 from .session import read, redis_now
 
@@ -64,6 +65,10 @@ class TypeOverview:
     """How long the oldest waiting job has waited; None when nothing waits."""
     totals: Counts
     """Counters since the queue's stats began (they never reset)."""
+    paused: bool = False
+    """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
+    paused_since: float | None = None
+    """When it was paused (Redis time, seconds); None when running or unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,7 @@ class Overview:
 async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview:
     """Depths and counters through JobQueue.stats; workers and the oldest waiting job
     from the heartbeat, waiting and arrival sets (ZCOUNT and one ZRANGE entry each:
-    bounded reads)."""
+    bounded reads), the pause from the paused key."""
     now = await redis_now(queue)
     active_since_ms = int((now - heartbeat_window(queue.settings)) * 1000)
     extras = []
@@ -88,12 +93,13 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
             ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
             # Packed waiting jobs count by the second they arrived in (keys.py).
             ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
+            ("GET", keys.paused),
         ]
     stats = await asyncio.gather(*(queue.stats(t) for t in agent_types))
     replies = await read(queue, extras)
     types = []
     for index, (agent_type, stat) in enumerate(zip(agent_types, stats, strict=True)):
-        workers, waiting, arrived = replies[3 * index : 3 * index + 3]
+        workers, waiting, arrived, paused = replies[4 * index : 4 * index + 4]
         firsts = [s for s in (_first_score(waiting), _first_score(arrived)) if s is not None]
         oldest = min(firsts) if firsts else None
         types.append(
@@ -109,6 +115,8 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
                 totals=Counts(
                     stat.counters["enqueued"], stat.counters["completed"], stat.counters["failed"]
                 ),
+                paused=paused is not None,
+                paused_since=pause_time(paused),
             )
         )
     return Overview(now, tuple(types))

@@ -10,6 +10,7 @@ from .completions import Completion, Completions
 from .connection import QueueConnection
 from .context import AsyncHandler, Handler, JobContext, NonRetryableError, SyncHandler, current_job
 from .dead_letters import DeadLetter, DeadLetters
+from .pausing import PauseState
 from .payload import JobPayload, payload_errors
 from .producer import Producer
 from .queue_settings import DEFAULT_AGENT_TYPES, QueueSettings
@@ -29,6 +30,7 @@ __all__ = [
     "JobQueue",
     "JobResult",
     "NonRetryableError",
+    "PauseState",
     "Producer",
     "QueueConnection",
     "QueueSettings",

@@ -6,6 +6,7 @@ import builtins
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry.trace import TracerProvider
@@ -19,6 +20,7 @@ from .connection import QueueConnection
 from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
+from .pausing import PauseState, read_pause, set_paused
 from .producer import Job, Producer
 from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
@@ -77,13 +79,21 @@ class JobQueue:
         with backend_errors(settings.redis):
             return cls(await QueueConnection.open(settings), tracer_provider=tracer_provider)
 
-    async def enqueue(self, job: Job) -> str:
-        """See Producer.enqueue."""
-        return await self._producer.enqueue(job)
+    async def enqueue(
+        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+    ) -> str:
+        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule)."""
+        return await self._producer.enqueue(job, delay=delay, run_at=run_at)
 
-    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
-        """See Producer.enqueue_many."""
-        return await self._producer.enqueue_many(jobs)
+    async def enqueue_many(
+        self,
+        jobs: Iterable[Job],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+    ) -> list[str]:
+        """See Producer.enqueue_many; `delay` or `run_at` schedules every job."""
+        return await self._producer.enqueue_many(jobs, delay=delay, run_at=run_at)
 
     @property
     def trace_context_dropped(self) -> dict[str, int]:
@@ -108,6 +118,27 @@ class JobQueue:
         return Completions(
             self.connection, watch=watch, every_job=every_job, outage_timeout=outage_timeout
         )
+
+    async def pause(self, agent_type: str) -> PauseState:
+        """Stop workers starting jobs of `agent_type` (see queue.pausing): once this
+        returns, no job of the type starts until `resume`; running jobs finish, enqueue
+        still accepts, TTLs keep running. Pausing a paused type changes nothing
+        (`changed` False, `since` the first pause). ValidationError for a type that is not
+        configured; CorruptQueueState (nothing written) if its pause key holds another
+        type."""
+        with backend_errors(self.settings.redis):
+            return await set_paused(self.connection, agent_type, True)
+
+    async def resume(self, agent_type: str) -> PauseState:
+        """Let workers take jobs of `agent_type` again (within about a second). Resuming
+        a type that runs changes nothing (`changed` False); errors as for `pause`."""
+        with backend_errors(self.settings.redis):
+            return await set_paused(self.connection, agent_type, False)
+
+    async def pause_state(self, agent_type: str) -> PauseState:
+        """Whether `agent_type` is paused now, and since when (errors as for `pause`)."""
+        with backend_errors(self.settings.redis):
+            return await read_pause(self.connection, agent_type)
 
     async def ping(self) -> bool:
         """Health check: PING through the pool."""

@@ -74,6 +74,7 @@ class QueueConnection:
         """The keys of a configured agent type (or of one seen in the registry, see
         seen_keys); any other name is refused with the ValidationError text enqueue gives
         (a misspelt type is an error, never an empty answer)."""
+        _check_name(agent_type)
         if agent_type not in self.settings.agent_types and agent_type not in self.seen_types:
             known = ", ".join(sorted(self.settings.agent_types))
             raise ValidationError(
@@ -87,6 +88,7 @@ class QueueConnection:
         or a worker of it ran (what the exporter exports). A name neither configured nor
         ever registered is a ValidationError that says so and names the known ones: what
         the operator tools ask before they read a type."""
+        _check_name(agent_type)
         if agent_type in self.settings.agent_types or agent_type in self.seen_types:
             return self.keys(agent_type)
         types_key = QueueKeys.types_key(self.settings.prefix)
@@ -265,3 +267,9 @@ def _valid(agent_type: str) -> bool:
     except ValidationError:
         return False
     return True
+
+
+def _check_name(agent_type: object) -> None:
+    """A name that is not even a string is no agent type (and no set member to look up)."""
+    if not isinstance(agent_type, str):
+        raise ValidationError("agent_type", f"unknown agent type {agent_type!r}: not a string")

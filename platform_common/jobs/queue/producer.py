@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry.trace import Span, TracerProvider
@@ -16,6 +17,7 @@ from ..validation import MAX_CLOCK_SKEW_SECONDS
 from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
+from .schedule import Schedule, late, schedule_of
 from .tracing import QueueTracing, server_attributes
 
 __all__ = ["ENQUEUE_CHUNK", "ROUND_TRIP_BYTES", "Producer"]
@@ -47,10 +49,12 @@ class _ScriptKeys:
     prefixes each job's own keys are concatenated from (building them with QueueKeys's
     f-strings cost three times as much, for every job of a lone enqueue)."""
 
-    __slots__ = ("bucket", "job", "result", "shared")
+    __slots__ = ("bucket", "job", "result", "scheduled", "shared")
 
     def __init__(self, keys: QueueKeys) -> None:
         self.shared = _shared_keys(keys)
+        self.scheduled = [keys.delayed, keys.expiry]
+        """The keys a scheduled call adds after every job's own."""
         self.job = keys.job("")
         self.result = keys.result("")
         self.bucket = keys.expiring_bucket(0).removesuffix("0")
@@ -104,28 +108,40 @@ class Producer:
             job, agent_types=self._settings.agent_types, max_bytes=self._settings.max_payload_bytes
         )
 
-    async def enqueue(self, job: Job) -> str:
+    async def enqueue(
+        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+    ) -> str:
         """Validate and enqueue one job; returns its job_id.
+
+        `delay` (seconds, or a timedelta) or `run_at` (an aware datetime) schedules it
+        (queue.schedule): it waits in the delayed set until then, and must be due before
+        its own expiry (created_at + ttl_seconds), else it is refused.
 
         Raises InvalidPayload naming every bad field (including a job_id that is
         taken: queued, running, or ended with its result still held, a created_at more
-        than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock, and a created_at +
-        ttl_seconds already past by Redis' clock); nothing is written then.
+        than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock, a created_at + ttl_seconds
+        already past by Redis' clock, and a `delay` or `run_at` that is not one or
+        would make it due at or after its expiry); nothing is written then.
         BackendUnavailable if Redis cannot be reached (BackendBusy if the pool stayed
         full, BackendOutOfMemory if Redis is at maxmemory), CorruptQueueState if a queue
         key holds something the queue did not write; nothing is written then either."""
+        schedule = schedule_of(delay, run_at)
         prepared = self._prepare(job)
+        deadline_ms = _deadline_ms(prepared)
+        if schedule is not None and schedule.at_ms is not None and schedule.at_ms >= deadline_ms:
+            refusal = late(prepared.job_id, deadline_ms, schedule.at_ms, schedule)
+            raise InvalidPayload({"run_at": refusal})
         span = self._tracing.start_send(prepared.agent_type)
         try:
             with self._backend_errors:
-                return await self._enqueue(prepared, span)
+                return await self._enqueue(prepared, span, schedule)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
             raise
         finally:
             span.end()
 
-    async def _enqueue(self, prepared: PreparedJob, span: Span) -> str:
+    async def _enqueue(self, prepared: PreparedJob, span: Span, schedule: Schedule | None) -> str:
         connection = self._connection
         agent_type = prepared.agent_type
         if agent_type not in connection.registered_types:
@@ -139,7 +155,10 @@ class Producer:
         args = [self._nonce(), 1, created_ms - _SKEW_MS, deadline_ms, *_BUCKETS]
         args += self._job_args(prepared)
         context = self._tracing.creation_context(span)
-        if context:  # none at all is no argument (the script keeps none either way)
+        if schedule is not None:
+            script_keys += type_keys.scheduled
+            args += [context, schedule.argument]
+        elif context:  # none at all is no argument (the script keeps none either way)
             args.append(context)
         # Eager: a lone enqueue goes out from this task at once (the script recognises
         # its own replay by nonce, so a cut round trip is safe to repeat).
@@ -152,10 +171,24 @@ class Producer:
             raise InvalidPayload({"created_at": _ahead(prepared, int(reply[1]))})
         if reply[0] == "expired":
             raise InvalidPayload({"ttl_seconds": _past(prepared, int(reply[1]))})
+        if reply[0] == "late":
+            assert schedule is not None
+            due = late(job_id, deadline_ms, int(reply[2]), schedule)
+            raise InvalidPayload({_schedule_field(schedule): due})
         return job_id
 
-    async def enqueue_many(self, jobs: Iterable[Job]) -> list[str]:
+    async def enqueue_many(
+        self,
+        jobs: Iterable[Job],
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+    ) -> list[str]:
         """Validate every job, then enqueue them all, pipelined; returns their job_ids.
+
+        `delay` or `run_at` schedules every job of the batch, as for enqueue; a job it
+        would make due at or after its expiry refuses the batch (`jobs[i].run_at`, or
+        for a delay, judged by Redis' clock, the chunk holding it: `jobs[i].delay`).
 
         All or nothing: an invalid job anywhere (errors keyed `jobs[i].field`), a
         job_id twice in the batch, a job_id that is taken, a created_at too far ahead of
@@ -168,7 +201,14 @@ class Producer:
         chunk is one script, all or nothing: if Redis reaches maxmemory partway,
         BackendOutOfMemory lists the job ids `written` (earlier chunks) and
         `not_written`, so a retry sends only the latter."""
+        schedule = schedule_of(delay, run_at)
         prepared, errors = self._prepare_batch(list(jobs))
+        if schedule is not None and schedule.at_ms is not None:
+            for index, job in prepared:
+                if schedule.at_ms >= _deadline_ms(job):
+                    errors[f"jobs[{index}].run_at"] = late(
+                        job.job_id, _deadline_ms(job), schedule.at_ms, schedule
+                    )
         if errors:
             raise InvalidPayload(errors)
         agent_types = {job.agent_type for _, job in prepared}
@@ -178,7 +218,7 @@ class Producer:
         )
         try:
             with self._backend_errors:
-                return await self._enqueue_many(prepared, agent_types, span)
+                return await self._enqueue_many(prepared, agent_types, span, schedule)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
             raise
@@ -186,7 +226,11 @@ class Producer:
             span.end()
 
     async def _enqueue_many(
-        self, prepared: list[tuple[int, PreparedJob]], agent_types: set[str], span: Span
+        self,
+        prepared: list[tuple[int, PreparedJob]],
+        agent_types: set[str],
+        span: Span,
+        schedule: Schedule | None,
     ) -> list[str]:
         chunks = self._chunks(prepared)
         await self._refuse_existing(chunks)
@@ -202,7 +246,7 @@ class Producer:
         replies: list[Any] = []
         for group in _round_trips(chunks):
             replies += await connection.run_script_many(
-                connection.scripts.enqueue, self._enqueue_calls(group, window, carried)
+                connection.scripts.enqueue, self._enqueue_calls(group, window, carried, schedule)
             )
         written: list[str] = []
         refused: dict[str, str] = {}
@@ -226,6 +270,15 @@ class Producer:
                     refused[f"jobs[{index}].created_at"] = (
                         _ahead(job, now_ms) if ahead
                         else "not written: the batch held a created_at ahead of Redis' clock"
+                    )  # fmt: skip
+            elif reply[0] == "late":
+                assert schedule is not None
+                due_ms, name = int(reply[2]), _schedule_field(schedule)
+                for index, job in chunk:
+                    refused[f"jobs[{index}].{name}"] = (
+                        late(job.job_id, _deadline_ms(job), due_ms, schedule)
+                        if _deadline_ms(job) <= due_ms
+                        else f"not written: its chunk held a job {name} makes due after its expiry"
                     )  # fmt: skip
             else:  # "expired"
                 now_ms = int(reply[1])
@@ -268,10 +321,12 @@ class Producer:
         chunks: list[tuple[str, list[tuple[int, PreparedJob]]]],
         window: tuple[int, int],
         trace_context: str,
+        schedule: Schedule | None,
     ) -> Iterator[tuple[list[str], list[Any]]]:
         """The enqueue script's (keys, args) per chunk, built only when it is sent; every
-        job of the batch carries the batch's trace context, every chunk the batch's
-        window (the earliest Redis time it may run at, the earliest deadline)."""
+        job of the batch carries the batch's trace context (and schedule), every chunk
+        the batch's window (the earliest Redis time it may run at, the earliest
+        deadline)."""
         for agent_type, chunk in chunks:
             type_keys = self._type_keys(agent_type)
             script_keys = list(type_keys.shared)
@@ -280,6 +335,9 @@ class Producer:
                 script_keys += type_keys.own(job)
                 args += self._job_args(job)
             args.append(trace_context)
+            if schedule is not None:
+                script_keys += type_keys.scheduled
+                args.append(schedule.argument)
             yield script_keys, args
 
     def _type_keys(self, agent_type: str) -> _ScriptKeys:
@@ -395,6 +453,11 @@ def _job_keys(
 
 def _deadline_ms(job: PreparedJob) -> int:
     return job.created_at_ms + job.ttl_seconds * 1000
+
+
+def _schedule_field(schedule: Schedule) -> str:
+    """The argument a refusal of `schedule` names."""
+    return "run_at" if schedule.at_ms is not None else "delay"
 
 
 def _past(job: PreparedJob, redis_now_ms: int) -> str:

@@ -24,3 +24,4 @@ class QueueScripts:
     dead_requeue = Script.named("queue_dead_requeue")
     dead_purge = Script.named("queue_dead_purge")
     kept_prune = Script.named("queue_kept_prune")
+    pause = Script.named("queue_pause")

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_TRACEBACK_LENGTH",
     "AttemptCalls",
     "Claim",
+    "TypePaused",
     "lost_reason",
 ]  # fmt: skip
 
@@ -61,6 +62,19 @@ class Claim:
     """The producer's trace context as the record keeps it (see queue.tracing), or None."""
 
 
+class TypePaused(Exception):
+    """The claim started nothing: the agent type is paused (JobQueue.pause). A job the
+    worker's BLMOVE took went back to the queue; nothing else was written."""
+
+    def __init__(self, agent_type: str) -> None:
+        self.agent_type = agent_type
+        super().__init__(f"agent type {agent_type!r} is paused")
+
+
+_PAUSED = b"paused"
+"""The claim's reply while the type is paused (read undecoded)."""
+
+
 class AttemptCalls:
     """The fenced operations on one agent type's jobs."""
 
@@ -77,7 +91,7 @@ class AttemptCalls:
         self._complete_keys = [keys.processing, keys.leases, keys.expiry, keys.stats]
         self._claim_keys = (
             keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue, keys.waiting,
-            keys.queued, keys.arrivals, keys.arrived,
+            keys.queued, keys.arrivals, keys.arrived, keys.paused,
         )  # fmt: skip
         self._job_key_prefix = keys.job("")  # job key = prefix + id (a completion's hot path)
         self._result_key_prefix = keys.result("")
@@ -108,7 +122,8 @@ class AttemptCalls:
         expired here (not started) and strays are dropped. `expired`, if given, gets
         (job_id, trace_context) of each job expired, the creation context as stored
         ("" if none), so the worker can log it under the producer's trace; `skipped`,
-        if given, the id of each stray dropped."""
+        if given, the id of each stray dropped. TypePaused while the type is paused: the
+        jobs went back to the queue, none was claimed."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
@@ -117,6 +132,8 @@ class AttemptCalls:
             args += [job_id, token]
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
+        if reply[0] == _PAUSED:
+            raise TypePaused(keys.agent_type)
         return int(reply[0]), _claims_of(reply, expired, skipped)
 
     async def take(
@@ -136,7 +153,8 @@ class AttemptCalls:
         connection): the call's marker, named by tokens[0], makes the second call hand
         back the jobs the first took instead of taking more. `previous`: tokens[0] of
         this worker's last take whose reply came (its marker is deleted); `expired` and
-        `skipped` as for claim()."""
+        `skipped` as for claim(). TypePaused while the type is paused: nothing was taken (a
+        replay still hands back what its first run took)."""
         keys = self.keys
         marker = self.take_marker(tokens[0])
         script_keys = [
@@ -152,6 +170,8 @@ class AttemptCalls:
             reply = await self._run(self._scripts.claim, script_keys, args)
         except CorruptQueueState as exc:
             raise _named_refusal(exc) from None
+        if reply[0] == _PAUSED:
+            raise TypePaused(keys.agent_type)
         return int(reply[0]), _claims_of(reply, expired, skipped)
 
     def take_marker(self, call: str) -> str:

@@ -31,7 +31,7 @@ from ..queue.queue_settings import QueueSettings
 from ..queue.tracing import QueueTracing, server_attributes
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
-from .attempt_calls import AttemptCalls, Claim
+from .attempt_calls import AttemptCalls, Claim, TypePaused
 from .attempt_log import AttemptLog, log
 from .chores import ChoreLoop, Chores, RedisClock
 from .foreign_entries import ForeignEntries
@@ -47,6 +47,12 @@ REFUSED_BACKOFF_SECONDS = 5.0
 """Longest wait between fetches while claiming is refused for corrupt queue state: a try
 after a BLMOVE leaves its job in processing (the reaper returns it; a take leaves
 nothing), and only a repair helps."""
+
+
+PAUSED_RECHECK_SECONDS = 1.0
+"""How often a worker of a paused agent type asks again (a take, which takes nothing and
+writes nothing while the pause lasts): no more often than an idle worker's BLMOVE
+returns, so a pause costs Redis no more than an empty queue; it resumes within this."""
 
 
 FETCH_LINGER_SECONDS = 0.0005
@@ -124,6 +130,8 @@ class Worker:
         self._retake: list[str] | None = None  # the tokens of a take that failed
         self._last_take: str | None = None  # the first token of the last take answered
         self._foreign: ForeignEntries | None = None
+        self._paused = False
+        """The last claim found the agent type paused (JobQueue.pause)."""
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
@@ -286,6 +294,10 @@ class Worker:
                             skipped,
                         )
                 self.health.ok()
+                if self._paused:
+                    self._paused = False
+                    log.info("agent type %s resumed: taking jobs again (id=%s)",
+                             self.agent_type, self.worker_id)  # fmt: skip
                 received = loop.time()
                 self._expect_more = remaining > 0
                 for claim in claims:
@@ -295,6 +307,20 @@ class Worker:
                 if skipped and self._foreign is not None:
                     await self._foreign.check(skipped)
                 delay = 0.05
+            except TypePaused:
+                # Nothing was started (a job BLMOVE took went back); running attempts go
+                # on. The next try is a take, which writes nothing while paused.
+                self.health.ok()
+                self._retake = None  # a paused take wrote no marker: its tokens are unused
+                self._expect_more = True
+                if not self._paused:
+                    self._paused = True
+                    log.info(
+                        "agent type %s is paused: taking no jobs until it is resumed, "
+                        "%d running finish (id=%s)", self.agent_type, len(self._running),
+                        self.worker_id,
+                    )  # fmt: skip
+                await self._wait_any(asyncio.sleep(PAUSED_RECHECK_SECONDS))
             except CorruptQueueState as exc:
                 # The claim refused before writing anything: a job BLMOVE took stays in
                 # processing, where the reaper finds it (provisional lease) and returns
