@@ -134,8 +134,16 @@ async def test_a_worker_takes_nothing_while_paused_then_runs_everything(
         await eventually(lambda: asyncio.sleep(0, _lines(caplog, PAUSED_LINE)))
         assert ran.ran == []
         assert await env.counter("started") is None
-        assert sorted(await env.raw.lrange(DINING.queue, 0, -1)) == sorted(ids)
-        assert not await env.raw.exists(DINING.processing, DINING.leases)
+
+        async def all_waiting() -> bool:
+            # A paused worker re-asks each second (its BLMOVE moves a job into processing
+            # and the claim gives it back): between two asks, every job waits on the queue.
+            waiting = sorted(await env.raw.lrange(DINING.queue, 0, -1))
+            return waiting == sorted(ids) and not await env.raw.exists(
+                DINING.processing, DINING.leases
+            )
+
+        await eventually(all_waiting)
         await env.queue.resume("dining")
         await eventually(lambda: asyncio.sleep(0, len(ran.ran) == 3))
     assert sorted(ran.ran) == sorted(ids)
