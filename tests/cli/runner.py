@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from tests.support.paths import REPO_ROOT as ROOT
 from tests.support.redis_server import find_free_port
 
-__all__ = ["DEAD_REDIS", "ROOT", "child_env", "one_error_line", "one_line_failure", "run"]
+__all__ = [
+    "DEAD_REDIS", "ROOT", "Ran", "child_env", "one_error_line", "one_line_failure", "run",
+    "table_row",
+]  # fmt: skip
 
 # Nothing listens there: "Redis unreachable" without waiting for a timeout.
 DEAD_REDIS = f"redis://127.0.0.1:{find_free_port()}/0"
@@ -57,3 +63,25 @@ def one_line_failure(
     assert len(lines) == 1, done.stderr
     assert host in lines[0] and "error:" in lines[0], lines[0]
     return lines[0]
+
+
+@dataclass
+class Ran:
+    """What a command run in this process (the `agentjobs` fixture) left."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+
+def table_row(table: str, first_cell: str) -> list[str]:
+    """The cells of the row of a rich table whose first cell is `first_cell`."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.replace("┃", "│").strip("│ ").split("│")]
+        if cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell!r} in:\n{table}")

@@ -187,6 +187,7 @@ async def enqueue_and_wait(redis_url: str, job: dict[str, Any]) -> JobResult | N
     return done.result
 
 
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 def test_worker_runs_jobs_and_stops_on_sigterm(redis_url: str, tmp_path: Path) -> None:
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
@@ -219,6 +220,7 @@ async def greet(job: Any) -> dict[str, str]:
 """
 
 
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 @pytest.mark.parametrize("entry", ["console script", "python -m"])
 def test_worker_imports_a_handler_from_the_working_directory(
     entry: str, redis_url: str, tmp_path: Path
@@ -281,6 +283,7 @@ def test_other_commands_name_the_missing_cli_extra() -> None:
 
 
 # -- backfill ---------------------------------------------------------------------------
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 async def test_backfill_dry_run_counts_and_writes_nothing(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
@@ -300,6 +303,7 @@ async def test_backfill_dry_run_counts_and_writes_nothing(
     assert await redis_client.zcard(StoreKeys("cli-agent").index("u1")) == 0
 
 
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 async def test_backfill_reports_in_json_for_scripts(redis_url: str) -> None:
     store = RedisJobStore(redis_url, agent="cli-json-agent")  # index off: entries missing
     for n in range(3):
@@ -314,6 +318,7 @@ async def test_backfill_reports_in_json_for_scripts(redis_url: str) -> None:
     }  # fmt: skip
 
 
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 async def test_backfill_verify_fails_until_every_record_has_its_entry(
     redis_url: str, redis_client: aioredis.Redis
 ) -> None:
@@ -344,6 +349,7 @@ async def test_backfill_verify_fails_until_every_record_has_its_entry(
     assert json.loads(done.stdout)["added"] == 0 and await redis_client.zcard(index) == 5
 
 
+@pytest.mark.single_node("worker and backfill commands against a cluster: tests/queue, tests/store")
 async def test_backfill_names_its_target_first(redis_url: str) -> None:
     env = {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
     done = run("backfill", "--dry-run", "--quiet", env=env)

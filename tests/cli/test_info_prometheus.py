@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from platform_common.jobs.cli import main
 from platform_common.jobs.operations.prometheus import (
     COMPLETED_COUNTER,
     ENQUEUED_COUNTER,
@@ -27,8 +24,8 @@ from platform_common.jobs.operations.prometheus import (
     PrometheusSource,
     parse_last_minute,
 )
-from tests.cli.runner import child_env
-from tests.cli.test_operator_cli import Ran, enqueue, table_row
+from tests.cli.jobs_made import enqueue
+from tests.cli.runner import child_env, table_row
 from tests.support.paths import REPO_ROOT
 from tests.support.prometheus import PrometheusServer, promtool
 
@@ -37,6 +34,11 @@ STEP = 15
 PER_STEP = {"dining": (3, 2, 1), "flights": (1, 1, 0)}
 """Enqueued, completed and failed added at each sample: 12, 8 and 4 a minute for dining."""
 COUNTERS = (ENQUEUED_COUNTER, COMPLETED_COUNTER, FAILED_COUNTER)
+
+
+# The commands read Redis as tests/cli/test_operator_cli.py proves on a cluster too; here
+# what varies is Prometheus.
+ON_THE_SINGLE_NODE = pytest.mark.single_node("the Redis side runs on a cluster elsewhere")
 
 
 def _openmetrics(first_minute: int, last_minute: int) -> str:
@@ -68,32 +70,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.cleanup()
 
 
-@pytest.fixture(autouse=True)
-def operator_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("QUEUE_", "REDIS_URL", "AGENTJOBS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.fixture
-def agentjobs(capsys: pytest.CaptureFixture[str], redis_url: str) -> Any:
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        code = main([*args, "--redis-url", redis_url])
-        captured = capsys.readouterr()
-        return Ran(code, captured.out, captured.err)
-
-    return run
-
-
-@pytest.fixture
-def refused_url() -> Iterator[str]:
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
-        yield f"http://127.0.0.1:{closed.getsockname()[1]}"
-
-
+@ON_THE_SINGLE_NODE
 def test_info_shows_the_last_minute_from_prometheus(
     agentjobs: Any, redis_url: str, prometheus: str
 ) -> None:
@@ -118,6 +95,7 @@ def test_info_shows_the_last_minute_from_prometheus(
     assert "Counts over the last minute, from Prometheus" in table.out
 
 
+@ON_THE_SINGLE_NODE
 def test_the_environment_names_the_prometheus(
     agentjobs: Any, prometheus: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,6 +104,7 @@ def test_the_environment_names_the_prometheus(
     assert document["types"][0]["last_minute"]["completed"] == 8
 
 
+@ON_THE_SINGLE_NODE
 def test_without_prometheus_the_columns_are_totals_with_the_hint(agentjobs: Any) -> None:
     table = agentjobs("info", "dining")
     assert table.code == 0 and table.err == ""
@@ -137,6 +116,7 @@ def test_without_prometheus_the_columns_are_totals_with_the_hint(agentjobs: Any)
     assert document["last_minute_source"] is None and document["prometheus_problem"] is None
 
 
+@ON_THE_SINGLE_NODE
 def test_a_prometheus_that_fails_is_a_note_and_the_totals(
     agentjobs: Any, redis_url: str, refused_url: str
 ) -> None:
@@ -156,6 +136,7 @@ def test_a_prometheus_that_fails_is_a_note_and_the_totals(
     assert document["types"][0]["totals"]["enqueued"] == 3
 
 
+@ON_THE_SINGLE_NODE
 def test_a_prometheus_url_that_is_not_a_web_address_is_a_usage_error(agentjobs: Any) -> None:
     done = agentjobs("info", "--prometheus-url", "file:///etc/passwd")
     assert done.code == 2
@@ -164,6 +145,7 @@ def test_a_prometheus_url_that_is_not_a_web_address_is_a_usage_error(agentjobs: 
     )
 
 
+@ON_THE_SINGLE_NODE
 def test_watch_takes_the_last_minute_from_prometheus(agentjobs: Any, prometheus: str) -> None:
     done = agentjobs("info", "dining", "--watch", "--count", "2", "--interval", "0.1",
                      "--prometheus-url", prometheus, "-o", "json")  # fmt: skip
@@ -175,6 +157,7 @@ def test_watch_takes_the_last_minute_from_prometheus(agentjobs: Any, prometheus:
         assert line["last_minute_source"] == "prometheus"
 
 
+@ON_THE_SINGLE_NODE
 def test_watch_falls_back_to_its_own_readings_with_one_note(
     redis_url: str, refused_url: str
 ) -> None:

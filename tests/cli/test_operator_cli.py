@@ -14,8 +14,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,78 +22,23 @@ import pytest
 import typer
 from typer.core import TyperGroup
 
-from platform_common.jobs.cli import main, root
+from platform_common.jobs.cli import root
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations.formatting import timestamp
-from platform_common.jobs.queue import JobPayload, JobQueue
-from tests.cli.runner import DEAD_REDIS, child_env, one_error_line
-from tests.support.backends import CLUSTER, SINGLE, VALKEY, parametrize_backends
-from tests.support.dead_letter_race import make_dead_letters, make_failed_jobs, meanwhile
+from platform_common.jobs.queue import JobQueue
+from tests.cli.jobs_made import cannot_book, dead_letters, enqueue, failed_jobs
+from tests.cli.runner import DEAD_REDIS, child_env, one_error_line, table_row
+from tests.support.dead_letter_race import make_dead_letters, meanwhile
 from tests.support.paths import REPO_ROOT
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.sync_redis import sync_reply
-from tests.support.worker_records import SyncClient, sync_client
+from tests.support.worker_records import SyncClient
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 DINING = QueueKeys("dining")
-_URL_FIXTURES = {SINGLE: "single_node_url", CLUSTER: "cluster_url", VALKEY: "valkey_url"}
 RUN_AT = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
 """Within the 60 s TTL of make_job's jobs, created now."""
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    parametrize_backends(metafunc, "redis_backend", (SINGLE, CLUSTER))
-
-
-@pytest.fixture
-def redis_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
-@pytest.fixture
-def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(_URL_FIXTURES[redis_backend])
-    return url
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[SyncClient]:
-    yield from sync_client(redis_url)
-
-
-@pytest.fixture(autouse=True)
-def operator_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commands read the worker's QUEUE_* settings: none but the ones a test sets."""
-    for name in list(os.environ):
-        if name.startswith(("QUEUE_", "REDIS_URL", "AGENTJOBS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("COLUMNS", "200")  # rich tables: no truncated cells
-
-
-@dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.code == 0, self.err
-        return json.loads(self.out)
-
-
-@pytest.fixture
-def agentjobs(capsys: pytest.CaptureFixture[str], redis_url: str) -> Any:
-    """Run `agentjobs <args> --redis-url <the test's Redis>` in this process."""
-
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        code = main([*args, "--redis-url", redis_url])
-        captured = capsys.readouterr()
-        return Ran(code, captured.out, captured.err)
-
-    return run
 
 
 def run_child(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -103,55 +47,6 @@ def run_child(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         cwd=REPO_ROOT, env=child_env({"COLUMNS": "200"}), capture_output=True, text=True,
         timeout=60, **kwargs,
     )  # fmt: skip
-
-
-async def cannot_book(job: JobPayload) -> None:
-    raise RuntimeError(f"cannot book {job.task}")
-
-
-async def _dead_count(queue: JobQueue, count: int) -> bool:
-    return await queue.dead_letters.count("dining") >= count
-
-
-def dead_letters(redis_url: str, tasks: list[str]) -> list[str]:
-    """Enqueue a job per task and let a worker fail each on its one attempt."""
-
-    async def make() -> list[str]:
-        async with await JobQueue.connect(fast_settings(redis_url, max_attempts=1)) as queue:
-            before = await queue.dead_letters.count("dining")
-            ids = await queue.enqueue_many([make_job(task=task) for task in tasks])
-            async with running_worker(queue.settings, cannot_book, concurrency=20):
-                await eventually(lambda: _dead_count(queue, before + len(ids)))
-        return ids
-
-    return asyncio.run(make())
-
-
-def failed_jobs(redis_url: str, errors: list[str]) -> list[str]:
-    """Enqueue a job per error text and let a worker fail each for good (NonRetryableError)."""
-
-    async def make() -> list[str]:
-        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
-            return await make_failed_jobs(queue, errors)
-
-    return asyncio.run(make())
-
-
-def enqueue(redis_url: str, count: int, **fields: Any) -> list[str]:
-    async def make() -> list[str]:
-        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
-            return await queue.enqueue_many([make_job(**fields) for _ in range(count)])
-
-    return asyncio.run(make())
-
-
-def table_row(table: str, first_cell: str) -> list[str]:
-    """The cells of the row of a rich table whose first cell is `first_cell`."""
-    for line in table.splitlines():
-        cells = [c.strip() for c in line.replace("┃", "│").strip("│ ").split("│")]
-        if cells[0] == first_cell:
-            return cells
-    raise AssertionError(f"no row {first_cell!r} in:\n{table}")
 
 
 # -- the app ----------------------------------------------------------------------------

@@ -11,7 +11,6 @@ are then known exactly, for the minutes the module runs."""
 from __future__ import annotations
 
 import math
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,7 @@ from platform_common.jobs.operations import slo_status as operations
 from platform_common.jobs_monitoring import slo_queries
 from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
 from platform_common.jobs_monitoring.site import load_config
-from tests.cli.runner import one_error_line, run
-from tests.cli.test_operator_cli import Ran, table_row
+from tests.cli.runner import Ran, one_error_line, run, table_row
 from tests.support.prometheus import PrometheusServer, promtool
 
 STEP = 15
@@ -88,9 +86,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
 
 
 @pytest.fixture
-def agentjobs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("AGENTJOBS_PROMETHEUS_URL", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
+def agentjobs(capsys: pytest.CaptureFixture[str]) -> Any:
+    """`agentjobs` in this process without `--redis-url`: `slo` reads Prometheus alone
+    (the folder's `agentjobs` would start a Redis for nothing)."""
 
     def ran(*args: str) -> Ran:
         capsys.readouterr()
@@ -99,13 +97,6 @@ def agentjobs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatc
         return Ran(code, captured.out, captured.err)
 
     return ran
-
-
-@pytest.fixture
-def refused_url() -> Iterator[str]:
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
-        yield f"http://127.0.0.1:{closed.getsockname()[1]}"
 
 
 def test_the_recording_names_are_the_generators() -> None:

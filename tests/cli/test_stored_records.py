@@ -5,68 +5,22 @@ dead letters: a listing's read is bounded, an action still covers every match.""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from platform_common.jobs.cli import main
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
+from tests.cli.jobs_made import dead_letters
 from tests.cli.planted import plant_dead_letters
-from tests.cli.test_operator_cli import Ran, dead_letters, table_row
-from tests.support.backends import CLUSTER, parametrize_backends
+from tests.cli.runner import table_row
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.sync_redis import sync_reply
-from tests.support.worker_records import SyncClient, sync_client
+from tests.support.worker_records import SyncClient
 
 DINING = QueueKeys("dining")
-SINGLE = "single"
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    parametrize_backends(metafunc, "redis_backend", (SINGLE, CLUSTER))
-
-
-@pytest.fixture
-def redis_backend(request: pytest.FixtureRequest) -> str:
-    backend: str = request.param
-    return backend
-
-
-@pytest.fixture
-def redis_url(redis_backend: str, request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue(
-        "cluster_url" if redis_backend == CLUSTER else "single_node_url"
-    )
-    return url
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[SyncClient]:
-    yield from sync_client(redis_url)
-
-
-@pytest.fixture(autouse=True)
-def operator_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("QUEUE_", "REDIS_URL", "AGENTJOBS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.fixture
-def agentjobs(capsys: pytest.CaptureFixture[str], redis_url: str) -> Any:
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        code = main([*args, "--redis-url", redis_url])
-        captured = capsys.readouterr()
-        return Ran(code, captured.out, captured.err)
-
-    return run
 
 
 # -- A: records that do not parse -------------------------------------------------------
