@@ -4,13 +4,12 @@ over every shard, and one pipelined round trip per node in the steady state."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 from redis.asyncio.connection import Connection
-from redis.cluster import RedisCluster as SyncRedisCluster
 
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs_exporter.reader import make_exporter_client
@@ -34,17 +33,14 @@ class NodeCountingConnection(Connection):
 
 
 @pytest.fixture
-def admin(cluster_url: str, redis_cluster: RedisClusterNodes) -> Iterator[redis.RedisCluster]:
-    port = redis_cluster.master_ports()[0]
-    client = SyncRedisCluster(host="127.0.0.1", port=port, decode_responses=True)
-    try:
-        yield client
-    finally:
-        client.close()
+def redis_url(cluster_url: str) -> str:
+    """The Redis of this file's tests (and of the folder's `admin`): the cluster."""
+    return cluster_url
 
 
 @pytest.fixture
 async def exporter(cluster_url: str) -> AsyncIterator[Exporter]:
+    """This file's exporter (overriding the folder's): its sends counted per node."""
     settings = ExporterSettings.from_args(["--redis-url", cluster_url])
     client = make_exporter_client(settings)
     # Cluster nodes take their connection class from the client's kwargs.

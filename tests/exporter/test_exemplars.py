@@ -24,7 +24,7 @@ from platform_common.jobs.keys import QueueKeys, histogram_bucket_field, histogr
 from platform_common.jobs.metric_catalogue import by_key
 from platform_common.jobs.queue import JobPayload, JobQueue
 from platform_common.jobs.worker import Worker
-from tests.exporter.test_prometheus_scrape import ExporterProcess
+from tests.support.exporter_process import ExporterProcess
 from tests.support.prometheus import PrometheusServer
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings

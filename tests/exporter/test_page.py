@@ -244,22 +244,6 @@ def test_any_snapshot_renders_as_prometheus_client_does(
     assert render_page(result, "", openmetrics) == reference(result, "", accept)[0]
 
 
-@pytest.fixture
-def admin(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
-async def exporter(redis_url: str) -> AsyncIterator[Exporter]:
-    instance = Exporter(ExporterSettings.from_args(["--redis-url", redis_url]))
-    yield instance
-    await instance.aclose()
-
-
 async def test_a_scraped_state_renders_as_prometheus_client_does(
     admin: redis.Redis, exporter: Exporter
 ) -> None:

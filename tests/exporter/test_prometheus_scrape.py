@@ -2,72 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-
-import httpx
-import pytest
 import redis
 
 from platform_common.jobs.keys import latency_bucket_field
 from tests.support.exporter_data import seed_type
+from tests.support.exporter_process import ExporterProcess
 from tests.support.prometheus import PrometheusServer, Sample
-from tests.support.redis_server import find_free_port
-
-
-class ExporterProcess:
-    """`python -m platform_common.jobs_exporter` on a free port, as a user would run it."""
-
-    def __init__(self, *args: str) -> None:
-        self.port = find_free_port()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "platform_common.jobs_exporter",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"exporter exited: {self.process.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("exporter did not answer /healthz within 30 s")
-            time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> tuple[int, str]:
-        self.process.terminate()
-        output, _ = self.process.communicate(timeout=15)
-        return self.process.returncode, output
-
-
-@pytest.fixture
-def exporter_process(redis_url: str) -> Iterator[ExporterProcess]:
-    process = ExporterProcess("--redis-url", redis_url, "--agent-types", "dining,flights")
-    try:
-        yield process
-    finally:
-        if process.process.poll() is None:
-            process.stop()
 
 
 def by_type(samples: list[Sample]) -> dict[str, float]:

@@ -8,7 +8,7 @@ test_tls_acl.py, outages in test_outage.py.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,7 +19,6 @@ from redis.asyncio.connection import Connection
 
 from platform_common.jobs.keys import QueueKeys, latency_bucket_field
 from platform_common.jobs.queue import JobQueue, QueueSettings
-from platform_common.jobs_exporter.app import create_app
 from platform_common.jobs_exporter.label_values import MAX_LABEL_VALUE_BYTES
 from platform_common.jobs_exporter.reader import make_exporter_client
 from platform_common.jobs_exporter.service import Exporter
@@ -41,16 +40,9 @@ class CountingConnection(Connection):
 
 
 @pytest.fixture
-def admin(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
 async def exporter(redis_url: str) -> AsyncIterator[Exporter]:
+    """This file's exporter (overriding the folder's): of `dining`, its sends to Redis
+    counted (CountingConnection.sends)."""
     settings = ExporterSettings.from_args(["--redis-url", redis_url, "--agent-types", "dining"])
     CountingConnection.sends = 0
     client = make_exporter_client(settings)
@@ -193,15 +185,6 @@ async def test_a_script_flush_changes_nothing(admin: redis.Redis, exporter: Expo
     assert result.snapshot is not None
     assert result.snapshot.types[0].queue_depth == 5
     assert result.snapshot.round_trips == 1
-
-
-@pytest.fixture
-async def http(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(ExporterSettings.from_args(["--redis-url", redis_url]))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://exporter") as client:
-        yield client
-    await app.state.exporter.aclose()
 
 
 async def test_http_metrics_text_is_valid_for_promtool(
