@@ -1,7 +1,8 @@
 """The JobStore harness, parametrized over its backends: `memory` (a fake clock), `redis`
 (the session redis-server) and `cluster` (the session Redis Cluster), and `valkey` (the
 session valkey-server) for a test marked `valkey`. A test marked
-`@pytest.mark.single_node(...)` gets no cluster run."""
+`@pytest.mark.single_node(...)` gets no cluster run. `store` is one store of the
+harness, made with the options of the test's (or module's) `@pytest.mark.store(...)`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from platform_common.jobs.redis.url import RedisClient, RedisSettings
+from platform_common.jobs.store.contract import BaseJobStore
 from tests.support.backends import CLUSTER, VALKEY, parametrize_backends
 from tests.support.stores import Harness
 
@@ -44,3 +46,9 @@ async def harness(store_backend: str, request: pytest.FixtureRequest) -> AsyncIt
         yield made
     finally:
         await made.aclose()
+
+
+@pytest.fixture
+def store(harness: Harness, request: pytest.FixtureRequest) -> BaseJobStore:
+    marker = request.node.get_closest_marker("store")
+    return harness.make(**(marker.kwargs if marker else {}))

@@ -32,11 +32,6 @@ BAD_TTLS = [0, -1, True, 1.5, None, "10"]
 pytestmark = pytest.mark.valkey  # the contract, on the second server family too
 
 
-@pytest.fixture
-def store(harness: Harness) -> BaseJobStore:
-    return harness.make()
-
-
 # -- create / get ---------------------------------------------------------------
 async def test_create_then_get_returns_the_same_record(store: BaseJobStore) -> None:
     created = await store.create("job-1", {"request": {"target": "x"}}, ttl_seconds=60)

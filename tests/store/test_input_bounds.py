@@ -24,10 +24,7 @@ from platform_common.jobs.validation import (
 )
 from tests.support.stores import Harness
 
-
-@pytest.fixture
-def store(harness: Harness) -> BaseJobStore:
-    return harness.make(time_index=True)
+pytestmark = pytest.mark.store(time_index=True)
 
 
 def nested(depth: int, leaf: Any = 1) -> dict[str, Any]:

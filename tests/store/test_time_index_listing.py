@@ -24,12 +24,9 @@ from platform_common.jobs.store.telemetry import FALLBACK_COUNTER
 from platform_common.jobs.store.time_index import job_id_of
 from tests.support.stores import Harness
 
+pytestmark = pytest.mark.store(time_index=True)
+
 SHARED = "__shared__"
-
-
-@pytest.fixture
-def store(harness: Harness) -> BaseJobStore:
-    return harness.make(time_index=True)
 
 
 async def walk(
