@@ -13,8 +13,8 @@ import redis
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue
 from tests.cli.jobs_made import dead_letters
-from tests.cli.planted import plant_dead_letters
 from tests.cli.runner import table_row
+from tests.support.planted import plant_dead_letters
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.sync_redis import sync_reply

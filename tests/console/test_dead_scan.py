@@ -14,8 +14,8 @@ import redis
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.operations import MAX_SCAN
 from platform_common.jobs.queue import JobQueue
-from tests.cli.planted import plant_dead_letters
 from tests.console.conftest import PREFIX, confirmed_form, csrf_token
+from tests.support.planted import plant_dead_letters
 from tests.support.sync_redis import sync_reply
 
 DINING = QueueKeys("dining")

@@ -19,9 +19,9 @@ from platform_common.jobs.operations import (
     select_dead_letters,
 )
 from platform_common.jobs.queue import JobQueue
-from tests.cli.planted import plant_dead_letters
 from tests.support.backends import CLUSTER, parametrize_backends
 from tests.support.dead_letter_race import make_dead_letters, meanwhile
+from tests.support.planted import plant_dead_letters
 from tests.support.queue_runtime import fast_settings
 from tests.support.sync_redis import sync_reply
 from tests.support.worker_records import SyncClient, sync_client

@@ -9,8 +9,11 @@ from platform_common.jobs.errors import InvalidPayload, ValidationError
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, current_job
 from platform_common.jobs.redis.url import RedisClient
+from tests.support.planted import plant_dead_letters
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, running_worker
+from tests.support.sync_redis import sync_reply
+from tests.support.worker_records import SyncClient
 
 DINING = QueueKeys("dining")
 pytestmark = pytest.mark.queue(max_attempts=1)
@@ -186,3 +189,21 @@ async def test_a_dead_letter_whose_stored_payload_does_not_parse_is_still_listed
     (letter,) = await queue.dead_letters.list("dining")
     assert (letter.job_id, letter.payload) == (job_id, {})
     assert letter.last_error == "RuntimeError: broken 0 failed on attempt 1"
+
+
+async def test_a_letter_whose_id_or_error_is_not_utf8_is_listed_and_requeued(
+    queue: JobQueue, client: SyncClient
+) -> None:
+    [sound] = plant_dead_letters(client, DINING, 1, lambda n: "e")
+    binary = b"caf\xe9-1"
+    fields = sync_reply(client.hgetall(DINING.job(sound)))
+    fields["last_error"] = "bad byte"
+    # A decoding client still writes bytes as they are.
+    client.execute_command("HSET", DINING.job("").encode() + binary, *sum(fields.items(), ()))  # type: ignore[no-untyped-call]
+    client.execute_command("HSET", DINING.job("").encode() + binary, "last_error", b"\xff oops")  # type: ignore[no-untyped-call]
+    client.lpush(DINING.dead, binary)
+    letters = await queue.dead_letters.list("dining")
+    assert [d.job_id for d in letters] == [binary.decode("utf-8", "surrogateescape"), sound]
+    assert letters[0].last_error == "\\xff oops" and letters[1].last_error == "e"
+    assert await queue.dead_letters.requeue("dining", [letters[0].job_id]) == [letters[0].job_id]
+    assert client.lrange(DINING.dead, 0, -1) == [sound]

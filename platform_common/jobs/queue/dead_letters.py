@@ -11,7 +11,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..keys import QueueKeys
-from ..redis.script import Script
+from ..redis.script import Script, pipeline_transport, run_batch
 from ..status import QueueState
 from .connection import QueueConnection
 
@@ -99,21 +99,25 @@ class DeadLetters:
 
     async def list(self, agent_type: str, *, start: int = 0, count: int = 100) -> list[DeadLetter]:
         """Kept jobs newest first, `count` of them from position `start` (entries whose
-        record is gone, purged or past its retention, are left out)."""
+        record is gone, purged or past its retention, are left out). Read undecoded: an id
+        that is not UTF-8 comes as text with surrogate escapes (`wire` turns it back into
+        the same bytes, so it can be requeued or purged), a stored text that is not as
+        backslash escapes; neither is an error that would hide the other letters."""
         keys = self._keys(agent_type)
-        client = self._connection.client
-        job_ids: list[str] = await client.lrange(self._list_of(keys), start, start + count - 1)  # type: ignore[misc]
-        if not job_ids:
+        send = pipeline_transport(self._connection.client, lambda _: True)
+        (raw_ids,) = _raised(
+            await run_batch(send, [("LRANGE", self._list_of(keys), start, start + count - 1)])
+        )
+        if not raw_ids:
             return []
-        pipe = client.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hmget(
-                keys.job(job_id), ["payload", "attempts", "last_error", "history", "finished_at"]
-            )
+        job_ids = [bytes(raw).decode("utf-8", "surrogateescape") for raw in raw_ids]
+        fields = ("payload", "attempts", "last_error", "history", "finished_at")
+        replies = _raised(
+            await run_batch(send, [("HMGET", wire(keys.job(j)), *fields) for j in job_ids])
+        )
         letters = []
-        for job_id, (payload, attempts, error, history, dead_at) in zip(
-            job_ids, await pipe.execute(), strict=True
-        ):
+        for job_id, raw in zip(job_ids, replies, strict=True):
+            payload, attempts, error, history, dead_at = (_text(value) for value in raw)
             if payload is None:
                 continue  # purged, or past its retention
             letters.append(
@@ -233,6 +237,17 @@ def _history(text: str | None) -> builtins.list[dict[str, Any]]:
     except ValueError:
         return []
     return value if isinstance(value, builtins.list) else []
+
+
+def _raised(replies: builtins.list[Any]) -> builtins.list[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else bytes(raw).decode("utf-8", "backslashreplace")
 
 
 def _int(text: str | None) -> int:
