@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE
+from platform_common.jobs.metric_catalogue import (
+    HEARTBEAT_CLOCK_TOLERANCE_MS,
+    MAX_WORKERS_PER_TYPE,
+)
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
@@ -26,14 +29,6 @@ __all__ = [
     "type_snapshot",
     "within_clock_tolerance",
 ]
-
-HEARTBEAT_CLOCK_TOLERANCE_MS = 2_000
-"""How far past the scrape's Redis TIME a heartbeat may be dated and still be believed
-(a beat written between TIME and the read, or by a cluster node whose clock runs a
-little ahead). A later one proves nothing of its worker (Redis' clock stepped back, or
-the score was written by hand): it does not count as active nor as the newest
-heartbeat, and has no age series; it is counted as malformed. A live worker's next
-beat replaces it."""
 
 
 def within_clock_tolerance(beat_ms: float, now_ms: int) -> bool:

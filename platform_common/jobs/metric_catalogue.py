@@ -19,6 +19,7 @@ __all__ = [
     "AGENT_TYPE",
     "CATALOGUE",
     "ERROR_CLASS",
+    "HEARTBEAT_CLOCK_TOLERANCE_MS",
     "MAX_WORKERS_PER_TYPE",
     "NODE",
     "POLICY",
@@ -39,6 +40,13 @@ length (label_values.MAX_LABEL_VALUE_BYTES)."""
 MAX_WORKERS_PER_TYPE = 50
 """Workers per agent type with a series of their own: the stalest heartbeats, the ones
 on-call looks for (a bounded label whatever the fleet's size)."""
+HEARTBEAT_CLOCK_TOLERANCE_MS = 2_000
+"""How far past the reader's Redis TIME a heartbeat may be dated and still be believed
+(a beat written between TIME and the read, or by a cluster node whose clock runs a
+little ahead). A later one proves nothing of its worker (Redis' clock stepped back, or
+the score was written by hand): it counts as active nowhere (the exporter, `agentjobs
+info` and `workers`, the console), is not the newest heartbeat and has no age series
+(the exporter counts it as malformed). A live worker's next beat replaces it."""
 NODE = "node"
 """A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
 POLICY = "policy"

@@ -275,6 +275,21 @@ def test_workers_shows_heartbeats_and_the_jobs_each_runs(agentjobs: Any, redis_u
     assert cells[1] == worker.worker_id and cells[4:6] == ["yes", "2"]
 
 
+def test_a_heartbeat_dated_in_the_future_is_no_active_worker(
+    agentjobs: Any, client: SyncClient
+) -> None:
+    """A beat far ahead of Redis' clock (its clock stepped back, or a hand edit) proves
+    nothing of its worker: neither `info` nor `workers` counts it, as the exporter doesn't."""
+    now_ms = int(float(client.time()[0]) * 1000)  # type: ignore[index]
+    client.zadd(DINING.workers, {"ahead": now_ms + 3_600_000, "now": now_ms})
+    info = agentjobs("info", "dining", "-o", "json").json()
+    assert info["types"][0]["active_workers"] == 1
+    workers = {
+        w["worker_id"]: w for w in agentjobs("workers", "dining", "-o", "json").json()["workers"]
+    }
+    assert (workers["ahead"]["active"], workers["now"]["active"]) == (False, True)
+
+
 def test_workers_reads_the_host_from_a_default_worker_id(agentjobs: Any, redis_url: str) -> None:
     async def beat_and_read() -> None:
         settings = fast_settings(redis_url)

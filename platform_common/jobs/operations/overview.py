@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS
 from ..queue import JobQueue, QueueSettings
 from ..queue.pausing import pause_time
 from ..redis.replies import first_score
@@ -85,11 +86,14 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
     bounded reads), the pause from the paused key."""
     now = await redis_now(queue)
     active_since_ms = int((now - heartbeat_window(queue.settings)) * 1000)
+    believed_until_ms = int(now * 1000) + HEARTBEAT_CLOCK_TOLERANCE_MS
     extras = []
     for agent_type in agent_types:
         keys = queue.connection.keys(agent_type)
         extras += [
-            ("ZCOUNT", keys.workers, f"({active_since_ms}", "+inf"),
+            # (a beat dated in the future is no proof of life: metric_catalogue's
+            # tolerance, as the exporter counts)
+            ("ZCOUNT", keys.workers, f"({active_since_ms}", believed_until_ms),
             ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"),
             # Packed waiting jobs count by the second they arrived in (keys.py).
             ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),

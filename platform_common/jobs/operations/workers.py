@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS
 from ..queue import JobQueue
 from .overview import heartbeat_window
 from .session import PAGE, read, redis_now
@@ -34,7 +35,8 @@ class WorkerStatus:
     """Since its last heartbeat; None when it holds jobs but has no heartbeat (gone
     silent for long enough to be forgotten: its leases expire and the reaper frees them)."""
     active: bool
-    """Its heartbeat is within the active window (see overview.heartbeat_window)."""
+    """Its heartbeat is within the active window (see overview.heartbeat_window) and
+    not dated in the future (metric_catalogue.HEARTBEAT_CLOCK_TOLERANCE_MS)."""
     jobs_in_progress: tuple[str, ...]
     """Ids of the jobs it has claimed and not yet finished."""
 
@@ -72,7 +74,10 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
                     agent_type=agent_type,
                     host=host_of(worker_id),
                     heartbeat_age_seconds=age,
-                    active=age is not None and age < window,
+                    active=beat is not None
+                    and age is not None
+                    and age < window
+                    and beat <= now * 1000 + HEARTBEAT_CLOCK_TOLERANCE_MS,
                     jobs_in_progress=tuple(holders.get(worker_id, [])),
                 )
             )
