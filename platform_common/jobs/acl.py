@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from .keys import COMPLETION_PATTERN, QUEUE_PREFIX, STORE_PREFIX, completion_channel
+from .keys import (
+    COMPLETION_PATTERN,
+    PROGRESS_PATTERN,
+    QUEUE_PREFIX,
+    STORE_PREFIX,
+    completion_channel,
+    progress_channel,
+)
 from .redis.script import lua_source
 from .validation import validate_name
 
@@ -129,7 +136,8 @@ class AclRole:
     """Commands without keys it sends or its scripts call, besides CONNECT_COMMANDS."""
     grants: tuple[Grant, ...]
     channels: Literal["none", "every type", "own types"]
-    """Completion channels: none, the PSUBSCRIBE pattern of every type, or its types'."""
+    """Completion and progress channels: none, the (P)SUBSCRIBE patterns of every type,
+    or its types' own (a worker PUBLISHes there, and nowhere else)."""
     scoped: bool
     """Whether agent_types narrows its keys (every role but the exporter)."""
 
@@ -171,8 +179,12 @@ class AclRole:
         keyless = sorted(set(CONNECT_COMMANDS) | set(self.keyless))
         channels = {
             "none": [],
-            "every type": [COMPLETION_PATTERN],
-            "own types": [completion_channel(name) for name in scope["types"]],
+            "every type": [COMPLETION_PATTERN, PROGRESS_PATTERN],
+            "own types": [
+                channel
+                for name in scope["types"]
+                for channel in (completion_channel(name), progress_channel(name))
+            ],
         }[self.channels]
         return [
             "-@all",
@@ -233,6 +245,7 @@ _WORKER_SCRIPTS = (
     "queue_dead_requeue",
     "queue_dead_purge",
     "queue_kept_prune",
+    "queue_progress",  # a handler's progress report: HSET of its job hash, PUBLISH
     "queue_enqueue",  # operators requeue and re-enqueue with the worker user
 )
 
@@ -320,8 +333,9 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs (scheduled ones too), reads results, job state and depths, "
-                "follows completion events and uses the JobStore; cannot take, lease, "
+                "enqueues jobs (scheduled ones too), reads results, job state, progress and "
+                "depths, follows completion and progress events and uses the JobStore; "
+                "cannot take, lease, "
                 "complete or fail jobs, nor delete or trim queue structures"
             ),
             scripts=("queue_enqueue", *_STORE_SCRIPTS),
@@ -405,16 +419,18 @@ ROLES: dict[str, AclRole] = {
                 Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
                 _store_grant(*_STORE_SCRIPTS),
             ),
-            channels="every type",  # completions.py PSUBSCRIBEs agent:*:completed
+            # completions.py PSUBSCRIBEs agent:*:completed; progress_events.py SUBSCRIBEs
+            # agent:<type>:progress, which the pattern matches.
+            channels="every type",
             scoped=True,
         ),
         AclRole(
             name="worker",
             summary=(
-                "takes jobs (BLMOVE + claim), renews leases, completes, fails and retries "
-                "them, reaps expired leases, promotes delayed jobs, cleans up expired "
-                "jobs, manages dead letters, publishes completions and uses the JobStore, "
-                "for its own agent types and agents only"
+                "takes jobs (BLMOVE + claim), renews leases, stores and publishes progress "
+                "reports, completes, fails and retries them, reaps expired leases, promotes "
+                "delayed jobs, cleans up expired jobs, manages dead letters, publishes "
+                "completions and uses the JobStore, for its own agent types and agents only"
             ),
             scripts=(*_WORKER_SCRIPTS, *_STORE_SCRIPTS),
             keyless=("time", "scan", "publish", "info"),  # info: the eviction policy check

@@ -7,6 +7,7 @@ JobsError
 │   ├── InvalidTTL
 │   ├── InvalidRecord           a dict/hash that is not a valid JobRecord
 │   ├── InvalidPayload          a queue payload that fails its schema (lists every bad field)
+│   ├── InvalidProgress         a progress report that is not a small JSON object
 │   └── InvalidCursor           a pagination cursor that is malformed or foreign
 ├── JobConflict                 create() of an id that exists
 ├── JobNotFound                 update() of an id that does not exist
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidCursor",
     "InvalidJobId",
     "InvalidPayload",
+    "InvalidProgress",
     "InvalidRecord",
     "InvalidTTL",
     "JobConflict",
@@ -105,6 +107,14 @@ class InvalidPayload(ValidationError):
             summary += f"; and {left} more (InvalidPayload.errors has them all)"
             field += f",+{left} more"
         super().__init__(field or "payload", summary or "invalid payload")
+
+
+class InvalidProgress(ValidationError):
+    """A progress report (JobContext.report_progress) that cannot be stored: not a JSON
+    object, not JSON-serialisable, nested too deeply or too large. Nothing was stored."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("progress", problem)
 
 
 class JobConflict(JobsError):

@@ -73,7 +73,10 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)
-    jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps
+    jobs:{type}:job:<job_id>  HASH   payload, state, attempts, lease token, timestamps;
+                                     `progress` (the last report of a running attempt,
+                                     a JSON object) and `progress_at` (Redis ms), written
+                                     by queue_progress.lua only and kept with the record
     jobs:{type}:result:<id>   STRING result JSON, with the job's TTL
     jobs:{type}:dead          LIST   job ids that used their last attempt (newest first)
     jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
@@ -96,6 +99,9 @@ Queue (one set per agent type), prefix default "jobs":
 Channel: agent:<type>:completed  (PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
     terminal outcome (succeeded, failed, dead-lettered, expired)
+Channel: agent:<type>:progress  (PUBLISH reaches every cluster node)
+    {"job_id": <id>, "at": <Redis ms>, "progress": <the report>}, published by
+    queue_progress.lua after it stored the report on the job hash
 
 Queue stats counters (per agent type, each HINCRBY'd only by the script that performs
 the transition; so they are exact across any number of processes):
@@ -140,6 +146,7 @@ __all__ = [
     "LATENCY_SUM_FIELD",
     "MAX_ERROR_CLASSES",
     "OTHER_ERROR_CLASS",
+    "PROGRESS_PATTERN",
     "QUEUE_PREFIX",
     "SHARED_OWNER_BUCKET",
     "STATS_COUNTERS",
@@ -153,6 +160,7 @@ __all__ = [
     "histogram_exemplar_field",
     "histogram_sum_field",
     "latency_bucket_field",
+    "progress_channel",
     "queue_key_type",
 ]
 
@@ -190,6 +198,7 @@ MAX_ERROR_CLASSES = 20
 """Exception classes with a counter of their own per agent type (a bounded label)."""
 
 COMPLETION_PATTERN = "agent:*:completed"
+PROGRESS_PATTERN = "agent:*:progress"
 
 # The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
@@ -288,6 +297,11 @@ def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
 
 def completion_channel(agent_type: str) -> str:
     return f"agent:{agent_type}:completed"
+
+
+def progress_channel(agent_type: str) -> str:
+    """Where a running job's progress reports of `agent_type` are published."""
+    return f"agent:{agent_type}:progress"
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +439,10 @@ class QueueKeys:
     @property
     def channel(self) -> str:
         return completion_channel(self.agent_type)
+
+    @property
+    def progress_channel(self) -> str:
+        return progress_channel(self.agent_type)
 
     @staticmethod
     def types_key(prefix: str = QUEUE_PREFIX) -> str:

@@ -30,6 +30,7 @@ from tests.cli.jobs_made import cannot_book, dead_letters, enqueue, failed_jobs
 from tests.cli.runner import DEAD_REDIS, child_env, one_error_line, table_row
 from tests.support.dead_letter_race import make_dead_letters, meanwhile
 from tests.support.paths import REPO_ROOT
+from tests.support.progress_jobs import reporting_job
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.sync_redis import sync_reply
@@ -383,6 +384,28 @@ def test_job_show_of_a_job_delayed_for_a_retry_says_when_it_is_due_and_expires(
     assert f"retry due   {timestamp(detail['due_at'])}" in table.out
     assert f"expires     {timestamp(detail['expires_at'])}" in table.out
     assert "kept until" not in table.out
+
+
+def test_job_show_prints_the_last_progress_and_when(
+    agentjobs: Any, redis_url: str, client: SyncClient
+) -> None:
+    async def report() -> tuple[str, int]:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await reporting_job(queue, {"pages": 3, "of": 7, "note": "ünï 🚀"})
+
+    job_id, at = asyncio.run(report())
+    detail = agentjobs("job", "show", "dining", job_id, "-o", "json").json()
+    assert detail["progress"] == {"pages": 3, "of": 7, "note": "ünï 🚀"}
+    assert detail["progress_at"] == at / 1000
+    shown = agentjobs("job", "show", "dining", job_id)
+    assert shown.code == 0, shown.err
+    assert f"progress (reported {timestamp(at / 1000)})" in shown.out
+    assert '"pages": 3' in shown.out and "ünï 🚀" in shown.out
+    # A report that does not parse is shown as stored, where the report would be.
+    sync_reply(client.hset(DINING.job(job_id), "progress", "{not json"))
+    damaged = agentjobs("job", "show", "dining", job_id)
+    assert damaged.code == 0, damaged.err
+    assert "progress (stored, does not parse)" in damaged.out and "{not json" in damaged.out
 
 
 def test_job_show_of_a_scheduled_job_says_when_it_runs(agentjobs: Any, redis_url: str) -> None:

@@ -27,6 +27,7 @@ from tests.console.conftest import (
     make_dead_letters,
 )
 from tests.support.dead_letter_race import fail_with_error_text
+from tests.support.progress_jobs import reporting_job
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
@@ -353,3 +354,16 @@ async def test_a_scheduled_job_is_delayed_and_its_page_says_when_it_runs(
     page = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
     assert page.status_code == 200
     assert re.search(r"<dt>Scheduled for</dt><dd><time [^>]*>in \d+\.\ds</time>", page.text)
+
+
+async def test_a_running_jobs_page_shows_its_last_progress_as_text(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    job_id, at = await reporting_job(queue, {"step": HOSTILE, "done": 2})
+    page = (await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")).text
+    assert "<h2>Progress</h2>" in page
+    assert f'Last reported <time datetime="{timestamp(at / 1000, "seconds")}"' in page
+    assert "&lt;script&gt;alert(" in page and "<script" not in page.lower()
+    assert "&#34;done&#34;: 2" in page
+    other = await queue.enqueue(make_job())
+    assert "<h2>Progress</h2>" not in (await client.get(f"{PREFIX}/types/dining/jobs/{other}")).text

@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload, LeaseLost
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.worker import Claim
+from platform_common.jobs.worker.progress_reporter import store_progress
 from tests.support.keyspace import changed_keys
 from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
@@ -501,6 +502,33 @@ async def test_renew_reports_a_job_key_of_another_type_lost_and_renews_the_rest(
     assert lost == [broken]
     assert changed_keys(before, await env.snapshot()) == {DINING.leases.encode()}
     assert (await env.raw.zscore(DINING.leases, healthy.job_id) or 0) > 1
+
+
+# -- queue_progress: a handler's report_progress (worker/progress_reporter.py) ---------------
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_progress_refuses_a_job_key_of_another_type(env: Env, kind: str) -> None:
+    job_id = "broken-job"
+    await env.plant(DINING.job(job_id), kind)
+    report = '{"step": 1}'
+    await refused(
+        env,
+        lambda: store_progress(env.queue.connection, DINING, job_id, TOKEN, report),
+        DINING.job(job_id),
+    )
+
+
+@pytest.mark.parametrize("field", ["state", "token"])
+async def test_progress_of_a_job_hash_without_its_lease_fields_is_lost(
+    env: Env, field: str
+) -> None:
+    """The two fields it reads are compared as text, so nothing there can fail to parse:
+    a record that lost one (or holds anything else) is not this attempt's."""
+    claim = await env.running()
+    await env.raw.hdel(DINING.job(claim.job_id), field)
+    before = await env.snapshot()
+    with pytest.raises(LeaseLost):
+        await store_progress(env.queue.connection, DINING, claim.job_id, TOKEN, '{"a":1}')
+    assert changed_keys(before, await env.snapshot()) == set()
 
 
 # -- queue_heartbeat: Chores.heartbeat ----------------------------------------------

@@ -19,6 +19,7 @@ from platform_common.jobs.keys import (
     QueueKeys,
     StoreKeys,
     completion_channel,
+    progress_channel,
 )
 from platform_common.jobs.redis.script import Script
 from tests.support.paths import REPO_ROOT
@@ -167,6 +168,26 @@ async def _psubscribe(client: aioredis.Redis) -> Any:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
+async def _subscribe_progress(client: aioredis.Redis) -> Any:
+    """SUBSCRIBE to its type's progress channel, as ProgressEvents does."""
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(OWN.progress_channel)
+        message = await pubsub.get_message(timeout=10)
+        assert message is not None and message["type"] == "subscribe", message
+        return message
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def report_progress(keys: QueueKeys, job_id: str) -> Step:
+    return script(
+        "queue_progress",
+        [keys.job(job_id)],
+        [job_id, "token-r1", '{"step": 1}', 16384, keys.progress_channel],
+    )
+
+
 OPERATIONS = (
     # What the roles are for.                      producer, worker, exporter, reader, operator
     Operation("Enqueue a job (enqueue script)", (enqueue(OWN, "n1"),),
@@ -231,6 +252,15 @@ OPERATIONS = (
     Operation("Claim, renew, complete or fail a job (here: the complete script)",
               (complete(OWN, "r1"),),
               "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Report a running job's progress (progress script: PUBLISH on its type's "
+              "progress channel, HSET of its job hash)", (report_progress(OWN, "r1"),),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Publish progress of its type (PUBLISH agent:<type>:progress)",
+              (command("PUBLISH", OWN.progress_channel, "{}"),),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Follow progress events of its type (SUBSCRIBE agent:<type>:progress)",
+              (_subscribe_progress,),
+              "allowed", "refused", "refused", "refused", "refused"),
     Operation("Write a result (SET)", (command("SET", OWN.result("r1"), '{"forged": 1}'),),
               "refused", "allowed", "refused", "refused", "refused"),
     Operation("Publish a completion of its type (PUBLISH)",
@@ -326,10 +356,12 @@ OPERATIONS = (
               (enqueue(OTHER, "n2"), command("HGETALL", OTHER.job("q1")),
                command("GET", OTHER.result("done1"))),
               "refused", "refused", "refused", "refused", "refused"),
-    Operation("Take, complete or publish another agent type's jobs",
+    Operation("Take, complete, report progress of or publish another agent type's jobs",
               (command("LMOVE", OTHER.queue, OTHER.processing, "RIGHT", "LEFT"),
                complete(OTHER, "r1"), command("SET", OTHER.result("r1"), "{}"),
-               command("PUBLISH", completion_channel("flights"), "r1")),
+               report_progress(OTHER, "r1"),
+               command("PUBLISH", completion_channel("flights"), "r1"),
+               command("PUBLISH", progress_channel("flights"), "{}")),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Requeue or purge another agent type's dead letters",
               (dead_requeue(OTHER, "d1"),

@@ -115,6 +115,11 @@ def render_job(console: Console, detail: JobDetail) -> None:
             body.append(text(attempt.traceback.rstrip()))
         title = f"attempt {attempt.attempt}"
         parts.append(Panel(Group(*body), title=title, title_align="left", expand=fill))
+    if "progress" in unparsed:
+        parts.append(_unparsed(unparsed["progress"], fill))
+    elif detail.progress is not None:
+        title = f"progress (reported {timestamp(detail.progress_at)})"
+        parts.append(Panel(_json(detail.progress), title=title, title_align="left", expand=fill))
     if "payload" in unparsed:
         parts.append(_unparsed(unparsed["payload"], fill))
     else:
@@ -129,7 +134,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
     console.print(Group(*parts))
 
 
-_PLACED = ("history", "payload", "result")
+_PLACED = ("history", "progress", "payload", "result")
 
 
 def _lifetime(detail: JobDetail) -> tuple[str, RenderableType]:

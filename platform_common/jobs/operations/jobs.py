@@ -1,5 +1,5 @@
 """`job show`: one job as the queue holds it: state, attempts with their errors and
-tracebacks, payload and result."""
+tracebacks, its last progress report, payload and result."""
 
 from __future__ import annotations
 
@@ -100,6 +100,12 @@ class JobDetail:
     (never less than the TTL) after it died or failed. None while it is `active`, or
     when nothing will drop it (a dead letter kept until requeued or purged)."""
 
+    progress: Any = None
+    """The last progress report of its handler (a JSON object), kept with the record;
+    None when it never reported or the report does not parse (then `unparsed` holds it)."""
+    progress_at: float | None = None
+    """When that report was stored."""
+
     @property
     def active(self) -> bool:
         """Waiting, running or delayed for a retry: `expires_at` is its deadline."""
@@ -194,6 +200,8 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         payload=record.document("payload"),
         result=result,
         run_at=record.seconds("run_at"),
+        progress=record.document("progress"),
+        progress_at=record.seconds("progress_at"),
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
     )

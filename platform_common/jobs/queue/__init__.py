@@ -13,6 +13,8 @@ from .dead_letters import DeadLetter, DeadLetters
 from .pausing import PauseState
 from .payload import JobPayload, payload_errors
 from .producer import Producer
+from .progress import Progress
+from .progress_events import ProgressEvents
 from .queue_settings import DEFAULT_AGENT_TYPES, QueueSettings
 from .results import JobResult
 
@@ -32,6 +34,8 @@ __all__ = [
     "NonRetryableError",
     "PauseState",
     "Producer",
+    "Progress",
+    "ProgressEvents",
     "QueueConnection",
     "QueueSettings",
     "QueueState",

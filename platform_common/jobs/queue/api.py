@@ -22,6 +22,8 @@ from .envelope import queued_record_fields
 from .expiry import expire_due
 from .pausing import PauseState, read_pause, set_paused
 from .producer import Job, Producer
+from .progress import Progress, parse_stored
+from .progress_events import ProgressEvents
 from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
 
@@ -117,6 +119,31 @@ class JobQueue:
         BackendUnavailable."""
         return Completions(
             self.connection, watch=watch, every_job=every_job, outage_timeout=outage_timeout
+        )
+
+    async def progress(self, agent_type: str, job_id: str) -> Progress | None:
+        """The last progress report of a job (see queue.progress): while it runs, and
+        after it ended for as long as its record is kept; None when it never reported
+        (or its record is gone). ValidationError for a type that is not configured;
+        CorruptQueueState when the stored report does not parse."""
+        keys = self.connection.known_keys(agent_type)
+        with backend_errors(self.settings.redis):
+            report, at = await self.connection.client.hmget(
+                keys.job(job_id), ["progress", "progress_at"]
+            )  # type: ignore[misc]
+        return parse_stored(keys, job_id, report, at)
+
+    def progress_events(
+        self,
+        agent_type: str,
+        *,
+        watch: Iterable[str] = (),
+        outage_timeout: float = OUTAGE_TIMEOUT,
+    ) -> ProgressEvents:
+        """An async iterator of the progress reports of `agent_type`'s jobs, those of
+        the `watch`ed job ids only if any are given (see ProgressEvents)."""
+        return ProgressEvents(
+            self.connection, agent_type, watch=watch, outage_timeout=outage_timeout
         )
 
     async def pause(self, agent_type: str) -> PauseState:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .payload import JobPayload
+
+if TYPE_CHECKING:  # the worker builds it; at run time queue/ never imports worker/
+    from ..worker.progress_reporter import ProgressReporter
 
 __all__ = [
     "AsyncHandler",
@@ -54,9 +57,33 @@ class JobContext:
     """`expires_at` on this process's monotonic clock (time.monotonic), measured from
     the Redis TIME of the claim."""
 
+    progress_reporter: ProgressReporter | None = field(default=None, repr=False, compare=False)
+    """What stores this attempt's progress reports (the worker's); None outside a worker."""
+
     def seconds_left(self) -> float:
         """Seconds until the handler is cancelled for the job's TTL (0 when past it)."""
         return max(self.deadline - time.monotonic(), 0.0)
+
+    async def report_progress(self, data: Mapping[str, Any]) -> None:
+        """Report how far the job got (an `async def` handler): `data`, a JSON object of
+        at most QUEUE_MAX_PROGRESS_BYTES encoded, becomes the job's last progress
+        (JobQueue.progress) and an event (JobQueue.progress_events). At most one report
+        per QUEUE_PROGRESS_INTERVAL is stored: a sooner one is held and stored when the
+        interval has passed (the last one wins), so returning does not mean stored yet.
+        InvalidProgress for data that is not such an object (nothing stored); LeaseLost
+        once the lease is lost or the attempt ended (stop working on the job)."""
+        await self._reporter().report(data)
+
+    def report_progress_sync(self, data: Mapping[str, Any]) -> None:
+        """report_progress for a plain `def` handler (run in a worker thread): blocks the
+        thread until the report is stored or held. Raises as report_progress does, and
+        RuntimeError when called on the event loop."""
+        self._reporter().report_sync(data)
+
+    def _reporter(self) -> ProgressReporter:
+        if self.progress_reporter is None:
+            raise RuntimeError(f"job {self.job_id!r}: no worker runs this context")
+        return self.progress_reporter
 
 
 _current: ContextVar[JobContext] = ContextVar("platform_common_jobs_current_job")

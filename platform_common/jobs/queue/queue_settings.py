@@ -64,6 +64,9 @@ MAX_PAYLOAD_BYTES = 64 << 20
 """Bound of max_payload_bytes and max_result_bytes: 64 MiB, far below Redis' 512 MB bulk
 limit."""
 MAX_POOL = 10_000
+MAX_PROGRESS_BYTES = 1 << 20
+"""Bound of max_progress_bytes: a report is rewritten and published up to ten times a
+second per job, so it stays small."""
 
 
 def _redis_settings(url: str, variable: str) -> RedisSettings:
@@ -127,6 +130,12 @@ class QueueSettings:
     max_result_bytes: int = setting(1 << 20, parse_int,
         "Largest encoded result a worker stores; a handler returning more fails its job for "
         "good (not retried: the same result would come back), error class ResultTooLarge.")
+    max_progress_bytes: int = setting(16 * 1024, parse_int,
+        "Largest encoded progress report a handler may make (`report_progress`); a larger "
+        "one raises InvalidProgress in the handler, nothing stored.")
+    progress_interval: float = setting(0.1, parse_duration,
+        "Shortest time between two stored progress reports of one job, seconds: a report "
+        "made sooner is held, the last one held is stored when the interval has passed.")
     pool_min: int = setting(5, parse_int,
         "Connections opened (pre-warmed) when a queue client connects. The pool's size and "
         "wait are the Redis settings' (see `pool_max`, `pool_timeout`).")
@@ -161,6 +170,10 @@ class QueueSettings:
             check_int(name, getattr(self, name), minimum=1, maximum=MAX_BATCH)
         for name in ("max_payload_bytes", "max_result_bytes"):
             check_int(name, getattr(self, name), minimum=1, maximum=MAX_PAYLOAD_BYTES)
+        check_int(
+            "max_progress_bytes", self.max_progress_bytes, minimum=2, maximum=MAX_PROGRESS_BYTES
+        )
+        check_positive("progress_interval", self.progress_interval, maximum=MAX_INTERVAL_SECONDS)
         check_int("dead_letter_max", self.dead_letter_max, minimum=1, maximum=MAX_DEAD_LETTERS)
         check_positive("dead_letter_retention", self.dead_letter_retention)
         if not 1 <= self.dead_letter_retention <= MAX_TTL_SECONDS:

@@ -35,6 +35,7 @@ from .attempt_calls import LOST_EXPIRED, MAX_ERROR_LENGTH, AttemptCalls, Claim
 from .attempt_log import AttemptLog, log
 from .handler_calls import HandlerThreads, Outcome, Raised, Returned, start_handler
 from .lease_keeper import LeaseKeeper
+from .progress_reporter import ProgressReporter
 
 __all__ = ["LOST", "SHUTDOWN", "TTL", "Attempt", "CorruptJob", "Settlement", "wait_or_stop", "wake"]
 
@@ -204,9 +205,10 @@ class Settlement:
             corrupt = CorruptJob(f"payload does not parse: {describe(exc)}")
             corrupt.__cause__ = exc
             return Raised(corrupt)
+        reporter = ProgressReporter(self.connection, self.calls.keys, claim.job_id, claim.token)
         context = JobContext(
             claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
-            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
+            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline, reporter,
         )  # fmt: skip
         if attempt.reason is not None:
             return None  # aborted before it started (its lease was lost meanwhile)
@@ -234,7 +236,9 @@ class Settlement:
         finally:
             timer.cancel()
         if attempt.reason is None and handler.done() and not handler.cancelled():
+            await reporter.flush()  # the report held in its window, stored before the outcome
             return handler.result()
+        reporter.close()
         # Cancelled by someone else than us: asyncio.run ending, i.e. the worker stopping.
         attempt.abort(SHUTDOWN if handler.cancelled() else TTL)
         return None
