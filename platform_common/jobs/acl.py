@@ -237,6 +237,7 @@ _WORKER_SCRIPTS = (
     "queue_fail",
     "queue_renew",
     "queue_heartbeat",
+    "queue_history",
     "queue_promote",
     "queue_reap_scan",
     "queue_expire",
@@ -285,6 +286,9 @@ _WORKER_WRITES = (
         _written("leases", "expiry", "waiting", "delayed", "arrivals", "expiring", "workers"),
     ),
     Grant(("zremrangebyscore",), _written("workers")),
+    # The minute's history sample (XADD trims the stream in the same call), after a look
+    # at the newest entry.
+    Grant(("xadd", "xrevrange"), _written("history")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -316,6 +320,8 @@ _OPERATOR_READS = (
     Grant(("zscore",), (_queue("leases"),)),
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
+    # The per-minute history (the charts and info's windows without Prometheus).
+    Grant(("xrange",), (_queue("history"),)),
     # Results, and whether the type is paused (since when).
     Grant(("get",), (_queue("result:*"), _queue("paused"))),
     # When Redis drops an ended job's record and result (job show's "kept until").

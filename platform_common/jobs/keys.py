@@ -88,6 +88,15 @@ Queue (one set per agent type), prefix default "jobs":
                                      started (a job a worker's BLMOVE took goes back to
                                      the queue list). Enqueue, retries, expiry and the
                                      chores go on.
+    jobs:{type}:history       STREAM one sample a minute of the counters and depths, the
+                                     entry id the minute's start (ms): fields `at` (ms
+                                     read), each of STATS_COUNTERS, queued, running,
+                                     delayed, dead. Written by the workers' history chore
+                                     (lua/queue_history.lua: the first call of a minute
+                                     writes, the rest find its entry), which trims it to
+                                     the last HISTORY_MINUTES minutes in the same call;
+                                     the console and `agentjobs info` read it when no
+                                     Prometheus is set. Nothing on a job's path writes it.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -141,6 +150,8 @@ __all__ = [
     "ERROR_CLASS_PREFIX",
     "EXEMPLAR_FIELD_FORMAT",
     "EXPIRY_BUCKET_MS",
+    "HISTORY_DEPTHS",
+    "HISTORY_MINUTES",
     "INDEX_SEGMENT",
     "LATENCY_COUNT_FIELD",
     "LATENCY_SUM_FIELD",
@@ -200,6 +211,12 @@ MAX_ERROR_CLASSES = 20
 COMPLETION_PATTERN = "agent:*:completed"
 PROGRESS_PATTERN = "agent:*:progress"
 
+HISTORY_MINUTES = 1440
+"""Minutes of samples the history stream keeps (a day)."""
+HISTORY_DEPTHS = ("queued", "running", "delayed", "dead")
+"""The depths each history sample holds beside STATS_COUNTERS (as JobQueue.stats reads
+them: queued counts the packed jobs and those waiting with a job hash)."""
+
 # The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
@@ -224,6 +241,7 @@ _QUEUE_KEY_TYPES = {
     "failed": "list",
     "stats": "hash",
     "paused": "string",
+    "history": "stream",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -417,6 +435,10 @@ class QueueKeys:
     @property
     def paused(self) -> str:
         return f"{self.base}:paused"
+
+    @property
+    def history(self) -> str:
+        return f"{self.base}:history"
 
     @property
     def workers(self) -> str:

@@ -541,6 +541,31 @@ async def test_heartbeat_refuses_a_workers_key_of_another_type(
     await refused(env, lambda: env.chores.heartbeat("worker-1", leaving=leaving), DINING.workers)
 
 
+# -- queue_history: Chores.record_history ---------------------------------------------
+@pytest.mark.parametrize(
+    ("role", "kind"),
+    wrong_types(("history", "stream"), ("stats", "hash"), ("queued", "hash"), ("waiting", "zset"),
+                ("processing", "list"), ("delayed", "zset"), ("dead", "list")),
+)  # fmt: skip
+async def test_history_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.queued()
+    await env.plant(key_of(role), kind)
+    await refused(env, env.chores.record_history, key_of(role))
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+async def test_history_leaves_out_a_counter_that_does_not_parse(env: Env, value: str) -> None:
+    """The sample is written without it (the readers show that counter's gap): one
+    counter someone broke does not stop the history of the rest."""
+    await env.queued()
+    await env.raw.hset(DINING.stats, "completed", value)
+    before = await env.snapshot()
+    assert (await env.chores.record_history()).wrote
+    assert changed_keys(before, await env.snapshot()) == {DINING.history.encode()}
+    [(_, fields)] = await env.raw.xrange(DINING.history)
+    assert "completed" not in fields and fields["enqueued"] == "1" and fields["queued"] == "1"
+
+
 # -- queue_promote: Chores.promote --------------------------------------------------
 @pytest.mark.parametrize(
     ("role", "kind"), wrong_types(("delayed", "zset"), ("queue", "list"), ("waiting", "zset"))

@@ -220,6 +220,19 @@ OPERATIONS = (
               (script("queue_heartbeat", [OWN.workers, OWN.worker_jobs],
                       ["w2", "beat", 60_000, 3]),),
               "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Record the minute's history sample (history script: XADD, trimmed in the "
+              "same call)",
+              (script("queue_history",
+                      [OWN.history, OWN.stats, OWN.queued, OWN.waiting, OWN.processing,
+                       OWN.delayed, OWN.dead], ["", 1440, "enqueued", "completed"]),),
+              "refused", "allowed", "refused", "refused", "refused"),
+    Operation("Read the per-minute history (XRANGE of the history stream)",
+              (command("XRANGE", OWN.history, "-", "+", "COUNT", 60),),
+              "refused", "refused", "refused", "allowed", "allowed"),
+    Operation("Trim or delete the history (XTRIM, XDEL, DEL of the history stream)",
+              (command("XTRIM", OWN.history, "MAXLEN", 0), command("XDEL", OWN.history, "1-0"),
+               command("DEL", OWN.history)),
+              "refused", "refused", "refused", "refused", "refused"),
     Operation("Count and page worker heartbeats (ZCOUNT, ZSCAN of the workers set)",
               (command("ZCOUNT", OWN.workers, 0, "+inf"), command("ZSCAN", OWN.workers, 0)),
               "refused", "refused", "refused", "allowed", "allowed"),
@@ -497,6 +510,8 @@ async def _seed(admin: aioredis.Redis) -> None:
         await admin.set(keys.result("done1"), '{"status":"succeeded","result":1,"error":null}')
         await admin.zadd(keys.workers, {"w1": NOW_MS})
         await admin.hset(keys.worker_jobs, mapping={"w1": 1})
+        # A sample of long ago: the history script of the matrix writes its own after it.
+        await admin.xadd(keys.history, {"at": 60_000, "enqueued": 3}, id="60000-0")
         await admin.sadd(QueueKeys.types_key(), keys.agent_type)
     for store in (OWN_STORE, OTHER_STORE):
         await admin.hset(store.record("s1"), mapping={"status": "pending", "payload": PAYLOAD})

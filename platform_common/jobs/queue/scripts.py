@@ -21,6 +21,7 @@ class QueueScripts:
     expire_queued = Script.named("queue_expire_queued")
     expire_tail = Script.named("queue_expire_tail")
     heartbeat = Script.named("queue_heartbeat")
+    history = Script.named("queue_history")
     dead_requeue = Script.named("queue_dead_requeue")
     dead_purge = Script.named("queue_dead_purge")
     kept_prune = Script.named("queue_kept_prune")

@@ -1,5 +1,6 @@
 """The periodic chores every worker runs: reaper, retry promoter, TTL cleanup, pruning
-of kept jobs, heartbeat (Chores: one bounded step each; ChoreLoop: each on its interval).
+of kept jobs, heartbeat, the minute's history sample (Chores: one bounded step each;
+ChoreLoop: each on its interval).
 
 Each is one bounded step, safe to run from any number of processes at once (every
 change is re-checked inside its script), so no leader election is needed."""
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptQueueState
+from ..keys import HISTORY_MINUTES, STATS_COUNTERS
 from ..queue.backend_errors import TRANSIENT, RedisHealth
 from ..queue.connection import QueueConnection
 from ..queue.expiry import ExpireReport, expire_due, redis_time_ms
@@ -24,7 +26,7 @@ from .lease_keeper import LeaseKeeper
 from .retention import PruneReport, Retention
 from .settlement import wait_or_stop
 
-__all__ = ["ChoreLoop", "Chores", "ReapReport", "RedisClock"]
+__all__ = ["ChoreLoop", "Chores", "HistoryStep", "ReapReport", "RedisClock"]
 
 
 PROCESSING_SCAN = 1000
@@ -34,6 +36,9 @@ PROMOTE_BATCH = 1000
 LEASE_EXPIRED = "lease expired: the worker stopped renewing"
 TTL_EXPIRED = "TTL passed: the cleanup expired the job (not started or not finished in time)"
 """The error the reaper records for an attempt whose worker died, hung or lost Redis."""
+HISTORY_DELAY = 0.2
+"""Seconds past the start of a minute at which the history chore samples it: its wait is
+reckoned by Redis' clock but slept on the loop's, so it aims a little into the minute."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +52,16 @@ class ReapReport:
     ended: tuple[tuple[str, str, str], ...] = ()
     """(job_id, outcome, trace_context) of each attempt this run ended (retrying or
     dead), to log them; trace_context is the job record's ("" if it has none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryStep:
+    """What one history call did."""
+
+    wrote: bool
+    """This call wrote the minute's sample (False: another worker's call had)."""
+    next_minute_in: float
+    """Seconds until the next minute starts, by Redis' clock (or by the time given)."""
 
 
 class Chores:
@@ -124,6 +139,21 @@ class Chores:
     async def prune_kept(self) -> PruneReport:
         """Bound the dead-letter and failed lists (see retention.py); one bounded step."""
         return await self._retention.prune()
+
+    async def record_history(self, *, now_ms: int | None = None) -> HistoryStep:
+        """Sample the counters and depths into the history stream (keys.py), once per
+        minute of Redis' clock however many workers call it, trimmed to HISTORY_MINUTES.
+        `now_ms` samples at that time instead of Redis TIME (a test's minutes)."""
+        if now_ms is not None and (type(now_ms) is not int or now_ms < 60_000):
+            raise ValueError(f"now_ms must be an int of at least 60000 (ms), got {now_ms!r}")
+        keys = self.keys
+        wrote, next_in = await self._connection.run_script(
+            self._connection.scripts.history,
+            [keys.history, keys.stats, keys.queued, keys.waiting, keys.processing,
+             keys.delayed, keys.dead],
+            ["" if now_ms is None else now_ms, HISTORY_MINUTES, *STATS_COUNTERS],
+        )  # fmt: skip
+        return HistoryStep(bool(wrote), int(next_in) / 1000)
 
     async def redis_time_ms(self) -> int:
         """Redis TIME in ms (one round trip)."""
@@ -206,6 +236,8 @@ class ChoreLoop:
             every(settings.cleanup_interval, self.cleanup, "expiring jobs"),
             every(settings.cleanup_interval, chores.prune_kept, "pruning kept jobs"),
             every(settings.heartbeat_interval, self.heartbeat, "heartbeat", always_writes=True),
+            # Paced by its own replies: once a minute, just after the minute starts.
+            every(settings.heartbeat_interval, self.record_history, "sampling history", paced=True),
         ]
 
     async def reap(self) -> None:
@@ -237,6 +269,12 @@ class ChoreLoop:
         for job_id, carried in zip(step.expired, step.traces, strict=False):
             self._on_expired(job_id, carried, TTL_EXPIRED)
 
+    async def record_history(self) -> float:
+        """One history call; the seconds to wait before the next (just into the next
+        minute, when the first worker there writes its sample)."""
+        step = await self.chores.record_history()
+        return step.next_minute_in + HISTORY_DELAY
+
     async def heartbeat(self) -> None:
         redis_ms = await self.chores.heartbeat(self.worker_id, self._running())
         self.clock.saw(redis_ms, asyncio.get_running_loop().time())
@@ -254,8 +292,9 @@ class ChoreLoop:
         step: Callable[[], Awaitable[Any]],
         activity: str,
         always_writes: bool = False,
+        paced: bool = False,
     ) -> asyncio.Task[None]:
-        return asyncio.create_task(self._repeat(interval, step, activity, always_writes))
+        return asyncio.create_task(self._repeat(interval, step, activity, always_writes, paced))
 
     async def _repeat(
         self,
@@ -263,12 +302,18 @@ class ChoreLoop:
         step: Callable[[], Awaitable[Any]],
         activity: str,
         always_writes: bool,
+        paced: bool,
     ) -> None:
         # A chore with nothing to do only reads, which Redis allows at maxmemory: only one
         # that always writes (the heartbeat) may say Redis accepts writes again.
+        # A `paced` step returns the seconds to wait before its next run (the history's:
+        # once a minute); after a failure the interval applies.
         while not self.stopping.is_set():
+            wait = interval
             try:
-                await step()
+                done = await step()
+                if paced:
+                    wait = float(done)
                 self.health.ok(wrote=always_writes)
             except CorruptQueueState as exc:
                 # A queue key holds another type or a counter does not parse (the script
@@ -276,4 +321,4 @@ class ChoreLoop:
                 self.health.refused(activity, exc, f"retrying every {interval:g}s")
             except TRANSIENT as exc:
                 self.health.failed(activity, exc)
-            await wait_or_stop(self.stopping, asyncio.sleep(interval))
+            await wait_or_stop(self.stopping, asyncio.sleep(wait))
