@@ -21,7 +21,8 @@ from platform_common.jobs.errors import (
 )
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, Progress, current_job
-from platform_common.jobs.queue.progress import MAX_PROGRESS_DEPTH, encode_progress
+from platform_common.jobs.queue.progress import encode_progress
+from platform_common.jobs.validation import MAX_JSON_DEPTH
 from platform_common.jobs.worker import Claim
 from platform_common.jobs.worker.progress_reporter import ENDED, ProgressReporter, store_progress
 from tests.support.keyspace import changed_keys
@@ -164,6 +165,13 @@ async def _equal(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
 
 
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 HOSTILE: list[Any] = [
     pytest.param([1, 2], "must be a JSON object (a dict), got list", id="a-list"),
     pytest.param("50%", "got str", id="a-string"),
@@ -172,16 +180,12 @@ HOSTILE: list[Any] = [
     pytest.param({"ids": {1, 2}}, "not JSON-serialisable", id="a-set"),
     pytest.param({"ratio": math.nan}, "Out of range float", id="nan"),
     pytest.param({"ratio": -math.inf}, "Out of range float", id="infinity"),
-    pytest.param({"log": "x" * 1024}, "over the limit of 1024", id="too-large"),
+    pytest.param({"log": "x" * 1024}, "larger than 1024 bytes encoded", id="too-large"),
     pytest.param({"log": "é" * 200}, "over the limit of 1024", id="too-large-escaped"),
+    pytest.param({1: "one", "1": "two"}, "must be a JSON object (string keys)", id="an-int-key"),
+    pytest.param({"s": "\ud800"}, "surrogate", id="a-lone-surrogate"),
+    pytest.param(nested(MAX_JSON_DEPTH + 1), f"deeper than {MAX_JSON_DEPTH}", id="too-deep"),
 ]
-
-
-def nested(depth: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(depth - 1):
-        value = {"a": value}
-    return value
 
 
 @pytest.mark.single_node("refused before anything is sent")
@@ -201,16 +205,14 @@ async def test_hostile_reports_are_refused_naming_the_problem(
     assert await env.stored(claim.job_id) == {"fine": True}
 
 
-@pytest.mark.parametrize("depth", [MAX_PROGRESS_DEPTH + 1, 100_000])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])
 def test_deep_nesting_is_refused_and_the_deepest_allowed_passes(depth: int) -> None:
-    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_PROGRESS_DEPTH}"):
+    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_JSON_DEPTH}"):
         encode_progress(nested(depth), 10**7)
-    assert encode_progress(nested(MAX_PROGRESS_DEPTH), 10**7).count("{") == MAX_PROGRESS_DEPTH
-    # Brackets inside strings are text, not nesting.
-    assert encode_progress({"s": "[[[[{{{{" * 100}, 10**7)
+    assert encode_progress(nested(MAX_JSON_DEPTH), 10**7).count("{") == MAX_JSON_DEPTH
     circular: dict[str, Any] = {}
     circular["self"] = circular
-    with pytest.raises(InvalidProgress, match="Circular reference"):
+    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_JSON_DEPTH}"):
         encode_progress(circular, 10**7)
 
 
