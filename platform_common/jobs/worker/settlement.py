@@ -233,6 +233,9 @@ class Settlement:
         timer = loop.call_at(attempt.deadline, wake, waiter)
         try:
             await waiter
+        except BaseException:
+            reporter.close()  # (run() is cancelled: no held report is sent after it)
+            raise
         finally:
             timer.cancel()
         if attempt.reason is None and handler.done() and not handler.cancelled():
