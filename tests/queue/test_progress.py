@@ -6,6 +6,7 @@ stored. The script's faults: tests/queue/test_script_faults.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from platform_common.jobs.errors import (
     ValidationError,
 )
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobPayload, Progress, current_job
-from platform_common.jobs.queue.progress import MAX_PROGRESS_DEPTH, encode_progress
-from platform_common.jobs.worker import Claim
+from platform_common.jobs.queue import JobPayload, JobQueue, Progress, current_job
+from platform_common.jobs.queue.progress import encode_progress
+from platform_common.jobs.validation import MAX_JSON_DEPTH
+from platform_common.jobs.worker import AttemptCalls, Claim
 from platform_common.jobs.worker.progress_reporter import ENDED, ProgressReporter, store_progress
 from tests.support.keyspace import changed_keys
 from tests.support.queue_env import QueueEnv
 from tests.support.queue_handlers import make_job
-from tests.support.queue_runtime import eventually, running_worker
+from tests.support.queue_runtime import eventually, fast_settings, running_worker
+from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.queue(register=("dining",), max_progress_bytes=1024)
 
@@ -164,6 +167,13 @@ async def _equal(value: Any, expected: Any) -> bool:
     return bool(await value == expected)
 
 
+def nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
 HOSTILE: list[Any] = [
     pytest.param([1, 2], "must be a JSON object (a dict), got list", id="a-list"),
     pytest.param("50%", "got str", id="a-string"),
@@ -172,16 +182,12 @@ HOSTILE: list[Any] = [
     pytest.param({"ids": {1, 2}}, "not JSON-serialisable", id="a-set"),
     pytest.param({"ratio": math.nan}, "Out of range float", id="nan"),
     pytest.param({"ratio": -math.inf}, "Out of range float", id="infinity"),
-    pytest.param({"log": "x" * 1024}, "over the limit of 1024", id="too-large"),
+    pytest.param({"log": "x" * 1024}, "larger than 1024 bytes encoded", id="too-large"),
     pytest.param({"log": "é" * 200}, "over the limit of 1024", id="too-large-escaped"),
+    pytest.param({1: "one", "1": "two"}, "must be a JSON object (string keys)", id="an-int-key"),
+    pytest.param({"s": "\ud800"}, "surrogate", id="a-lone-surrogate"),
+    pytest.param(nested(MAX_JSON_DEPTH + 1), f"deeper than {MAX_JSON_DEPTH}", id="too-deep"),
 ]
-
-
-def nested(depth: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(depth - 1):
-        value = {"a": value}
-    return value
 
 
 @pytest.mark.single_node("refused before anything is sent")
@@ -201,16 +207,14 @@ async def test_hostile_reports_are_refused_naming_the_problem(
     assert await env.stored(claim.job_id) == {"fine": True}
 
 
-@pytest.mark.parametrize("depth", [MAX_PROGRESS_DEPTH + 1, 100_000])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])
 def test_deep_nesting_is_refused_and_the_deepest_allowed_passes(depth: int) -> None:
-    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_PROGRESS_DEPTH}"):
+    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_JSON_DEPTH}"):
         encode_progress(nested(depth), 10**7)
-    assert encode_progress(nested(MAX_PROGRESS_DEPTH), 10**7).count("{") == MAX_PROGRESS_DEPTH
-    # Brackets inside strings are text, not nesting.
-    assert encode_progress({"s": "[[[[{{{{" * 100}, 10**7)
+    assert encode_progress(nested(MAX_JSON_DEPTH), 10**7).count("{") == MAX_JSON_DEPTH
     circular: dict[str, Any] = {}
     circular["self"] = circular
-    with pytest.raises(InvalidProgress, match="Circular reference"):
+    with pytest.raises(InvalidProgress, match=f"deeper than {MAX_JSON_DEPTH}"):
         encode_progress(circular, 10**7)
 
 
@@ -278,3 +282,45 @@ async def test_stored_and_published_reports_that_do_not_parse(env: Env) -> None:
         got = await asyncio.wait_for(anext(events), 20)
         assert got.data == {"ok": 2}
         assert events.malformed >= 4  # (the resync's, plus the three messages)
+        # Another report in the same millisecond is new; the same one read again is not.
+        same_ms = str(round(got.at * 1000))
+        await env.raw.hset(DINING.job(other.job_id), "progress", '{"ok": 3}')
+        await events.resync()
+        await events.resync()
+        again = await asyncio.wait_for(anext(events), 20)
+        assert (again.data, again.at) == ({"ok": 3}, got.at)
+        assert await env.raw.hget(DINING.job(other.job_id), "progress_at") == same_ms
+        await reporter.report({"ok": 4})  # next: this one, not the second re-read's {"ok": 3}
+        assert (await asyncio.wait_for(anext(events), 20)).data == {"ok": 4}
+
+
+async def test_an_outage_does_not_reach_the_handler_and_the_report_is_sent_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = RedisServer(appendonly=True).start()  # the claimed job survives the restart
+    try:
+        async with await JobQueue.connect(fast_settings(server.url)) as queue:
+            job_id: str = await queue.enqueue(make_job())
+            calls = AttemptCalls(queue.connection, "dining")
+            await calls.take("worker-1", [TOKEN])
+            reporter = ProgressReporter(queue.connection, DINING, job_id, TOKEN, interval=0.05)
+            server.stop()
+            with caplog.at_level(logging.WARNING, logger="platform_common.jobs.worker"):
+                await reporter.report({"during": "the outage"})  # held, not raised
+            assert reporter.stored == 0
+            assert [r.getMessage() for r in caplog.records if "not stored" in r.getMessage()]
+            server.start()
+
+            async def stored() -> bool:
+                progress = await queue.progress("dining", job_id)
+                return progress is not None and progress.data == {"during": "the outage"}
+
+            await eventually(stored)
+
+            async def counted() -> bool:  # once its reply is in: a moment after the write
+                return reporter.stored == 1
+
+            await eventually(counted)
+            reporter.close()
+    finally:
+        server.cleanup()

@@ -55,6 +55,7 @@ def test_the_page_has_the_steps_this_test_runs() -> None:
             "Read the outcome",
             "Take and claim a job",
             "Heartbeat and renew the lease while the handler runs",
+            "Report progress",
             "Complete the job",
             "Fail the job for good",
         ]
@@ -148,12 +149,18 @@ async def test_jobs_a_python_producer_waits_for_are_worked_as_the_page_says(
             await queue.enqueue_many([done_job, failed_job])
             result = {"restaurants": ["den"], "note": "booked by a worker in another language"}
             identity = {"WORKER_ID": f"shell-worker-{uuid.uuid4().hex[:6]}"}
+            report = {"checked": 1, "of": 3, "note": "ünï"}
             completed = await run_steps(
                 redis_url,
-                [*worker_steps, "Complete the job"],
-                {**identity, "RESULT": json.dumps(result)},
+                [*worker_steps, "Report progress", "Complete the job"],
+                {**identity, "RESULT": json.dumps(result), "REPORT": json.dumps(report)},
             )
-            assert completed.split() == ["ok"]  # the reply of queue_complete
+            # The replies of queue_progress (ok, its time) and queue_complete (ok).
+            reported, at, done = completed.split()
+            assert (reported, done) == ("ok", "ok")
+            progress = await queue.progress("dining", done_job["job_id"])
+            assert progress is not None and progress.data == report
+            assert progress.at == int(at) / 1000
             failed_reply = await run_steps(
                 redis_url,
                 [*worker_steps, "Fail the job for good"],

@@ -187,6 +187,7 @@ def role_url(server: RedisServer, role: str) -> str:
 
 
 async def echo(job: JobPayload) -> dict[str, str]:
+    await current_job().report_progress({"echoing": job.job_id})  # its script and PUBLISH
     return {"echo": job.job_id}
 
 
@@ -216,6 +217,11 @@ async def test_each_role_does_its_whole_job_under_its_own_user(
             assert result is not None and result.ok
             record = await producer.get_record("dining", jobs[0]["job_id"])
             assert record is not None and record.status is JobStatus.SUCCEEDED
+            # The worker user reported; the producer reads it and SUBSCRIBEs to the events.
+            progress = await producer.progress("dining", jobs[0]["job_id"])
+            assert progress is not None and progress.data == {"echoing": jobs[0]["job_id"]}
+            async with producer.progress_events("dining", watch=[jobs[0]["job_id"]]) as events:
+                assert await asyncio.wait_for(anext(events), 20) == progress
         finally:
             await completions.aclose()
 

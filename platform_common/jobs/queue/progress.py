@@ -11,30 +11,23 @@ failure), so the last report is still readable after the completion event."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptQueueState, InvalidProgress
 from ..keys import QueueKeys
+from ..validation import json_bounds_problem
 
 __all__ = [
-    "MAX_PROGRESS_DEPTH",
     "Progress",
     "encode_progress",
     "parse_event",
     "parse_stored",
 ]
 
-MAX_PROGRESS_DEPTH = 32
-"""Deepest nesting of objects and arrays a report may have: a reader in any language
-parses it without a deep recursion (Redis' own JSON reader stops at 1000)."""
-
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 """Compact, ASCII (its length is its size in bytes), no NaN or Infinity (not JSON)."""
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,35 +44,26 @@ class Progress:
 
 def encode_progress(data: object, max_bytes: int) -> str:
     """`data` as the compact JSON the worker stores; InvalidProgress naming the problem
-    when it is not a JSON object (a Mapping with string keys), cannot be encoded (a value
-    JSON has no form for, NaN or Infinity, a cycle), nests deeper than
-    MAX_PROGRESS_DEPTH or encodes to more than `max_bytes`."""
+    when it is not a JSON object (a Mapping), breaks the bounds every stored document
+    keeps (validation.json_bounds_problem: at most MAX_JSON_DEPTH deep, string keys, no
+    lone surrogate), has a value JSON has no form for (NaN, Infinity, an object) or
+    encodes to more than `max_bytes`."""
     if not isinstance(data, Mapping):
         raise InvalidProgress(f"must be a JSON object (a dict), got {type(data).__name__}")
+    report = dict(data)
+    problem = json_bounds_problem(report, max_bytes=max_bytes)
+    if problem is not None:
+        raise InvalidProgress(problem)
     try:
-        text = _ENCODER.encode(dict(data))
-    except RecursionError:
-        raise InvalidProgress(f"nests deeper than {MAX_PROGRESS_DEPTH} levels") from None
-    except (TypeError, ValueError) as exc:  # an unknown type, NaN, a circular reference
+        text = _ENCODER.encode(report)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidProgress(f"is not JSON-serialisable: {exc}") from None
     if len(text) > max_bytes:
         raise InvalidProgress(
             f"is {len(text)} bytes encoded, over the limit of {max_bytes} "
             "(QUEUE_MAX_PROGRESS_BYTES)"
         )
-    if _depth(text) > MAX_PROGRESS_DEPTH:
-        raise InvalidProgress(f"nests deeper than {MAX_PROGRESS_DEPTH} levels")
     return text
-
-
-def _depth(text: str) -> int:
-    """The deepest nesting of valid JSON `text` (strings skipped; brackets alone counted,
-    so the cost is in C but for the brackets)."""
-    deepest = level = 0
-    for bracket in _BRACKET.findall(_STRING.sub("", text)):
-        level += 1 if bracket in "[{" else -1
-        deepest = max(deepest, level)
-    return deepest
 
 
 def parse_stored(

@@ -53,8 +53,8 @@ class ProgressEvents:
     ) -> None:
         self._connection = connection
         self._keys = connection.known_keys(agent_type)
-        self._watched: dict[str, float] = {job_id: -1.0 for job_id in watch}
-        """Watched job id -> `at` of the last report yielded (-1: none yet)."""
+        self._watched: dict[str, Progress | None] = dict.fromkeys(watch)
+        """Watched job id -> the last report yielded for it (None: none yet)."""
         self._poll_timeout = poll_timeout
         self._outage_timeout = outage_timeout
         self._ready: deque[Progress] = deque()
@@ -69,7 +69,7 @@ class ProgressEvents:
     def watch(self, job_id: str) -> None:
         """Yield this job's reports too (its stored one at the next re-read: call
         `resync()` to force one)."""
-        self._watched.setdefault(job_id, -1.0)
+        self._watched.setdefault(job_id, None)
 
     def unwatch(self, job_id: str) -> None:
         """Stop yielding this job's reports (e.g. once it completed)."""
@@ -144,11 +144,16 @@ class ProgressEvents:
             self._queue(progress)
 
     def _queue(self, progress: Progress) -> None:
-        last = self._watched.get(progress.job_id)
-        if last is not None:
-            if progress.at <= last:
-                return  # yielded already (an event and a re-read of the same report)
-            self._watched[progress.job_id] = progress.at
+        if progress.job_id in self._watched:
+            last = self._watched[progress.job_id]
+            # Yielded already (an event and a re-read of one report), or older than what
+            # was. Two reports may share a millisecond (the one a handler's end sends
+            # at once): the same time is a new report unless it says the same.
+            if last is not None and (
+                progress.at < last.at or (progress.at == last.at and progress.data == last.data)
+            ):
+                return
+            self._watched[progress.job_id] = progress
         self._ready.append(progress)
 
     def _backend_error(self, exc: BaseException) -> BackendUnavailable:

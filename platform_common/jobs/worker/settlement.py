@@ -208,7 +208,8 @@ class Settlement:
         reporter = ProgressReporter(self.connection, self.calls.keys, claim.job_id, claim.token)
         context = JobContext(
             claim.job_id, self.agent_type, claim.attempt, claim.max_attempts,
-            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline, reporter,
+            claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
+            progress_reporter=reporter,
         )  # fmt: skip
         if attempt.reason is not None:
             return None  # aborted before it started (its lease was lost meanwhile)
@@ -233,6 +234,9 @@ class Settlement:
         timer = loop.call_at(attempt.deadline, wake, waiter)
         try:
             await waiter
+        except BaseException:
+            reporter.close()  # (run() is cancelled: no held report is sent after it)
+            raise
         finally:
             timer.cancel()
         if attempt.reason is None and handler.done() and not handler.cancelled():
