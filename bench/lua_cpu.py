@@ -1,4 +1,4 @@
-"""Redis CPU per script call (not a test): the enqueue and claim scripts run as EVALSHA of
+"""Redis CPU per script call (not a test): the enqueue, claim and complete scripts run as EVALSHA of
 this tree's sources, as EVALSHA of another release's (`--baseline <git ref>`), and as
 FCALL of this tree's sources loaded as one Redis Functions library.
 
@@ -6,8 +6,10 @@ FCALL of this tree's sources loaded as one Redis Functions library.
 
 Starts one redis-server (no persistence) per variant. A round empties them (FLUSHALL,
 CONFIG RESETSTAT), then runs `calls` lone enqueues on each (one job of about 0.5 KiB per
-call, the producer's keys and arguments), then `calls` takes of one job each (the
-worker's take: the move off the queue and the claim in one call), in pipelines of 100;
+call, the producer's keys and arguments, and a traced producer's trace context), then
+`calls` takes of one job each (the worker's take: the move off the queue and the claim in
+one call), then `calls` completions of one job each (the result, the three histograms and
+their exemplars), in pipelines of 100;
 the variants take turns of 1,000 calls, so that the load of a shared machine falls on
 each alike. Prints, per variant and script, the median over the rounds of INFO
 commandstats' usec_per_call of EVALSHA or FCALL (the script's whole run, the commands it
@@ -31,12 +33,18 @@ from typing import Any
 
 import redis
 
-from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
+from platform_common.jobs.keys import (
+    ARRIVAL_BUCKET_MS,
+    DEFAULT_LATENCY_BUCKETS,
+    EXPIRY_BUCKET_MS,
+    QueueKeys,
+    latency_bucket_field,
+)
 from platform_common.jobs.redis.script import assemble, lua_source
 from tests.support.redis_server import RedisServer
 from tests.support.sync_redis import sync_reply
 
-SCRIPTS = ("queue_enqueue", "queue_claim")
+SCRIPTS = ("queue_enqueue", "queue_claim", "queue_complete")
 PAYLOAD = '{"task":"bench","filler":"' + "x" * 480 + '"}'
 KEYS = QueueKeys("bench")
 LEASE_MS = 30_000
@@ -106,9 +114,22 @@ def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
         KEYS.deadline_mark, KEYS.job(job_id), KEYS.result(job_id),
         KEYS.expiring_bucket(expires - expires % EXPIRY_BUCKET_MS),
     ]  # fmt: skip
-    args: list[Any] = [uuid.uuid4().hex, 1, now_ms, SKEW_MS, EXPIRY_BUCKET_MS]
-    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, ""]
+    # Accepted from now - SKEW_MS, refused from the job's deadline (the producer's checks).
+    args: list[Any] = [uuid.uuid4().hex, 1, now_ms - SKEW_MS, expires, EXPIRY_BUCKET_MS]
+    trace_context = f'{{"traceparent":"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}}'
+    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, trace_context]
     return keys, args
+
+
+def complete_call(job_id: str, token: str) -> tuple[list[str], list[Any]]:
+    """The worker's completion of one job (as AttemptCalls.complete_call builds it)."""
+    keys = [KEYS.processing, KEYS.leases, KEYS.expiry, KEYS.stats]
+    keys += [KEYS.job(job_id), KEYS.result(job_id)]
+    args: list[Any] = [KEYS.channel, len(DEFAULT_LATENCY_BUCKETS)]
+    for bound in DEFAULT_LATENCY_BUCKETS:
+        args += [bound, latency_bucket_field(bound).removeprefix("latency")]
+    args += [latency_bucket_field(float("inf")).removeprefix("latency")]
+    return keys, [*args, job_id, token, '{"ok":true}']
 
 
 def take_call(token: str, previous: str, *, paused: bool = True) -> tuple[list[str], list[Any]]:
@@ -124,7 +145,16 @@ def take_call(token: str, previous: str, *, paused: bool = True) -> tuple[list[s
     return keys, args
 
 
-def run(client: redis.Redis, commands: list[tuple[Any, ...]]) -> None:
+# What each call must reply, so that what is measured is the path a worker takes (an
+# enqueue refused as expired, a take of an empty queue or a lost completion cost less).
+DID_ITS_WORK: dict[str, Callable[[Any], bool]] = {
+    "queue_enqueue": lambda reply: reply[0] == b"ok",
+    "queue_claim": lambda reply: len(reply) == 2 and reply[1][1] == b"run",
+    "queue_complete": lambda reply: reply == [[b"ok"]],
+}
+
+
+def run(client: redis.Redis, script: str, commands: list[tuple[Any, ...]]) -> None:
     for first in range(0, len(commands), PIPELINE):
         pipe = client.pipeline(transaction=False)
         for command in commands[first : first + PIPELINE]:
@@ -132,6 +162,8 @@ def run(client: redis.Redis, commands: list[tuple[Any, ...]]) -> None:
         for reply in pipe.execute(raise_on_error=False):
             if isinstance(reply, Exception):
                 raise reply
+            if not DID_ITS_WORK[script](reply):
+                raise RuntimeError(f"{script} replied {reply!r}: not the path measured")
 
 
 def cpu(client: redis.Redis) -> float:
@@ -166,6 +198,11 @@ def measure(
                 )
                 for i, token in enumerate(tokens)
             ],
+            # FIFO: the i-th take claimed job-i.
+            "queue_complete": [
+                variant.command("queue_complete", *complete_call(f"job-{i}", token))
+                for i, token in enumerate(tokens)
+            ],
         }
     out: dict[str, dict[str, tuple[float, float]]] = {v.name: {} for v in variants}
     for script in SCRIPTS:
@@ -177,7 +214,7 @@ def measure(
             for variant in variants[shift:] + variants[:shift]:
                 client = clients[variant.name]
                 before = cpu(client)
-                run(client, phases[variant.name][script][first : first + BLOCK])
+                run(client, script, phases[variant.name][script][first : first + BLOCK])
                 used[variant.name] += cpu(client) - before
         for variant in variants:
             stat = sync_reply(clients[variant.name].info("commandstats"))[variant.stat]

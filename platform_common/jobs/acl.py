@@ -653,8 +653,6 @@ def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREF
 
 
 if __name__ == "__main__":
-    # `python -m platform_common.jobs.acl`, the `acl` command's alias. The CLI imports
-    # this module, so only the module run as a script imports the CLI: no import circle.
-    from platform_common.jobs.cli import main
-
-    sys.exit(main(["acl", *sys.argv[1:]], prog="python -m platform_common.jobs"))
+    # The former alias of the `acl` command: the CLI imports this module, so it does not
+    # import the CLI back; a script still calling it is told where the command went.
+    sys.exit("error: run `agentjobs acl` (or `python -m platform_common.jobs acl`)")

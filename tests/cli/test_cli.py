@@ -394,8 +394,10 @@ def test_acl_prints_the_rules_of_every_role() -> None:
     assert done.stdout == acl.markdown()
     for role in ("producer", "worker", "exporter"):
         assert f"ACL SETUSER {role} reset on" in done.stdout
-    alias = run(module="platform_common.jobs.acl")
-    assert (alias.returncode, alias.stdout) == (0, done.stdout)
+    # The former alias names the command and fails (it must not import the CLI back).
+    former = run(module="platform_common.jobs.acl")
+    assert (former.returncode, former.stdout) == (1, "")
+    assert "agentjobs acl" in one_error_line(former)
 
 
 def test_acl_for_one_role_and_other_prefixes() -> None:

@@ -3,8 +3,8 @@ bucket's line, the trace id of a recent job in that bucket (the stats hash's
 `<histogram>_ex:<bound>` field), and a real Prometheus with exemplar storage on keeps it:
 `query_exemplars` returns the trace the worker's own spans used.
 
-The field is written here as the settling script is to write it (keys.EXEMPLAR_FIELD_FORMAT)
-after a real traced job ran: the queue_complete.lua side is not written yet."""
+The field is written by queue_complete.lua when a real traced worker completes a real job
+enqueued with tracing on: nothing here writes it."""
 
 from __future__ import annotations
 
@@ -37,16 +37,16 @@ async def _succeed(job: JobPayload) -> dict[str, str]:
     return {"ok": job.job_id}
 
 
-async def _run_one_traced_job(redis_url: str) -> str:
-    """Enqueue one job with tracing on, let a traced worker complete it; the trace id
-    (hex) of the worker's `process` span."""
+async def _run_one_traced_job(redis_url: str) -> tuple[str, str]:
+    """Enqueue one job with tracing on, let a traced worker complete it; the job's id and
+    the trace id (hex) of the worker's `process` span."""
     spans = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     settings = fast_settings(redis_url)
     try:
         async with await JobQueue.connect(settings, tracer_provider=provider) as queue:
-            await queue.enqueue(make_job())
+            job_id = await queue.enqueue(make_job())
             worker = Worker(settings, "dining", _succeed, concurrency=1, tracer_provider=provider)
             task = asyncio.create_task(worker.run())
 
@@ -60,18 +60,26 @@ async def _run_one_traced_job(redis_url: str) -> str:
         provider.shutdown()
     [process] = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
     assert process.context is not None
-    return format(process.context.trace_id, "032x")
+    return job_id, format(process.context.trace_id, "032x")
 
 
-def _settle_writes_the_exemplar(admin: redis.Redis, trace_id: str, bounds: list[float]) -> float:
-    """What queue_complete.lua is to write beside the bucket it observes: the exemplar
-    of the job's latency. Returns the bucket's bound."""
+def _exemplar_written(admin: redis.Redis, job_id: str, trace_id: str, bounds: list[float]) -> float:
+    """The latency bucket the job was counted in, after checking that the completion
+    left the job's exemplar beside it (keys.EXEMPLAR_FIELD_FORMAT), and beside its wait
+    and run buckets too. Returns the latency bucket's bound."""
     stats: dict[str, str] = admin.hgetall(DINING.stats)  # type: ignore[assignment]
-    [bound] = [b for b in bounds if stats.get(histogram_bucket_field("latency", b)) == "1"]
-    seconds = float(stats["latency_sum"])  # one job: its latency
-    value = f"{trace_id} {seconds!r} {int(time.time() * 1000)}"
-    admin.hset(DINING.stats, histogram_exemplar_field("latency", bound), value)
-    return bound
+    finished_at = admin.hget(DINING.job(job_id), "finished_at")
+    for histogram in ("latency", "wait", "run"):
+        [bound] = [b for b in bounds if stats.get(histogram_bucket_field(histogram, b)) == "1"]
+        written = {k: v for k, v in stats.items() if k.startswith(f"{histogram}_ex:")}
+        [value] = written.values()
+        assert list(written) == [histogram_exemplar_field(histogram, bound)]
+        traced, seconds, millis = value.split(" ")
+        assert traced == trace_id
+        assert float(seconds) == pytest.approx(float(stats[f"{histogram}_sum"]), abs=1e-3)
+        assert millis == finished_at  # when: the completion's time, in ms
+    [latency] = [b for b in bounds if stats.get(histogram_bucket_field("latency", b)) == "1"]
+    return latency
 
 
 @pytest.fixture
@@ -87,11 +95,11 @@ def exporter_process(redis_url: str) -> Iterator[ExporterProcess]:
 def test_a_bucket_leads_to_the_trace_of_a_real_job(
     redis_url: str, exporter_process: ExporterProcess
 ) -> None:
-    trace_id = asyncio.run(_run_one_traced_job(redis_url))
+    job_id, trace_id = asyncio.run(_run_one_traced_job(redis_url))
     admin = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         bounds = [*fast_settings(redis_url).latency_buckets, float("inf")]
-        bound = _settle_writes_the_exemplar(admin, trace_id, bounds)
+        bound = _exemplar_written(admin, job_id, trace_id, bounds)
     finally:
         admin.close()
 

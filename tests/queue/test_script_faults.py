@@ -15,6 +15,7 @@ come back through the cluster client, which one case per key proves.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,12 @@ from typing import Any
 import pytest
 
 from platform_common.jobs.errors import CorruptQueueState, InvalidPayload, LeaseLost
-from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
+from platform_common.jobs.keys import (
+    ARRIVAL_BUCKET_MS,
+    EXPIRY_BUCKET_MS,
+    QueueKeys,
+    histogram_exemplar_field,
+)
 from platform_common.jobs.queue import JobQueue, QueueState
 from platform_common.jobs.worker import Claim
 from platform_common.jobs.worker.progress_reporter import store_progress
@@ -993,6 +999,92 @@ async def test_complete_refuses_a_wait_or_run_field_that_does_not_parse(
             await env.raw.hset(DINING.stats, f"{histogram}_le:{bound:g}", value)
     await env.raw.hset(DINING.stats, field, value)
     await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), DINING.stats)
+
+
+# -- queue_complete's exemplars: the job's stored trace_context, read, never refused -------
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+NO_EXEMPLAR = {
+    "not JSON": "traceparent 00-" + TRACE_ID,
+    "empty": "",
+    "spaced JSON": '{"traceparent": "' + TRACEPARENT + '"}',
+    "upper-case id": '{"traceparent":"' + TRACEPARENT.upper() + '"}',
+    "all-zero id": '{"traceparent":"00-' + "0" * 32 + '-00f067aa0ba902b7-01"}',
+    "short id": '{"traceparent":"00-' + TRACE_ID[1:] + '-00f067aa0ba902b7-01"}',
+    "long id": '{"traceparent":"00-' + TRACE_ID + 'a-00f067aa0ba902b7-01"}',
+    "inside a value": '{"x":"\\"traceparent\\":\\"' + TRACEPARENT + '"}',
+    "unicode id": '{"traceparent":"00-' + "é" * 16 + '-00f067aa0ba902b7-01"}',
+    "batch job": '{"traceparent":"' + TRACEPARENT + '","relation":"link"}',
+    "over the read limit": '{"traceparent":"' + TRACEPARENT + '","x":"' + "y" * 16384 + '"}',
+}
+
+
+async def exemplars(env: Env) -> dict[str, str]:
+    stats: dict[str, str] = await env.raw.hgetall(DINING.stats)
+    return {field: value for field, value in stats.items() if "_ex:" in field}
+
+
+async def test_complete_writes_an_exemplar_per_histogram_from_the_trace_context(env: Env) -> None:
+    """Beside the bucket each histogram counted the job in: its trace id, its value and
+    the completion's time. A field there already is overwritten, never read."""
+    claim = await env.running()
+    job_key = DINING.job(claim.job_id)
+    await env.raw.hset(job_key, "trace_context", '{"traceparent":"' + TRACEPARENT + '"}')
+    bounds = [*env.queue.settings.latency_buckets, float("inf")]
+    planted = {
+        histogram_exemplar_field(h, b): "x" for h in ("latency", "wait", "run") for b in bounds
+    }
+    await env.raw.hset(DINING.stats, mapping=planted)
+    await env.leases.complete(claim.job_id, TOKEN, "1")
+    stats: dict[str, str] = await env.raw.hgetall(DINING.stats)
+    finished_at = await env.raw.hget(job_key, "finished_at")
+    for histogram in ("latency", "wait", "run"):
+        written = {f: v for f, v in stats.items() if f.startswith(f"{histogram}_ex:") and v != "x"}
+        [(field, value)] = written.items()
+        assert stats[field.replace("_ex:", "_le:")] == "1"
+        trace_id, seconds, millis = value.split(" ")
+        assert (trace_id, float(seconds), millis) == (
+            TRACE_ID,
+            float(stats[f"{histogram}_sum"]),
+            finished_at,
+        )
+    assert len([f for f in stats if "_ex:" in f]) == len(planted)
+
+
+@pytest.mark.parametrize("stored", list(NO_EXEMPLAR.values()), ids=list(NO_EXEMPLAR))
+async def test_complete_writes_no_exemplar_from_a_trace_context_without_one(
+    env: Env, stored: str
+) -> None:
+    claim = await env.running()
+    await env.raw.hset(DINING.job(claim.job_id), "trace_context", stored)
+    await env.leases.complete(claim.job_id, TOKEN, "1")
+    assert await env.raw.hget(DINING.job(claim.job_id), "state") == "succeeded"
+    assert await env.counter("completed") == "1"
+    assert await exemplars(env) == {}
+
+
+async def test_complete_refused_writes_no_exemplar(env: Env) -> None:
+    claim = await env.running()
+    await env.raw.hset(
+        DINING.job(claim.job_id), "trace_context", '{"traceparent":"' + TRACEPARENT + '"}'
+    )
+    await env.raw.hset(DINING.stats, "run_sum", "slow")
+    await refused(env, lambda: env.leases.complete(claim.job_id, TOKEN, "1"), DINING.stats)
+
+
+async def test_completions_in_one_call_keep_one_exemplar_per_bucket(env: Env) -> None:
+    first, second = await env.running(), await env.running()
+    for claim, trace_id in ((first, TRACE_ID), (second, TRACE_ID[::-1])):
+        parent = f'{{"traceparent":"00-{trace_id}-00f067aa0ba902b7-01"}}'
+        await env.raw.hset(DINING.job(claim.job_id), "trace_context", parent)
+    await asyncio.gather(
+        *(env.leases.complete(claim.job_id, TOKEN, "1") for claim in (first, second))
+    )
+    written = await exemplars(env)
+    counted = [f for f, v in (await env.raw.hgetall(DINING.stats)).items() if "_le:" in f]
+    assert {f.replace("_ex:", "_le:") for f in written} <= set(counted)
+    assert {v.split(" ")[0] for v in written.values()} <= {TRACE_ID, TRACE_ID[::-1]}
+    assert {f.split("_ex:")[0] for f in written} == {"latency", "wait", "run"}
 
 
 @pytest.mark.parametrize("field", ["error:ValueError", "error_classes"])

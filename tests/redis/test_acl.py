@@ -76,7 +76,7 @@ def test_docs_show_the_rules_of_every_role() -> None:
     block = re.search(r"<!-- acl-rules:start -->\n(.*)<!-- acl-rules:end -->", text, re.S)
     assert block is not None, "docs/operations.md lost its acl-rules markers"
     assert block.group(1) == acl.markdown(), (
-        "docs/operations.md is stale: paste `python -m platform_common.jobs.acl` "
+        "docs/operations.md is stale: paste `python -m platform_common.jobs acl` "
         "between the acl-rules markers"
     )
 

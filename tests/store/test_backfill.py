@@ -115,13 +115,23 @@ async def test_run_reports_progress_with_the_total(
     )
 
 
-def run_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The old command line, now an alias of `python -m platform_common.jobs backfill`."""
+def run_cli(
+    redis_url: str, *args: str, module: str = "platform_common.jobs"
+) -> subprocess.CompletedProcess[str]:
+    """`python -m platform_common.jobs backfill ARGS` (`agentjobs backfill`)."""
     env = os.environ | {"JOB_STORE_URL": redis_url, "OTEL_SERVICE_NAME": "cli-agent"}
+    command = [sys.executable, "-m", module, *(["backfill"] if module.endswith("jobs") else [])]
     return subprocess.run(
-        [sys.executable, "-m", "platform_common.jobs.store.backfill", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        [*command, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_the_former_command_line_names_the_command(redis_url: str) -> None:
+    former = run_cli(redis_url, "--batch", "7", module="platform_common.jobs.store.backfill")
+    assert (former.returncode, former.stdout) == (1, "")
+    assert former.stderr.strip() == (
+        "error: run `agentjobs backfill` (or `python -m platform_common.jobs backfill`)"
+    )
 
 
 async def test_the_command_line(redis_url: str) -> None:

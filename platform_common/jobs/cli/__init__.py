@@ -1,8 +1,8 @@
 """The operator entry point: `agentjobs <command>` or `python -m platform_common.jobs <command>`.
 
     worker     run a queue worker                  (core install; alias: -m ...jobs.worker)
-    backfill   fill the JobStore time index         (alias: -m ...jobs.store.backfill)
-    acl        print the Redis ACL rules per role   (alias: -m ...jobs.acl)
+    backfill   fill the JobStore time index
+    acl        print the Redis ACL rules per role
     info       queue depths, workers and counters per agent type   (--watch to refresh)
     workers    each worker: id, host, last heartbeat, jobs running
     job show   one job: state, attempts, history, result

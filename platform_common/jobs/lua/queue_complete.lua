@@ -15,10 +15,18 @@
 --   wait     the succeeding attempt's becoming due (due_at of its retry, else run_at,
 --            else enqueued_at) -> its started_at: time spent waiting for a worker
 --   run      started_at -> now: the succeeding attempt in the handler
+-- Exemplars: a job whose stored trace_context holds a W3C traceparent with a valid trace
+-- id (32 lowercase hex digits, not all zeros) leaves, beside each bucket it is counted in,
+-- the stats field <name>_ex:<bound> = "<trace id> <seconds> <now ms>" (keys.py's
+-- EXEMPLAR_FIELD_FORMAT): overwritten, so one field per bucket at most; the last job of
+-- the call wins. A job of an enqueue_many batch ("relation":"link") leaves none: its
+-- worker processes it in a trace of its own, which is not the stored one. A trace
+-- context that does not hold one is no error: the job completes, with no exemplar.
 -- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
 -- happened), {"lost", state}, or the error "CORRUPT <position in KEYS> <problem>" in
 -- place when its job key holds another type or a field it reads (enqueued_at, ttl,
--- started_at, due_at, run_at) does not parse: that job is not written, the others are.
+-- started_at, due_at, run_at) does not parse: that job is not written, the others are
+-- (trace_context is read too, but only ever decides whether an exemplar is written).
 -- All-or-nothing: every job is read and judged before the first write. A shared key of
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
@@ -42,8 +50,30 @@ local function float(value)
     return nil
 end
 
+-- The trace id of a job's stored trace context, or nil: none, longer than a worker reads
+-- (queue/trace_context.py's MAX_TRACE_CONTEXT_LENGTH), a batch job's, or an id that is
+-- not 32 lowercase hex digits or is all zeros (W3C's invalid id). The context is the
+-- producer's compact JSON, whose traceparent is "<version>-<trace id>-<span id>-<flags>":
+-- found by plain search and cut by position (a pattern match costs several times more;
+-- JSON spaced by hand gets no exemplar).
+local function trace_id_of(stored)
+    if not stored or #stored > 16384 or string.find(stored, '"relation":"link"', 1, true) then
+        return nil
+    end
+    local at = string.find(stored, '"traceparent":"', 1, true)
+    if not at or string.byte(stored, at + 17) ~= 45 or string.byte(stored, at + 50) ~= 45 then
+        return nil  -- 45: '-', around the id
+    end
+    local trace_id = string.sub(stored, at + 18, at + 49)
+    if not string.find(trace_id, '^[0-9a-f]+$')
+            or trace_id == '00000000000000000000000000000000' then
+        return nil
+    end
+    return trace_id
+end
+
 -- Each job read and judged: a final entry (lost, replay, corrupt), or the plan of its
--- writes {ttl text, {latency, wait, run} seconds}.
+-- writes {ttl text, {latency, wait, run} seconds, trace id or nil}.
 local now = now_ms()
 -- As text, formatted once (Redis formats a number argument with printf, per command).
 local now_text = string.format('%d', now)
@@ -55,7 +85,7 @@ for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
-        'started_at', 'due_at', 'run_at')
+        'started_at', 'due_at', 'run_at', 'trace_context')
     local state = f[1]
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
@@ -106,7 +136,7 @@ for i = 1, n do
                 math.max(0, now - born) / 1000,
                 math.max(0, started_at - due_at) / 1000,
                 math.max(0, now - started_at) / 1000,
-            }}
+            }, trace_id_of(f[8])}
             seen[job_id] = true
             done = done + 1
         end
@@ -138,18 +168,32 @@ local names = {'latency', 'wait', 'run'}
 local counters = {'completed', 'latency_count', 'wait_count', 'run_count'}
 local added = {completed = done, latency_count = done, wait_count = done, run_count = done}
 local sums = {0, 0, 0}
+-- Exemplar field -> value, fields in first-seen order: HSET pairs, one call.
+local exemplars = {}
+local exemplar_fields = {}
 for i = 1, n do
     local plan = plans[i]
     if plan then
+        local trace_id = plan[3]
         for h = 1, 3 do
             local value = plan[2][h]
             sums[h] = sums[h] + value
-            local field = names[h] .. suffix_of(value)
+            local suffix = suffix_of(value)
+            local field = names[h] .. suffix
             if added[field] then
                 added[field] = added[field] + 1
             else
                 counters[#counters + 1] = field
                 added[field] = 1
+            end
+            if trace_id then
+                -- '_le:<bound>' -> '<name>_ex:<bound>'
+                local exemplar = names[h] .. '_ex' .. string.sub(suffix, 4)
+                if not exemplars[exemplar] then
+                    exemplar_fields[#exemplar_fields + 1] = exemplar
+                end
+                -- Whole ms, so '%.3f' writes the value exactly (and within its bound).
+                exemplars[exemplar] = trace_id .. string.format(' %.3f ', value) .. now_text
             end
         end
     end
@@ -202,6 +246,14 @@ for _, field in ipairs(counters) do
 end
 for h = 1, 3 do
     redis.call('HINCRBYFLOAT', KEYS[4], names[h] .. '_sum', sums[h])
+end
+if #exemplar_fields > 0 then
+    local written = {}
+    for _, field in ipairs(exemplar_fields) do
+        written[#written + 1] = field
+        written[#written + 1] = exemplars[field]
+    end
+    redis.call('HSET', KEYS[4], unpack(written))
 end
 -- The events last: a subscriber reading the result finds it stored.
 for _, job_id in ipairs(finished) do

@@ -1,7 +1,7 @@
 """Fill the time index from the records already stored (idempotent; safe under traffic).
 
-    python -m platform_common.jobs backfill [--dry-run | --verify] [--batch N] [--quiet]
-    (alias: python -m platform_common.jobs.store.backfill ...)
+    agentjobs backfill [--dry-run | --verify] [--batch N] [--quiet]
+    (or python -m platform_common.jobs backfill ...)
 
 Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent does. Upserts one index entry
 for every live record of the agent; entries already there are counted, not
@@ -111,9 +111,7 @@ def unindexed(report: BackfillReport) -> str | None:
 
 
 if __name__ == "__main__":
-    # `python -m platform_common.jobs.store.backfill`, the old command line. The CLI
-    # imports this module, so only the module run as a script imports the CLI: no import
-    # circle.
-    from platform_common.jobs.cli import main
-
-    sys.exit(main(["backfill", *sys.argv[1:]], prog="python -m platform_common.jobs"))
+    # The old command line: the CLI imports this module, so it does not import the CLI
+    # back; a migration script still calling it is told where the command went (never a
+    # silent success).
+    sys.exit("error: run `agentjobs backfill` (or `python -m platform_common.jobs backfill`)")
