@@ -265,18 +265,19 @@ def test_info_counts_each_type_in_json_and_as_a_table(agentjobs: Any, redis_url:
     assert (dining["queued"], dining["running"], dining["delayed"], dining["dead"]) == (3, 0, 0, 2)
     assert dining["totals"] == {"enqueued": 5, "completed": 0, "failed": 2}
     assert dining["oldest_waiting_seconds"] is not None and dining["oldest_waiting_seconds"] >= 0
-    assert dining["last_minute"] is None  # one reading: totals only
+    # The worker recorded the minute's history when it started, after the first two
+    # jobs were enqueued: the last minute counts the three since (tests/cli/
+    # test_info_history.py shows the totals' fallback and the windows).
+    assert dining["last_minute"]["source"] == "history"
+    assert dining["last_minute"]["enqueued"] == 3
     assert experiences["queued"] == 0 and experiences["oldest_waiting_seconds"] is None
+    assert experiences["last_minute"] is None  # no worker of it: no history
 
     table = agentjobs("info")
     assert table.code == 0, table.err
-    assert table_row(table.out, "TYPE")[7:10] == [
-        "ENQUEUED (total)",
-        "COMPLETED (total)",
-        "FAILED (total)",
-    ]
+    assert table_row(table.out, "TYPE")[7:10] == ["ENQUEUED (1m)", "COMPLETED (1m)", "FAILED (1m)"]
     cells = table_row(table.out, "dining")
-    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:10] == ["5", "0", "2"]
+    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:9] == ["3", "0"]
     assert table_row(table.out, "dmc")[6] == "—"  # nothing waits: no age
 
 

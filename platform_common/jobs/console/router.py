@@ -2,7 +2,8 @@
 letters and the failed jobs, server-rendered, read through the operations layer (the
 one under the CLI).
 
-    GET  /                              every agent type (refreshes itself)
+    GET  /?window=hour|day              every agent type, its chart over the last hour or
+                                        day (refreshes itself)
     GET  /types/{type}?list=&cursor=    its waiting, running, delayed, dead or failed
                                         jobs, paged
     GET  /types/{type}/jobs/{job_id}    one job: state, attempts, payload, result
@@ -49,6 +50,7 @@ from ..operations import (
     read_overview,
     show_job,
 )
+from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
 from ..queue import JobQueue
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
@@ -56,7 +58,8 @@ from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
 from .pause_forms import PauseForms
-from .prometheus_history import PrometheusSource, last_hour
+from .prometheus_history import PrometheusSource
+from .recorded_chart import ChartWindow, overview_chart
 from .rendering import chart_bars, environment
 
 __all__ = ["console_router"]
@@ -106,8 +109,9 @@ def console_router(
     """A router over `queue` behind the host app's `auth_dependency` (run for every page
     and form). `read_only` hides every change and refuses it (403). `secret` signs the
     CSRF tokens (default: random per process; pass one shared by every replica).
-    `links` adds the runbook and Grafana links. `prometheus` fills the overview's last
-    hour from the exporter's counters there (else: only the minutes the console read).
+    `links` adds the runbook and Grafana links. `prometheus` fills the overview's chart
+    (the last hour or day) from the exporter's counters there (else: from the history
+    the workers record in Redis, and for a type without one the minutes the console read).
 
     Call it once for each mount (each include_router): a page's links, forms and session
     cookie belong to its own mount, and a form token of one mount is refused by another."""
@@ -134,6 +138,7 @@ def console_router(
     tokens = CsrfTokens(secret, queue_identity(queue.settings), mount_root)
     env = environment()
     history = CounterHistory()
+    recorded = HistoryReader()
     links = links or ConsoleLinks()
     unreadable: set[str] = set()
     """Types Redis has seen that the console's Redis user may not read (the last
@@ -224,14 +229,20 @@ def console_router(
         return int(raw)
 
     @router.get("/", name=named("console_overview"))
-    async def overview(request: Request) -> Response:
+    async def overview(request: Request, window: str = ChartWindow.HOUR) -> Response:
         async def build() -> Response:
+            if window not in set(ChartWindow):
+                choices = ", ".join(ChartWindow)
+                raise ConsoleError(400, f"window: one of {choices}, got {window!r}")
             listed = await agent_types(queue)
             unreadable.clear()
             unreadable.update(listed.unreadable)
             read = await read_overview(queue, listed.names)
-            # Readings continue while Prometheus answers: they are the fallback.
-            chart = await last_hour(prometheus, history.add(read), read.read_at)
+            # Readings continue while another source answers: they are the last fallback.
+            readings = history.add(read)
+            chart = await overview_chart(
+                queue, recorded, prometheus, read, readings, ChartWindow(window)
+            )
             minutes = chart.minutes
             charts = {t: chart_bars(m) for t, m in minutes.items()}
             totals = {
@@ -245,7 +256,7 @@ def console_router(
             return render(
                 request, "overview.html", overview=read, charts=charts, totals=totals,
                 chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
-                left_out=listed.notes(),
+                left_out=listed.notes(), window=ChartWindow(window), windows=list(ChartWindow),
             )  # fmt: skip
 
         return await respond(request, build)
