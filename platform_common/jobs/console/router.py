@@ -35,10 +35,16 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from redis.exceptions import NoPermissionError
 
-from ..errors import BackendUnavailable, CorruptQueueState, JobNotFound, ValidationError
+from ..errors import (
+    BackendUnavailable,
+    CorruptQueueState,
+    InvalidJobId,
+    JobNotFound,
+    ValidationError,
+)
 from ..operations import (
     MAX_PAGE_SIZE,
     CounterHistory,
@@ -48,8 +54,11 @@ from ..operations import (
     list_dead_letters,
     list_jobs,
     read_overview,
+    read_workers,
     show_job,
 )
+from ..operations.job_search import find_job
+from ..operations.overview import heartbeat_window
 from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
 from ..queue import JobQueue
@@ -60,7 +69,7 @@ from .links import ConsoleLinks
 from .pause_forms import PauseForms
 from .prometheus_history import PrometheusSource
 from .recorded_chart import ChartWindow, overview_chart
-from .rendering import chart_bars, environment
+from .rendering import chart_bars, environment, path_segment
 
 __all__ = ["console_router"]
 
@@ -78,6 +87,9 @@ _MAX_JOB_ID = 200
 _POSITION = re.compile(r"[0-9]{1,16}")
 """A page's cursor or start: a list position. 16 digits pass any list Redis can hold and
 stay below the 64-bit integers Redis takes (a bigger LRANGE index is a Redis error)."""
+MAX_WORKERS_SHOWN = 500
+"""Rows of the workers page: a larger fleet is cut, with a note (`agentjobs workers` lists
+them all)."""
 _ROUTERS = itertools.count(1)
 """Numbers each console_router's route names: two mounts in one app never share one."""
 
@@ -361,6 +373,51 @@ def console_router(
             state = await pauses.act(request, agent_type)
             now = await redis_now(queue)
             return render(request, "paused.html", agent_type=agent_type, state=state, now=now)
+
+        return await respond(request, build)
+
+    @router.get("/search", name=named("console_search"))
+    async def search(
+        request: Request,
+        job_id: Annotated[str, Query(alias="id")] = "",
+        agent_type: Annotated[str, Query(alias="type")] = "",
+    ) -> Response:
+        async def build() -> Response:
+            if not job_id:
+                raise ConsoleError(400, "id: give the id of the job to find")
+            if agent_type:
+                searched: tuple[str, ...] = (await known(agent_type),)
+            else:
+                searched = (await agent_types(queue)).names
+            try:
+                found = await find_job(queue, searched, job_id)
+            except InvalidJobId as exc:
+                # At most 80 characters of it back: a 10 kB "id" makes no 10 kB page.
+                shown = repr(job_id[:80]) + ("..." if len(job_id) > 80 else "")
+                raise ConsoleError(404, f"no such job: {shown} is no job id ({exc})") from None
+            if len(found) == 1:
+                page = request.url_for(
+                    named("console_job"), agent_type=found[0], job_id=path_segment(job_id)
+                )
+                return RedirectResponse(page.path, 303, headers=_SECURITY_HEADERS)
+            return render(
+                request, "search.html", 200 if found else 404, job_id=job_id, found=found,
+                searched=searched, searched_type=agent_type,
+            )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.get("/workers", name=named("console_workers"))
+    async def workers_page(request: Request) -> Response:
+        async def build() -> Response:
+            listed = await agent_types(queue)
+            report = await read_workers(queue, listed.names)
+            return render(
+                request, "workers.html", report=report,
+                workers=report.workers[:MAX_WORKERS_SHOWN], cap=MAX_WORKERS_SHOWN,
+                window=heartbeat_window(queue.settings), left_out=listed.notes(),
+                unclaimed={t: n for t, n in report.unclaimed.items() if n},
+            )  # fmt: skip
 
         return await respond(request, build)
 

@@ -10,9 +10,9 @@ from ..queue import JobQueue
 from .overview import heartbeat_window
 from .session import PAGE, read, redis_now
 
-__all__ = ["WorkerStatus", "WorkersReport", "host_of", "read_workers"]
+__all__ = ["WorkerStatus", "WorkersReport", "host_of", "pid_of", "read_workers"]
 
-_DEFAULT_WORKER_ID = re.compile(r"^(?P<host>.+):\d+:[0-9a-f]+$")
+_DEFAULT_WORKER_ID = re.compile(r"^(?P<host>.+):(?P<pid>\d+):[0-9a-f]+$")
 """The id a worker gives itself without --worker-id: host:pid:random hex."""
 
 
@@ -20,6 +20,12 @@ def host_of(worker_id: str) -> str:
     """The host in a default worker id ("" for an id chosen with --worker-id)."""
     match = _DEFAULT_WORKER_ID.match(worker_id)
     return match["host"] if match else ""
+
+
+def pid_of(worker_id: str) -> int | None:
+    """The process id in a default worker id (None for an id chosen with --worker-id)."""
+    match = _DEFAULT_WORKER_ID.match(worker_id)
+    return int(match["pid"]) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,8 @@ class WorkerStatus:
     agent_type: str
     host: str
     """From the default id (host:pid:random); "" when the id was chosen."""
+    pid: int | None
+    """From the default id; None when the id was chosen."""
     heartbeat_age_seconds: float | None
     """Since its last heartbeat; None when it holds jobs but has no heartbeat (gone
     silent for long enough to be forgotten: its leases expire and the reaper frees them)."""
@@ -71,6 +79,7 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
                     worker_id=worker_id,
                     agent_type=agent_type,
                     host=host_of(worker_id),
+                    pid=pid_of(worker_id),
                     heartbeat_age_seconds=age,
                     active=age is not None and age < window,
                     jobs_in_progress=tuple(holders.get(worker_id, [])),
