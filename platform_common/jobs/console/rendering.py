@@ -1,5 +1,5 @@
 """The console's jinja2 environment (autoescaped: payloads and errors are user data), the
-filters its templates use for times and JSON, and the last hour's chart as SVG bars."""
+filters its templates use for times and JSON, and the overview's chart as SVG bars."""
 
 from __future__ import annotations
 
