@@ -376,9 +376,10 @@ def test_workers_shows_heartbeats_and_the_jobs_each_runs(agentjobs: Any, redis_u
     assert status["active"] is True and status["heartbeat_age_seconds"] >= 0
     assert sorted(status["jobs_in_progress"]) == sorted(ids)
     assert status["host"] == ""  # an id given with --worker-id names no host
+    assert status["pid"] is None and status["concurrency"] == 3
     assert report["unclaimed"] == {"dining": 0}
     cells = table_row(table.out, "dining")
-    assert cells[1] == worker.worker_id and cells[4:6] == ["yes", "2"]
+    assert cells[1] == worker.worker_id and cells[4:7] == ["yes", "2", "3"]
 
 
 def test_workers_reads_the_host_from_a_default_worker_id(agentjobs: Any, redis_url: str) -> None:

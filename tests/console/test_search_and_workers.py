@@ -85,7 +85,7 @@ async def test_the_workers_page_shows_live_and_stale_workers(
     assert await redis_client.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == job_id
     _, claims = await calls.claim(live, [(job_id, "token-1")])
     assert [c.job_id for c in claims] == [job_id]
-    now_ms = await chores.heartbeat(live, 1)
+    now_ms = await chores.heartbeat(live, 1, concurrency=8)
     # A worker silent for a minute: stale (the active window is 6 heartbeats, 1.2 s here).
     await redis_client.zadd(DINING.workers, {HOSTILE: now_ms - 60_000})
     page = await client.get(f"{PREFIX}/workers")
@@ -94,6 +94,7 @@ async def test_the_workers_page_shows_live_and_stale_workers(
     rows = {row.split("</th>")[0]: row for row in cells}
     assert set(rows) == {live, "&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;"}
     assert "host-a.internal" in rows[live] and "4242" in rows[live] and ">active<" in rows[live]
+    assert '<td class="num">8</td>' in rows[live]  # its concurrency
     assert f'href="{PREFIX}/types/dining/jobs/{job_id}"' in rows[live]
     stale = rows["&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;"]
     assert ">stale<" in stale and "1m0" in stale

@@ -45,6 +45,9 @@ class WorkerStatus:
     """Its heartbeat is within the active window (see overview.heartbeat_window)."""
     jobs_in_progress: tuple[str, ...]
     """Ids of the jobs it has claimed and not yet finished."""
+    concurrency: int | None = None
+    """The most jobs it runs at once, as its heartbeat reported; None when not reported
+    (a worker of an earlier release, or in another language) or not a number."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +63,9 @@ class WorkersReport:
 
 
 async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersReport:
-    """Heartbeats (ZSCAN pages of the workers set, which the queue prunes to the fleet)
-    and the `worker` field of each job in the processing list (LRANGE + HMGET pages)."""
+    """Heartbeats (ZSCAN pages of the workers set, which the queue prunes to the fleet),
+    each worker's concurrency (HGETALL of the hash pruned with them) and the `worker`
+    field of each job in the processing list (LRANGE + HMGET pages)."""
     now = await redis_now(queue)
     window = heartbeat_window(queue.settings)
     workers: list[WorkerStatus] = []
@@ -69,6 +73,7 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
     for agent_type in agent_types:
         beats = await _heartbeats(queue, agent_type)
         holders = await _holders(queue, agent_type)
+        slots = await _concurrency(queue, agent_type)
         unclaimed[agent_type] = len(holders.pop("", []))
         ids = sorted(beats, key=lambda w: -beats[w]) + sorted(set(holders) - set(beats))
         for worker_id in ids:
@@ -83,6 +88,7 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
                     heartbeat_age_seconds=age,
                     active=age is not None and age < window,
                     jobs_in_progress=tuple(holders.get(worker_id, [])),
+                    concurrency=slots.get(worker_id),
                 )
             )
     return WorkersReport(now, tuple(workers), unclaimed)
@@ -105,6 +111,21 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
         beats.update((str(member), float(score)) for member, score in pairs)
         if int(cursor) == 0:
             return beats
+
+
+async def _concurrency(queue: JobQueue, agent_type: str) -> dict[str, int]:
+    """Worker id -> its concurrency, from the hash its heartbeats write (one field a
+    live worker: pruned with the heartbeats); a value that is not a number is left out."""
+    fields = (
+        await read(queue, [("HGETALL", queue.connection.keys(agent_type).worker_concurrency)])
+    )[0]
+    slots = {}
+    for worker_id, value in dict(fields).items():
+        try:
+            slots[str(worker_id)] = int(value)
+        except ValueError:
+            continue
+    return slots
 
 
 async def _holders(queue: JobQueue, agent_type: str) -> dict[str, list[str]]:
