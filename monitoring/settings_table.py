@@ -53,8 +53,8 @@ _EXTRA_MEANINGS = {
     SCAN_CAP_ENV: "Records the legacy listing scan reads when the time index is off or fails.",
     DEBUG_ENV: "Add the traceback to a failing command's one line (as `--debug`).",
     PROMETHEUS_URL_ENV: "The Prometheus scraping the exporter, e.g. `http://prometheus:9090`: "
-    "`info` reads the last minute from it, `console` the overview's last hour; the flag "
-    "`--prometheus-url` wins.",
+    "`info` reads its window's counts from it, `console` the overview's chart (unset: "
+    "both read the history the workers record in Redis); the flag `--prometheus-url` wins.",
 }
 
 

@@ -275,9 +275,12 @@ _WORKER_WRITES = (
     Grant(("ltrim",), _written("expiring:*")),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
-    # worker's jobs in progress (heartbeat).
-    Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs")),
-    Grant(("hdel",), _written("job:*", "take:*", "queued", "arrived", "worker_jobs")),
+    # worker's jobs in progress and concurrency (heartbeat).
+    Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs", "worker_concurrency")),
+    Grant(
+        ("hdel",),
+        _written("job:*", "take:*", "queued", "arrived", "worker_jobs", "worker_concurrency"),
+    ),
     # Counters and the latency histograms; arrival counts; a requeued job's numbers.
     Grant(("hincrby",), _written("stats", "arrived", "job:*")),
     Grant(("hincrbyfloat",), _written("stats")),
@@ -317,6 +320,8 @@ _OPERATOR_READS = (
     Grant(("hlen", "hget", "hmget"), (_queue("queued"),)),
     Grant(("zrange",), (_queue("arrivals"),)),
     Grant(("zcount", "zscan"), (_queue("workers"),)),
+    # Each worker's concurrency, which its heartbeat writes (the workers page).
+    Grant(("hgetall",), (_queue("worker_concurrency"),)),
     Grant(("zscore",), (_queue("leases"),)),
     Grant(("hgetall",), (_queue("stats"),)),
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),

@@ -101,6 +101,9 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
                                      it (the exporter reads it: no job hash is read)
+    jobs:{type}:worker_concurrency HASH worker id -> the most jobs it runs at once, written
+                                     and removed with worker_jobs (the console's workers
+                                     page and `agentjobs workers` show it)
     jobs:types                SET    every agent type ever enqueued or worked on (written
                                      with a plain SADD by each producer and worker, never
                                      inside a script); the exporter and the operator
@@ -245,6 +248,7 @@ _QUEUE_KEY_TYPES = {
     "history": "stream",
     "workers": "zset",
     "worker_jobs": "hash",
+    "worker_concurrency": "hash",
 }
 
 
@@ -448,6 +452,10 @@ class QueueKeys:
     @property
     def worker_jobs(self) -> str:
         return f"{self.base}:worker_jobs"
+
+    @property
+    def worker_concurrency(self) -> str:
+        return f"{self.base}:worker_concurrency"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}:job:{job_id}"

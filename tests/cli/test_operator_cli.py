@@ -161,18 +161,19 @@ def test_info_counts_each_type_in_json_and_as_a_table(agentjobs: Any, redis_url:
     assert (dining["queued"], dining["running"], dining["delayed"], dining["dead"]) == (3, 0, 0, 2)
     assert dining["totals"] == {"enqueued": 5, "completed": 0, "failed": 2}
     assert dining["oldest_waiting_seconds"] is not None and dining["oldest_waiting_seconds"] >= 0
-    assert dining["last_minute"] is None  # one reading: totals only
+    # The worker recorded the minute's history when it started, after the first two
+    # jobs were enqueued: the last minute counts the three since (tests/cli/
+    # test_info_history.py shows the totals' fallback and the windows).
+    assert dining["last_minute"]["source"] == "history"
+    assert dining["last_minute"]["enqueued"] == 3
     assert experiences["queued"] == 0 and experiences["oldest_waiting_seconds"] is None
+    assert experiences["last_minute"] is None  # no worker of it: no history
 
     table = agentjobs("info")
     assert table.code == 0, table.err
-    assert table_row(table.out, "TYPE")[7:10] == [
-        "ENQUEUED (total)",
-        "COMPLETED (total)",
-        "FAILED (total)",
-    ]
+    assert table_row(table.out, "TYPE")[7:10] == ["ENQUEUED (1m)", "COMPLETED (1m)", "FAILED (1m)"]
     cells = table_row(table.out, "dining")
-    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:10] == ["5", "0", "2"]
+    assert cells[1:6] == ["3", "0", "0", "2", "0"] and cells[7:9] == ["3", "0"]
     assert table_row(table.out, "dmc")[6] == "—"  # nothing waits: no age
 
 
@@ -271,9 +272,10 @@ def test_workers_shows_heartbeats_and_the_jobs_each_runs(agentjobs: Any, redis_u
     assert status["active"] is True and status["heartbeat_age_seconds"] >= 0
     assert sorted(status["jobs_in_progress"]) == sorted(ids)
     assert status["host"] == ""  # an id given with --worker-id names no host
+    assert status["pid"] is None and status["concurrency"] == 3
     assert report["unclaimed"] == {"dining": 0}
     cells = table_row(table.out, "dining")
-    assert cells[1] == worker.worker_id and cells[4:6] == ["yes", "2"]
+    assert cells[1] == worker.worker_id and cells[4:7] == ["yes", "2", "3"]
 
 
 def test_a_heartbeat_dated_in_the_future_is_no_active_worker(

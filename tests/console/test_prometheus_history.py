@@ -12,10 +12,9 @@ from platform_common.jobs.console.prometheus_history import (
     COMPLETED_COUNTER,
     PrometheusSource,
     PrometheusUnavailable,
-    last_hour,
     parse_increases,
+    prometheus_chart,
 )
-from platform_common.jobs.operations import Minute
 
 FIRST = 29_000_000
 """The hour's first minute index (minute k starts at k * 60 s)."""
@@ -100,18 +99,18 @@ def test_a_malformed_answer_is_prometheus_unavailable(body: bytes, problem: str)
         parse_increases(body, ["dining"], FIRST)
 
 
-def readings(covered: bool) -> dict[str, tuple[Minute, ...]]:
-    return {"dining": tuple(Minute((FIRST + i) * 60.0, 1, 0, covered) for i in range(60))}
+async def test_an_unreachable_source_is_prometheus_unavailable_with_the_reason() -> None:
+    # (The console then charts the recorded history: tests/console/test_recorded_chart.py.)
+    source = PrometheusSource("http://127.0.0.1:9", timeout_seconds=1)
+    with pytest.raises(PrometheusUnavailable, match=r"^cannot reach it"):
+        await prometheus_chart(source, ["dining"], 0.0)
 
 
-async def test_without_a_source_the_readings_are_the_chart() -> None:
-    own = readings(True)
-    chart = await last_hour(None, own, (FIRST + 59) * 60.0)
-    assert chart.minutes == own and not chart.from_prometheus and chart.problem is None
-
-
-async def test_an_unreachable_source_falls_back_to_the_readings_with_the_reason() -> None:
-    own = readings(True)
-    chart = await last_hour(PrometheusSource("http://127.0.0.1:9", timeout_seconds=1), own, 0.0)
-    assert chart.minutes == own and not chart.from_prometheus
-    assert chart.problem is not None and chart.problem.startswith("cannot reach it")
+def test_a_days_bars_land_in_the_bar_they_end() -> None:
+    width = 24 * 60  # seconds of a 24-minute bar
+    first = 1_200_000
+    points = [[(first + 1) * width, "7"], [(first + 60) * width, "2"], [(first + 61) * width, "9"]]
+    body = answer(({"agent_type": "dining"}, points))
+    assert parse_increases(body, ["dining"], first, bar_minutes=24) == {
+        "dining": {first: 7, first + 59: 2}
+    }

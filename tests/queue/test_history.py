@@ -11,6 +11,8 @@ import asyncio
 import pytest
 
 from platform_common.jobs.keys import HISTORY_MINUTES, STATS_COUNTERS, QueueKeys
+from platform_common.jobs.operations.job_search import find_job
+from platform_common.jobs.operations.recorded_history import HistoryReader
 from platform_common.jobs.queue import JobQueue
 from platform_common.jobs.worker import Chores
 from tests.support.queue_env import QueueEnv
@@ -129,3 +131,28 @@ async def test_a_running_worker_records_the_minute(redis_url: str, env: QueueEnv
         entries = await eventually(lambda: _entries(env))
     minute = int(entries[0][0].removesuffix("-0"))
     assert minute % MINUTE == 0 and len(entries) == 1
+
+
+async def test_the_readers_find_the_samples_and_the_jobs_on_any_backend(
+    env: QueueEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HistoryReader and find_job pipeline reads of many types' keys: on a cluster each
+    type is a slot of its own."""
+    others = ["flights", "lodging"]
+    for agent_type in others:
+        await env.queue.connection.register_type(agent_type)
+    for minute in range(3):
+        await env.chores.record_history(now_ms=T0 + minute * MINUTE + 7)
+    await env.raw.xadd(QueueKeys("flights").history, {"at": "x"}, id=f"{T0}-0")
+    reader = HistoryReader()
+    for _ in range(2):
+        samples = await reader.read(env.queue, ["dining", *others], T0 // MINUTE, T0 // MINUTE + 5)
+    assert sorted(samples["dining"]) == [T0 // MINUTE + m for m in range(3)]
+    assert samples["flights"] == {} and samples["lodging"] == {}
+    assert samples["dining"][T0 // MINUTE].at == (T0 + 7) / 1000
+    logged = [r.getMessage() for r in caplog.records if "history of agent type" in r.getMessage()]
+    assert len(logged) == 1, logged  # two reads, one warning
+    assert logged[0].startswith("history of agent type flights: a history entry does not parse")
+    job_id = await env.queue.enqueue(make_job())
+    assert await find_job(env.queue, [*others, "dining"], job_id) == ["dining"]
+    assert await find_job(env.queue, others, job_id) == []

@@ -1,5 +1,6 @@
-"""Each worker's count of jobs in progress, carried by its heartbeat (queue_heartbeat.lua)
-into the worker_jobs hash beside the workers set: written with each beat, removed when
+"""Each worker's count of jobs in progress (and its concurrency), carried by its heartbeat
+(queue_heartbeat.lua) into the worker_jobs (and worker_concurrency) hash beside the
+workers set: written with each beat, removed when
 the worker leaves or is pruned with its heartbeat, refused before any write when either
 key holds another type. Against a real Redis (single server and cluster)."""
 
@@ -40,6 +41,10 @@ class Env(QueueEnv):
         members: list[str] = await self.raw.zrange(DINING.workers, 0, -1)
         return members
 
+    async def concurrency(self) -> dict[str, str]:
+        slots: dict[str, str] = await self.raw.hgetall(DINING.worker_concurrency)
+        return slots
+
 
 async def test_each_beat_writes_the_workers_count(env: Env) -> None:
     await env.chores.heartbeat("w1", 3)
@@ -72,6 +77,29 @@ async def test_a_silent_worker_is_pruned_from_both_keys(env: Env) -> None:
     assert sorted(await env.beats()) == ["w1", "w2"]
 
 
+async def test_the_concurrency_goes_with_the_heartbeat(env: Env) -> None:
+    now_ms = await env.chores.redis_time_ms()
+    prune_ms = int(env.queue.settings.heartbeat_interval * 10 * 1000)
+    await env.raw.zadd(DINING.workers, {"gone": now_ms - prune_ms - 1})
+    await env.raw.hset(DINING.worker_concurrency, mapping={"gone": 4})
+    await env.chores.heartbeat("w1", 1, concurrency=8)
+    await env.chores.heartbeat("w2", 0, concurrency=2)
+    assert await env.concurrency() == {"w1": "8", "w2": "2"}  # "gone" pruned with its beat
+    await env.chores.heartbeat("w1", 3)  # a caller that does not say: the recorded one stays
+    await env.chores.heartbeat("w2", leaving=True)
+    assert await env.concurrency() == {"w1": "8"}
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, True, 1.5, "4"])
+@pytest.mark.cluster_sample(planted=("concurrency",))
+async def test_a_concurrency_that_is_not_a_positive_int_is_refused(
+    env: Env, concurrency: Any
+) -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        await env.chores.heartbeat("w1", 0, concurrency=concurrency)
+    assert await env.beats() == [] and await env.concurrency() == {}
+
+
 @pytest.mark.parametrize("leaving", [False, True], ids=["beat", "leave"])
 @pytest.mark.parametrize(
     ("key", "kind"),
@@ -80,6 +108,7 @@ async def test_a_silent_worker_is_pruned_from_both_keys(env: Env) -> None:
         for name, key, native in (
             ("workers", DINING.workers, "zset"),
             ("worker_jobs", DINING.worker_jobs, "hash"),
+            ("worker_concurrency", DINING.worker_concurrency, "hash"),
         )
         for kind in sorted(WRONG_TYPES)
         if kind != native
@@ -92,11 +121,12 @@ async def test_a_key_of_another_type_is_refused_before_any_write(
     # Both keys hold something to change: a stale worker to prune, w1 to beat or remove.
     await env.raw.zadd(DINING.workers, {"stale": 1, "w1": 1})
     await env.raw.hset(DINING.worker_jobs, mapping={"stale": 1, "w1": 1})
+    await env.raw.hset(DINING.worker_concurrency, mapping={"stale": 1, "w1": 1})
     await env.raw.delete(key)
     await env.raw.execute_command(*(key if arg == "KEY" else arg for arg in WRONG_TYPES[kind]))
     before = await snapshot(env.raw_bytes)
     with pytest.raises(CorruptQueueState) as info:
-        await env.chores.heartbeat("w1", 2, leaving=leaving)
+        await env.chores.heartbeat("w1", 2, leaving=leaving, concurrency=None if leaving else 4)
     assert info.value.key == key, info.value
     assert changed_keys(before, await snapshot(env.raw_bytes)) == set()
 
@@ -130,6 +160,7 @@ async def test_a_running_worker_reports_its_jobs_in_progress(env: Env) -> None:
             return (await env.counts()).get(worker.worker_id) == expected
 
         await eventually(lambda: count_is("0"))
+        assert (await env.concurrency())[worker.worker_id] == "4"
         await env.queue.enqueue_many([make_job() for _ in range(3)])
         await eventually(lambda: count_is("3"))
         assert started == 3
@@ -138,3 +169,4 @@ async def test_a_running_worker_reports_its_jobs_in_progress(env: Env) -> None:
     # A graceful stop says goodbye: the count goes with the heartbeat.
     assert worker.worker_id not in await env.counts()
     assert worker.worker_id not in await env.beats()
+    assert worker.worker_id not in await env.concurrency()

@@ -74,7 +74,8 @@ def console(
             "--prometheus-url",
             envvar=PROMETHEUS_URL_ENV,
             help="The Prometheus scraping the exporter, e.g. http://prometheus:9090: the "
-            "overview charts the last hour from it (else only the minutes it was open).",
+            "overview charts the last hour or day from it (else from the history the "
+            "workers record in Redis).",
             show_default=False,
         ),
     ] = None,

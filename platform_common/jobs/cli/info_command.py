@@ -1,10 +1,12 @@
-"""`info`: each agent type's queue at a glance; `--watch` redraws it in place."""
+"""`info`: each agent type's queue at a glance, with the counts of the last minute, hour
+or day (`--window`); `--watch` redraws it in place."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +25,8 @@ from ..operations import (
     read_overview,
 )
 from ..operations.prometheus import PrometheusSource, PrometheusUnavailable, last_minute
+from ..operations.recorded_history import HistoryReader, window_counts, window_minutes
+from ..queue import JobQueue
 from .exits import EXIT_USAGE, PROMETHEUS_URL_ENV, CliError
 from .operator_output import (
     NONE,
@@ -56,7 +60,24 @@ MetricsNamespaceOption = Annotated[
 ]
 
 PROMETHEUS = "prometheus"
+HISTORY = "history"
 WATCH = "watch"
+
+
+class Window(StrEnum):
+    """The span of the recent counts (a PromQL duration, as Prometheus is asked)."""
+
+    MINUTE = "1m"
+    HOUR = "1h"
+    DAY = "1d"
+
+    @property
+    def seconds(self) -> float:
+        return {"1m": 60.0, "1h": 3600.0, "1d": 86400.0}[self.value]
+
+    @property
+    def named(self) -> str:
+        return {"1m": "minute", "1h": "hour", "1d": "day"}[self.value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +87,8 @@ class _LastMinute:
     counts: dict[str, Recent]
     """Per agent type; a type Prometheus has no series of is missing."""
     source: str | None
-    """PROMETHEUS, WATCH (this watch's own readings) or None (totals shown instead)."""
+    """PROMETHEUS, HISTORY (the history the workers record in Redis), WATCH (this
+    watch's own readings) or None (totals shown instead)."""
     problem: str | None = None
     """Why Prometheus' counts are not shown although it was given."""
 
@@ -93,27 +115,35 @@ def info(
             "--count", min=1, help="Stop after this many refreshes (--watch).", show_default=False
         ),
     ] = None,
+    window: Annotated[
+        Window,
+        typer.Option("--window", help="The span of the ENQUEUED, COMPLETED and FAILED counts."),
+    ] = Window.MINUTE,
     prometheus_url: PrometheusUrlOption = None,
     metrics_namespace: MetricsNamespaceOption = "",
     output: OutputOption = Output.TABLE,
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Per agent type: queued, running, delayed, dead, active workers, the oldest waiting
-    job's age, jobs enqueued, completed and failed in the last minute, and how long it
-    has been paused (`agentjobs pause`).
+    job's age, jobs enqueued, completed and failed in the last minute (--window 1h: hour,
+    1d: day), and how long it has been paused (`agentjobs pause`).
 
-    The queue keeps running totals only. The last minute comes from the Prometheus that
-    scrapes the exporter (--prometheus-url or AGENTJOBS_PROMETHEUS_URL): `max by
-    (agent_type) (increase(jobs_<counter>_total[1m]))`. Without it, a single `info` shows
-    the totals since the counters began (the columns say "total"); with --watch, the
-    difference from this watch's reading of a minute ago, which until a minute has
-    passed covers the time since the watch began (the table says how long). When
-    Prometheus does not answer, a note on stderr says why and the table falls back to
-    the totals (or the watch's readings): not a failure.
+    The counts come from the Prometheus that scrapes the exporter (--prometheus-url or
+    AGENTJOBS_PROMETHEUS_URL): `max by (agent_type) (increase(jobs_<counter>_total[1m]))`
+    (or [1h], [1d]). Without it, from the history the workers record in Redis (one sample
+    of the counters a minute, kept a day): the counters now less the sample of a window
+    ago, so the span is the window to a minute more, or what the history holds when it
+    is younger (the caption says how long; a type without samples, or whose counters were
+    reset within the window, shows none). With --watch and the 1m window, the difference
+    from this watch's reading of a minute ago instead (the table says how long). With
+    neither (no worker has recorded a sample yet), the totals since the counters began
+    (the columns say "total"). When Prometheus does not answer, a note on stderr says
+    why and the table falls back as without it: not a failure.
 
-    JSON: each type's "totals", and "last_minute" ({enqueued, completed, failed,
-    seconds, source}, or null); the document's "last_minute_source" is "prometheus",
-    "watch" or null, and "prometheus_problem" says why Prometheus was not used.
+    JSON: each type's "totals", and "last_minute" (the counts of the window, whatever
+    it is: {enqueued, completed, failed, seconds, source}, or null); the document's
+    "window", its "last_minute_source" ("prometheus", "history", "watch" or null), and
+    "prometheus_problem", which says why Prometheus was not used.
 
     Without TYPE: every configured agent type (QUEUE_AGENT_TYPES), then every one Redis
     has seen (a producer or worker of it registered it: what the exporter exports), at
@@ -132,7 +162,7 @@ def info(
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
     try:
-        asyncio.run(_info(requested, watch, interval, count, source, output, redis_url))
+        asyncio.run(_info(requested, watch, interval, count, source, window, output, redis_url))
     except KeyboardInterrupt:
         if not watch:
             raise
@@ -143,22 +173,46 @@ HELP = help_text(info.__doc__)
 
 
 async def _from_prometheus(
-    source: PrometheusSource | None, overview: Overview
+    source: PrometheusSource | None, overview: Overview, window: Window
 ) -> _LastMinute | None:
-    """Prometheus' last minute for the overview's types; None when no Prometheus is set."""
+    """Prometheus' counts of `window` for the overview's types; None when no Prometheus
+    is set."""
     if source is None:
         return None
     try:
-        counts = await last_minute(source, [t.agent_type for t in overview.types])
+        counts = await last_minute(source, [t.agent_type for t in overview.types], window.value)
     except PrometheusUnavailable as exc:
         return _LastMinute({}, None, f"Prometheus at {source.url} failed: {exc}")
-    return _LastMinute({t: Recent(c, 60.0) for t, c in counts.items()}, PROMETHEUS)
+    return _LastMinute({t: Recent(c, window.seconds) for t, c in counts.items()}, PROMETHEUS)
 
 
-def _note(last: _LastMinute | None, fallback: str) -> None:
-    """Prometheus' failure, one line on stderr (stdout stays the table or the JSON)."""
-    if last is not None and last.problem is not None:
-        print(f"note: {last.problem}; showing {fallback}", file=sys.stderr)
+async def _from_history(
+    queue: JobQueue, reader: HistoryReader, overview: Overview, window: Window
+) -> _LastMinute | None:
+    """The recorded history's counts of `window`; None when no type has a sample in it."""
+    now = overview.read_at
+    first, last = window_minutes(now, window.seconds)
+    samples = await reader.read(queue, [t.agent_type for t in overview.types], first, last)
+    counts = {}
+    for queue_type in overview.types:
+        recent = window_counts(
+            samples.get(queue_type.agent_type, {}), queue_type.totals, now, window.seconds
+        )
+        if recent is not None:
+            counts[queue_type.agent_type] = recent
+    if not any(samples.values()):
+        return None
+    return _LastMinute(counts, HISTORY)
+
+
+_FALLBACKS = {HISTORY: "the recorded history", WATCH: "this watch's own readings"}
+
+
+def _note(last: _LastMinute) -> None:
+    """Prometheus' failure and what is shown instead, one line on stderr (stdout stays
+    the table or the JSON)."""
+    fallback = _FALLBACKS.get(last.source or "", "the totals")
+    print(f"note: {last.problem}; showing {fallback}", file=sys.stderr)
 
 
 async def _info(
@@ -167,20 +221,34 @@ async def _info(
     interval: float,
     count: int | None,
     source: PrometheusSource | None,
+    window: Window,
     output: Output,
     redis_url: str | None,
 ) -> None:
+    reader = HistoryReader()
+
+    async def without_prometheus(overview: Overview, own: _LastMinute | None) -> _LastMinute | None:
+        # A watch's own readings measure the last minute best; the history the rest.
+        if own is not None and window is Window.MINUTE:
+            return own
+        return await _from_history(queue, reader, overview, window) or own
+
     async with operator_queue(redis_url) as queue:
         listed = await agent_types(queue, requested)
         _notes(listed, None)
         if not watch:
             overview = await read_overview(queue, listed.names)
-            last = await _from_prometheus(source, overview)
-            _note(last, "the totals")
+            last = await _from_prometheus(source, overview, window)
+            if last is None or last.problem is not None:
+                problem = None if last is None else last.problem
+                last = await without_prometheus(overview, None)
+                if problem is not None:
+                    last = _LastMinute({}, None, problem) if last is None else _with(last, problem)
+                    _note(last)
             if output == Output.JSON:
-                print_json(_document(overview, last))
+                print_json(_document(overview, last, window))
             else:
-                stdout().print(_table(overview, last))
+                stdout().print(_table(overview, last, window))
             return
         recent_counts = RecentCounts()
         console = stdout()
@@ -196,19 +264,21 @@ async def _info(
                 overview = await read_overview(queue, listed.names)
                 # The watch's own readings go on while Prometheus answers: the fallback.
                 own = _LastMinute(recent_counts.add(overview), WATCH)
-                last = await _from_prometheus(source, overview)
+                last = await _from_prometheus(source, overview, window)
                 if last is not None and last.problem is not None:
+                    fallback = await without_prometheus(overview, own)
+                    assert fallback is not None
                     if last.problem != problem:  # one note per new cause, not per refresh
-                        _note(last, "this watch's own readings")
+                        _note(_with(fallback, last.problem))
                     problem = last.problem
-                    last = _LastMinute(own.counts, WATCH, last.problem)
+                    last = _with(fallback, last.problem)
                 else:
                     problem = None
-                shown = own if last is None else last
+                shown = await without_prometheus(overview, own) if last is None else last
                 if live is not None:
-                    live.update(_table(overview, shown), refresh=True)
+                    live.update(_table(overview, shown, window), refresh=True)
                 else:
-                    print_json(_document(overview, shown), one_line=True)
+                    print_json(_document(overview, shown, window), one_line=True)
                 refreshes += 1
                 if count is not None and refreshes >= count:
                     return
@@ -216,6 +286,10 @@ async def _info(
         finally:
             if live is not None:
                 live.stop()
+
+
+def _with(last: _LastMinute, problem: str) -> _LastMinute:
+    return _LastMinute(last.counts, last.source, problem)
 
 
 def _notes(listed: AgentTypes, before: AgentTypes | None) -> AgentTypes:
@@ -226,7 +300,7 @@ def _notes(listed: AgentTypes, before: AgentTypes | None) -> AgentTypes:
     return listed
 
 
-def _document(overview: Overview, last: _LastMinute | None) -> dict[str, Any]:
+def _document(overview: Overview, last: _LastMinute | None, window: Window) -> dict[str, Any]:
     document: dict[str, Any] = jsonable(overview)
     source = None if last is None else last.source
     for entry in document["types"]:
@@ -236,20 +310,21 @@ def _document(overview: Overview, last: _LastMinute | None) -> dict[str, Any]:
             if recent is None
             else {**jsonable(recent.counts), "seconds": recent.seconds, "source": source}
         )
+    document["window"] = window.value
     document["last_minute_source"] = source
     document["prometheus_problem"] = None if last is None else last.problem
     return document
 
 
-def _table(overview: Overview, last: _LastMinute | None) -> Table:
+def _table(overview: Overview, last: _LastMinute | None, window: Window) -> Table:
     recent = None if last is None or last.source is None else last
-    table = Table(caption=_caption(recent), caption_justify="left")
+    table = Table(caption=_caption(recent, window), caption_justify="left")
     table.add_column("TYPE", no_wrap=True)
     for name in ("QUEUED", "RUNNING", "DELAYED", "DEAD", "WORKERS", "OLDEST WAITING"):
         table.add_column(name, justify="right")
-    window = "total" if recent is None else "1m"
+    span = "total" if recent is None else window.value
     for name in ("ENQUEUED", "COMPLETED", "FAILED"):
-        table.add_column(f"{name} ({window})", justify="right")
+        table.add_column(f"{name} ({span})", justify="right")
     table.add_column("PAUSED", justify="right")
     for queue in overview.types:
         counts: Counts | None = queue.totals
@@ -283,17 +358,24 @@ def _paused(queue: TypeOverview, now: float) -> str:
     return f"for {age(max(0.0, now - queue.paused_since))}"
 
 
-def _caption(last: _LastMinute | None) -> str:
+def _caption(last: _LastMinute | None, window: Window) -> str:
     if last is None:
         return (
-            "Counts are totals since the counters began; --prometheus-url (or "
-            "AGENTJOBS_PROMETHEUS_URL) shows the last minute, as --watch does over its run."
+            "Counts are totals since the counters began: no worker has recorded the history "
+            "yet; --prometheus-url (or AGENTJOBS_PROMETHEUS_URL) shows the last minute, as "
+            "--watch does over its run."
         )
     if last.source == PROMETHEUS:
         return (
-            f"Counts over the last minute, from Prometheus ({NONE}: no series of that type there)."
+            f"Counts over the last {window.named}, from Prometheus ({NONE}: no series of that "
+            "type there)."
         )
     span = max((r.seconds for r in last.counts.values()), default=0.0)
+    if last.source == HISTORY:
+        return (
+            f"Counts over the last {age(span)}, from the history the workers record in Redis "
+            f"({NONE}: no sample of that type then, or its counters were reset)."
+        )
     if span == 0:
         return "Last-minute counts start at the next refresh."
     if span < RecentCounts.WINDOW:

@@ -37,7 +37,7 @@ def workers(
     output: OutputOption = Output.TABLE,
     redis_url: RedisUrlOption = None,
 ) -> None:
-    """Each worker's id, host, last heartbeat and the jobs it is running.
+    """Each worker's id, host, last heartbeat, the jobs it is running and its concurrency.
 
     Workers are listed from their heartbeats (a worker silent for 10 heartbeat intervals
     is forgotten) and from the jobs they hold; ACTIVE means a heartbeat within 6
@@ -57,8 +57,9 @@ def workers(
         print_json(report)
         return
     table = Table(caption=_caption(report), caption_justify="left")
-    for name in ("TYPE", "WORKER", "HOST", "LAST HEARTBEAT", "ACTIVE", "JOBS", "JOB IDS"):
-        table.add_column(name, justify="right" if name == "JOBS" else "left")
+    names = ("TYPE", "WORKER", "HOST", "LAST HEARTBEAT", "ACTIVE", "JOBS", "CONCURRENCY", "JOB IDS")
+    for name in names:
+        table.add_column(name, justify="right" if name in ("JOBS", "CONCURRENCY") else "left")
     for worker in report.workers:
         jobs = worker.jobs_in_progress
         shown = ", ".join(jobs[:3]) + (f" (+{len(jobs) - 3})" if len(jobs) > 3 else "")
@@ -71,6 +72,7 @@ def workers(
             else f"{age(worker.heartbeat_age_seconds)} ago",
             "yes" if worker.active else "no",
             str(len(jobs)),
+            NONE if worker.concurrency is None else str(worker.concurrency),
             text(shown or NONE),
         )
     stdout().print(table)

@@ -1,11 +1,12 @@
-"""The overview's last hour per minute from Prometheus, when the console is given its URL.
+"""The overview's chart from Prometheus, when the console is given its URL: the last
+hour per minute, or the last day in bars of 24 minutes.
 
-The console's own readings (operations.history) cover only the minutes a page was open;
-Prometheus has scraped the exporter's counters all along, so it can fill every minute.
-Two range queries (`increase(<counter>[1m])` by agent type, step 60 s, the last hour)
-through the operations layer's Prometheus client (operations/prometheus.py, shared with
+Prometheus has scraped the exporter's counters all along, so it can fill every bar.
+Two range queries (`increase(<counter>[<bar>])` by agent type, one step a bar) through
+the operations layer's Prometheus client (operations/prometheus.py, shared with
 `agentjobs info`); when Prometheus is not set or does not answer, the chart falls back
-to the readings and the page says which source it shows.
+to the history the workers record in Redis (console/recorded_chart.py) and the page says
+which source it shows.
 """
 
 from __future__ import annotations
@@ -33,78 +34,84 @@ __all__ = [
     "ChartHistory",
     "PrometheusSource",
     "PrometheusUnavailable",
-    "last_hour",
     "parse_increases",
+    "prometheus_chart",
 ]
 
-MINUTES = 60
+BARS = 60
+"""Bars of a chart: an hour of minutes, or a day of 24-minute bars."""
 
 
 @dataclass(frozen=True, slots=True)
 class ChartHistory:
-    """The minutes the overview charts, and where they came from."""
+    """The bars the overview charts, and where they came from."""
 
     minutes: dict[str, tuple[Minute, ...]]
+    """Per agent type, BARS bars of `bar_minutes` each, oldest first."""
     from_prometheus: bool
     problem: str | None = None
     """Why Prometheus' minutes are not shown although it is set (None: it answered, or
     it is not set)."""
+    recorded: frozenset[str] = frozenset()
+    """Types charted from the history the workers record in Redis (the others, when
+    Prometheus is not shown, from this console's own readings)."""
+    bar_minutes: int = 1
 
 
-async def last_hour(
-    source: PrometheusSource | None,
-    readings: Mapping[str, tuple[Minute, ...]],
+async def prometheus_chart(
+    source: PrometheusSource,
+    agent_types: Sequence[str],
     now: float,
+    bar_minutes: int = 1,
 ) -> ChartHistory:
-    """Prometheus' last hour for the types of `readings`, else `readings` themselves."""
-    if source is None or not readings:
-        return ChartHistory(dict(readings), from_prometheus=False)
-    agent_types = sorted(readings)
-    last = math.floor(now / 60)
-    first = last - MINUTES + 1
-    try:
-        completed, failed = await asyncio.gather(
-            _increases(source, COMPLETED_COUNTER, agent_types, first),
-            _increases(source, FAILED_COUNTER, agent_types, first),
-        )
-    except PrometheusUnavailable as exc:
-        return ChartHistory(dict(readings), from_prometheus=False, problem=str(exc))
+    """Prometheus' last BARS bars of `bar_minutes` (aligned to multiples of it) for
+    `agent_types`; PrometheusUnavailable when it does not answer as asked."""
+    wanted = sorted(agent_types)
+    last = math.floor(now / 60 / bar_minutes)
+    first = last - BARS + 1
+    completed, failed = await asyncio.gather(
+        _increases(source, COMPLETED_COUNTER, wanted, first, bar_minutes),
+        _increases(source, FAILED_COUNTER, wanted, first, bar_minutes),
+    )
     minutes = {
         agent_type: tuple(
-            _minute(index, completed.get(agent_type, {}), failed.get(agent_type, {}))
-            for index in range(first, first + MINUTES)
+            _bar(index, completed.get(agent_type, {}), failed.get(agent_type, {}), bar_minutes)
+            for index in range(first, first + BARS)
         )
-        for agent_type in agent_types
+        for agent_type in wanted
     }
-    return ChartHistory(minutes, from_prometheus=True)
+    return ChartHistory(minutes, from_prometheus=True, bar_minutes=bar_minutes)
 
 
-def _minute(index: int, completed: Mapping[int, int], failed: Mapping[int, int]) -> Minute:
-    # A minute is known when Prometheus had the completed counter then (both come from
+def _bar(index: int, completed: Mapping[int, int], failed: Mapping[int, int], size: int) -> Minute:
+    # A bar is known when Prometheus had the completed counter then (both come from
     # the same scrape); a missing failed point alone counts as none failed.
     covered = index in completed
-    return Minute(index * 60.0, completed.get(index, 0), failed.get(index, 0), covered)
+    start = index * 60.0 * size
+    return Minute(start, completed.get(index, 0), failed.get(index, 0), covered, size)
 
 
 async def _increases(
-    source: PrometheusSource, counter: str, agent_types: Sequence[str], first: int
+    source: PrometheusSource, counter: str, agent_types: Sequence[str], first: int, size: int
 ) -> dict[str, dict[int, int]]:
-    # Minute k is the increase over (k*60, (k+1)*60]: evaluated at the minute's end.
+    # Bar k is the increase over (k*w, (k+1)*w] (w its width): evaluated at its end.
+    width = 60 * size
     params = {
-        "query": source.query(counter, agent_types),
-        "start": str((first + 1) * 60),
-        "end": str((first + MINUTES) * 60),
-        "step": "60",
+        "query": source.query(counter, agent_types, f"{size}m"),
+        "start": str((first + 1) * width),
+        "end": str((first + BARS) * width),
+        "step": str(width),
     }
     body = await source.fetch("/api/v1/query_range", params)
-    return parse_increases(body, agent_types, first)
+    return parse_increases(body, agent_types, first, size)
 
 
 def parse_increases(
-    body: bytes, agent_types: Sequence[str], first: int
+    body: bytes, agent_types: Sequence[str], first: int, bar_minutes: int = 1
 ) -> dict[str, dict[int, int]]:
-    """A query_range answer as agent type -> minute index -> whole jobs, for the hour
-    from minute `first` and only `agent_types`; anything else is PrometheusUnavailable."""
+    """A query_range answer as agent type -> bar index -> whole jobs, for the BARS bars
+    of `bar_minutes` from bar `first` and only `agent_types`; anything else is
+    PrometheusUnavailable."""
     wanted = set(agent_types)
     increases: dict[str, dict[int, int]] = {}
     for series in result_of(body, "matrix"):
@@ -116,7 +123,7 @@ def parse_increases(
             parsed = sample(point)
             if parsed is None:
                 continue
-            index = round(parsed[0] / 60) - 1
-            if first <= index < first + MINUTES:
+            index = round(parsed[0] / (60 * bar_minutes)) - 1
+            if first <= index < first + BARS:
                 points[index] = jobs(parsed[1])
     return increases

@@ -1,5 +1,5 @@
 """The console's jinja2 environment (autoescaped: payloads and errors are user data), the
-filters its templates use for times and JSON, and the last hour's chart as SVG bars."""
+filters its templates use for times and JSON, and the overview's chart as SVG bars."""
 
 from __future__ import annotations
 
@@ -124,16 +124,18 @@ BAR_WIDTH = 4
 
 
 def chart_bars(minutes: tuple[Minute, ...]) -> list[ChartBar]:
-    """The bars of one agent type's last hour, scaled to its busiest minute."""
+    """The bars of one agent type's chart, scaled to its busiest bar."""
     peak = max((m.completed + m.failed for m in minutes), default=0) or 1
     scale = CHART_HEIGHT / peak
     bars = []
     for index, minute in enumerate(minutes):
-        clock = datetime.fromtimestamp(minute.start, UTC).strftime("%H:%M")
+        clock = datetime.fromtimestamp(minute.start, UTC).strftime("%H:%M UTC")
+        if minute.minutes > 1:
+            clock += f" (+{minute.minutes} min)"
         label = (
-            f"{clock} UTC: {minute.completed} completed, {minute.failed} failed"
+            f"{clock}: {minute.completed} completed, {minute.failed} failed"
             if minute.covered
-            else f"{clock} UTC: not read"
+            else f"{clock}: not read"
         )
         bars.append(
             ChartBar(

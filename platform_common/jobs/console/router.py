@@ -2,7 +2,8 @@
 letters and the failed jobs, server-rendered, read through the operations layer (the
 one under the CLI).
 
-    GET  /                              every agent type (refreshes itself)
+    GET  /?window=hour|day              every agent type, its chart over the last hour or
+                                        day (refreshes itself)
     GET  /types/{type}?list=&cursor=    its waiting, running, delayed, dead or failed
                                         jobs, paged
     GET  /types/{type}/jobs/{job_id}    one job: state, attempts, payload, result
@@ -34,10 +35,16 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from redis.exceptions import NoPermissionError
 
-from ..errors import BackendUnavailable, CorruptQueueState, JobNotFound, ValidationError
+from ..errors import (
+    BackendUnavailable,
+    CorruptQueueState,
+    InvalidJobId,
+    JobNotFound,
+    ValidationError,
+)
 from ..operations import (
     MAX_PAGE_SIZE,
     CounterHistory,
@@ -47,8 +54,12 @@ from ..operations import (
     list_dead_letters,
     list_jobs,
     read_overview,
+    read_workers,
     show_job,
 )
+from ..operations.job_search import find_job
+from ..operations.overview import heartbeat_window
+from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
 from ..queue import JobQueue
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
@@ -56,8 +67,9 @@ from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
 from .links import ConsoleLinks
 from .pause_forms import PauseForms
-from .prometheus_history import PrometheusSource, last_hour
-from .rendering import chart_bars, environment
+from .prometheus_history import PrometheusSource
+from .recorded_chart import ChartWindow, overview_chart
+from .rendering import chart_bars, environment, path_segment
 
 __all__ = ["console_router"]
 
@@ -75,6 +87,9 @@ _MAX_JOB_ID = 200
 _POSITION = re.compile(r"[0-9]{1,16}")
 """A page's cursor or start: a list position. 16 digits pass any list Redis can hold and
 stay below the 64-bit integers Redis takes (a bigger LRANGE index is a Redis error)."""
+MAX_WORKERS_SHOWN = 500
+"""Rows of the workers page: a larger fleet is cut, with a note (`agentjobs workers` lists
+them all)."""
 _ROUTERS = itertools.count(1)
 """Numbers each console_router's route names: two mounts in one app never share one."""
 
@@ -106,8 +121,9 @@ def console_router(
     """A router over `queue` behind the host app's `auth_dependency` (run for every page
     and form). `read_only` hides every change and refuses it (403). `secret` signs the
     CSRF tokens (default: random per process; pass one shared by every replica).
-    `links` adds the runbook and Grafana links. `prometheus` fills the overview's last
-    hour from the exporter's counters there (else: only the minutes the console read).
+    `links` adds the runbook and Grafana links. `prometheus` fills the overview's chart
+    (the last hour or day) from the exporter's counters there (else: from the history
+    the workers record in Redis, and for a type without one the minutes the console read).
 
     Call it once for each mount (each include_router): a page's links, forms and session
     cookie belong to its own mount, and a form token of one mount is refused by another."""
@@ -134,6 +150,7 @@ def console_router(
     tokens = CsrfTokens(secret, queue_identity(queue.settings), mount_root)
     env = environment()
     history = CounterHistory()
+    recorded = HistoryReader()
     links = links or ConsoleLinks()
     unreadable: set[str] = set()
     """Types Redis has seen that the console's Redis user may not read (the last
@@ -224,14 +241,20 @@ def console_router(
         return int(raw)
 
     @router.get("/", name=named("console_overview"))
-    async def overview(request: Request) -> Response:
+    async def overview(request: Request, window: str = ChartWindow.HOUR) -> Response:
         async def build() -> Response:
+            if window not in set(ChartWindow):
+                choices = ", ".join(ChartWindow)
+                raise ConsoleError(400, f"window: one of {choices}, got {window!r}")
             listed = await agent_types(queue)
             unreadable.clear()
             unreadable.update(listed.unreadable)
             read = await read_overview(queue, listed.names)
-            # Readings continue while Prometheus answers: they are the fallback.
-            chart = await last_hour(prometheus, history.add(read), read.read_at)
+            # Readings continue while another source answers: they are the last fallback.
+            readings = history.add(read)
+            chart = await overview_chart(
+                queue, recorded, prometheus, read, readings, ChartWindow(window)
+            )
             minutes = chart.minutes
             charts = {t: chart_bars(m) for t, m in minutes.items()}
             totals = {
@@ -245,7 +268,7 @@ def console_router(
             return render(
                 request, "overview.html", overview=read, charts=charts, totals=totals,
                 chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
-                left_out=listed.notes(),
+                left_out=listed.notes(), window=ChartWindow(window), windows=list(ChartWindow),
             )  # fmt: skip
 
         return await respond(request, build)
@@ -350,6 +373,51 @@ def console_router(
             state = await pauses.act(request, agent_type)
             now = await redis_now(queue)
             return render(request, "paused.html", agent_type=agent_type, state=state, now=now)
+
+        return await respond(request, build)
+
+    @router.get("/search", name=named("console_search"))
+    async def search(
+        request: Request,
+        job_id: Annotated[str, Query(alias="id")] = "",
+        agent_type: Annotated[str, Query(alias="type")] = "",
+    ) -> Response:
+        async def build() -> Response:
+            if not job_id:
+                raise ConsoleError(400, "id: give the id of the job to find")
+            if agent_type:
+                searched: tuple[str, ...] = (await known(agent_type),)
+            else:
+                searched = (await agent_types(queue)).names
+            try:
+                found = await find_job(queue, searched, job_id)
+            except InvalidJobId as exc:
+                # At most 80 characters of it back: a 10 kB "id" makes no 10 kB page.
+                shown = repr(job_id[:80]) + ("..." if len(job_id) > 80 else "")
+                raise ConsoleError(404, f"no such job: {shown} is no job id ({exc})") from None
+            if len(found) == 1:
+                page = request.url_for(
+                    named("console_job"), agent_type=found[0], job_id=path_segment(job_id)
+                )
+                return RedirectResponse(page.path, 303, headers=_SECURITY_HEADERS)
+            return render(
+                request, "search.html", 200 if found else 404, job_id=job_id, found=found,
+                searched=searched, searched_type=agent_type,
+            )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.get("/workers", name=named("console_workers"))
+    async def workers_page(request: Request) -> Response:
+        async def build() -> Response:
+            listed = await agent_types(queue)
+            report = await read_workers(queue, listed.names)
+            return render(
+                request, "workers.html", report=report,
+                workers=report.workers[:MAX_WORKERS_SHOWN], cap=MAX_WORKERS_SHOWN,
+                window=heartbeat_window(queue.settings), left_out=listed.notes(),
+                unclaimed={t: n for t, n in report.unclaimed.items() if n},
+            )  # fmt: skip
 
         return await respond(request, build)
 

@@ -17,8 +17,7 @@
 -- @include time
 -- @include key_types
 -- @include numbers
-local refusal = wrong_types({{1, 'stream'}, {2, 'hash'}, {3, 'hash'}, {4, 'zset'},
-    {5, 'list'}, {6, 'zset'}, {7, 'list'}})
+local refusal = wrong_type(1, 'stream')
 if refusal then
     return refusal
 end
@@ -39,6 +38,13 @@ if #newest > 0 then
     if newest_ms >= minute then
         return {0, next_in}
     end
+end
+
+-- The keys read below, checked only by the call that writes (the others return above).
+refusal = wrong_types({{2, 'hash'}, {3, 'hash'}, {4, 'zset'}, {5, 'list'}, {6, 'zset'},
+    {7, 'list'}})
+if refusal then
+    return refusal
 end
 
 local sample = {'at', string.format('%d', now)}

@@ -3,15 +3,18 @@ dataclasses: the one layer under the `agentjobs` commands and the console.
 No rendering here: the CLI modules parse options and draw the results.
 
     info        overview.read_overview, RecentCounts (the last minute, while watching),
-                prometheus.last_minute (the last minute from Prometheus, shared with
-                the console's chart: console and cli import this layer, never the reverse)
+                prometheus.last_minute (the last minute, hour or day from Prometheus,
+                shared with the console's chart: console and cli import this layer, never
+                the reverse), recorded_history (the same from the history the workers
+                record in Redis, when no Prometheus is set)
     workers     workers.read_workers
     job show    jobs.show_job (dead show, failed show: show_dead_letter)
     dead ...    dead_letter_ops: list (a filtered page looks at MAX_SCAN letters at most),
     failed ...  select (ids | all | error matches: the whole list), requeue, purge; one
                 implementation for both kept lists (KeptList)
     console     job_pages.list_jobs (a type's waiting/running/delayed/dead/failed, paged),
-                history.CounterHistory (the last hour per minute, while it reads)
+                recorded_history (its chart without Prometheus), history.CounterHistory
+                (the last hour per minute while it reads, for a type with no history)
     slo         slo_status.read_slos (the SLO recordings of the generated rule file, from
                 Prometheus)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .overview import Counts, Overview
 
-__all__ = ["CounterHistory", "Minute"]
+__all__ = ["CounterHistory", "Minute", "grouped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,27 @@ class Minute:
     covered: bool
     """Readings before and in this minute measured it; False: nothing is known (no one
     read the counters then), and `completed` and `failed` are 0."""
+    minutes: int = 1
+    """The minutes it spans from `start` (a day's chart puts several in one bar): its
+    counts are those of its covered minutes, and it is covered when any of them is."""
+
+
+def grouped(minutes: Sequence[Minute], size: int) -> tuple[Minute, ...]:
+    """Consecutive runs of `size` minutes (oldest first, a multiple of `size` of them)
+    as one Minute each."""
+    bars = []
+    for first in range(0, len(minutes), size):
+        run = minutes[first : first + size]
+        bars.append(
+            Minute(
+                run[0].start,
+                sum(m.completed for m in run),
+                sum(m.failed for m in run),
+                any(m.covered for m in run),
+                sum(m.minutes for m in run),
+            )
+        )
+    return tuple(bars)
 
 
 class CounterHistory:

@@ -81,13 +81,14 @@ class PrometheusSource:
     def metric(self, counter: str) -> str:
         return f"{self.namespace}_{counter}" if self.namespace else counter
 
-    def query(self, counter: str, agent_types: Sequence[str]) -> str:
-        """Per-minute increases of `counter` for exactly `agent_types` (a bounded answer)."""
+    def query(self, counter: str, agent_types: Sequence[str], window: str = "1m") -> str:
+        """Increases of `counter` over `window` (a PromQL duration) for exactly
+        `agent_types` (a bounded answer)."""
         # Agent type names are [a-z0-9_.-]: only '.' is a regex operator. `\\.` in a
         # PromQL string is the regex `\.`.
         alternatives = "|".join(name.replace(".", "\\\\.") for name in agent_types)
         selector = f'{self.metric(counter)}{{agent_type=~"{alternatives}"}}'
-        return f"max by (agent_type) (increase({selector}[1m]))"
+        return f"max by (agent_type) (increase({selector}[{window}]))"
 
     async def fetch(self, path: str, params: dict[str, str]) -> bytes:
         """GET <url><path>?<params> (with the query timeout); the body of a 200 answer."""
@@ -174,16 +175,18 @@ _LAST_MINUTE = (("enqueued", ENQUEUED_COUNTER), ("completed", COMPLETED_COUNTER)
                 ("failed", FAILED_COUNTER))  # fmt: skip
 
 
-async def last_minute(source: PrometheusSource, agent_types: Sequence[str]) -> dict[str, Counts]:
-    """Jobs enqueued, completed and failed in the last minute, per agent type, from
-    three instant queries: only the types Prometheus has the counters of (a type it has
-    never scraped is left out, not reported as 0)."""
+async def last_minute(
+    source: PrometheusSource, agent_types: Sequence[str], window: str = "1m"
+) -> dict[str, Counts]:
+    """Jobs enqueued, completed and failed in the last minute (or `window`, a PromQL
+    duration), per agent type, from three instant queries: only the types Prometheus has
+    the counters of (a type it has never scraped is left out, not reported as 0)."""
     if not agent_types:
         return {}
     wanted = sorted(set(agent_types))
     bodies = await asyncio.gather(
         *(
-            source.fetch("/api/v1/query", {"query": source.query(counter, wanted)})
+            source.fetch("/api/v1/query", {"query": source.query(counter, wanted, window)})
             for _, counter in _LAST_MINUTE
         )
     )

@@ -11,9 +11,9 @@ from ..queue import JobQueue
 from .overview import heartbeat_window
 from .session import PAGE, read, redis_now
 
-__all__ = ["WorkerStatus", "WorkersReport", "host_of", "read_workers"]
+__all__ = ["WorkerStatus", "WorkersReport", "host_of", "pid_of", "read_workers"]
 
-_DEFAULT_WORKER_ID = re.compile(r"^(?P<host>.+):\d+:[0-9a-f]+$")
+_DEFAULT_WORKER_ID = re.compile(r"^(?P<host>.+):(?P<pid>\d+):[0-9a-f]+$")
 """The id a worker gives itself without --worker-id: host:pid:random hex."""
 
 
@@ -21,6 +21,12 @@ def host_of(worker_id: str) -> str:
     """The host in a default worker id ("" for an id chosen with --worker-id)."""
     match = _DEFAULT_WORKER_ID.match(worker_id)
     return match["host"] if match else ""
+
+
+def pid_of(worker_id: str) -> int | None:
+    """The process id in a default worker id (None for an id chosen with --worker-id)."""
+    match = _DEFAULT_WORKER_ID.match(worker_id)
+    return int(match["pid"]) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,8 @@ class WorkerStatus:
     agent_type: str
     host: str
     """From the default id (host:pid:random); "" when the id was chosen."""
+    pid: int | None
+    """From the default id; None when the id was chosen."""
     heartbeat_age_seconds: float | None
     """Since its last heartbeat; None when it holds jobs but has no heartbeat (gone
     silent for long enough to be forgotten: its leases expire and the reaper frees them)."""
@@ -39,6 +47,9 @@ class WorkerStatus:
     not dated in the future (metric_catalogue.HEARTBEAT_CLOCK_TOLERANCE_MS)."""
     jobs_in_progress: tuple[str, ...]
     """Ids of the jobs it has claimed and not yet finished."""
+    concurrency: int | None = None
+    """The most jobs it runs at once, as its heartbeat reported; None when not reported
+    (a worker of an earlier release, or in another language) or not a number."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +65,9 @@ class WorkersReport:
 
 
 async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersReport:
-    """Heartbeats (ZSCAN pages of the workers set, which the queue prunes to the fleet)
-    and the `worker` field of each job in the processing list (LRANGE + HMGET pages)."""
+    """Heartbeats (ZSCAN pages of the workers set, which the queue prunes to the fleet),
+    each worker's concurrency (HGETALL of the hash pruned with them) and the `worker`
+    field of each job in the processing list (LRANGE + HMGET pages)."""
     now = await redis_now(queue)
     window = heartbeat_window(queue.settings)
     workers: list[WorkerStatus] = []
@@ -63,6 +75,7 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
     for agent_type in agent_types:
         beats = await _heartbeats(queue, agent_type)
         holders = await _holders(queue, agent_type)
+        slots = await _concurrency(queue, agent_type)
         unclaimed[agent_type] = len(holders.pop("", []))
         ids = sorted(beats, key=lambda w: -beats[w]) + sorted(set(holders) - set(beats))
         for worker_id in ids:
@@ -73,12 +86,14 @@ async def read_workers(queue: JobQueue, agent_types: Sequence[str]) -> WorkersRe
                     worker_id=worker_id,
                     agent_type=agent_type,
                     host=host_of(worker_id),
+                    pid=pid_of(worker_id),
                     heartbeat_age_seconds=age,
                     active=beat is not None
                     and age is not None
                     and age < window
                     and beat <= now * 1000 + HEARTBEAT_CLOCK_TOLERANCE_MS,
                     jobs_in_progress=tuple(holders.get(worker_id, [])),
+                    concurrency=slots.get(worker_id),
                 )
             )
     return WorkersReport(now, tuple(workers), unclaimed)
@@ -101,6 +116,21 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
         beats.update((str(member), float(score)) for member, score in pairs)
         if int(cursor) == 0:
             return beats
+
+
+async def _concurrency(queue: JobQueue, agent_type: str) -> dict[str, int]:
+    """Worker id -> its concurrency, from the hash its heartbeats write (one field a
+    live worker: pruned with the heartbeats); a value that is not a number is left out."""
+    fields = (
+        await read(queue, [("HGETALL", queue.connection.keys(agent_type).worker_concurrency)])
+    )[0]
+    slots = {}
+    for worker_id, value in dict(fields).items():
+        try:
+            slots[str(worker_id)] = int(value)
+        except ValueError:
+            continue
+    return slots
 
 
 async def _holders(queue: JobQueue, agent_type: str) -> dict[str, list[str]]:

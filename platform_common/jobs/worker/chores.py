@@ -160,22 +160,32 @@ class Chores:
         return await redis_time_ms(self._connection)
 
     async def heartbeat(
-        self, worker_id: str, in_progress: int = 0, *, leaving: bool = False
+        self,
+        worker_id: str,
+        in_progress: int = 0,
+        *,
+        leaving: bool = False,
+        concurrency: int | None = None,
     ) -> int:
-        """Record that `worker_id` is alive with `in_progress` jobs running (or gone, its
-        count with it); returns the Redis time in ms."""
+        """Record that `worker_id` is alive with `in_progress` jobs running of at most
+        `concurrency` (None: not recorded), or gone, its counts with it; returns the
+        Redis time in ms."""
         # bool is an int: a True here is a caller's mistake, not one job.
         if type(in_progress) is not int:
             raise TypeError(f"in_progress must be an int (jobs running), got {in_progress!r}")
         if in_progress < 0:
             raise ValueError(f"in_progress must be >= 0 (jobs running), got {in_progress}")
+        if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         prune_ms = int(self._settings.heartbeat_interval * 10 * 1000)
+        keys = [self.keys.workers, self.keys.worker_jobs, self.keys.worker_concurrency]
+        args: list[str | int] = [worker_id, "leave" if leaving else "beat", prune_ms, in_progress]
+        if concurrency is not None or leaving:
+            args.append(concurrency or 0)
+        else:
+            keys.pop()  # the concurrency is not known: leave what is recorded
         return int(
-            await self._connection.run_script(
-                self._connection.scripts.heartbeat,
-                [self.keys.workers, self.keys.worker_jobs],
-                [worker_id, "leave" if leaving else "beat", prune_ms, in_progress],
-            )
+            await self._connection.run_script(self._connection.scripts.heartbeat, keys, args)
         )
 
 
@@ -213,6 +223,7 @@ class ChoreLoop:
         clock: RedisClock,
         running: Callable[[], int],
         on_expired: Callable[[str, str, str], None],
+        concurrency: int | None = None,
     ) -> None:
         self.chores = chores
         self.settings = settings
@@ -223,6 +234,7 @@ class ChoreLoop:
         self.stopping = stopping
         self.clock = clock
         self._running = running
+        self._concurrency = concurrency
         self._on_expired = on_expired
         """Logs one job the cleanup expired: (job_id, trace context, error)."""
 
@@ -276,7 +288,9 @@ class ChoreLoop:
         return step.next_minute_in + HISTORY_DELAY
 
     async def heartbeat(self) -> None:
-        redis_ms = await self.chores.heartbeat(self.worker_id, self._running())
+        redis_ms = await self.chores.heartbeat(
+            self.worker_id, self._running(), concurrency=self._concurrency
+        )
         self.clock.saw(redis_ms, asyncio.get_running_loop().time())
         self.attempt_log.flush()
 

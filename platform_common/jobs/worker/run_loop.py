@@ -173,6 +173,7 @@ class Worker:
             attempt_log=self.attempt_log, tracing=self._tracing, stopping=self._stopping,
             clock=self._redis_clock,
             running=lambda: len(self._running), on_expired=self._log_expired_job,
+            concurrency=self.concurrency,
         )  # fmt: skip
         self._keys = self._leases.keys
         self._foreign = ForeignEntries(connection, self._keys, log)
