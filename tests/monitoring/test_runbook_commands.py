@@ -7,7 +7,8 @@ QueueRedisEvictionPolicyUnsafe, ...), the real exporter reads it and a real Prom
 scrapes the exporter; alerts about the exporter or the scrape get a Prometheus (and an
 exporter) in their own state. Each `sh` block runs in bash with `set -e -o pipefail`,
 with the variables the page's `env` blocks name pointing at those servers, and the Redis
-state arranged afresh first (a requeue must not empty the list the next purge reads).
+state arranged afresh before any block that follows one that changed it (a requeue must
+not empty the list the next purge reads).
 It must exit 0 and print something, or fail the way the page says it will (the
 exporter's own checks while it is down). `kubectl` blocks need a cluster: they are
 checked to hold only kubectl commands, never run.
@@ -16,15 +17,16 @@ checked to hold only kubectl commands, never run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -149,19 +151,20 @@ def _site(stack: ExitStack, kind: str, redis_url: str, main: Site) -> Site:
     if kind == "exporter-cannot-read-redis":  # Redis is up for on-call, not for it
         exporter = _exporter(stack, f"redis://127.0.0.1:{find_free_port()}/0")
         return Site(redis_url, exporter.url, _scraping(stack, f"127.0.0.1:{exporter.port}"))
-    if kind == "slo":  # a Prometheus with the rule file: the SLOs' recordings
-        rules = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "rules.yml"
-        rules.write_text(yaml.safe_dump(rule_file(load_config().test_settings(interval="1s"))))
-        address = main.exporter_url.removeprefix("http://")
-        return Site(redis_url, main.exporter_url, _scraping(stack, address, rules=rules))
+    if kind == "slo":  # the main Prometheus holds the rule file: the SLOs' recordings
+        return main
     raise AssertionError(f"unknown site {kind}")
 
 
 @pytest.fixture(scope="module")
 def main_site(redis_server: RedisServer) -> Iterator[Site]:
+    """The exporter and a Prometheus with the rule file (evaluated every second), shared by
+    every page whose alert is about the queue: one start for the module, not one per page."""
     with ExitStack() as stack:
         exporter = _exporter(stack, redis_server.url)
-        prometheus = _scraping(stack, f"127.0.0.1:{exporter.port}")
+        rules = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "rules.yml"
+        rules.write_text(yaml.safe_dump(rule_file(load_config().test_settings(interval="1s"))))
+        prometheus = _scraping(stack, f"127.0.0.1:{exporter.port}", rules=rules)
         yield Site(redis_server.url, exporter.url, prometheus)
 
 
@@ -304,6 +307,23 @@ async def _arrange(redis_url: str, arrange: Arrange) -> None:
         client.close()
 
 
+def _fingerprint(redis_url: str) -> tuple[object, ...]:
+    """The whole Redis state a block could change: every key's value and expiry time, and
+    the memory settings (a page may set a policy). Equal before and after a block: the
+    next block finds the state arranged, with no need to arrange it again."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = sorted(client.scan_iter(count=1000))
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+            pipe.execute_command("PEXPIRETIME", key)  # type: ignore[no-untyped-call]
+        memory = sync_reply(client.config_get("maxmemory*"))
+        return (*keys, *pipe.execute(), sorted(memory.items()))
+    finally:
+        client.close()
+
+
 def _reset(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     try:
@@ -342,18 +362,53 @@ def _variables(page: str, site: Site, state: State) -> dict[str, str]:
 
 
 PROMTOOL_QUERY = re.compile(r"""promtool query instant "\$PROMETHEUS_URL" '([^']+)'""")
+SCRAPES_AND_EVALUATIONS = 2
+"""Prometheus has the state in every series once it scraped it this often (a rate() needs
+two samples of a counter that appeared with it) and then evaluated every rule group this
+often (a recording that reads one of another group)."""
 
 
-def _wait_for_alert_query(spec: AlertSpec, site: Site, runnable: list[str]) -> None:
-    """Prometheus has scraped the state: the alert's own query returns series, and so
-    does each query the page runs, given the time (a rate() needs two scrapes of a
-    counter that appeared with the state). One that stays empty is left to the block's
-    own assertion, which reports it."""
-    site.prometheus.wait_for(spec.query, timeout=30)
-    for block in runnable:
-        for expr in PROMTOOL_QUERY.findall(block):
-            with contextlib.suppress(AssertionError):
-                site.prometheus.wait_for(expr, timeout=15)
+def _prometheus_time(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _has_settled(prometheus: PrometheusServer, since: float) -> Callable[[], bool]:
+    """Whether Prometheus has scraped, since `since` (Unix seconds), SCRAPES_AND_EVALUATIONS
+    times (its targets' scrapes are one second apart) and evaluated each rule group as
+    often after that: from then on no query of the state's series changes its emptiness."""
+
+    scraped: list[float] = []  # the first scrape that makes it SCRAPES_AND_EVALUATIONS
+
+    def settled() -> bool:
+        if not scraped:
+            [target] = prometheus.targets()
+            last = _prometheus_time(target["lastScrape"])
+            if last <= since + SCRAPES_AND_EVALUATIONS - 1:
+                return False
+            scraped.append(last)
+        return all(
+            _prometheus_time(group["lastEvaluation"]) > scraped[0] + SCRAPES_AND_EVALUATIONS - 1
+            for group in prometheus.rules()
+        )
+
+    return settled
+
+
+def _wait_for_alert_query(spec: AlertSpec, site: Site, runnable: list[str], since: float) -> None:
+    """Prometheus has scraped the state arranged at `since`: the alert's own query returns
+    series, and so does each query the page runs, given the time (a rate() needs two
+    scrapes of a counter that appeared with the state). One that stays empty once
+    Prometheus has settled (_has_settled) is left to the block's own assertion, which
+    reports it: waiting longer could not fill it."""
+    prometheus = site.prometheus
+    prometheus.wait_for(spec.query, timeout=30)
+    settled = _has_settled(prometheus, since)
+    for expr in (expr for block in runnable for expr in PROMTOOL_QUERY.findall(block)):
+
+        def filled_or_settled(expr: str = expr) -> bool:
+            return bool(prometheus.query(expr)) or settled()
+
+        wait_until(filled_or_settled, timeout=30, interval=0.1)
 
 
 @pytest.mark.parametrize("page", sorted(SPECS))
@@ -368,12 +423,16 @@ def test_every_block_runs_as_written_in_the_alerts_state(page: str, main_site: S
         stack.callback(_reset, main_site.redis_url)
         site = _site(stack, state.site, main_site.redis_url, main_site)
         asyncio.run(_arrange(site.redis_url, state.arrange))
+        arranged = time.time()
         if state.site != "exporter-down":
-            _wait_for_alert_query(SPECS[page], site, runnable)
+            _wait_for_alert_query(SPECS[page], site, runnable, arranged)
         env = _variables(page, site, state)
         printed = []
+        arranged_state = _fingerprint(site.redis_url)
         for block in runnable:
-            asyncio.run(_arrange(site.redis_url, state.arrange))
+            if _fingerprint(site.redis_url) != arranged_state:  # the block before changed it
+                asyncio.run(_arrange(site.redis_url, state.arrange))
+                arranged_state = _fingerprint(site.redis_url)
             done = _run(block, env)
             report = f"{page}:\n{block}\nexit {done.returncode}\n{done.stdout}{done.stderr}"
             if any(marker in block for marker in state.fails):
