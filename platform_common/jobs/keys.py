@@ -85,6 +85,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      started (a job a worker's BLMOVE took goes back to
                                      the queue list). Enqueue, retries, expiry and the
                                      chores go on.
+    jobs:{type}:limits        HASH   the type's limits (queue/limits.py, written by
+                                     lua/queue_limits.lua; absent: none, plain FIFO):
+                                     rate + interval_ms (at most `rate` starts per
+                                     interval_ms across every worker), burst,
+                                     max_running (jobs of the type running at once),
+                                     fair_by and max_running_per_key. The claim reads
+                                     it with one HMGET (lua/include/limits.lua).
+    jobs:{type}:rate          STRING the rate limit's state: the theoretical arrival time
+                                     (ms, Redis' clock, "%.3f") of the next start (a
+                                     GCRA); written by the claims that start jobs while
+                                     a rate is set, expires once it has passed.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -215,6 +226,8 @@ _QUEUE_KEY_TYPES = {
     "failed": "list",
     "stats": "hash",
     "paused": "string",
+    "limits": "hash",
+    "rate": "string",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -403,6 +416,14 @@ class QueueKeys:
     @property
     def paused(self) -> str:
         return f"{self.base}:paused"
+
+    @property
+    def limits(self) -> str:
+        return f"{self.base}:limits"
+
+    @property
+    def rate(self) -> str:
+        return f"{self.base}:rate"
 
     @property
     def workers(self) -> str:

@@ -50,7 +50,7 @@ from ..operations import (
     show_job,
 )
 from ..operations.session import redis_now
-from ..queue import JobQueue
+from ..queue import JobQueue, Limits
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
@@ -269,6 +269,11 @@ def console_router(
             )
             stats = await queue.stats(agent_type)
             pause = await queue.pause_state(agent_type)
+            limits: Limits | str
+            try:
+                limits = await queue.limits(agent_type)
+            except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
+                limits = str(exc)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
                 JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
@@ -277,6 +282,7 @@ def console_router(
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
                 counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
+                limits=limits,
             )  # fmt: skip
 
         return await respond(request, build)
