@@ -457,6 +457,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hlen",), (_queue("queued"),)),
                 # Whether the type is paused (queue_paused).
                 Grant(("get",), (_queue("paused"),)),
+                # Its configured rate and cap (queue_rate_limit_per_second, ...).
+                Grant(("hmget",), (_queue("limits"),)),
             ),
             channels="none",
             scoped=False,
