@@ -363,14 +363,16 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
             timeseries(
                 P.LIMITS_STARTS,
                 PANEL_TITLES[P.LIMITS_STARTS],
-                "Job starts per second per agent type, and its rate limit (no line: no "
-                "limit). Starts on the limit while the queue depth grows: the type is held "
-                "at its rate; raise it (agentjobs limits set TYPE --rate ...) if the "
-                "upstream it protects allows.",
+                "Job starts per second per agent type, its rate limit (no line: no limit) "
+                "and the starts it held back per second (claims that asked for more than "
+                "the rate allowed). Starts on the limit while the queue depth grows: the "
+                "type is held at its rate; raise it (agentjobs limits set TYPE --rate ...) "
+                "if the upstream it protects allows.",
                 "short",
                 [
                     _by_type(q.rate_by_type(sel, "started"), " starts/s"),
                     _by_type(q.gauge_by_type(sel, "rate_limit"), " rate limit"),
+                    _by_type(q.rate_by_type(sel, "held_back_rate"), " held back/s"),
                 ],
             ),
             12,
@@ -380,12 +382,14 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
             timeseries(
                 P.LIMITS_RUNNING,
                 PANEL_TITLES[P.LIMITS_RUNNING],
-                "Jobs in progress per agent type, and its max_running (no line: no cap). "
-                "Workers start no job of a type at its cap until one ends.",
+                "Jobs in progress per agent type, its max_running (no line: no cap) and the "
+                "starts the cap held back per second. Workers start no job of a type at "
+                "its cap until one ends.",
                 by_key("in_progress").unit,
                 [
                     _by_type(q.gauge_by_type(sel, "in_progress"), " running"),
                     _by_type(q.gauge_by_type(sel, "max_running_limit"), " max_running"),
+                    _by_type(q.rate_by_type(sel, "held_back_max_running"), " held back/s"),
                 ],
             ),
             12,

@@ -120,6 +120,11 @@ the transition; so they are exact across any number of processes):
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
     So enqueued == completed + failed + expired + jobs still live (queued, delayed,
     in progress), and failed >= dead_lettered.
+    held_back_rate, held_back_max_running
+                   job starts a claim could have made but the type's rate (or its
+                   max_running) held back (queue/limits.py): each claim adds the jobs it
+                   asked for and did not start, so a job that waits through several
+                   claims counts at each. Written only while the type has limits.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
 Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
@@ -182,6 +187,8 @@ STATS_COUNTERS = (
     "retried",
     "dead_lettered",
     "expired",
+    "held_back_rate",
+    "held_back_max_running",
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"

@@ -86,6 +86,8 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
     _m("rate_limit", "queue_rate_limit_per_second", "gauge", "Job starts per second the agent type's rate limit allows across every worker (agentjobs limits set --rate); no sample when it has none.", "short"),
     _m("max_running_limit", "queue_max_running_limit", "gauge", "Most jobs of the agent type that may run at once across every worker (agentjobs limits set --max-running); no sample when it has none.", "short"),
+    _m("held_back_rate", "jobs_held_back_by_rate_total", "counter", "Job starts the agent type's rate limit held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
+    _m("held_back_max_running", "jobs_held_back_by_max_running_total", "counter", "Job starts the agent type's max_running held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
     _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
     _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
     _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),

@@ -92,7 +92,8 @@ async def test_depths_counters_and_histogram_match_redis(
     assert dining.dead_letter_depth == admin.llen(keys.dead) == 3
     assert dict(dining.counters) == {
         "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
-        "retried": 5, "dead_lettered": 3, "expired": 2,
+        "retried": 5, "dead_lettered": 3, "expired": 2, "held_back_rate": 0,
+        "held_back_max_running": 0,
     }  # fmt: skip
     assert dining.latency is not None
     cumulative = dict(dining.latency.buckets)
@@ -417,3 +418,12 @@ async def test_a_malformed_limit_is_skipped_and_counted(
     [dining] = result.snapshot.types
     assert (dining.rate_limit, dining.max_running_limit) == (None, None)
     assert result.snapshot.malformed == 2
+
+
+async def test_held_back_starts_are_counters_per_type(
+    admin: redis.Redis, http: httpx.AsyncClient
+) -> None:
+    seed_type(admin, "dining", waiting=2, stats={"held_back_rate": 7})
+    samples = parse((await http.get("/metrics", headers={"Accept": "text/plain"})).text)
+    assert of(samples, "jobs_held_back_by_rate_total", agent_type="dining") == 7
+    assert of(samples, "jobs_held_back_by_max_running_total", agent_type="dining") == 0

@@ -16,6 +16,7 @@ from platform_common.jobs.queue.limits import parse_rate
 from platform_common.jobs.worker.attempt_calls import TypeHeldBack, TypePaused
 from tests.queue import test_script_faults as faults
 from tests.queue.test_script_faults import DINING, WRONG_TYPES, Env, refused
+from tests.support.keyspace import Snapshot, changed_keys
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 pytestmark = faults.FAULT_QUEUE
@@ -125,11 +126,18 @@ async def test_a_stored_limit_that_does_not_parse_is_named(
 
 
 # -- the claim: max_running --------------------------------------------------------------
+async def held_back_only(env: Env, before: Snapshot, counter: str, value: str) -> None:
+    """Nothing changed since `before` but the stats hash, whose `counter` is `value`."""
+    assert changed_keys(before, await env.snapshot()) == {DINING.stats.encode()}
+    assert await env.counter(counter) == value
+
+
 async def test_max_running_caps_the_take_and_a_capped_claim_writes_nothing(env: Env) -> None:
     ids = [await env.queued() for _ in range(4)]
     await env.queue.set_limits("dining", max_running=2)
     left, claims = await env.leases.take("worker-1", ["t-0", "t-1", "t-2"])
     assert (left, [claim.job_id for claim in claims]) == (2, ids[:2])  # the oldest two
+    assert await env.counter("held_back_max_running") == "1"  # the third asked for
     before = await env.snapshot()
     with pytest.raises(TypeHeldBack) as info:
         await env.leases.take("worker-2", ["u-0"])
@@ -138,7 +146,8 @@ async def test_max_running_caps_the_take_and_a_capped_claim_writes_nothing(env: 
     assert await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT") == ids[2]
     with pytest.raises(TypeHeldBack):
         await env.leases.claim("worker-2", [(ids[2], "u-1")])
-    assert await env.snapshot() == before
+    await held_back_only(env, before, "held_back_max_running", "3")
+    assert await env.counter("held_back_rate") is None
     # A job ending frees its slot for the next claim.
     await env.leases.complete(claims[0].job_id, "t-0", '"ok"')
     _, more = await env.leases.take("worker-2", ["u-2", "u-3"])
@@ -182,7 +191,7 @@ async def test_the_rate_takes_a_burst_then_says_when_the_next_start_is_allowed(e
         await env.leases.take("worker-1", ["t-3"])
     assert info.value.limit == "rate" and info.value.wait is not None
     assert 3590 < info.value.wait <= 3600  # one step of 1/h after the burst
-    assert await env.snapshot() == before
+    await held_back_only(env, before, "held_back_rate", "2")  # the take of 3, then this one
     # Live: a faster rate holds from the next claim on (the TAT the old rate left is
     # further ahead than the new rate ever leaves it: one start now, then the new rate).
     await env.queue.set_limits("dining", rate="1/h", burst=1)  # one step now = 1 h
@@ -258,6 +267,29 @@ async def test_the_claim_refuses_a_stored_limit_that_does_not_parse(
         await env.raw.hset(DINING.limits, field, value)
     planted = DINING.limits if key == "limits" else DINING.rate
     await refused(env, lambda: env.leases.take("worker-1", ["t-0"]), planted)
+
+
+@pytest.mark.parametrize("field", ["held_back_rate", "held_back_max_running"])
+@pytest.mark.parametrize("value", faults.NOT_INTEGERS + faults.NOT_CANONICAL)
+async def test_the_claim_refuses_a_malformed_held_back_counter(
+    env: Env, field: str, value: str
+) -> None:
+    """Both are read before the first write whenever the type has limits: which one a
+    claim bumps is known only then."""
+    await env.queue.set_limits("dining", max_running=5)
+    await env.queued()
+    await env.raw.hset(DINING.stats, field, value)
+    await refused(env, lambda: env.leases.take("worker-1", ["t-0"]), DINING.stats)
+
+
+async def test_a_type_without_limits_ignores_the_held_back_counters(env: Env) -> None:
+    """The FIFO path reads neither (nor the rate key): a type whose limits were lifted
+    keeps working whatever they hold."""
+    job_id = await env.queued()
+    await env.raw.hset(DINING.stats, "held_back_rate", "many")
+    await env.raw.set(DINING.rate, "soon")
+    _, claims = await env.leases.take("worker-1", ["t-0"])
+    assert [claim.job_id for claim in claims] == [job_id]
 
 
 # -- a worker ----------------------------------------------------------------------------

@@ -54,8 +54,10 @@
 -- hash (one HMGET: absent, nothing else is read) and starts at most as many as the
 -- limits allow now; when none may start the reply is {"capped"} (max_running jobs of
 -- the type run) or {"throttled", ms} (the rate allows the next start in ms), and it
--- writes nothing but what a pause writes: given jobs go back to the queue list as
--- there. A replay of a take hands back what its first run took, as ever.
+-- writes nothing but what a pause writes (given jobs go back to the queue list as
+-- there) and the count of the jobs held back (the stats hash's held_back_rate or
+-- held_back_max_running, checked before). A replay of a take hands back what its first
+-- run took, as ever.
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -221,8 +223,10 @@ end
 -- back as for a pause and the reply says why and for how long. Fewer than n: only that
 -- many are claimed (the first: ids are in the order they left the list); a take takes
 -- only those, given jobs past them go back to the queue list with the writes below.
+-- The jobs held back are counted in the stats hash (held_back_rate, _max_running).
 local limits_index, rate_index = #KEYS - 1, #KEYS
-local limits, spend
+local limits, spend, bound
+local held_count = 0
 local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)
 do
     local refusal
@@ -232,14 +236,20 @@ do
     end
     if limits then
         local allowed, held
-        allowed, held, spend = admitted(limits, n, now, 2, rate_index)
+        allowed, held, spend, bound = admitted(limits, n, now, 2, rate_index)
         if not allowed then
             return held  -- the refusal of the rate key
         end
+        refusal = held_back_counts(3)
+        if refusal then
+            return refusal
+        end
         if allowed == 0 then
             give_back()
+            redis.call('HINCRBY', KEYS[3], bound, n)
             return held
         end
+        held_count = n - allowed  -- counted with the writes, after every check below
         for i = n, allowed + 1, -1 do
             if take == 0 then
                 held_back[#held_back + 1] = ids[i]  -- the last first, as give_back does
@@ -537,8 +547,12 @@ end
 if started > 0 then
     redis.call('HINCRBY', KEYS[3], 'started', started)
 end
--- Limits: the jobs started spend the rate (lua/include/limits.lua).
+-- Limits: the jobs started spend the rate, the ones held back are counted
+-- (lua/include/limits.lua).
 spend_rate(spend, started, now, rate_index)
+if held_count > 0 then
+    redis.call('HINCRBY', KEYS[3], bound, held_count)
+end
 if expired > 0 then
     redis.call('HINCRBY', KEYS[3], 'expired', expired)
 end

@@ -48,22 +48,27 @@ local function read_limits(index)
 end
 
 -- How many of `wanted` jobs may start now under `limits` (read_limits), `now` in ms:
--- returns allowed, held, spend. allowed > 0: start at most that many, then call
+-- returns allowed, held, spend, bound. allowed > 0: start at most that many, then call
 -- spend_rate(spend, started, now, rate_index) after the writes. allowed == 0: none may
 -- start, `held` is the claim's reply: {'capped'} (max_running are running) or
--- {'throttled', ms} (the next start is allowed in ms). Or nil and a refusal of the rate
--- key KEYS[rate_index] (another type, a TAT that does not parse). Reads only.
--- leases_index: the type's leases zset (its type is checked by the caller).
+-- {'throttled', ms} (the next start is allowed in ms). `bound`: the stats counter of the
+-- limit that held some back (held_back_max_running or held_back_rate), nil if none did.
+-- Or nil and a refusal of the rate key KEYS[rate_index] (another type, a TAT that does
+-- not parse). Reads only. leases_index: the type's leases zset (its type is checked by
+-- the caller).
 local function admitted(limits, wanted, now, leases_index, rate_index)
-    local allowed = wanted
+    local allowed, bound = wanted, nil
     if limits.max_running then
-        allowed = math.min(allowed, limits.max_running - redis.call('ZCARD', KEYS[leases_index]))
-        if allowed <= 0 then
-            return 0, {'capped'}
+        local room = limits.max_running - redis.call('ZCARD', KEYS[leases_index])
+        if room <= 0 then
+            return 0, {'capped'}, nil, 'held_back_max_running'
+        end
+        if room < allowed then
+            allowed, bound = room, 'held_back_max_running'
         end
     end
     if not limits.rate then
-        return allowed
+        return allowed, nil, nil, bound
     end
     local stored = redis.pcall('GET', KEYS[rate_index])
     if failed(stored) then
@@ -89,9 +94,25 @@ local function admitted(limits, wanted, now, leases_index, rate_index)
     end
     local room = math.floor((now + burst * step - tat) / step + 1e-9)
     if room <= 0 then
-        return 0, {'throttled', math.max(1, math.ceil(tat - now - (burst - 1) * step))}
+        return 0, {'throttled', math.max(1, math.ceil(tat - now - (burst - 1) * step))}, nil,
+            'held_back_rate'
     end
-    return math.min(allowed, room), nil, {tat = tat, step = step}
+    if room < allowed then
+        allowed, bound = room, 'held_back_rate'
+    end
+    return allowed, nil, {tat = tat, step = step}, bound
+end
+
+-- The held-back counters of the stats hash KEYS[index] (its type checked by the caller)
+-- read before any write, or the refusal of one that HINCRBY would refuse.
+local function held_back_counts(index)
+    local values = redis.call('HMGET', KEYS[index], 'held_back_rate', 'held_back_max_running')
+    for i, field in ipairs({'held_back_rate', 'held_back_max_running'}) do
+        if values[i] and not count(values[i]) then
+            return corrupt(index, 'field ' .. field .. ' is not an integer: ' .. shown(values[i]))
+        end
+    end
+    return nil
 end
 
 -- After the claim's writes: `started` starts move the TAT on (nothing when no rate is
