@@ -20,6 +20,7 @@ from tests.support.keyspace import Snapshot, changed_keys
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 
 pytestmark = faults.FAULT_QUEUE
+VALUES_ALIKE = "a value checked or planted is seen alike on a cluster (key types run on both)"
 
 
 # -- the settings ------------------------------------------------------------------------
@@ -90,6 +91,7 @@ def test_rates_read_as_written(text: str, rate: Rate, shown: str) -> None:
         ({}, "limits"),
     ],
 )
+@pytest.mark.single_node(VALUES_ALIKE)
 async def test_a_bad_value_is_named_and_nothing_is_written(
     env: Env, change: dict[str, object], named: str
 ) -> None:
@@ -102,6 +104,7 @@ async def test_a_bad_value_is_named_and_nothing_is_written(
 
 
 @pytest.mark.parametrize("agent_type", ["lunch", "", 5])
+@pytest.mark.single_node(VALUES_ALIKE)
 async def test_limits_of_a_type_never_seen_are_refused(env: Env, agent_type: object) -> None:
     before = await env.snapshot()
     with pytest.raises(ValidationError, match="unknown agent type"):
@@ -116,6 +119,7 @@ async def test_limits_of_a_type_never_seen_are_refused(env: Env, agent_type: obj
     [("max_running", "0"), ("max_running", "many"), ("rate", "1e3"), ("burst", "-2"),
      ("fair_by", "colour"), ("rate", "5")],  # (rate without interval_ms)
 )  # fmt: skip
+@pytest.mark.single_node(VALUES_ALIKE)
 async def test_a_stored_limit_that_does_not_parse_is_named(
     env: Env, field: str, value: str
 ) -> None:
@@ -271,6 +275,7 @@ async def test_the_claim_refuses_a_stored_limit_that_does_not_parse(
 
 @pytest.mark.parametrize("field", ["held_back_rate", "held_back_max_running"])
 @pytest.mark.parametrize("value", faults.NOT_INTEGERS + faults.NOT_CANONICAL)
+@pytest.mark.single_node(VALUES_ALIKE)
 async def test_the_claim_refuses_a_malformed_held_back_counter(
     env: Env, field: str, value: str
 ) -> None:
@@ -293,6 +298,7 @@ async def test_a_type_without_limits_ignores_the_held_back_counters(env: Env) ->
 
 
 # -- a worker ----------------------------------------------------------------------------
+@pytest.mark.single_node("one worker in this loop; its claims run alike on a cluster")
 async def test_a_worker_keeps_to_max_running_and_follows_a_change_live(
     redis_url: str, env: Env
 ) -> None:
