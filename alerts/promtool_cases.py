@@ -300,6 +300,25 @@ def _rate_case(
     return build
 
 
+def _held_at_rate_limit_case(b: _Builder) -> BoundaryCase:
+    """Starts held back (one a second) while the queue grows: fires `for` after both
+    hold (rate and delta need two samples: a minute). Held back with a flat queue, or a
+    growing queue nothing holds back, never fires."""
+
+    def scenario(held_per_minute: int, depth: str) -> tuple[Series, ...]:
+        return (
+            b.series("held_back_rate", f"0+{held_per_minute}x{SAMPLES}"),
+            b.series("queue_depth", depth),
+        )
+
+    firing = Scenario(scenario(60, f"0+5x{SAMPLES}"), b.by_type, humanize(1))
+    quiet = (
+        Scenario(scenario(60, f"40x{SAMPLES}"), b.by_type),
+        Scenario(scenario(0, f"0+5x{SAMPLES}"), b.by_type),
+    )
+    return BoundaryCase(60, firing, quiet)
+
+
 NODE = "queue-redis:6379"
 
 
@@ -357,5 +376,6 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
             "malformed", 0, "malformed_values_for", lambda b: b.by_target
         ),
         "QueuePausedTooLong": _gauge_case("paused", 1, 0, humanize),
+        "QueueHeldAtRateLimit": _held_at_rate_limit_case,
     }
     return {name: build(b) for name, build in builders.items()}

@@ -134,11 +134,14 @@ def complete_call(job_id: str, token: str) -> tuple[list[str], list[Any]]:
 
 def take_call(token: str, previous: str, *, paused: bool = True) -> tuple[list[str], list[Any]]:
     """The take of one job; `paused`: the claim's keys include the pause key (a release
-    before pausing had none)."""
+    before pausing had none). The type has no limits."""
     keys = [
         KEYS.processing, KEYS.leases, KEYS.stats, KEYS.expiry, KEYS.queue, KEYS.waiting,
         KEYS.queued, KEYS.arrivals, KEYS.arrived, *([KEYS.paused] if paused else []),
         KEYS.take(token), KEYS.take(previous),
+        # The limits' keys, last (a release before limits ignores them): none set here,
+        # so this is the FIFO path a type without limits takes.
+        KEYS.limits, KEYS.rate,
     ]  # fmt: skip
     args: list[Any] = [LEASE_MS, "bench-worker", KEYS.channel, ARRIVAL_BUCKET_MS, 1]
     args += [KEYS.job(""), KEYS.result(""), token]

@@ -355,6 +355,49 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
     ]
 
 
+def _limits_row(sel: q.Selector) -> list[Placed]:
+    """An agent type's limits (agentjobs limits set) beside what they bound: a type whose
+    starts sit on its rate line while its queue grows is held at its rate."""
+    return [
+        (
+            timeseries(
+                P.LIMITS_STARTS,
+                PANEL_TITLES[P.LIMITS_STARTS],
+                "Job starts per second per agent type, its rate limit (no line: no limit) "
+                "and the starts it held back per second (claims that asked for more than "
+                "the rate allowed). Starts on the limit while the queue depth grows: the "
+                "type is held at its rate; raise it (agentjobs limits set TYPE --rate ...) "
+                "if the upstream it protects allows.",
+                "short",
+                [
+                    _by_type(q.rate_by_type(sel, "started"), " starts/s"),
+                    _by_type(q.gauge_by_type(sel, "rate_limit"), " rate limit"),
+                    _by_type(q.rate_by_type(sel, "held_back_rate"), " held back/s"),
+                ],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                P.LIMITS_RUNNING,
+                PANEL_TITLES[P.LIMITS_RUNNING],
+                "Jobs in progress per agent type, its max_running (no line: no cap) and the "
+                "starts the cap held back per second. Workers start no job of a type at "
+                "its cap until one ends.",
+                by_key("in_progress").unit,
+                [
+                    _by_type(q.gauge_by_type(sel, "in_progress"), " running"),
+                    _by_type(q.gauge_by_type(sel, "max_running_limit"), " max_running"),
+                    _by_type(q.rate_by_type(sel, "held_back_max_running"), " held back/s"),
+                ],
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
 def _exporter_row(sel: q.Selector) -> list[Placed]:
     return [
         (
@@ -610,6 +653,7 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
             (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
             (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),
             (_titled_row(P.ROW_WORKERS), _workers_row(sel)),
+            (_titled_row(P.ROW_LIMITS), _limits_row(sel)),
             (_titled_row(P.ROW_EXPORTER), _exporter_row(sel)),
             (_titled_row(P.ROW_REDIS), _redis_row(config, sel)),
         ]

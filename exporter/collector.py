@@ -62,6 +62,8 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
     "in_progress": lambda t: t.in_progress,
     "delayed_depth": lambda t: t.delayed_depth,
     "paused": lambda t: 1 if t.paused else 0,
+    "rate_limit": lambda t: t.rate_limit,
+    "max_running_limit": lambda t: t.max_running_limit,
     "oldest_age": lambda t: t.oldest_age_seconds,
     "active_workers": lambda t: t.active_workers,
     "last_heartbeat": lambda t: t.last_heartbeat_seconds,

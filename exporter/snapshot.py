@@ -77,6 +77,11 @@ class TypeSnapshot:
     """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
     paused: bool = False
     """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
+    rate_limit: float | None = None
+    """Job starts per second its rate limit allows (queue/limits.py); None when unset
+    (or malformed: counted)."""
+    max_running_limit: int | None = None
+    """Its cap on jobs running at once; None when unset (or malformed: counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,7 @@ def type_snapshot(
     beats: Sequence[tuple[object, object]],
     worker_jobs: object = None,
     paused: bool = False,
+    limits: object = None,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -130,9 +136,12 @@ def type_snapshot(
     `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
     arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
     HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
-    whether the type is paused.
+    whether the type is paused; `limits`: HMGET of its limits hash (rate, interval_ms,
+    max_running; None: not read).
     """
     malformed = stats.malformed
+    rate_limit, max_running_limit, bad_limits = _limits(limits)
+    malformed += bad_limits
     workers, errors = _workers(beats, now_ms, hash_fields(worker_jobs))
     malformed += errors
     queue, processing, delayed, dead = depths
@@ -165,8 +174,33 @@ def type_snapshot(
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
         workers=workers,
         paused=paused,
+        rate_limit=rate_limit,
+        max_running_limit=max_running_limit,
     )
     return snapshot, malformed
+
+
+def _limits(reply: object) -> tuple[float | None, int | None, int]:
+    """(starts per second, max running, malformed count) of HMGET rate interval_ms
+    max_running; a value that is not a whole number from 1 is skipped and counted, as
+    the claim refuses it."""
+    if not isinstance(reply, list | tuple) or len(reply) != 3:
+        return None, None, 0
+    parsed: list[int | None] = []
+    malformed = 0
+    for raw in reply:
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        if text is None:
+            parsed.append(None)
+        elif isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 15:
+            parsed.append(int(text) or None)
+            malformed += int(text) == 0
+        else:
+            parsed.append(None)
+            malformed += 1
+    count, interval, max_running = parsed
+    rate = None if count is None or interval is None else count * 1000 / interval
+    return rate, max_running, malformed
 
 
 def _workers(

@@ -49,6 +49,7 @@ DURATION_FIELDS = (
     "agent_types_dropped_for",
     "malformed_values_for",
     "queue_paused_too_long_for",
+    "held_at_rate_limit_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -121,6 +122,9 @@ class MonitoringConfig:
     malformed_values_for: str
     queue_paused_too_long_for: str
     """QueuePausedTooLong: an agent type paused (JobQueue.pause) longer than this."""
+    held_at_rate_limit_for: str
+    """QueueHeldAtRateLimit: an agent type's rate limit held starts back while its queue
+    grew, this long."""
 
     slo_availability: Objective
     """The default availability SLO: completed jobs out of finished ones (slo.py)."""

@@ -146,6 +146,16 @@ def active_workers_idle(sel: Selector) -> str:
     return f"({waiting} and on ({BY_TYPE}) ({idle}))"
 
 
+def held_at_rate_limit(sel: Selector) -> str:
+    """Per agent type, the job starts its rate limit holds back per second, while its
+    queue depth grew over the same window: a type held at its rate and falling behind
+    (a type held back with a flat or shrinking queue keeps up: no series)."""
+    # Parenthesised: `and` binds looser than the comparison the alert appends.
+    held = rate_by_type(sel, "held_back_rate")
+    growing = f"max by ({BY_TYPE}) (delta({sel.series('queue_depth')}[{sel.window}])) > 0"
+    return f"({held} and on ({BY_TYPE}) ({growing}))"
+
+
 def idle_activity(sel: Selector, idle_for: str) -> str:
     """Per agent type, what happened in the last `idle_for`: jobs enqueued and started,
     plus the most that waited, waited for a retry or ran at any scrape. 0 means idle for

@@ -423,6 +423,29 @@ def alert_specs(
             ),
             panel=panel.QUEUE_DEPTH,
         ),
+        AlertSpec(
+            name="QueueHeldAtRateLimit",
+            query=q.held_at_rate_limit(sel),
+            op="gt",
+            threshold=0,
+            for_=config.held_at_rate_limit_for,
+            severity="warning",
+            action="raise-rate-limit",
+            summary=(
+                "Agent type $agent_type has been held at its rate limit for $for_ while its "
+                "queue grew: $value starts/s held back."
+            ),
+            description=(
+                "The rate limit of $agent_type (agentjobs limits set --rate) has held job "
+                "starts back for $for_ while its queue depth kept growing: it admits fewer "
+                "jobs than producers send, so waiting jobs age and expire when their TTL "
+                "passes. Raise the rate if the upstream it protects allows, else slow the "
+                "producers."
+            ),
+            panel=panel.LIMITS_STARTS,
+            expect_data=False,
+            unit="ops",
+        ),
     )
     generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:

@@ -296,6 +296,9 @@ _WORKER_WRITES = (
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
     Grant(("set",), _written("result:*", "deadline_mark")),
+    # The rate limit's state (the claim's GCRA, queue/limits.py): SET with PX, nothing else.
+    # The limits hash itself is only read (HMGET above): the operator role writes it.
+    Grant(("set",), _written("rate")),
     # TTLs: a finished job's record (complete: EXPIRE, fail: PEXPIRE), a take's marker
     # (claim), and a requeued dead letter's record, live again (PERSIST).
     Grant(("expire",), _written("job:*", "take:*")),
@@ -329,6 +332,8 @@ _OPERATOR_READS = (
     Grant(("xrange",), (_queue("history"),)),
     # Results, and whether the type is paused (since when).
     Grant(("get",), (_queue("result:*"), _queue("paused"))),
+    # The type's limits (JobQueue.limits, agentjobs limits show).
+    Grant(("hgetall",), (_queue("limits"),)),
     # When Redis drops an ended job's record and result (job show's "kept until").
     Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
     # The types Redis has seen, read as the exporter reads them (the operator tools show
@@ -336,7 +341,7 @@ _OPERATOR_READS = (
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
-_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause")
+_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_limits")
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -479,6 +484,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hlen",), (_queue("queued"),)),
                 # Whether the type is paused (queue_paused).
                 Grant(("get",), (_queue("paused"),)),
+                # Its configured rate and cap (queue_rate_limit_per_second, ...).
+                Grant(("hmget",), (_queue("limits"),)),
             ),
             channels="none",
             scoped=False,
@@ -501,8 +508,9 @@ ROLES: dict[str, AclRole] = {
             name="operator",
             summary=(
                 "reads what the reader reads, requeues and purges dead letters and failed "
-                "jobs, and pauses and resumes agent types (the read-write console, dead and "
-                "failed requeue and purge, pause, resume); cannot enqueue, write a job's "
+                "jobs, pauses and resumes agent types and sets their limits (the read-write "
+                "console, dead and failed requeue and purge, pause, resume, limits set); "
+                "cannot enqueue, write a job's "
                 "payload (no HSET), take, claim, complete or fail jobs"
             ),
             scripts=_OPERATOR_SCRIPTS,
@@ -523,6 +531,7 @@ ROLES: dict[str, AclRole] = {
                         "job:*",
                         "result:*",
                         "paused",
+                        "limits",
                     ),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
@@ -538,6 +547,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("waiting"),
                         _queue("job:*"),
                         _queue("paused"),
+                        _queue("limits"),
                     ),
                 ),
                 Grant(("hget",), (_queue("stats"),)),
@@ -555,6 +565,8 @@ ROLES: dict[str, AclRole] = {
                 Grant(("del",), _written("job:*", "result:*")),
                 # The pause: its moment written, or the key deleted to resume.
                 Grant(("set", "del"), _written("paused")),
+                # The limits (queue_limits.lua): fields set or lifted, HGETALL read back.
+                Grant(("hset", "hdel"), _written("limits")),
             ),
             channels="none",
             scoped=True,

@@ -55,6 +55,9 @@ class QueueOverviewPanel(IntEnum):
     SLO_LATENCY = 74
     SLO_LATENCY_BUDGET = 75
     SLO_LATENCY_BURN = 76
+    ROW_LIMITS = 80
+    LIMITS_STARTS = 81
+    LIMITS_RUNNING = 82
 
 
 _P = QueueOverviewPanel
@@ -96,6 +99,9 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.SLO_LATENCY: "Latency SLI and objective",
         _P.SLO_LATENCY_BUDGET: "Latency error budget left",
         _P.SLO_LATENCY_BURN: "Latency error budget burn rate",
+        _P.ROW_LIMITS: "Limits",
+        _P.LIMITS_STARTS: "Job starts vs the rate limit",
+        _P.LIMITS_RUNNING: "Jobs running vs max_running",
     }
 )
 """Title of every panel but the alert stats (each titled by its alert's name). The

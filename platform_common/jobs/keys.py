@@ -97,6 +97,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      the last HISTORY_MINUTES minutes in the same call;
                                      the console and `agentjobs info` read it when no
                                      Prometheus is set. Nothing on a job's path writes it.
+    jobs:{type}:limits        HASH   the type's limits (queue/limits.py, written by
+                                     lua/queue_limits.lua; absent: none, plain FIFO):
+                                     rate + interval_ms (at most `rate` starts per
+                                     interval_ms across every worker), burst,
+                                     max_running (jobs of the type running at once),
+                                     fair_by and max_running_per_key. The claim reads
+                                     it with one HMGET (lua/include/limits.lua).
+    jobs:{type}:rate          STRING the rate limit's state: the theoretical arrival time
+                                     (ms, Redis' clock, "%.3f") of the next start (a
+                                     GCRA); written by the claims that start jobs while
+                                     a rate is set, expires once it has passed.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -127,6 +138,11 @@ the transition; so they are exact across any number of processes):
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
     So enqueued == completed + failed + expired + jobs still live (queued, delayed,
     in progress), and failed >= dead_lettered.
+    held_back_rate, held_back_max_running
+                   job starts a claim could have made but the type's rate (or its
+                   max_running) held back (queue/limits.py): each claim adds the jobs it
+                   asked for and did not start, so a job that waits through several
+                   claims counts at each. Written only while the type has limits.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
 Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
@@ -194,6 +210,8 @@ STATS_COUNTERS = (
     "retried",
     "dead_lettered",
     "expired",
+    "held_back_rate",
+    "held_back_max_running",
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
@@ -246,6 +264,8 @@ _QUEUE_KEY_TYPES = {
     "stats": "hash",
     "paused": "string",
     "history": "stream",
+    "limits": "hash",
+    "rate": "string",
     "workers": "zset",
     "worker_jobs": "hash",
     "worker_concurrency": "hash",
@@ -444,6 +464,14 @@ class QueueKeys:
     @property
     def history(self) -> str:
         return f"{self.base}:history"
+
+    @property
+    def limits(self) -> str:
+        return f"{self.base}:limits"
+
+    @property
+    def rate(self) -> str:
+        return f"{self.base}:rate"
 
     @property
     def workers(self) -> str:

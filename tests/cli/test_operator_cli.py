@@ -73,6 +73,8 @@ def test_help_lists_the_operator_commands() -> None:
         ["dead", "purge", "lodging", "--all", "--yes"],
         ["pause", "lodging"],
         ["resume", "lodging"],
+        ["limits", "show", "lodging"],
+        ["limits", "set", "lodging", "--max-running", "3"],
     ],
 )
 def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list[str]) -> None:
@@ -215,6 +217,59 @@ def test_pause_of_a_corrupt_pause_key_is_one_line_and_exit_1(
     assert done.err == (
         f"error: Redis: CorruptQueueState: corrupt queue state at {DINING.paused}: holds a "
         "list, where the queue keeps a string\n"
+    )
+
+
+# -- limits ------------------------------------------------------------------------------
+def test_limits_set_and_show_as_a_table_and_in_json(agentjobs: Any, client: SyncClient) -> None:
+    assert agentjobs("limits", "show", "dining").out == (
+        "dining: no limits (plain FIFO)\n  fair_by              none\n  rate                 none\n"
+        "  burst                none\n  max_running          none\n"
+        "  max_running_per_key  none\n"
+    )
+    done = agentjobs(
+        "limits", "set", "dining", "--fair-by", "tenant", "--rate", "50/s",
+        "--max-running", "8", "--max-running-per-key", "2",
+    )  # fmt: skip
+    assert done.code == 0, done.err
+    assert "  burst                none (the rate's count, 50)\n" in done.out
+    assert sync_reply(client.hgetall(DINING.limits)) == {
+        "fair_by": "tenant", "rate": "50", "interval_ms": "1000", "max_running": "8",
+        "max_running_per_key": "2",
+    }  # fmt: skip
+    lifted = agentjobs("limits", "set", "dining", "--rate", "none", "--burst", "5", "-o", "json")
+    assert lifted.json() == {
+        "agent_type": "dining", "fair_by": "tenant", "rate": None, "burst": 5,
+        "max_running": 8, "max_running_per_key": 2,
+    }  # fmt: skip
+    assert agentjobs("limits", "show", "dining", "-o", "json").json() == lifted.json()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--rate", "fast"], "rate: 'fast' is not a rate such as '100/s', '5/m', '1000/h' or "
+         "'3/10s'"),
+        (["--burst", "0"], "burst: must be a whole number from 1 to 1000000000 (or none), got 0"),
+        (["--max-running", "-3"], "max_running: must be a whole number from 1 to 1000000000 "
+         "(or none), got '-3'"),
+        (["--fair-by", "colour"], "fair_by: 'colour' is none of tenant, orchestrator_id, "
+         "session_id or none"),
+    ],
+)  # fmt: skip
+def test_a_bad_limit_is_one_line_naming_it_and_exit_2(
+    agentjobs: Any, client: SyncClient, args: list[str], error: str
+) -> None:
+    done = agentjobs("limits", "set", "dining", "--max-running", "4", *args)
+    assert (done.code, done.out, done.err) == (2, "", f"error: {error}\n")
+    assert not client.exists(DINING.limits)  # the good value beside it is not written
+
+
+def test_limits_set_without_a_limit_is_one_line_and_exit_2(agentjobs: Any) -> None:
+    done = agentjobs("limits", "set", "dining")
+    assert (done.code, done.err) == (
+        2,
+        "error: limits: nothing to change: name at least one limit\n",
     )
 
 

@@ -84,7 +84,8 @@ async def test_depths_counters_and_histogram_match_redis(
     assert dining.dead_letter_depth == admin.llen(keys.dead) == 3
     assert dict(dining.counters) == {
         "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
-        "retried": 5, "dead_lettered": 3, "expired": 2,
+        "retried": 5, "dead_lettered": 3, "expired": 2, "held_back_rate": 0,
+        "held_back_max_running": 0,
     }  # fmt: skip
     assert dining.latency is not None
     cumulative = dict(dining.latency.buckets)
@@ -367,3 +368,45 @@ async def test_a_paused_key_of_another_type_skips_the_type_as_malformed(
     assert result.snapshot is not None
     assert result.snapshot.types == ()
     assert result.snapshot.malformed == 1
+
+
+async def test_the_configured_limits_follow_set_limits(
+    admin: redis.Redis, redis_url: str, http: httpx.AsyncClient
+) -> None:
+    seed_type(admin, "dining", waiting=2)
+    queue = await JobQueue.connect(QueueSettings.from_url(redis_url, pool_min=1))
+    readings = []
+    try:
+        for change in ({}, {"rate": "30/m", "max_running": 4}, {"rate": None, "max_running": None}):
+            if change:
+                await queue.set_limits("dining", **change)
+            samples = parse((await http.get("/metrics", headers={"Accept": "text/plain"})).text)
+            readings.append(
+                tuple(of(samples, name, agent_type="dining")
+                      for name in ("queue_rate_limit_per_second", "queue_max_running_limit"))
+            )  # fmt: skip
+    finally:
+        await queue.aclose()
+    assert readings == [(None, None), (0.5, 4), (None, None)]  # no sample without a limit
+
+
+async def test_a_malformed_limit_is_skipped_and_counted(
+    admin: redis.Redis, exporter: Exporter
+) -> None:
+    seed_type(admin, "dining", waiting=2)
+    admin.hset(QueueKeys("dining").limits, mapping={"rate": "ten", "interval_ms": "1000",
+                                                    "max_running": "0"})  # fmt: skip
+    result = await exporter.scrape()
+    assert result.snapshot is not None
+    [dining] = result.snapshot.types
+    assert (dining.rate_limit, dining.max_running_limit) == (None, None)
+    assert result.snapshot.malformed == 2
+
+
+async def test_held_back_starts_are_counters_per_type(
+    admin: redis.Redis, http: httpx.AsyncClient
+) -> None:
+    seed_type(admin, "dining", waiting=2, stats={"held_back_rate": 7})
+    samples = parse((await http.get("/metrics", headers={"Accept": "text/plain"})).text)
+    assert of(samples, "jobs_held_back_by_rate_total", agent_type="dining") == 7
+    assert of(samples, "jobs_held_back_by_max_running_total", agent_type="dining") == 0

@@ -87,6 +87,8 @@ def expected(kinds: dict[str, int]) -> dict[str, int]:
         "started": kinds["ok"] + kinds["slow"] + 2 * kinds["flaky"] + 3 * kinds["poison"]
         + kinds["refused"],
         "expired": 0,
+        "held_back_rate": 0,  # (no limits)
+        "held_back_max_running": 0,
     }  # fmt: skip
 
 

@@ -31,7 +31,7 @@ OLDEST_GRAFANA_THRESHOLDS = {"gt", "lt"}
 """Threshold types every Grafana since 9 accepts; eq/ne/gte/lte arrived in 2025."""
 NEW_ALERTS = (
     "JobsExpiring", "QueueExporterDroppingAgentTypes", "QueueExporterMalformedValues",
-    "QueuePausedTooLong",
+    "QueuePausedTooLong", "QueueHeldAtRateLimit",
 )  # fmt: skip
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
@@ -141,6 +141,7 @@ def test_new_alerts_fire_just_above_and_stay_silent_at_their_threshold(
         ("QueueExporterDroppingAgentTypes", {"agent_types_dropped_for": "4m"}),
         ("QueueExporterMalformedValues", {"malformed_values_for": "4m"}),
         ("QueuePausedTooLong", {"queue_paused_too_long_for": "40m"}),
+        ("QueueHeldAtRateLimit", {"held_at_rate_limit_for": "20m"}),
     ],
 )
 def test_boundary_cases_catch_a_moved_threshold_or_for(

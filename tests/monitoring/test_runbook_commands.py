@@ -240,6 +240,12 @@ async def paused(queue: JobQueue, client: redis.Redis) -> None:
     await queue.pause(AGENT_TYPE)
 
 
+async def held_at_rate(queue: JobQueue, client: redis.Redis) -> None:
+    await _backlog(queue, 5)
+    await queue.set_limits(AGENT_TYPE, rate="1/m")
+    client.hset(DINING.stats, "held_back_rate", "40")
+
+
 async def malformed_counter(queue: JobQueue, client: redis.Redis) -> None:
     await _run_through(queue, 2, _succeed)
     client.hset(DINING.stats, "completed", "not-a-number")
@@ -292,6 +298,11 @@ STATES: dict[str, State] = {
     ),
     "JobLatencyBudgetBurnSlow": State(slow, site="slo", shows=('window="28d"',)),
     "QueuePausedTooLong": State(paused, shows=("for ", "dining: resumed (paused since")),
+    "QueueHeldAtRateLimit": State(
+        held_at_rate,
+        shows=("  rate                 1/m", "40", "  rate                 200/s"),
+        env={"NEW_RATE": "200/s"},
+    ),
 }
 
 

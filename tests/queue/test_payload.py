@@ -64,6 +64,15 @@ def test_every_bad_field_is_reported_at_once() -> None:
         ({"constraints": {"price": math.nan}}, "constraints", "JSON"),
         ({"constraints": {"when": datetime.now(UTC)}}, "constraints", "JSON"),
         ({"session_id": "x" * 201}, "session_id", "longer than"),
+        # tenant: optional, an id by the job_id rules (a key of fair share and limits)
+        ({"tenant": ""}, "tenant", "must not be empty"),
+        ({"tenant": "t" * 201}, "tenant", "longer than 200"),
+        ({"tenant": "caf\u00e9"}, "tenant", "may hold only"),
+        ({"tenant": "acme corp"}, "tenant", "may hold only"),
+        ({"tenant": "acme\n"}, "tenant", "may hold only"),
+        ({"tenant": "{jobs}"}, "tenant", "may hold only"),
+        ({"tenant": 42}, "tenant", "must be a string"),
+        ({"tenant": None}, "tenant", "must be a string"),
     ],
 )
 def test_single_problems_name_their_field(
@@ -74,6 +83,15 @@ def test_single_problems_name_their_field(
     assert list(caught.value.errors) == [field]
     assert fragment in caught.value.errors[field]
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("tenant", ["acme", "t" * 200, "org:7@eu-west.a_b-c"])
+def test_a_tenant_is_optional_kept_and_read_back(tenant: str) -> None:
+    job = make_job(tenant=tenant)
+    payload = JobPayload.from_json(prepare_job(job).encoded)
+    assert payload.tenant == tenant and payload.to_dict()["tenant"] == tenant
+    assert JobPayload.from_json(prepare_job(make_job()).encoded).tenant is None
+    assert "tenant" not in JobPayload.from_dict(make_job()).to_dict()  # stored as it was
 
 
 def test_a_payload_that_contains_itself_is_refused_naming_the_field() -> None:

@@ -701,6 +701,17 @@ async def test_pause_refuses_a_paused_key_of_another_type(env: Env, call: str, k
     await refused(env, lambda: getattr(env.queue, call)("dining"), DINING.paused)
 
 
+# -- queue_limits: JobQueue.set_limits (and limits, which reads the key) ----------------
+@pytest.mark.parametrize("call", ["set_limits", "limits"])
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"hash"}))
+async def test_limits_refuse_a_limits_key_of_another_type(env: Env, call: str, kind: str) -> None:
+    await env.plant(DINING.limits, kind)
+    if call == "set_limits":
+        await refused(env, lambda: env.queue.set_limits("dining", max_running=1), DINING.limits)
+    else:
+        await refused(env, lambda: env.queue.limits("dining"), DINING.limits)
+
+
 # -- queue_claim: AttemptCalls.claim -----------------------------------------------------------
 CLAIM_SHARED = [
     ("processing", "list"),
@@ -713,6 +724,7 @@ CLAIM_SHARED = [
     ("arrivals", "zset"),
     ("arrived", "hash"),
     ("paused", "string"),
+    ("limits", "hash"),  # read with jobs to start, before the take (queue/limits.py)
 ]
 
 

@@ -75,6 +75,36 @@ def test_a_job_of_a_sigkilled_worker_completes_exactly_once_elsewhere(
 
 
 @pytest.mark.single_node(ONE_SLOT)
+def test_a_sigkilled_worker_leaks_no_slot_of_max_running(
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
+) -> None:
+    """Under max_running 1 (queue/limits.py), a worker SIGKILLed with its job holds the
+    slot only as long as its lease: the reaper takes it back, and another worker runs
+    that job and the next one, one at a time, with the slot free afterwards."""
+    client.hset(DINING.limits, "max_running", "1")
+    doomed = group.start(concurrency=4)
+    jobs = [make_job(constraints=behaviour("sleep", seconds=1.0)) for _ in range(2)]
+    enqueue(redis_url, jobs, tmp_path)
+    wait_until(lambda: run_log(client))
+    doomed.kill()
+    first = run_log(client)
+    assert len(first) == 1  # the cap: one of the two started
+    survivor = group.start(concurrency=4)
+    for job in jobs:
+        assert wait_until(lambda job=job: status(client, job["job_id"])) == "succeeded"
+    after = run_log(client)[1:]
+    assert [(pid, event) for _, pid, _, event in after] == [
+        (survivor.pid, "start"), (survivor.pid, "finish"),
+        (survivor.pid, "start"), (survivor.pid, "finish"),
+    ]  # fmt: skip
+    assert after[0][0] == after[1][0] and after[2][0] == after[3][0]  # never two at once
+    assert client.zcard(DINING.leases) == 0
+    last = make_job()
+    enqueue(redis_url, [last], tmp_path)
+    assert wait_until(lambda: status(client, last["job_id"])) == "succeeded"  # slot free
+
+
+@pytest.mark.single_node(ONE_SLOT)
 def test_a_paused_workers_stale_completion_is_refused(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:

@@ -336,6 +336,28 @@ async def test_an_operator_pauses_and_resumes_its_agent_type_only(
     assert await everything(admin) == before
 
 
+async def test_an_operator_sets_limits_a_reader_only_reads_them(
+    agentjobs: Any, admin: aioredis.Redis, scene: Scene
+) -> None:
+    done = await agentjobs("operator", ["limits", "set", "dining", "--rate", "20/s",
+                                        "--max-running", "3"])  # fmt: skip
+    assert done.code == 0, done.err
+    assert await admin.hgetall(DINING.limits) == {
+        "rate": "20", "interval_ms": "1000", "max_running": "3"
+    }  # fmt: skip
+    shown = json.loads((await agentjobs("reader", ["limits", "show", "dining", "-o", "json"])).out)
+    assert (shown["rate"], shown["max_running"]) == ("20/s", 3)
+    before = await everything(admin)
+    refused = await agentjobs("reader", ["limits", "set", "dining", "--rate", "none"])
+    assert "'evalsha'" in refused.refused_line() or "'eval'" in refused.refused_line()
+    other = await agentjobs(
+        "operator", ["limits", "set", "flights", "--max-running", "1"],
+        agent_types="dining,flights",
+    )  # fmt: skip
+    assert "permissions to access one of the keys" in other.refused_line()
+    assert await everything(admin) == before
+
+
 # -- the package's API and raw commands, as the roles' users -----------------------------
 @pytest.mark.parametrize("role", ["reader", "operator"])
 async def test_connecting_checks_the_eviction_policy_unrefused(

@@ -9,6 +9,7 @@
     dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
     pause      stop workers starting jobs of an agent type (running ones finish)
     resume     let them start its jobs again
+    limits     show | set an agent type's rate, burst, caps and fair-share key (live)
     console    serve the queue console locally (read-only on 127.0.0.1 by default)
     deploy render   the workers' Kubernetes objects and a PrometheusRule (`monitoring` extra)
     slo        each agent type's SLOs, error budget left and burn rate, from Prometheus

@@ -18,6 +18,7 @@ from . import (
     deploy_command,
     info_command,
     job_command,
+    limits_command,
     pause_command,
     slo_command,
     store_commands,
@@ -88,6 +89,7 @@ app.add_typer(dead_command.app, name="dead")
 app.add_typer(dead_command.failed_app, name="failed")
 app.command("pause", help=pause_command.PAUSE_HELP)(pause_command.pause)
 app.command("resume", help=pause_command.RESUME_HELP)(pause_command.resume)
+app.add_typer(limits_command.app, name="limits")
 app.command("console", help=console_command.HELP)(console_command.console)
 app.add_typer(deploy_command.app, name="deploy")
 app.command("slo", help=slo_command.HELP)(slo_command.slo)

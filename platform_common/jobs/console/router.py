@@ -61,7 +61,7 @@ from ..operations.job_search import find_job
 from ..operations.overview import heartbeat_window
 from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
-from ..queue import JobQueue
+from ..queue import JobQueue, Limits
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
@@ -292,6 +292,11 @@ def console_router(
             )
             stats = await queue.stats(agent_type)
             pause = await queue.pause_state(agent_type)
+            limits: Limits | str
+            try:
+                limits = await queue.limits(agent_type)
+            except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
+                limits = str(exc)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
                 JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
@@ -300,6 +305,7 @@ def console_router(
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
                 counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
+                limits=limits,
             )  # fmt: skip
 
         return await respond(request, build)

@@ -48,6 +48,16 @@
 -- as if the BLMOVE had not run (in reverse order, so the first taken is taken first
 -- again); nothing else is written. A replay of a take whose first run took jobs still
 -- hands them back (they are running, under lease).
+-- Limits (lua/include/limits.lua; queue/limits.py): the last two KEYS are the type's
+-- limits hash and its rate key (KEYS[#KEYS - 1], KEYS[#KEYS]: after the jobs' keys, so
+-- the positions above do not move). With jobs to start, the claim reads the limits
+-- hash (one HMGET: absent, nothing else is read) and starts at most as many as the
+-- limits allow now; when none may start the reply is {"capped"} (max_running jobs of
+-- the type run) or {"throttled", ms} (the rate allows the next start in ms), and it
+-- writes nothing but what a pause writes (given jobs go back to the queue list as
+-- there) and the count of the jobs held back (the stats hash's held_back_rate or
+-- held_back_max_running, checked before). A replay of a take hands back what its first
+-- run took, as ever.
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -60,6 +70,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include limits
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -188,19 +199,67 @@ else
     end
 end
 local n = #ids
-if paused then
+-- A claim that starts nothing (paused, or held back by a limit): the given jobs go back
+-- to the queue list's consuming end, as if the BLMOVE had not run (in reverse order, so
+-- the first taken is taken first again); a take has moved nothing yet.
+local function give_back()
     if take == 0 then
         for i = n, 1, -1 do
             redis.call('LREM', KEYS[1], 1, ids[i])
             redis.call('RPUSH', KEYS[5], ids[i])
         end
     end
+end
+if paused then
+    give_back()
     return {'paused'}
 end
 if n == 0 then
     out[1] = left
     return out
 end
+-- ---- Limits: a check before the take (lua/include/limits.lua) ----------------------
+-- Reads only, before any write: how many of the n jobs may start now. None: the jobs go
+-- back as for a pause and the reply says why and for how long. Fewer than n: only that
+-- many are claimed (the first: ids are in the order they left the list); a take takes
+-- only those, given jobs past them go back to the queue list with the writes below.
+-- The jobs held back are counted in the stats hash (held_back_rate, _max_running).
+local limits_index, rate_index = #KEYS - 1, #KEYS
+local limits, spend, bound
+local held_count = 0
+local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)
+do
+    local refusal
+    limits, refusal = read_limits(limits_index)
+    if refusal then
+        return refusal
+    end
+    if limits then
+        local allowed, held
+        allowed, held, spend, bound = admitted(limits, n, now, 2, rate_index)
+        if not allowed then
+            return held  -- the refusal of the rate key
+        end
+        refusal = held_back_counts(3)
+        if refusal then
+            return refusal
+        end
+        if allowed == 0 then
+            give_back()
+            redis.call('HINCRBY', KEYS[3], bound, n)
+            return held
+        end
+        held_count = n - allowed  -- counted with the writes, after every check below
+        for i = n, allowed + 1, -1 do
+            if take == 0 then
+                held_back[#held_back + 1] = ids[i]  -- the last first, as give_back does
+            end
+            ids[i], tokens[i], job_keys[i], result_keys[i] = nil, nil, nil, nil
+        end
+        n = allowed
+    end
+end
+-- ---- end of the limits check ----------------------------------------------------------
 local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
 if failed(packed) then
     return wrong_type(7, 'hash') or packed
@@ -333,6 +392,11 @@ local function lease(job_id)
 end
 local function drop(job_id)
     redis.call('LREM', KEYS[1], 1, job_id)
+end
+-- Limits: given jobs past what the limits allow go back to the queue list, in place.
+for _, job_id in ipairs(held_back) do
+    redis.call('LREM', KEYS[1], 1, job_id)
+    redis.call('RPUSH', KEYS[5], job_id)
 end
 if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
@@ -482,6 +546,12 @@ if next(unpacking) and redis.call('HLEN', KEYS[7]) == 0 and redis.call('ZCARD', 
 end
 if started > 0 then
     redis.call('HINCRBY', KEYS[3], 'started', started)
+end
+-- Limits: the jobs started spend the rate, the ones held back are counted
+-- (lua/include/limits.lua).
+spend_rate(spend, started, now, rate_index)
+if held_count > 0 then
+    redis.call('HINCRBY', KEYS[3], bound, held_count)
 end
 if expired > 0 then
     redis.call('HINCRBY', KEYS[3], 'expired', expired)

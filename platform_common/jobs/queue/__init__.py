@@ -10,6 +10,7 @@ from .completions import Completion, Completions
 from .connection import QueueConnection
 from .context import AsyncHandler, Handler, JobContext, NonRetryableError, SyncHandler, current_job
 from .dead_letters import DeadLetter, DeadLetters
+from .limits import Limits, Rate
 from .pausing import PauseState
 from .payload import JobPayload, payload_errors
 from .producer import Producer
@@ -31,6 +32,7 @@ __all__ = [
     "JobPayload",
     "JobQueue",
     "JobResult",
+    "Limits",
     "NonRetryableError",
     "PauseState",
     "Producer",
@@ -40,6 +42,7 @@ __all__ = [
     "QueueSettings",
     "QueueState",
     "QueueStats",
+    "Rate",
     "SyncHandler",
     "current_job",
     "payload_errors",

@@ -20,6 +20,7 @@ from .connection import QueueConnection
 from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
+from .limits import KEEP, Keep, Limits, Rate, limit_changes, read_limits, write_limits
 from .pausing import PauseState, read_pause, set_paused
 from .producer import Job, Producer
 from .progress import Progress, parse_stored
@@ -166,6 +167,40 @@ class JobQueue:
         """Whether `agent_type` is paused now, and since when (errors as for `pause`)."""
         with backend_errors(self.settings.redis):
             return await read_pause(self.connection, agent_type)
+
+    async def set_limits(
+        self,
+        agent_type: str,
+        *,
+        fair_by: str | Keep | None = KEEP,
+        rate: str | Rate | Keep | None = KEEP,
+        burst: int | Keep | None = KEEP,
+        max_running: int | Keep | None = KEEP,
+        max_running_per_key: int | Keep | None = KEEP,
+    ) -> Limits:
+        """Change the limits of `agent_type` (see queue.limits): each one given is set,
+        None lifts it, one left out stays as it is. `rate` as "100/s" (or "5/m", "1000/h",
+        "3/10s", or a Rate); `burst`, `max_running`, `max_running_per_key` whole numbers
+        from 1; `fair_by` one of "tenant", "orchestrator_id", "session_id" or "none".
+        Every worker applies the change from its next claim on. Returns the limits as
+        they are now. ValidationError naming the first bad value (nothing written), or
+        for a type neither configured nor seen; CorruptQueueState (nothing written) if
+        the limits key holds another type."""
+        pairs = limit_changes(
+            fair_by=fair_by,
+            rate=rate,
+            burst=burst,
+            max_running=max_running,
+            max_running_per_key=max_running_per_key,
+        )
+        with backend_errors(self.settings.redis):
+            return await write_limits(self.connection, agent_type, pairs)
+
+    async def limits(self, agent_type: str) -> Limits:
+        """The limits of `agent_type` now (Limits: None where there is none); errors as
+        for `set_limits`, and CorruptQueueState for a stored value that does not parse."""
+        with backend_errors(self.settings.redis):
+            return await read_limits(self.connection, agent_type)
 
     async def ping(self) -> bool:
         """Health check: PING through the pool."""

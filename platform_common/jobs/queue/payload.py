@@ -41,6 +41,7 @@ _TEXT_FIELDS = tuple(
 # for every job), so a change of the table it does not follow must fail here, loudly.
 _CHECKED_BY_NAME = {
     "job_id": Kind.JOB_ID,
+    "tenant": Kind.JOB_ID,
     "agent_type": Kind.AGENT_TYPE,
     "constraints": Kind.OBJECT,
     "curated_shortlist": Kind.STRING_LIST,
@@ -83,6 +84,9 @@ class JobPayload:
     ttl_seconds: int = 60
     """Seconds after created_at when the job expires if not finished; also how long
     its result is kept."""
+    tenant: str | None = None
+    """Who the job is done for (an id by the job_id rules), when fair share or limits
+    per key go by tenant; None when the payload has none."""
 
     @classmethod
     def from_dict(
@@ -121,11 +125,12 @@ class JobPayload:
             result_format=data["result_format"],
             created_at=_parse_time(data["created_at"]),
             ttl_seconds=data["ttl_seconds"],
+            tenant=data.get("tenant"),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of job_payload.schema.json; created_at as ISO 8601 in UTC with a "Z"."""
-        return {
+        data: dict[str, Any] = {
             "job_id": self.job_id,
             "session_id": self.session_id,
             "orchestrator_id": self.orchestrator_id,
@@ -137,6 +142,9 @@ class JobPayload:
             "created_at": format_time(self.created_at),
             "ttl_seconds": self.ttl_seconds,
         }
+        if self.tenant is not None:  # optional: a payload without one stays as it was
+            data["tenant"] = self.tenant
+        return data
 
     @property
     def created_at_ms(self) -> int:
@@ -168,6 +176,11 @@ def _validate(
             validate_job_id(data["job_id"])
         except InvalidJobId as exc:
             errors["job_id"] = exc.problem
+    if "tenant" in data:
+        try:
+            validate_job_id(data["tenant"])
+        except InvalidJobId as exc:
+            errors["tenant"] = exc.problem
     for name, limit in _TEXT_FIELDS:
         value = data.get(name, _ABSENT)
         if value is _ABSENT:

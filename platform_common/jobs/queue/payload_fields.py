@@ -18,7 +18,8 @@ class Kind(StrEnum):
     JSON Schema fragment per kind."""
 
     JOB_ID = "job_id"
-    """A string by the job-id rules of platform_common.jobs.validation."""
+    """A string by the job-id rules of platform_common.jobs.validation (an id-safe
+    string: a job_id, and the optional tenant)."""
     TEXT = "text"
     """A string that is not empty or only whitespace, at most max_length characters."""
     AGENT_TYPE = "agent_type"
@@ -62,6 +63,14 @@ PAYLOAD_FIELDS: tuple[FieldSpec, ...] = (
         Kind.TEXT,
         'The orchestrator that sent the job, e.g. "orch-123".',
         max_length=MAX_TEXT_LENGTH,
+    ),
+    FieldSpec(
+        "tenant",
+        Kind.JOB_ID,
+        "Who the job is done for, when fair share or limits per key go by tenant (see"
+        ' the user guide\'s "Limits and fair share"): an id by the job_id rules, 1 to'
+        f" {MAX_JOB_ID_LENGTH} letters, digits and . _ : @ -, starting with a letter or digit.",
+        required=False,
     ),
     FieldSpec(
         "agent_type", Kind.AGENT_TYPE, 'Which agent\'s queue the job goes to, e.g. "dining".'

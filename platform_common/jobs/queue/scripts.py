@@ -27,3 +27,4 @@ class QueueScripts:
     kept_prune = Script.named("queue_kept_prune")
     pause = Script.named("queue_pause")
     progress = Script.named("queue_progress")
+    limits = Script.named("queue_limits")

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_TRACEBACK_LENGTH",
     "AttemptCalls",
     "Claim",
+    "TypeHeldBack",
     "TypePaused",
     "lost_reason",
 ]  # fmt: skip
@@ -75,6 +76,37 @@ _PAUSED = b"paused"
 """The claim's reply while the type is paused (read undecoded)."""
 
 
+class TypeHeldBack(Exception):
+    """The claim started nothing: the type's limits (queue.limits) allow no start now. A
+    job the worker's BLMOVE took went back to the queue; nothing else was written.
+    `limit`: "rate" (the rate allows the next start in `wait` seconds) or "max_running"
+    (that many of the type's jobs run: a start is allowed when one ends; `wait` None)."""
+
+    def __init__(self, agent_type: str, limit: str, wait: float | None) -> None:
+        self.agent_type = agent_type
+        self.limit = limit
+        self.wait = wait
+        after = f": next start in {wait:.3f} s" if wait is not None else ""
+        super().__init__(f"agent type {agent_type!r} is held back by its {limit}{after}")
+
+
+_THROTTLED = b"throttled"
+"""The claim's reply {"throttled", ms} while the rate allows no start (undecoded)."""
+_CAPPED = b"capped"
+"""The claim's reply {"capped"} while max_running jobs of the type run (undecoded)."""
+
+
+def _held_back(agent_type: str, reply: Any) -> None:
+    """Raise TypePaused or TypeHeldBack for a claim reply that started nothing so."""
+    first = reply[0]
+    if first == _PAUSED:
+        raise TypePaused(agent_type)
+    if first == _THROTTLED:
+        raise TypeHeldBack(agent_type, "rate", int(reply[1]) / 1000)
+    if first == _CAPPED:
+        raise TypeHeldBack(agent_type, "max_running", None)
+
+
 class AttemptCalls:
     """The fenced operations on one agent type's jobs."""
 
@@ -93,6 +125,8 @@ class AttemptCalls:
             keys.processing, keys.leases, keys.stats, keys.expiry, keys.queue, keys.waiting,
             keys.queued, keys.arrivals, keys.arrived, keys.paused,
         )  # fmt: skip
+        # The limits' keys come last, after the jobs' (queue_claim.lua: KEYS[#KEYS - 1..]).
+        self._limit_keys = (keys.limits, keys.rate)
         self._job_key_prefix = keys.job("")  # job key = prefix + id (a completion's hot path)
         self._result_key_prefix = keys.result("")
         self._fail_keys = [
@@ -122,18 +156,20 @@ class AttemptCalls:
         expired here (not started) and strays are dropped. `expired`, if given, gets
         (job_id, trace_context) of each job expired, the creation context as stored
         ("" if none), so the worker can log it under the producer's trace; `skipped`,
-        if given, the id of each stray dropped. TypePaused while the type is paused: the
-        jobs went back to the queue, none was claimed."""
+        if given, the id of each stray dropped. TypePaused while the type is paused,
+        TypeHeldBack while its limits allow no start: the jobs went back to the queue,
+        none was claimed (the limits may also claim fewer than given: the rest go back)."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
+        script_keys += self._limit_keys
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
-        if reply[0] == _PAUSED:
-            raise TypePaused(keys.agent_type)
+        if not isinstance(reply[0], int):
+            _held_back(keys.agent_type, reply)
         return int(reply[0]), _claims_of(reply, expired, skipped)
 
     async def take(
@@ -153,14 +189,16 @@ class AttemptCalls:
         connection): the call's marker, named by tokens[0], makes the second call hand
         back the jobs the first took instead of taking more. `previous`: tokens[0] of
         this worker's last take whose reply came (its marker is deleted); `expired` and
-        `skipped` as for claim(). TypePaused while the type is paused: nothing was taken (a
-        replay still hands back what its first run took)."""
+        `skipped` as for claim(). TypePaused while the type is paused, TypeHeldBack while
+        its limits allow no start: nothing was taken (a replay still hands back what its
+        first run took); the limits may take fewer than len(tokens)."""
         keys = self.keys
         marker = self.take_marker(tokens[0])
         script_keys = [
             *self._claim_keys,
             marker,
             self.take_marker(previous) if previous else marker,
+            *self._limit_keys,
         ]
         args: list[Any] = [
             self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, len(tokens),
@@ -170,8 +208,8 @@ class AttemptCalls:
             reply = await self._run(self._scripts.claim, script_keys, args)
         except CorruptQueueState as exc:
             raise _named_refusal(exc) from None
-        if reply[0] == _PAUSED:
-            raise TypePaused(keys.agent_type)
+        if not isinstance(reply[0], int):
+            _held_back(keys.agent_type, reply)
         return int(reply[0]), _claims_of(reply, expired, skipped)
 
     def take_marker(self, call: str) -> str:

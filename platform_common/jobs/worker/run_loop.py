@@ -31,7 +31,7 @@ from ..queue.queue_settings import QueueSettings
 from ..queue.tracing import QueueTracing, server_attributes
 from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
-from .attempt_calls import AttemptCalls, Claim, TypePaused
+from .attempt_calls import AttemptCalls, Claim, TypeHeldBack, TypePaused
 from .attempt_log import AttemptLog, log
 from .chores import ChoreLoop, Chores, RedisClock
 from .foreign_entries import ForeignEntries
@@ -53,6 +53,13 @@ PAUSED_RECHECK_SECONDS = 1.0
 """How often a worker of a paused agent type asks again (a take, which takes nothing and
 writes nothing while the pause lasts): no more often than an idle worker's BLMOVE
 returns, so a pause costs Redis no more than an empty queue; it resumes within this."""
+
+
+CAPPED_RECHECK_SECONDS = 1.0
+"""Longest a worker held back by its type's max_running waits before it asks again, when
+none of its own jobs ends sooner (a job of its own ending frees a slot it takes at once;
+another worker's ending is that worker's to take). As for a pause: no more calls than an
+idle worker's BLMOVE."""
 
 
 FETCH_LINGER_SECONDS = 0.0005
@@ -132,6 +139,9 @@ class Worker:
         self._foreign: ForeignEntries | None = None
         self._paused = False
         """The last claim found the agent type paused (JobQueue.pause)."""
+        self._held_back: set[str] = set()
+        """The limits that have held this worker's claims back (each logged once: a rate
+        holds a worker back between most of its claims)."""
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
@@ -322,6 +332,24 @@ class Worker:
                         self.worker_id,
                     )  # fmt: skip
                 await self._wait_any(asyncio.sleep(PAUSED_RECHECK_SECONDS))
+            except TypeHeldBack as held:
+                # The type's limits (queue.limits) allow no start now; nothing was written
+                # (a job BLMOVE took went back). Sleep until the claim said the next start
+                # is allowed (rate), or until a job of this worker ends (max_running), and
+                # ask again with a take: no polling in between.
+                self.health.ok()
+                self._retake = None  # a held-back take wrote no marker
+                self._expect_more = True
+                if held.limit not in self._held_back:
+                    self._held_back.add(held.limit)
+                    log.info("agent type %s is held back by its %s (logged once per "
+                             "worker): %d running (id=%s)",
+                             self.agent_type, held.limit, len(self._running),
+                             self.worker_id)  # fmt: skip
+                if held.wait is not None:
+                    await self._wait_any(asyncio.sleep(held.wait))
+                else:
+                    await self._wait_any(self._slot_freed(loop.time() + CAPPED_RECHECK_SECONDS))
             except CorruptQueueState as exc:
                 # The claim refused before writing anything: a job BLMOVE took stays in
                 # processing, where the reaper finds it (provisional lease) and returns

@@ -1,0 +1,123 @@
+"""`limits show TYPE`, `limits set TYPE ...`: an agent type's rate, burst, caps and
+fair-share key (JobQueue.limits / set_limits), live: workers apply a change from their
+next claim on, without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+from ..operations import operator_queue
+from ..queue import Limits
+from ..queue.limits import FAIR_BY_KEYS, KEEP
+from .job_command import AgentTypeArgument
+from .operator_output import Output, OutputOption, RedisUrlOption, command, print_json
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Show or set an agent type's limits.", no_args_is_help=True)
+
+_LIFT = "none"
+"""The value that lifts a limit (`--rate none`)."""
+
+
+def _option(flag: str, metavar: str, text: str) -> Any:
+    return typer.Option(flag, metavar=metavar, help=f"{text} `{_LIFT}` lifts it.")
+
+
+@command(app, "show")
+def show(
+    agent_type: AgentTypeArgument,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Show an agent type's limits: the key fair share goes by, the rate of job starts and
+    its burst, and the caps on jobs running at once (per type and per key)."""
+    _emit(_run(redis_url, agent_type, None), output)
+
+
+@command(app, "set")
+def set_(
+    agent_type: AgentTypeArgument,
+    fair_by: Annotated[
+        str | None,
+        _option(
+            "--fair-by",
+            "KEY",
+            f"The payload field fair share goes by: {', '.join(FAIR_BY_KEYS)}, or {_LIFT} "
+            "(plain FIFO).",
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        _option(
+            "--rate",
+            "N/s",
+            "At most N job starts per second (or N/m, N/h, N/10s), across every worker.",
+        ),
+    ] = None,
+    burst: Annotated[
+        str | None,
+        _option("--burst", "N", "How many starts may come at once after a quiet spell."),
+    ] = None,
+    max_running: Annotated[
+        str | None,
+        _option("--max-running", "N", "At most N jobs of the type running at once."),
+    ] = None,
+    max_running_per_key: Annotated[
+        str | None,
+        _option("--max-running-per-key", "N", "At most N running at once per fair-share key."),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    redis_url: RedisUrlOption = None,
+) -> None:
+    """Set an agent type's limits; the ones not named stay as they are. Workers apply
+    them from their next claim on, without a restart. A bad value is named and nothing
+    is written. Needs the operator role in Redis."""
+    changes: dict[str, Any] = {
+        "fair_by": _value(fair_by, text=True),
+        "rate": _value(rate, text=True),
+        "burst": _value(burst),
+        "max_running": _value(max_running),
+        "max_running_per_key": _value(max_running_per_key),
+    }
+    _emit(_run(redis_url, agent_type, changes), output)
+
+
+def _value(given: str | None, *, text: bool = False) -> Any:
+    """An option as set_limits takes it: KEEP when not given, None for `none`, a number
+    when it reads as one (else the text itself, which set_limits names as bad)."""
+    if given is None:
+        return KEEP
+    if given == _LIFT:
+        return None
+    if not text and given.isascii() and given.isdigit():
+        return int(given)
+    return given
+
+
+def _run(redis_url: str | None, agent_type: str, changes: dict[str, Any] | None) -> Limits:
+    async def run() -> Limits:
+        async with operator_queue(redis_url) as queue:
+            if changes is None:
+                return await queue.limits(agent_type)
+            return await queue.set_limits(agent_type, **changes)
+
+    return asyncio.run(run())
+
+
+def _emit(limits: Limits, output: Output) -> None:
+    if output == Output.JSON:
+        print_json(limits.as_dict())
+        return
+    shown = limits.as_dict()
+    print(f"{limits.agent_type}: " + ("limits" if limits.any else "no limits (plain FIFO)"))
+    for name, value in shown.items():
+        if name == "agent_type":
+            continue
+        text = _LIFT if value is None else str(value)
+        if name == "burst" and value is None and limits.rate is not None:
+            text = f"{_LIFT} (the rate's count, {limits.rate.count})"
+        print(f"  {name:<20} {text}")

@@ -1,0 +1,38 @@
+"""The console shows an agent type's limits on its page (JobQueue.limits): none, each
+one set, and a limits key the claim would refuse, named (the page still renders)."""
+
+from __future__ import annotations
+
+import html
+
+import httpx
+
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
+from tests.console.conftest import PREFIX
+
+PAGE = f"{PREFIX}/types/dining"
+DINING = QueueKeys("dining")
+
+
+async def test_the_type_page_shows_its_limits(queue: JobQueue, client: httpx.AsyncClient) -> None:
+    page = (await client.get(PAGE)).text
+    assert "No limits: workers take its jobs in order (FIFO)" in page
+    await queue.set_limits("dining", fair_by="tenant", rate="30/m", max_running=4)
+    page = html.unescape((await client.get(PAGE)).text)
+    assert "<dt>fair_by</dt><dd>tenant</dd>" in page
+    assert "<dt>rate</dt><dd>30/m job starts, across every worker</dd>" in page
+    assert "<dt>burst</dt><dd>the rate's count (30)</dd>" in page
+    assert "<dt>max_running</dt><dd>4</dd>" in page
+    assert "<dt>max_running_per_key</dt><dd>none</dd>" in page
+
+
+async def test_a_corrupt_limits_key_is_named_on_the_page(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    await queue.connection.client.hset(DINING.limits, "max_running", "<b>0</b>")
+    response = await client.get(PAGE)
+    assert response.status_code == 200
+    assert "<strong>Limits unreadable</strong>" in response.text
+    assert f"corrupt queue state at {DINING.limits}: field max_running" in response.text
+    assert "<b>0</b>" not in response.text  # escaped, never markup
