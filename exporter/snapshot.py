@@ -82,6 +82,8 @@ class TypeSnapshot:
     """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
     paused: bool = False
     """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
+    depth_by_priority: Mapping[str, int] = field(default_factory=dict)
+    """queue_depth by priority level (high, normal, low); empty when not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,7 @@ def type_snapshot(
     beats: Sequence[tuple[object, object]],
     worker_jobs: object = None,
     paused: bool = False,
+    level_depths: tuple[object, object] | None = None,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -135,7 +138,9 @@ def type_snapshot(
     `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
     arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
     HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
-    whether the type is paused.
+    whether the type is paused; `level_depths`: the high and low lists' lengths (None:
+    not read), normal's being the depth less both (never below 0: the two reads are not
+    one transaction).
     """
     malformed = stats.malformed
     workers, errors = _workers(beats, now_ms, hash_fields(worker_jobs))
@@ -170,8 +175,16 @@ def type_snapshot(
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
         workers=workers,
         paused=paused,
+        depth_by_priority=_by_priority(depth, level_depths),
     )
     return snapshot, malformed
+
+
+def _by_priority(depth: int, level_depths: tuple[object, object] | None) -> dict[str, int]:
+    if level_depths is None:
+        return {}
+    high, low = (_int(length) for length in level_depths)
+    return {"high": high, "normal": max(0, depth - high - low), "low": low}
 
 
 def _workers(

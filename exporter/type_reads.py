@@ -45,6 +45,10 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
        its heartbeat last wrote it: flat in RESP2, a dict in RESP3. Pruned with the
        heartbeats, so as small as the fleet; no job hash is read for it.
     10. `GET paused`: the moment the type was paused (a string), or nil while it runs.
+    11, 12. `LLEN queue:high`, `LLEN queue:low`: the jobs waiting at priority high and
+       low (queue/priority.py). Unlike the queue list, these lose an expired job's id
+       when it expires, so each length is its level's depth; normal's is the depth
+       less both.
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -61,6 +65,7 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
         ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
         ("HGETALL", keys.worker_jobs),
         ("GET", keys.paused),
+        *(("LLEN", level) for level in keys.level_queues),
     ]
 
 
@@ -83,18 +88,21 @@ class TypeReplies(NamedTuple):
     """HGETALL of worker id -> jobs in progress: flat (RESP2) or a dict (RESP3)."""
     paused: bool
     """Whether the type is paused (its pause key holds a value)."""
+    level_depths: tuple[Any, Any]
+    """Jobs waiting at priority high and low (integers)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
         """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
         An error reply of either part of the depth or the oldest job stands for both."""
         (waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived,
-         worker_jobs, paused) = replies  # fmt: skip
+         worker_jobs, paused, high, low) = replies  # fmt: skip
         depth = waiting
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
         return cls(depth, in_progress, delayed, dead, stats, heartbeats,
-                   _older(oldest, arrived), worker_jobs, paused is not None)  # fmt: skip
+                   _older(oldest, arrived), worker_jobs, paused is not None,
+                   (high, low))  # fmt: skip
 
 
 def _older(first: Any, second: Any) -> Any:

@@ -17,6 +17,15 @@ Queue (one set per agent type), prefix default "jobs":
                                      an id pushed without it has no job, and the worker
                                      that takes it drops and counts it; BLMOVE out from
                                      the right)
+    jobs:{type}:queue:high    LIST   ids of waiting jobs of priority "high", and
+    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py): pushed and taken
+                                     as the queue list is; `queue` holds the "normal"
+                                     ones. A high or low job enqueued while `queue` is
+                                     empty also pushes a wake marker (WAKE_MARKER) there,
+                                     one per job, so an idle worker's BLMOVE returns; the
+                                     claim drops the marker and takes by priority. Unlike
+                                     `queue`, their entries leave when the job expires,
+                                     so LLEN is the level's depth.
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
                                      for a job enqueued and not yet claimed: the cheap
                                      form of a waiting job (a hash field, not a key and a
@@ -140,11 +149,13 @@ __all__ = [
     "LATENCY_SUM_FIELD",
     "MAX_ERROR_CLASSES",
     "OTHER_ERROR_CLASS",
+    "PRIORITY_LEVELS",
     "QUEUE_PREFIX",
     "SHARED_OWNER_BUCKET",
     "STATS_COUNTERS",
     "STATS_HISTOGRAMS",
     "STORE_PREFIX",
+    "WAKE_MARKER",
     "QueueKeys",
     "StoreKeys",
     "completion_channel",
@@ -191,6 +202,14 @@ MAX_ERROR_CLASSES = 20
 
 COMPLETION_PATTERN = "agent:*:completed"
 
+PRIORITY_LEVELS = ("high", "normal", "low")
+"""The priority levels, highest first (queue/priority.py); "normal" is the default and
+waits on the `queue` list itself, the others on `queue:<level>`."""
+
+WAKE_MARKER = "^wake"
+"""What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
+worker: never a job id (those start with a letter or digit)."""
+
 # The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
@@ -201,6 +220,8 @@ ARRIVAL_BUCKET_MS = 1_000
 
 _QUEUE_KEY_TYPES = {
     "queue": "list",
+    "queue:high": "list",
+    "queue:low": "list",
     "queued": "hash",
     "waiting": "zset",
     "arrivals": "zset",
@@ -343,6 +364,15 @@ class QueueKeys:
     @property
     def queue(self) -> str:
         return f"{self.base}:queue"
+
+    def level_queue(self, priority: str) -> str:
+        """The list the jobs of `priority` wait on (PRIORITY_LEVELS): `queue` for normal."""
+        return self.queue if priority == "normal" else f"{self.base}:queue:{priority}"
+
+    @property
+    def level_queues(self) -> tuple[str, str]:
+        """The high and low lists, in that order (the keys the scripts append)."""
+        return (f"{self.base}:queue:high", f"{self.base}:queue:low")
 
     @property
     def queued(self) -> str:

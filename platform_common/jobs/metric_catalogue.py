@@ -39,6 +39,8 @@ length (label_values.MAX_LABEL_VALUE_BYTES)."""
 MAX_WORKERS_PER_TYPE = 50
 """Workers per agent type with a series of their own: the stalest heartbeats, the ones
 on-call looks for (a bounded label whatever the fleet's size)."""
+PRIORITY = "priority"
+"""A priority level (queue/priority.py): three values, never more."""
 NODE = "node"
 """A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
 POLICY = "policy"
@@ -82,6 +84,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
     # What on-call needs beside them.
     _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
+    _m("depth_by_priority", "queue_depth_by_priority", "gauge", "Jobs waiting to be taken, by priority level (high, normal, low): a breakdown of queue_depth, which stays the total that autoscaling and alerts read.", "short", (AGENT_TYPE, PRIORITY)),
     _m("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting in the delayed sorted set: retries for their backoff, scheduled jobs for their time.", "short"),
     _m("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
     _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),

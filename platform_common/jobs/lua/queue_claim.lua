@@ -22,6 +22,18 @@
 --   to send again: a replay whose first run took jobs takes none, writes nothing and
 --   hands back each job still held with its token. It expires after a lease; the
 --   worker's next take deletes its previous one (so one is kept per worker).
+-- Levels (queue/priority.py), optional: the last two KEYS, after all the above, are the
+--   high and low lists. Without them the claim takes from the queue list alone, as before
+--   levels existed. With them:
+--   - a take fills its slots from the highest level with jobs waiting (high, normal, low),
+--     except its fair turns: the job numbered k (the type's `started` count before the
+--     call, plus its slot) comes from the lowest level with jobs waiting when
+--     k % 10 == 0, and from the level below the highest one with jobs waiting when
+--     k % 10 == 5 (queue/priority.py FAIR_TURN);
+--   - given jobs (take 0) while a high or low job waits are put back as a pause puts them
+--     back, and the reply is {"levels"} alone: the worker takes (take > 0) at once.
+--   A wake marker (keys.py WAKE_MARKER, pushed by a high or low enqueue to wake an idle
+--   worker) met on the queue list or given is dropped, never claimed.
 -- A job still packed in the queued hash (queue/envelope.py: enqueued, never claimed) is
 -- unpacked into its job hash here, and leaves the queued hash and its arrival second;
 -- any other job (a retry, a released or requeued one, one of the previous layout)
@@ -60,6 +72,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include levels
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -139,22 +152,49 @@ local paused = redis.pcall('GET', KEYS[10])
 if failed(paused) then
     return wrong_type(10, 'string') or paused
 end
+-- Levels: the high and low lists when passed (the last two KEYS), their lengths read
+-- here (the read doubling as their type check).
+local fixed_keys = take > 0 and 12 or 10 + (#ARGV - 5)
+local levels = nil  -- {{key, length} of high, of normal, of low}
+local level_waiting = 0
+if #KEYS >= fixed_keys + 2 then
+    levels = {}
+    for l, at in ipairs({fixed_keys + 1, 5, fixed_keys + 2}) do
+        local length = left
+        if at ~= 5 then
+            length = redis.pcall('LLEN', KEYS[at])
+            if failed(length) then
+                return wrong_type(at, 'list') or length
+            end
+            level_waiting = level_waiting + length
+        end
+        levels[l] = {KEYS[at], length}
+    end
+end
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
 -- the queue list, read here and moved below, after the checks.
 local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
+local given_at = {}   -- job i's position in KEYS, when given
+local markers = 0     -- wake markers given: dropped from processing
+local windows = {}    -- taken: {list, entries tail first} per list taken from
 -- The refusal of job i's key: by its position in KEYS when given, else by its name
 -- ("CORRUPT 0 <key> <problem>": a key taken here is in no KEYS).
 local function job_refusal(i)
     if take == 0 then
-        return wrong_type(9 + 2 * i, 'hash')
+        return wrong_type(given_at[i], 'hash')
     end
     return redis.error_reply('CORRUPT 0 ' .. job_keys[i] .. ' holds a '
         .. redis.call('TYPE', job_keys[i]).ok .. ', where the queue keeps a hash')
 end
 if take == 0 then
     for i = 1, (#ARGV - 5) / 2 do
-        ids[i], tokens[i] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
-        job_keys[i], result_keys[i] = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
+        if ARGV[4 + 2 * i] == WAKE_MARKER then
+            markers = markers + 1
+        else
+            local k = #ids + 1
+            ids[k], tokens[k] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+            job_keys[k], result_keys[k], given_at[k] = KEYS[9 + 2 * i], KEYS[10 + 2 * i], 9 + 2 * i
+        end
     end
 else
     -- A replay of this very call (its reply was lost, the call was sent again): the
@@ -164,10 +204,86 @@ else
         for job_id in string.gmatch(taken, '[^\n]+') do
             ids[#ids + 1] = job_id
         end
-    else
+    elseif not levels or level_waiting == 0 then
         local tail = redis.call('LRANGE', KEYS[5], -take, -1)
+        local entries = {}
         for i = #tail, 1, -1 do
-            ids[#ids + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+            entries[#entries + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+            if tail[i] ~= WAKE_MARKER then
+                ids[#ids + 1] = tail[i]
+            end
+        end
+        windows[1] = {KEYS[5], entries}
+    else
+        -- Levels: each waiting level's window off its tail (at most `take` entries), then
+        -- slot by slot the level it takes from (see the header) and that level's next
+        -- job; a wake marker met on the way is dropped and takes no slot.
+        local started_before = tonumber(counters[1] or '0')
+        local entries, used = {}, {}
+        for l = 1, 3 do
+            -- (Read on past wake markers, a chunk of `take` at a time, until the window
+            -- holds `take` jobs or the list ends: markers wait at the queue list's tail.)
+            entries[l], used[l] = {}, 0
+            local read, jobs = 0, 0
+            while jobs < take and read < levels[l][2] do
+                local tail = redis.call('LRANGE', levels[l][1], -(read + take), -(read + 1))
+                read = read + take
+                for i = #tail, 1, -1 do
+                    entries[l][#entries[l] + 1] = tail[i]
+                    if tail[i] ~= WAKE_MARKER then
+                        jobs = jobs + 1
+                    end
+                end
+            end
+        end
+        -- The next job of level l: its window's next entry past any marker, or nil.
+        local function next_job(l)
+            while used[l] < #entries[l] do
+                used[l] = used[l] + 1
+                if entries[l][used[l]] ~= WAKE_MARKER then
+                    return entries[l][used[l]]
+                end
+            end
+            return nil
+        end
+        local ahead = {}  -- the next job of each level, read ahead
+        for l = 1, 3 do
+            ahead[l] = next_job(l)
+        end
+        for slot = 1, take do
+            local waiting = {}
+            for l = 1, 3 do
+                if ahead[l] then
+                    waiting[#waiting + 1] = l
+                end
+            end
+            if #waiting == 0 then
+                break
+            end
+            local turn = (started_before + slot) % 10
+            local l = waiting[1]
+            if turn == 0 then
+                l = waiting[#waiting]
+            elseif turn == 5 and #waiting > 1 then
+                l = waiting[2]
+            end
+            ids[#ids + 1] = ahead[l]
+            ahead[l] = next_job(l)
+        end
+        for l = 1, 3 do
+            -- What was read ahead and not taken stays: only the entries up to each level's
+            -- last job taken (and the markers before it) are moved or dropped below.
+            local consumed = used[l]
+            if ahead[l] then
+                consumed = consumed - 1
+            end
+            if consumed > 0 then
+                local window = {}
+                for i = 1, consumed do
+                    window[i] = entries[l][i]
+                end
+                windows[#windows + 1] = {levels[l][1], window}
+            end
         end
     end
     for i, job_id in ipairs(ids) do
@@ -175,7 +291,7 @@ else
     end
     if taken then
         -- Nothing is written: each job still held with its token is handed back again.
-        out[1] = left
+        out[1] = left + level_waiting
         for i, job_id in ipairs(ids) do
             local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
                 'attempts', 'max_attempts', 'payload', 'trace_context')
@@ -194,11 +310,35 @@ if paused then
             redis.call('LREM', KEYS[1], 1, ids[i])
             redis.call('RPUSH', KEYS[5], ids[i])
         end
+        for _ = 1, markers do  -- (a wake marker goes back too: it wakes a worker again)
+            redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+            redis.call('RPUSH', KEYS[5], WAKE_MARKER)
+        end
     end
     return {'paused'}
 end
+-- Levels: a wake marker given is dropped (it did its work: this worker is awake).
+for _ = 1, markers do
+    redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+end
+-- Levels: given jobs while a high or low job waits go back, and the worker takes.
+if take == 0 and level_waiting > 0 then
+    for i = n, 1, -1 do
+        redis.call('LREM', KEYS[1], 1, ids[i])
+        redis.call('RPUSH', KEYS[5], ids[i])
+    end
+    return {'levels'}
+end
 if n == 0 then
-    out[1] = left
+    -- (Taken: only wake markers were met on the lists' tails, dropped here.)
+    local dropped = 0
+    for _, window in ipairs(windows) do
+        for _ = 1, #window[2] do
+            redis.call('LREM', window[1], -1, WAKE_MARKER)
+            dropped = dropped + 1
+        end
+    end
+    out[1] = left + level_waiting - dropped
     return out
 end
 local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
@@ -218,6 +358,10 @@ for i = 1, n do
         -- (enq, of a value that does not parse: it still leaves its arrival second if
         -- its first field reads)
         local job, enq = unpack_packed(value)
+        local level_field = nil
+        if job and job.level then  -- Levels: its job hash keeps it, for its retries
+            level_field = job.level == 'h' and 'high' or 'low'
+        end
         if not job then
             job = {problem = 'stored packed job does not parse (queue/envelope.py)'}
             -- The job hash gets the whole value as its payload: nothing else parsed.
@@ -232,6 +376,10 @@ for i = 1, n do
             if trace ~= '' then
                 job.fields[#job.fields + 1] = 'trace_context'
                 job.fields[#job.fields + 1] = trace
+            end
+            if level_field then
+                job.fields[#job.fields + 1] = 'priority'
+                job.fields[#job.fields + 1] = level_field
             end
             if #exp > 15 or #ttl > 15 or #max > 15 or tonumber(ttl) == 0 or tonumber(max) == 0 then
                 job.problem = 'stored packed job holds an out-of-range number: ' .. shown(
@@ -334,11 +482,20 @@ end
 local function drop(job_id)
     redis.call('LREM', KEYS[1], 1, job_id)
 end
+local dropped = 0  -- wake markers taken off the queue list here
 if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
-    -- LMOVE would (a take of several with LTRIM is a command no worker may run).
-    for _ = 1, n do
-        redis.call('LMOVE', KEYS[5], KEYS[1], 'RIGHT', 'LEFT')
+    -- LMOVE would (a take of several with LTRIM is a command no worker may run); each
+    -- list's window tail first, a wake marker dropped where it stands (at the tail then).
+    for _, window in ipairs(windows) do
+        for _, entry in ipairs(window[2]) do
+            if entry == WAKE_MARKER then
+                redis.call('LREM', window[1], -1, WAKE_MARKER)
+                dropped = dropped + 1
+            else
+                redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
+            end
+        end
     end
 end
 local seen = {}
@@ -452,7 +609,7 @@ if take > 0 then
     if KEYS[12] ~= KEYS[11] then
         redis.call('HDEL', KEYS[12], 'ids')
     end
-    left = left - n
+    left = left + level_waiting - n - dropped
 end
 if #unqueued > 0 then
     redis.call('HDEL', KEYS[7], unpack(unqueued))

@@ -21,6 +21,7 @@ from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
 from .pausing import PauseState, read_pause, set_paused
+from .priority import Priority
 from .producer import Job, Producer
 from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
@@ -80,10 +81,16 @@ class JobQueue:
             return cls(await QueueConnection.open(settings), tracer_provider=tracer_provider)
 
     async def enqueue(
-        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: Priority | None = None,
     ) -> str:
-        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule)."""
-        return await self._producer.enqueue(job, delay=delay, run_at=run_at)
+        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule),
+        `priority` is "high", "normal" (the default) or "low" (queue.priority)."""
+        return await self._producer.enqueue(job, delay=delay, run_at=run_at, priority=priority)
 
     async def enqueue_many(
         self,
@@ -91,9 +98,13 @@ class JobQueue:
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
+        priority: Priority | Sequence[Priority | None] | None = None,
     ) -> list[str]:
-        """See Producer.enqueue_many; `delay` or `run_at` schedules every job."""
-        return await self._producer.enqueue_many(jobs, delay=delay, run_at=run_at)
+        """See Producer.enqueue_many; `delay` or `run_at` schedules every job, `priority`
+        is one level for all, or one per job."""
+        return await self._producer.enqueue_many(
+            jobs, delay=delay, run_at=run_at, priority=priority
+        )
 
     @property
     def trace_context_dropped(self) -> dict[str, int]:

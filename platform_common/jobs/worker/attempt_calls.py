@@ -74,6 +74,10 @@ class TypePaused(Exception):
 _PAUSED = b"paused"
 """The claim's reply while the type is paused (read undecoded)."""
 
+_LEVELS = b"levels"
+"""The claim's reply to given jobs while a high or low job waits: they went back to the
+queue, and the worker takes (queue_claim.lua, Levels)."""
+
 
 class AttemptCalls:
     """The fenced operations on one agent type's jobs."""
@@ -118,22 +122,27 @@ class AttemptCalls:
     ) -> tuple[int, list[Claim]]:
         """Start an attempt of each (job_id, token) just moved into processing.
 
-        Returns the queue length left and the claims that run; jobs past their TTL are
-        expired here (not started) and strays are dropped. `expired`, if given, gets
-        (job_id, trace_context) of each job expired, the creation context as stored
-        ("" if none), so the worker can log it under the producer's trace; `skipped`,
-        if given, the id of each stray dropped. TypePaused while the type is paused: the
-        jobs went back to the queue, none was claimed."""
+        Returns the queue length left (1 and no claims when the jobs went back because
+        a high or low job waits: then the worker takes) and the claims that run; jobs
+        past their TTL are expired here (not started) and strays are dropped.
+        `expired`, if given, gets (job_id, trace_context) of each job expired, the
+        creation context as stored ("" if none), so the worker can log it under the
+        producer's trace; `skipped`, if given, the id of each stray dropped.
+        TypePaused while the type is paused: the jobs went back to the queue, none was
+        claimed."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
+        script_keys += keys.level_queues  # Levels: the high and low lists, last
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
         if reply[0] == _PAUSED:
             raise TypePaused(keys.agent_type)
+        if reply[0] == _LEVELS:
+            return 1, []  # a high or low job waits: the worker's next fetch takes
         return int(reply[0]), _claims_of(reply, expired, skipped)
 
     async def take(
@@ -161,6 +170,7 @@ class AttemptCalls:
             *self._claim_keys,
             marker,
             self.take_marker(previous) if previous else marker,
+            *keys.level_queues,  # Levels: the high and low lists, last
         ]
         args: list[Any] = [
             self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, len(tokens),
@@ -269,7 +279,8 @@ class AttemptCalls:
         traceback = bounded(safe_text(traceback), MAX_TRACEBACK_LENGTH, keep_end=True)
         error_class = error_class or error_class_of(error, mode)
         return (
-            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed],
+            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed,
+             *keys.level_queues],
             [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention,
              error_class, MAX_ERROR_CLASSES],
         )  # fmt: skip

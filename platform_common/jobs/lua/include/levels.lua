@@ -1,0 +1,30 @@
+-- Priority levels (queue/priority.py): a job of level high or low waits on a list of its
+-- own, a normal one on the queue list. Its level is "h" or "l" in its packed header, and
+-- "high" or "low" in the `priority` field of its job hash (absent: normal).
+-- The list a job of job-hash priority `priority` waits on: `high` or `low` (keys, nil when
+-- the caller passed none: then every job goes to `normal`), else `normal`.
+local function level_list(priority, normal, high, low)
+    if priority == 'high' and high then
+        return high
+    elseif priority == 'low' and low then
+        return low
+    end
+    return normal
+end
+
+-- keys.py WAKE_MARKER: never a job id (those start with a letter or digit).
+local WAKE_MARKER = '^wake'
+
+-- Wake idle workers for `n` jobs just pushed on a level list: an idle worker blocks on
+-- the queue list (BLMOVE), so while that list is empty one wake marker per job goes on
+-- it (keys.py WAKE_MARKER). The claim drops a marker and takes by priority; a marker is
+-- never a job. While the list is not empty no worker blocks on it, and none is pushed.
+local function wake_idle(queue, n)
+    if n > 0 and redis.call('LLEN', queue) == 0 then
+        local markers = {}
+        for i = 1, n do
+            markers[i] = WAKE_MARKER
+        end
+        redis.call('LPUSH', queue, unpack(markers))
+    end
+end
