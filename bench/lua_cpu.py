@@ -111,13 +111,16 @@ def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
     return keys, args
 
 
-def take_call(token: str, previous: str, *, paused: bool = True) -> tuple[list[str], list[Any]]:
+def take_call(
+    token: str, previous: str, *, paused: bool = True, levels: bool = True
+) -> tuple[list[str], list[Any]]:
     """The take of one job; `paused`: the claim's keys include the pause key (a release
-    before pausing had none)."""
+    before pausing had none); `levels`: the priority levels' lists, last (as the worker
+    passes them; a release before priorities had none)."""
     keys = [
         KEYS.processing, KEYS.leases, KEYS.stats, KEYS.expiry, KEYS.queue, KEYS.waiting,
         KEYS.queued, KEYS.arrivals, KEYS.arrived, *([KEYS.paused] if paused else []),
-        KEYS.take(token), KEYS.take(previous),
+        KEYS.take(token), KEYS.take(previous), *(KEYS.level_queues if levels else ()),
     ]  # fmt: skip
     args: list[Any] = [LEASE_MS, "bench-worker", KEYS.channel, ARRIVAL_BUCKET_MS, 1]
     args += [KEYS.job(""), KEYS.result(""), token]
@@ -155,6 +158,7 @@ def measure(
         now_ms = int(sync_reply(client.time())[0]) * 1000
         tokens = [uuid.uuid4().hex for _ in range(calls)]
         paused = "paused" in variant.sources["queue_claim"]
+        levels = "WAKE_MARKER" in variant.sources["queue_claim"]
         phases[variant.name] = {
             "queue_enqueue": [
                 variant.command("queue_enqueue", *enqueue_call(f"job-{i}", now_ms))
@@ -162,7 +166,8 @@ def measure(
             ],
             "queue_claim": [
                 variant.command(
-                    "queue_claim", *take_call(token, tokens[i - 1] if i else token, paused=paused)
+                    "queue_claim",
+                    *take_call(token, tokens[i - 1] if i else token, paused=paused, levels=levels),
                 )
                 for i, token in enumerate(tokens)
             ],

@@ -407,7 +407,10 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiry"),
                     ),
                 ),
-                Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
+                Grant(
+                    ("llen",),
+                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
+                ),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
                 Grant(("hgetall", "hmget", "type"), (_queue("stats"),)),

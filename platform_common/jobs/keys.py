@@ -118,6 +118,9 @@ the transition; so they are exact across any number of processes):
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
     So enqueued == completed + failed + expired + jobs still live (queued, delayed,
     in progress), and failed >= dead_lettered.
+    leveled        jobs enqueued at priority high or low (queue/priority.py); not
+                   exported: the claim reads the levels' lists only once it is above 0,
+                   so a type that uses only "normal" pays no command for them.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
 Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace

@@ -353,3 +353,16 @@ async def test_a_scheduled_job_is_delayed_and_its_page_says_when_it_runs(
     page = await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")
     assert page.status_code == 200
     assert re.search(r"<dt>Scheduled for</dt><dd><time [^>]*>in \d+\.\ds</time>", page.text)
+
+
+async def test_the_overview_and_the_job_page_show_the_priority(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    high, low, normal = await queue.enqueue_many(
+        [make_job() for _ in range(3)], priority=["high", "low", None]
+    )
+    overview = (await client.get(f"{PREFIX}/")).text
+    assert 'list=waiting">3</a> <span class="levels">(high 1, low 1)</span>' in overview
+    for job_id, level in ((high, "high"), (low, "low"), (normal, "normal")):
+        page = (await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")).text
+        assert f"<dt>Priority</dt><dd>{level}</dd>" in page

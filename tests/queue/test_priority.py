@@ -193,10 +193,12 @@ async def test_an_expired_retry_leaves_its_level(env: Env) -> None:
 
 
 # -- bad input -------------------------------------------------------------------------
-BAD_LEVELS = ["urgent", "", "HIGH", " high", 1, 0, True, b"high", 2.5, {"high"}, object()]
+BAD_LEVELS = ["urgent", "", "HIGH", " high", 1, 0, True, b"high", 2.5, {"high"}, ["high", "low"]]
 
 
-@pytest.mark.parametrize("level", BAD_LEVELS, ids=repr)
+@pytest.mark.parametrize(
+    "level", BAD_LEVELS, ids=lambda level: f"{type(level).__name__}-{level!s:.10}"
+)
 async def test_a_level_that_is_not_one_is_refused(env: Env, level: object) -> None:
     before = await env.snapshot()
     with pytest.raises(InvalidPayload) as info:
@@ -235,9 +237,11 @@ async def test_every_script_refuses_a_level_list_of_another_type(
 ) -> None:
     """Enqueue at that level, the take and the claim of given jobs, the promoter, the fail
     of a running job and the expiry: CorruptQueueState naming the list, nothing written."""
-    level = "high" if key == HIGH else "low"
+    level, other = ("high", "low") if key == HIGH else ("low", "high")
     retry = await env.due_retry()
     running = await env.running()
+    await enqueue(env, other)  # the type uses levels: the claim reads their lists
+    await env.raw.lrem(DINING.queue, 0, WAKE_MARKER)  # (its wake marker: not needed here)
     normal = await enqueue(env, None)
     await env.raw.hset(DINING.job(retry), "priority", level)
     await env.plant(key, kind)
@@ -249,6 +253,31 @@ async def test_every_script_refuses_a_level_list_of_another_type(
     await refused(env, lambda: env.leases.fail(running.job_id, running.token, "x"), key)
     await env.raw.zadd(DINING.expiry, {retry: 1})
     await refused(env, lambda: env.queue.cleanup("dining"), key)
+
+
+async def test_a_type_that_never_used_levels_does_not_read_their_lists(env: Env) -> None:
+    """The stats field `leveled` (jobs ever enqueued at high or low) stays absent, and the
+    claim reads no level list: a normal take costs what it did before levels."""
+    await env.plant(HIGH, "string")
+    normal = await enqueue(env, None)
+    assert await take(env, 2) == [normal]
+    assert await env.counter("leveled") is None
+    await env.raw.delete(HIGH)
+    await enqueue(env, "low")
+    assert await env.counter("leveled") == "1"
+
+
+@pytest.mark.parametrize("value", faults.NOT_INTEGERS)
+@pytest.mark.parametrize("scheduled", [False, True], ids=["now", "scheduled"])
+async def test_enqueue_at_a_level_refuses_a_leveled_count_that_is_not_one(
+    env: Env, value: str, scheduled: bool
+) -> None:
+    await env.raw.hset(DINING.stats, "leveled", value)
+    delay = 30 if scheduled else None
+    await refused(
+        env, lambda: env.queue.enqueue(make_job(), priority="low", delay=delay), DINING.stats
+    )
+    await enqueue(env, None)  # a normal enqueue does not read it
 
 
 # -- a worker end to end ---------------------------------------------------------------

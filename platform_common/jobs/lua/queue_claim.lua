@@ -72,7 +72,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
--- @include levels
+-- @include wake_marker
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -136,7 +136,8 @@ local left = redis.pcall('LLEN', KEYS[5])
 if failed(left) then
     return wrong_type(5, 'list') or left
 end
-local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired')
+-- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
+local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled')
 if failed(counters) then
     return wrong_type(3, 'hash') or counters
 end
@@ -152,12 +153,14 @@ local paused = redis.pcall('GET', KEYS[10])
 if failed(paused) then
     return wrong_type(10, 'string') or paused
 end
--- Levels: the high and low lists when passed (the last two KEYS), their lengths read
--- here (the read doubling as their type check).
+-- Levels: the high and low lists when passed (the last two KEYS), read only once the
+-- type has ever had a job enqueued at either (the stats field `leveled`, which the
+-- HMGET above read anyway): a type that uses only normal pays no command for them.
+-- Their lengths are read then (the read doubling as their type check).
 local fixed_keys = take > 0 and 12 or 10 + (#ARGV - 5)
 local levels = nil  -- {{key, length} of high, of normal, of low}
 local level_waiting = 0
-if #KEYS >= fixed_keys + 2 then
+if #KEYS >= fixed_keys + 2 and counters[3] and counters[3] ~= '0' then
     levels = {}
     for l, at in ipairs({fixed_keys + 1, 5, fixed_keys + 2}) do
         local length = left
@@ -174,9 +177,12 @@ end
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
 -- the queue list, read here and moved below, after the checks.
 local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
-local given_at = {}   -- job i's position in KEYS, when given
+local given_at = take == 0 and {} or nil  -- job i's position in KEYS, when given
 local markers = 0     -- wake markers given: dropped from processing
-local windows = {}    -- taken: {list, entries tail first} per list taken from
+-- Taken: {list, entries tail first} per list taken from, when levels or wake markers
+-- are met; nil for the usual take, the oldest `take` of the queue list (moved by as
+-- many LMOVEs).
+local windows = nil
 -- The refusal of job i's key: by its position in KEYS when given, else by its name
 -- ("CORRUPT 0 <key> <problem>": a key taken here is in no KEYS).
 local function job_refusal(i)
@@ -206,20 +212,28 @@ else
         end
     elseif not levels or level_waiting == 0 then
         local tail = redis.call('LRANGE', KEYS[5], -take, -1)
-        local entries = {}
+        local marked = false
         for i = #tail, 1, -1 do
-            entries[#entries + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
             if tail[i] ~= WAKE_MARKER then
-                ids[#ids + 1] = tail[i]
+                ids[#ids + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+            else
+                marked = true
             end
         end
-        windows[1] = {KEYS[5], entries}
+        if marked then  -- (wake markers among them: each dropped where it stands)
+            local entries = {}
+            for i = #tail, 1, -1 do
+                entries[#entries + 1] = tail[i]
+            end
+            windows = {{KEYS[5], entries}}
+        end
     else
         -- Levels: each waiting level's window off its tail (at most `take` entries), then
         -- slot by slot the level it takes from (see the header) and that level's next
         -- job; a wake marker met on the way is dropped and takes no slot.
         local started_before = tonumber(counters[1] or '0')
         local entries, used = {}, {}
+        windows = {}
         for l = 1, 3 do
             -- (Read on past wake markers, a chunk of `take` at a time, until the window
             -- holds `take` jobs or the list ends: markers wait at the queue list's tail.)
@@ -332,7 +346,7 @@ end
 if n == 0 then
     -- (Taken: only wake markers were met on the lists' tails, dropped here.)
     local dropped = 0
-    for _, window in ipairs(windows) do
+    for _, window in ipairs(windows or {}) do
         for _ = 1, #window[2] do
             redis.call('LREM', window[1], -1, WAKE_MARKER)
             dropped = dropped + 1
@@ -487,13 +501,19 @@ if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
     -- LMOVE would (a take of several with LTRIM is a command no worker may run); each
     -- list's window tail first, a wake marker dropped where it stands (at the tail then).
-    for _, window in ipairs(windows) do
-        for _, entry in ipairs(window[2]) do
-            if entry == WAKE_MARKER then
-                redis.call('LREM', window[1], -1, WAKE_MARKER)
-                dropped = dropped + 1
-            else
-                redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
+    if not windows then
+        for _ = 1, n do
+            redis.call('LMOVE', KEYS[5], KEYS[1], 'RIGHT', 'LEFT')
+        end
+    else
+        for _, window in ipairs(windows) do
+            for _, entry in ipairs(window[2]) do
+                if entry == WAKE_MARKER then
+                    redis.call('LREM', window[1], -1, WAKE_MARKER)
+                    dropped = dropped + 1
+                else
+                    redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
+                end
             end
         end
     end

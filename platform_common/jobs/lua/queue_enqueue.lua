@@ -45,8 +45,9 @@
 -- its level's list (KEYS[10+3n]) instead of the queue list, its header ends in ",h" or
 -- ",l" (never in deadline order: it gets its expiry bucket entry), and, while the queue
 -- list is empty, a wake marker per job goes there (include/levels.lua). A scheduled one
--- keeps its level in its job hash (`priority`). A normal call reads and writes nothing
--- more than before levels existed.
+-- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
+-- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
+-- normal call reads and writes nothing more than before levels existed.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -141,6 +142,19 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
+-- Levels: the stats field `leveled` must take this call's HINCRBY (checked before the
+-- first write; its hash's type is checked by the first write itself).
+local function leveled_problem()
+    local value = redis.pcall('HGET', KEYS[2], 'leveled')
+    if type(value) == 'table' then
+        return wrong_type(2, 'hash') or value
+    end
+    if value and not count(value) then
+        return corrupt(2, 'field leveled is not an integer: ' .. shown(value))
+    end
+    return nil
+end
+
 -- Scheduled: job hashes in the delayed and expiry sets (see the header).
 if schedule and schedule ~= '' then
     local kind, amount = string.sub(schedule, 1, 1), int(string.sub(schedule, 2))
@@ -175,6 +189,7 @@ if schedule and schedule ~= '' then
     end
     local delayed, expiry = 8 + 3 * n, 9 + 3 * n
     local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
+        or (level and leveled_problem())
     if problem then
         return problem
     end
@@ -191,6 +206,9 @@ if schedule and schedule ~= '' then
             return wrong_type(2, 'hash') or counted
         end
         return counted  -- Redis at maxmemory (OOM), or another refusal: as Redis said it
+    end
+    if level then
+        redis.call('HINCRBY', KEYS[2], 'leveled', #jobs)  -- checked above
     end
     local now_text, due_text = string.format('%d', now), string.format('%d', due)
     local dues, deadlines = {}, {}
@@ -318,6 +336,7 @@ end
 if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
+problem = problem or (level and leveled_problem())
 if problem then
     return problem
 end
@@ -363,6 +382,9 @@ local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', written)
 if type(counted) == 'table' then
     undo_arrival()
     return corrupt(2, 'field enqueued: ' .. counted.err)
+end
+if level then
+    redis.call('HINCRBY', KEYS[2], 'leveled', written)  -- checked above
 end
 redis.call('HSET', KEYS[3], unpack(packed))
 if new_mark then

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,6 +42,9 @@ class QueueStats:
     counters: dict[str, int]
     """Every keys.STATS_COUNTERS field (0 when never incremented), plus latency_count."""
     latency_sum: float
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    """`queued` by priority level (queue.priority): "high" and "low" are their lists'
+    lengths (an expired job leaves its level's list), "normal" the rest."""
 
 
 class JobQueue:
@@ -173,14 +176,18 @@ class JobQueue:
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.hgetall(keys.stats)
+        for level in keys.level_queues:
+            pipe.llen(level)
         with backend_errors(self.settings.redis):
-            packed, requeued, in_progress, delayed, dead, raw = await pipe.execute()
+            packed, requeued, in_progress, delayed, dead, raw, high, low = await pipe.execute()
         queued = packed + requeued
+        by_priority = {"high": high, "normal": max(0, queued - high - low), "low": low}
         counters = {name: int(raw.get(name, 0)) for name in STATS_COUNTERS}
         counters[LATENCY_COUNT_FIELD] = int(raw.get(LATENCY_COUNT_FIELD, 0))
         return QueueStats(
-            queued, in_progress, delayed, dead, counters, float(raw.get(LATENCY_SUM_FIELD, 0))
-        )
+            queued, in_progress, delayed, dead, counters, float(raw.get(LATENCY_SUM_FIELD, 0)),
+            by_priority,
+        )  # fmt: skip
 
     async def get_record(self, agent_type: str, job_id: str) -> JobRecord | None:
         """A queue job seen as a JobRecord (the JobStore's shape), or None if unknown.

@@ -12,8 +12,7 @@ local function level_list(priority, normal, high, low)
     return normal
 end
 
--- keys.py WAKE_MARKER: never a job id (those start with a letter or digit).
-local WAKE_MARKER = '^wake'
+-- @include wake_marker
 
 -- Wake idle workers for `n` jobs just pushed on a level list: an idle worker blocks on
 -- the queue list (BLMOVE), so while that list is empty one wake marker per job goes on

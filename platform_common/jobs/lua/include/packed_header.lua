@@ -14,10 +14,6 @@ local function unpack_packed(value)
     if not enq or (order ~= '' and order ~= ',o' and order ~= ',h' and order ~= ',l') then
         return nil, string.match(value, '^(%d+),')
     end
-    local level = nil
-    if order == ',h' or order == ',l' then
-        level = string.sub(order, 2)
-    end
     return {enq, exp, ttl, max, nonce, trace, string.sub(value, at), ordered = order == ',o',
-        level = level}
+        level = (order == ',h' and 'h') or (order == ',l' and 'l') or nil}
 end
