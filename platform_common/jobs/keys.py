@@ -22,8 +22,10 @@ Queue (one set per agent type), prefix default "jobs":
                                      as the queue list is; `queue` holds the "normal"
                                      ones. A high or low job enqueued while `queue` is
                                      empty also pushes a wake marker (WAKE_MARKER) there,
-                                     one per job, so an idle worker's BLMOVE returns; the
-                                     claim drops the marker and takes by priority. Unlike
+                                     so an idle worker's BLMOVE returns; the claim drops
+                                     the marker and takes by priority, and pushes one
+                                     again while level jobs wait and `queue` is empty (the
+                                     next idle worker wakes): at most one waits. Unlike
                                      `queue`, their entries leave when the job expires,
                                      so LLEN is the level's depth.
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),

@@ -105,13 +105,18 @@ async def test_a_wake_marker_wakes_an_idle_worker_and_is_never_claimed(env: Env)
     """A high job into an empty queue list pushes a marker there (an idle worker's BLMOVE
     returns it); given, it is dropped and the worker takes the high job."""
     high = [await enqueue(env, "high") for _ in range(2)]
-    # One marker per job of the first call; the second found the list not empty.
+    # A marker for the first call; the second found the list not empty.
     assert await env.raw.lrange(DINING.queue, 0, -1) == [WAKE_MARKER]
     woke = await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
     assert woke == WAKE_MARKER
     assert await env.leases.claim("worker-1", [(woke, "t-1")]) == (1, [])
     assert await env.raw.llen(DINING.processing) == 0
-    assert await take(env, 4) == high
+    # A take that leaves high jobs waiting, the queue list empty, wakes the next worker.
+    assert await take(env, 1, "w") == high[:1]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [WAKE_MARKER]
+    await env.raw.delete(DINING.queue)
+    assert await take(env, 4) == high[1:]
+    assert await env.raw.llen(DINING.queue) == 0  # none left waiting: no marker
     # A marker met by a take is dropped too; nothing is left anywhere.
     await env.raw.lpush(DINING.queue, WAKE_MARKER)
     normal = await enqueue(env, None)
@@ -151,6 +156,17 @@ async def test_a_retry_a_release_and_a_requeue_keep_the_level(env: Env) -> None:
     await env.leases.fail(third, "x-0", "boom", mode="corrupt")  # dead-lettered now
     assert await env.queue.dead_letters.requeue("dining", [job_id]) == [job_id]
     assert await env.raw.lrange(LOW, 0, -1) == [job_id]
+
+
+async def test_a_scheduled_job_is_queued_at_its_level(env: Env) -> None:
+    job_id = await env.queue.enqueue(make_job(), delay=30, priority="high")
+    assert await env.raw.hget(DINING.job(job_id), "priority") == "high"
+    assert await env.counter("leveled") == "1"
+    await env.raw.zadd(DINING.delayed, {job_id: 0}, xx=True)  # due now
+    assert await env.chores.promote() == 1
+    assert await env.raw.lrange(HIGH, 0, -1) == [job_id]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [WAKE_MARKER]  # an idle worker wakes
+    assert await take(env, 1) == [job_id]
 
 
 # -- pause -----------------------------------------------------------------------------
@@ -236,9 +252,11 @@ async def test_every_script_refuses_a_level_list_of_another_type(
     env: Env, key: str, kind: str
 ) -> None:
     """Enqueue at that level, the take and the claim of given jobs, the promoter, the fail
-    of a running job and the expiry: CorruptQueueState naming the list, nothing written."""
+    of a running job, both expiries and a dead-letter requeue: CorruptQueueState naming
+    the list, nothing written."""
     level, other = ("high", "low") if key == HIGH else ("low", "high")
     retry = await env.due_retry()
+    dead = await env.dead()
     running = await env.running()
     await enqueue(env, other)  # the type uses levels: the claim reads their lists
     await env.raw.lrem(DINING.queue, 0, WAKE_MARKER)  # (its wake marker: not needed here)
@@ -253,6 +271,13 @@ async def test_every_script_refuses_a_level_list_of_another_type(
     await refused(env, lambda: env.leases.fail(running.job_id, running.token, "x"), key)
     await env.raw.zadd(DINING.expiry, {retry: 1})
     await refused(env, lambda: env.queue.cleanup("dining"), key)
+    await env.raw.zrem(DINING.expiry, retry)
+    # The bucket expiry of a waiting job (its expiry bucket wholly past)...
+    waiting = await enqueue(env, other)
+    await make_packed_due(env.raw, DINING, [waiting])
+    await refused(env, lambda: env.queue.cleanup("dining"), key)
+    # ...and a dead-letter requeue.
+    await refused(env, lambda: env.queue.dead_letters.requeue("dining", [dead]), key)
 
 
 async def test_a_type_that_never_used_levels_does_not_read_their_lists(env: Env) -> None:

@@ -33,7 +33,9 @@
 --   - given jobs (take 0) while a high or low job waits are put back as a pause puts them
 --     back, and the reply is {"levels"} alone: the worker takes (take > 0) at once.
 --   A wake marker (keys.py WAKE_MARKER, pushed by a high or low enqueue to wake an idle
---   worker) met on the queue list or given is dropped, never claimed.
+--   worker) met on the queue list or given is dropped, never claimed; a take that leaves
+--   high or low jobs waiting pushes one if the queue list is left empty (include/levels:
+--   the next idle worker wakes).
 -- A job still packed in the queued hash (queue/envelope.py: enqueued, never claimed) is
 -- unpacked into its job hash here, and leaves the queued hash and its arrival second;
 -- any other job (a retry, a released or requeued one, one of the previous layout)
@@ -72,7 +74,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
--- @include wake_marker
+-- @include levels
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -265,21 +267,27 @@ else
             ahead[l] = next_job(l)
         end
         for slot = 1, take do
-            local waiting = {}
+            -- The highest level with a job waiting, the next one below it, the lowest.
+            local first, second, last = nil, nil, nil
             for l = 1, 3 do
                 if ahead[l] then
-                    waiting[#waiting + 1] = l
+                    if not first then
+                        first = l
+                    elseif not second then
+                        second = l
+                    end
+                    last = l
                 end
             end
-            if #waiting == 0 then
+            if not first then
                 break
             end
             local turn = (started_before + slot) % 10
-            local l = waiting[1]
+            local l = first
             if turn == 0 then
-                l = waiting[#waiting]
-            elseif turn == 5 and #waiting > 1 then
-                l = waiting[2]
+                l = last
+            elseif turn == 5 and second then
+                l = second
             end
             ids[#ids + 1] = ahead[l]
             ahead[l] = next_job(l)
@@ -497,6 +505,7 @@ local function drop(job_id)
     redis.call('LREM', KEYS[1], 1, job_id)
 end
 local dropped = 0  -- wake markers taken off the queue list here
+local from_levels = 0  -- jobs taken off the high and low lists here
 if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
     -- LMOVE would (a take of several with LTRIM is a command no worker may run); each
@@ -513,9 +522,16 @@ if take > 0 then
                     dropped = dropped + 1
                 else
                     redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
+                    if window[1] ~= KEYS[5] then
+                        from_levels = from_levels + 1
+                    end
                 end
             end
         end
+    end
+    -- Levels: high or low jobs still waiting wake the next idle worker (see the header).
+    if level_waiting > from_levels then
+        wake_idle(KEYS[5], 1)
     end
 end
 local seen = {}

@@ -44,7 +44,7 @@
 -- Levels: a high or low job is written as a normal one is, except that its id goes on
 -- its level's list (KEYS[10+3n]) instead of the queue list, its header ends in ",h" or
 -- ",l" (never in deadline order: it gets its expiry bucket entry), and, while the queue
--- list is empty, a wake marker per job goes there (include/levels.lua). A scheduled one
+-- list is empty, a wake marker goes there (include/levels.lua). A scheduled one
 -- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
 -- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
 -- normal call reads and writes nothing more than before levels existed.
@@ -398,8 +398,8 @@ for b = 1, #buckets do
     end
 end
 if level_key then
-    -- Levels: the ids on their level's list; a wake marker each while the queue list
-    -- is empty (an idle worker blocks there).
+    -- Levels: the ids on their level's list; a wake marker while the queue list is
+    -- empty (an idle worker blocks there).
     redis.call('LPUSH', KEYS[level_key], unpack(pushed))
     wake_idle(KEYS[1], written)
     return {'ok', written}

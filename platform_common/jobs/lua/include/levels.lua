@@ -14,16 +14,15 @@ end
 
 -- @include wake_marker
 
--- Wake idle workers for `n` jobs just pushed on a level list: an idle worker blocks on
--- the queue list (BLMOVE), so while that list is empty one wake marker per job goes on
--- it (keys.py WAKE_MARKER). The claim drops a marker and takes by priority; a marker is
--- never a job. While the list is not empty no worker blocks on it, and none is pushed.
+-- Wake an idle worker for `n` jobs just pushed on a level list: an idle worker blocks on
+-- the queue list (BLMOVE), so while that list is empty a wake marker (keys.py
+-- WAKE_MARKER) goes on it. The claim drops a marker and takes by priority, and a take
+-- that leaves high or low jobs waiting calls this again: the worker it wakes takes and
+-- wakes the next, so one marker wakes as many idle workers as there are jobs for, and
+-- no more than one ever waits. While the list is not empty no worker blocks on it, and
+-- none is pushed.
 local function wake_idle(queue, n)
     if n > 0 and redis.call('LLEN', queue) == 0 then
-        local markers = {}
-        for i = 1, n do
-            markers[i] = WAKE_MARKER
-        end
-        redis.call('LPUSH', queue, unpack(markers))
+        redis.call('LPUSH', queue, WAKE_MARKER)
     end
 end
