@@ -314,7 +314,7 @@ async def test_an_idle_worker_wakes_for_a_high_job_and_runs_the_levels_in_order(
     returns empty: only the wake marker there can start the high job. Then a backlog
     runs high first, low last."""
     ran = RanJobs()
-    settings = fast_settings(redis_url, block_timeout=4.0)
+    settings = fast_settings(redis_url, block_timeout=1.0)
     async with running_worker(settings, ran, concurrency=1):
         first = await enqueue(env, "high")
         await eventually(lambda: env.queue.get_result(first, "dining"))
