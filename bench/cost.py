@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.cost [--jobs 50000] [--sizes 200,512,2048,16384]
         [--concurrency 32] [--rounds 5] [--enqueue-rounds R] [--write-docs]
+    .venv/bin/python -m bench.cost --levels [--jobs N] [--rounds R]
+
+--levels measures only the drain with priority levels (bench/cost_levels.py): three
+levels in use against one, side by side; exits 1 past its target.
 
 Starts its own redis-server (no persistence) and, in one run, with N jobs per
 measurement (FLUSHALL between measurements, memory read once other clients are gone and
@@ -54,6 +58,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bench.cost_levels import LEVELS_TARGET, measure_levels, render_levels
 from bench.cost_probes import RedisProbe, WorkerDrain, drain_with_worker, stats_delta
 from bench.cost_readings import BATCH, CostReport, CpuCost, MemoryCost, Reading, Rounds
 from bench.cost_report import DOCS, render, targets, write_docs
@@ -452,7 +457,24 @@ def main(argv: list[str] | None = None) -> int:
         "--write-docs", action="store_true",
         help=f"rewrite the cost table between the markers of {DOCS.name}",
     )  # fmt: skip
+    parser.add_argument(
+        "--levels", action="store_true",
+        help="only the drain on three priority levels against one (bench/cost_levels.py)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.levels:
+        with RedisServer() as server:
+            probe = RedisProbe(server.url)
+            try:
+                cost = measure_levels(
+                    probe, payload_jobs(args.jobs, CPU_SIZE), agent_type=AGENT_TYPE,
+                    handler=NOOP_HANDLER, concurrency=args.concurrency, rounds=args.rounds,
+                    progress=_progress,
+                )  # fmt: skip
+            finally:
+                probe.close()
+        print(render_levels(cost))
+        return 0 if cost.ratio() <= LEVELS_TARGET else 1
     if args.enqueue_rounds is None:
         args.enqueue_rounds = args.rounds
     if min(args.jobs, args.concurrency, args.rounds, args.enqueue_rounds) < 1:

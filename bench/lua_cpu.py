@@ -132,16 +132,18 @@ def complete_call(job_id: str, token: str) -> tuple[list[str], list[Any]]:
     return keys, [*args, job_id, token, '{"ok":true}']
 
 
-def take_call(token: str, previous: str, *, paused: bool = True) -> tuple[list[str], list[Any]]:
+def take_call(
+    token: str, previous: str, *, paused: bool = True, levels: bool = True
+) -> tuple[list[str], list[Any]]:
     """The take of one job; `paused`: the claim's keys include the pause key (a release
-    before pausing had none). The type has no limits."""
+    before pausing had none); `levels`: the priority levels' lists and then the limits'
+    keys, last (as the worker passes them; a release before priorities had none). The
+    type has no limits set: this is the FIFO path a type without limits takes."""
     keys = [
         KEYS.processing, KEYS.leases, KEYS.stats, KEYS.expiry, KEYS.queue, KEYS.waiting,
         KEYS.queued, KEYS.arrivals, KEYS.arrived, *([KEYS.paused] if paused else []),
         KEYS.take(token), KEYS.take(previous),
-        # The limits' keys, last (a release before limits ignores them): none set here,
-        # so this is the FIFO path a type without limits takes.
-        KEYS.limits, KEYS.rate,
+        *((*KEYS.level_queues, KEYS.limits, KEYS.rate) if levels else ()),
     ]  # fmt: skip
     args: list[Any] = [LEASE_MS, "bench-worker", KEYS.channel, ARRIVAL_BUCKET_MS, 1]
     args += [KEYS.job(""), KEYS.result(""), token]
@@ -190,6 +192,7 @@ def measure(
         now_ms = int(sync_reply(client.time())[0]) * 1000
         tokens = [uuid.uuid4().hex for _ in range(calls)]
         paused = "paused" in variant.sources["queue_claim"]
+        levels = "WAKE_MARKER" in variant.sources["queue_claim"]
         phases[variant.name] = {
             "queue_enqueue": [
                 variant.command("queue_enqueue", *enqueue_call(f"job-{i}", now_ms))
@@ -197,7 +200,8 @@ def measure(
             ],
             "queue_claim": [
                 variant.command(
-                    "queue_claim", *take_call(token, tokens[i - 1] if i else token, paused=paused)
+                    "queue_claim",
+                    *take_call(token, tokens[i - 1] if i else token, paused=paused, levels=levels),
                 )
                 for i, token in enumerate(tokens)
             ],

@@ -147,6 +147,9 @@ def value_series(metric: catalogue.Metric, result: ScrapeResult) -> list[Series]
             for t in snapshot.types
             for error_class, count in sorted(t.error_classes.items())
         ]
+    if key == "depth_by_priority":
+        return [((t.agent_type, level), count) for t in snapshot.types
+                for level, count in t.depth_by_priority.items()]  # fmt: skip
     if key == "worker_heartbeat_age":
         return [((t.agent_type, beat.worker), beat.age_seconds) for t in snapshot.types
                 for beat in t.workers]  # fmt: skip

@@ -215,7 +215,7 @@ class SnapshotReader:
                       read.dead_letter_depth)  # fmt: skip
             snapshot, bad = type_snapshot(
                 agent_type, now_ms, depths, stats, active, newest, oldest, beats,
-                read.worker_jobs, read.paused, read.limits,
+                read.worker_jobs, read.paused, read.limits, read.level_depths,
             )  # fmt: skip
             results[agent_type] = snapshot
             step.malformed += bad

@@ -82,6 +82,8 @@ class TypeSnapshot:
     (or malformed: counted)."""
     max_running_limit: int | None = None
     """Its cap on jobs running at once; None when unset (or malformed: counted)."""
+    depth_by_priority: Mapping[str, int] = field(default_factory=dict)
+    """queue_depth by priority level (high, normal, low); empty when not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ def type_snapshot(
     worker_jobs: object = None,
     paused: bool = False,
     limits: object = None,
+    level_depths: tuple[object, object] | None = None,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -137,7 +140,9 @@ def type_snapshot(
     arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
     HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
     whether the type is paused; `limits`: HMGET of its limits hash (rate, interval_ms,
-    max_running; None: not read).
+    max_running; None: not read); `level_depths`: the high and low lists' lengths (None:
+    not read), normal's being the depth less both (never below 0: the two reads are not
+    one transaction).
     """
     malformed = stats.malformed
     rate_limit, max_running_limit, bad_limits = _limits(limits)
@@ -176,6 +181,7 @@ def type_snapshot(
         paused=paused,
         rate_limit=rate_limit,
         max_running_limit=max_running_limit,
+        depth_by_priority=_by_priority(depth, level_depths),
     )
     return snapshot, malformed
 
@@ -201,6 +207,13 @@ def _limits(reply: object) -> tuple[float | None, int | None, int]:
     count, interval, max_running = parsed
     rate = None if count is None or interval is None else count * 1000 / interval
     return rate, max_running, malformed
+
+
+def _by_priority(depth: int, level_depths: tuple[object, object] | None) -> dict[str, int]:
+    if level_depths is None:
+        return {}
+    high, low = (_int(length) for length in level_depths)
+    return {"high": high, "normal": max(0, depth - high - low), "low": low}
 
 
 def _workers(

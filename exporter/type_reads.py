@@ -47,6 +47,10 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
     10. `GET paused`: the moment the type was paused (a string), or nil while it runs.
     11. `HMGET limits rate interval_ms max_running`: the type's configured rate (starts
         per interval_ms) and cap on running jobs (queue/limits.py), each nil when not set.
+    12, 13. `LLEN queue:high`, `LLEN queue:low`: the jobs waiting at priority high and
+       low (queue/priority.py). Unlike the queue list, these lose an expired job's id
+       when it expires, so each length is its level's depth; normal's is the depth
+       less both.
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -64,6 +68,7 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
         ("HGETALL", keys.worker_jobs),
         ("GET", keys.paused),
         ("HMGET", keys.limits, "rate", "interval_ms", "max_running"),
+        *(("LLEN", level) for level in keys.level_queues),
     ]
 
 
@@ -88,19 +93,21 @@ class TypeReplies(NamedTuple):
     """Whether the type is paused (its pause key holds a value)."""
     limits: Any
     """HMGET of the limits hash: [rate, interval_ms, max_running], each nil when unset."""
+    level_depths: tuple[Any, Any]
+    """Jobs waiting at priority high and low (integers)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
         """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
         An error reply of either part of the depth or the oldest job stands for both."""
         (waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived,
-         worker_jobs, paused, limits) = replies  # fmt: skip
+         worker_jobs, paused, limits, high, low) = replies  # fmt: skip
         depth = waiting
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
         return cls(depth, in_progress, delayed, dead, stats, heartbeats,
                    _older(oldest, arrived), worker_jobs, paused is not None,
-                   limits)  # fmt: skip
+                   limits, (high, low))  # fmt: skip
 
 
 def _older(first: Any, second: Any) -> Any:

@@ -263,15 +263,16 @@ _WORKER_READS = (
 # and nothing else: no TTL, no field deletion and no HSET on the queue list, the queued
 # hash or the stats hash, whose loss would take waiting jobs or the counters with it.
 _WORKER_WRITES = (
-    # Take (BLMOVE, the claim's LMOVE): one command spans both lists.
-    Grant(("blmove", "lmove"), _written("queue", "processing")),
+    # Take (BLMOVE, the claim's LMOVE): one command spans both lists. `queue:*` are the
+    # priority levels' lists (keys.py), taken, pushed and expired as the queue list is.
+    Grant(("blmove", "lmove"), _written("queue", "queue:*", "processing")),
     # Entries leave processing (claim, complete, fail, expiry, reaper), the dead and failed
     # lists (requeue, purge, pruning) and the queue list (its tail's expiry scan).
-    Grant(("lrem",), _written("queue", "processing", "dead", "failed")),
+    Grant(("lrem",), _written("queue", "queue:*", "processing", "dead", "failed")),
     # In: the queue list (enqueue, requeue, retry, promotion, reaper), the dead and failed
     # lists (fail), an expiry bucket of `queued` (enqueue); a past bucket is trimmed.
-    Grant(("lpush",), _written("queue", "dead", "failed")),
-    Grant(("rpush",), _written("queue", "expiring:*")),
+    Grant(("lpush",), _written("queue", "queue:*", "dead", "failed")),
+    Grant(("rpush",), _written("queue", "queue:*", "expiring:*")),
     Grant(("ltrim",), _written("expiring:*")),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
@@ -315,7 +316,13 @@ _WORKER_WRITES = (
 _OPERATOR_READS = (
     Grant(
         ("llen", "lrange"),
-        (_queue("queue"), _queue("processing"), _queue("dead"), _queue("failed")),
+        (
+            _queue("queue"),
+            _queue("queue:*"),
+            _queue("processing"),
+            _queue("dead"),
+            _queue("failed"),
+        ),
     ),
     Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
@@ -370,6 +377,7 @@ ROLES: dict[str, AclRole] = {
                     _SCRIPTING,
                     (
                         _queue("queue", write=True),
+                        _queue("queue:*", write=True),  # the priority levels' lists
                         _queue("stats", write=True),
                         _queue("queued", write=True),
                         _queue("expiring", write=True),
@@ -387,7 +395,7 @@ ROLES: dict[str, AclRole] = {
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
                 # queue list (and in its expiry bucket when out of deadline order), a count
                 # of its arrival second, and the deadline mark (keys.py).
-                Grant(("lpush",), _written("queue")),
+                Grant(("lpush",), _written("queue", "queue:*")),
                 Grant(("get", "set"), _written("deadline_mark")),
                 Grant(("rpush",), _written("expiring:*")),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
@@ -417,6 +425,7 @@ ROLES: dict[str, AclRole] = {
                     ("type",),
                     (
                         _queue("queue"),
+                        _queue("queue:*"),
                         _queue("queued"),
                         _queue("expiring"),
                         _queue("arrivals"),
@@ -428,7 +437,10 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiry"),
                     ),
                 ),
-                Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
+                Grant(
+                    ("llen",),
+                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
+                ),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
                 Grant(("hgetall", "hmget", "type"), (_queue("stats"),)),
@@ -474,7 +486,10 @@ ROLES: dict[str, AclRole] = {
             keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
-                Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
+                Grant(
+                    ("llen",),
+                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
+                ),
                 Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
                 # Each worker's count of jobs in progress, which its heartbeat writes: the
                 # per-worker view without reading the job hashes.
@@ -525,6 +540,7 @@ ROLES: dict[str, AclRole] = {
                         "dead",
                         "failed",
                         "queue",
+                        "queue:*",
                         "expiry",
                         "stats",
                         "waiting",
@@ -542,6 +558,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("dead"),
                         _queue("failed"),
                         _queue("queue"),
+                        _queue("queue:*"),
                         _queue("expiry"),
                         _queue("stats"),
                         _queue("waiting"),
@@ -554,7 +571,7 @@ ROLES: dict[str, AclRole] = {
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
                 Grant(("lrem",), _written("dead", "failed")),
-                Grant(("lpush",), _written("queue")),
+                Grant(("lpush",), _written("queue", "queue:*")),
                 Grant(("zadd",), _written("expiry", "waiting")),
                 Grant(("hincrby",), _written("stats")),
                 # A requeued record: its state and old numbers deleted, each number added

@@ -17,6 +17,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      an id pushed without it has no job, and the worker
                                      that takes it drops and counts it; BLMOVE out from
                                      the right)
+    jobs:{type}:queue:high    LIST   ids of waiting jobs of priority "high", and
+    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py): pushed and taken
+                                     as the queue list is; `queue` holds the "normal"
+                                     ones. A high or low job enqueued while `queue` is
+                                     empty also pushes a wake marker (WAKE_MARKER) there,
+                                     so an idle worker's BLMOVE returns; the claim drops
+                                     the marker and takes by priority, and pushes one
+                                     again while level jobs wait and `queue` is empty (the
+                                     next idle worker wakes): at most one waits. Unlike
+                                     `queue`, their entries leave when the job expires,
+                                     so LLEN is the level's depth.
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
                                      for a job enqueued and not yet claimed: the cheap
                                      form of a waiting job (a hash field, not a key and a
@@ -143,6 +154,9 @@ the transition; so they are exact across any number of processes):
                    max_running) held back (queue/limits.py): each claim adds the jobs it
                    asked for and did not start, so a job that waits through several
                    claims counts at each. Written only while the type has limits.
+    leveled        jobs enqueued at priority high or low (queue/priority.py); not
+                   exported: the claim reads the levels' lists only once it is above 0,
+                   so a type that uses only "normal" pays no command for them.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
 Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
@@ -177,12 +191,14 @@ __all__ = [
     "LATENCY_SUM_FIELD",
     "MAX_ERROR_CLASSES",
     "OTHER_ERROR_CLASS",
+    "PRIORITY_LEVELS",
     "PROGRESS_PATTERN",
     "QUEUE_PREFIX",
     "SHARED_OWNER_BUCKET",
     "STATS_COUNTERS",
     "STATS_HISTOGRAMS",
     "STORE_PREFIX",
+    "WAKE_MARKER",
     "QueueKeys",
     "StoreKeys",
     "completion_channel",
@@ -239,6 +255,14 @@ HISTORY_DEPTHS = ("queued", "running", "delayed", "dead")
 """The depths each history sample holds beside STATS_COUNTERS (as JobQueue.stats reads
 them: queued counts the packed jobs and those waiting with a job hash)."""
 
+PRIORITY_LEVELS = ("high", "normal", "low")
+"""The priority levels, highest first (queue/priority.py); "normal" is the default and
+waits on the `queue` list itself, the others on `queue:<level>`."""
+
+WAKE_MARKER = "^wake"
+"""What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
+worker: never a job id (those start with a letter or digit)."""
+
 # The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
@@ -249,6 +273,8 @@ ARRIVAL_BUCKET_MS = 1_000
 
 _QUEUE_KEY_TYPES = {
     "queue": "list",
+    "queue:high": "list",
+    "queue:low": "list",
     "queued": "hash",
     "waiting": "zset",
     "arrivals": "zset",
@@ -400,6 +426,15 @@ class QueueKeys:
     @property
     def queue(self) -> str:
         return f"{self.base}:queue"
+
+    def level_queue(self, priority: str) -> str:
+        """The list the jobs of `priority` wait on (PRIORITY_LEVELS): `queue` for normal."""
+        return self.queue if priority == "normal" else f"{self.base}:queue:{priority}"
+
+    @property
+    def level_queues(self) -> tuple[str, str]:
+        """The high and low lists, in that order (the keys the scripts append)."""
+        return (f"{self.base}:queue:high", f"{self.base}:queue:low")
 
     @property
     def queued(self) -> str:

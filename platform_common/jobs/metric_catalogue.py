@@ -47,6 +47,8 @@ little ahead). A later one proves nothing of its worker (Redis' clock stepped ba
 the score was written by hand): it counts as active nowhere (the exporter, `agentjobs
 info` and `workers`, the console), is not the newest heartbeat and has no age series
 (the exporter counts it as malformed). A live worker's next beat replaces it."""
+PRIORITY = "priority"
+"""A priority level (queue/priority.py): three values, never more."""
 NODE = "node"
 """A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
 POLICY = "policy"
@@ -90,6 +92,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
     # What on-call needs beside them.
     _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
+    _m("depth_by_priority", "queue_depth_by_priority", "gauge", "Jobs waiting to be taken, by priority level (high, normal, low): a breakdown of queue_depth, which stays the total that autoscaling and alerts read.", "short", (AGENT_TYPE, PRIORITY)),
     _m("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting in the delayed sorted set: retries for their backoff, scheduled jobs for their time.", "short"),
     _m("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
     _m("rate_limit", "queue_rate_limit_per_second", "gauge", "Job starts per second the agent type's rate limit allows across every worker (agentjobs limits set --rate); no sample when it has none.", "short"),

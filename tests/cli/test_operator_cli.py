@@ -479,6 +479,23 @@ def test_job_show_of_a_scheduled_job_says_when_it_runs(agentjobs: Any, redis_url
     assert (info["queued"], info["delayed"]) == (0, 1)
 
 
+def test_job_show_and_info_show_the_priority(agentjobs: Any, redis_url: str) -> None:
+    async def enqueue_levels() -> list[str]:
+        async with await JobQueue.connect(fast_settings(redis_url)) as queue:
+            return await queue.enqueue_many(
+                [make_job() for _ in range(4)], priority=["high", "low", "low", None]
+            )
+
+    high, low, _, normal = asyncio.run(enqueue_levels())
+    assert agentjobs("job", "show", "dining", high, "-o", "json").json()["priority"] == "high"
+    assert agentjobs("job", "show", "dining", normal, "-o", "json").json()["priority"] == "normal"
+    assert re.search(r"^priority +low *$", agentjobs("job", "show", "dining", low).out, re.M)
+    info = agentjobs("info", "dining", "-o", "json").json()["types"][0]
+    assert info["queued_by_priority"] == {"high": 1, "normal": 1, "low": 2}
+    table = agentjobs("info", "dining")
+    assert table_row(table.out, "dining")[1] == "4 (high 1, low 2)"
+
+
 # -- dead list / show -------------------------------------------------------------------
 def test_dead_list_newest_first_with_limit_and_error_match(agentjobs: Any, redis_url: str) -> None:
     ids = dead_letters(redis_url, ["timeout 1", "refused 2", "timeout 3"])

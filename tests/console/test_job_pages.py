@@ -88,3 +88,23 @@ async def test_bad_arguments_are_refused(
     assert caught.value.field == field
     with pytest.raises(ValidationError, match="unknown agent type 'nope'"):
         await list_jobs(backend_queue, "nope", JobList.WAITING)
+
+
+async def test_waiting_pages_cover_every_level_in_the_order_they_are_taken(
+    backend_queue: JobQueue,
+) -> None:
+    """The three levels' lists paged as one: low's newest first, high's next-taken last;
+    a wake marker on the queue list is no job and is left out."""
+    low = await backend_queue.enqueue_many([make_job() for _ in range(2)], priority="low")
+    normal = await backend_queue.enqueue_many([make_job() for _ in range(2)])
+    high = await backend_queue.enqueue_many([make_job() for _ in range(2)], priority="high")
+    shown: list[str] = []
+    cursor = None
+    while True:
+        page = await list_jobs(backend_queue, "dining", JobList.WAITING, cursor=cursor, limit=3)
+        shown += [line.job_id for line in page.jobs]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert shown == [*low[::-1], *normal[::-1], *high[::-1]]
+    assert page.total == 7  # the six jobs and the low call's wake marker

@@ -367,3 +367,16 @@ async def test_a_running_jobs_page_shows_its_last_progress_as_text(
     assert "&#34;done&#34;: 2" in page
     other = await queue.enqueue(make_job())
     assert "<h2>Progress</h2>" not in (await client.get(f"{PREFIX}/types/dining/jobs/{other}")).text
+
+
+async def test_the_overview_and_the_job_page_show_the_priority(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    high, low, normal = await queue.enqueue_many(
+        [make_job() for _ in range(3)], priority=["high", "low", None]
+    )
+    overview = (await client.get(f"{PREFIX}/")).text
+    assert 'list=waiting">3</a> <span class="levels">(high 1, low 1)</span>' in overview
+    for job_id, level in ((high, "high"), (low, "low"), (normal, "normal")):
+        page = (await client.get(f"{PREFIX}/types/dining/jobs/{job_id}")).text
+        assert f"<dt>Priority</dt><dd>{level}</dd>" in page

@@ -25,7 +25,7 @@ if not job then
     return {'refused', enq or false}
 end
 return {'read', job[1], job[2], job[3], job[4], job[5], job[6], job[7],
-    job.ordered and 'o' or ''}
+    job.ordered and 'o' or '', job.level or ''}
 """
 
 
@@ -51,6 +51,7 @@ def python_verdict(value: str) -> list[Any]:
     return [
         "read", job.enqueued_at_ms, job.expires_at_ms, job.ttl_seconds, job.max_attempts,
         job.nonce, job.trace_context or "", job.payload, "o" if job.ordered else "",
+        {"high": "h", "low": "l"}.get(job.priority, ""),
     ]  # fmt: skip
 
 
@@ -75,6 +76,10 @@ def agree(client: redis.Redis, value: str) -> None:
 CASES = {
     "as enqueue writes it": "1700000000000,1700000060000,60,3,ab:1\n\n{}",
     "in deadline order": "1,2,3,4,n,o\n\n{}",
+    "of priority high": "1,2,3,4,n,h\n\n{}",
+    "of priority low": "1,2,3,4,n,l\n\n{}",
+    "an unknown level": "1,2,3,4,n,x\n\n{}",
+    "a level after the order mark": "1,2,3,4,n,o,h\n\n{}",
     "with a trace context": '1,2,3,4,n\n{"traceparent":"00-x"}\n{"a":1}',
     "a payload with newlines and commas": "1,2,3,4,n\n\nx,\n,y\n",
     "an empty nonce": "1,2,3,4,\n\n",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from platform_common.jobs import CorruptQueueState
-from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, QueueKeys
+from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, WAKE_MARKER, QueueKeys
 from platform_common.jobs.queue import QueueState
 from platform_common.jobs.queue.expiry import (
     ExpireReport,
@@ -255,6 +255,15 @@ async def test_stale_entries_are_trimmed_at_the_tail_only(env: Env) -> None:
     assert await env.tail() == ExpireReport()
     assert await env.listed() == ["wait", "ended-3", "kept"]
     await assert_untouched(env, ["kept", "wait"])
+
+
+async def test_a_wake_marker_at_the_tail_is_kept_for_the_idle_worker(env: Env) -> None:
+    """A high or low enqueue's wake marker has no record: it is no stale entry, or the
+    walk would trim it before an idle worker's BLMOVE took it, and the high job would
+    wait until something else woke a worker."""
+    await env.raw.lpush(DINING.queue, WAKE_MARKER, "ended-1")
+    assert await env.tail() == ExpireReport()
+    assert await env.listed() == ["ended-1", WAKE_MARKER]
 
 
 async def test_a_value_that_does_not_parse_is_kept(env: Env) -> None:

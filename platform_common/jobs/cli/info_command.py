@@ -333,7 +333,7 @@ def _table(overview: Overview, last: _LastMinute | None, window: Window) -> Tabl
             counts = None if minute is None else minute.counts
         table.add_row(
             queue.agent_type,
-            f"{queue.queued:,}",
+            f"{queue.queued:,}" + (f" ({queue.queued_levels})" if queue.queued_levels else ""),
             f"{queue.running:,}",
             f"{queue.delayed:,}",
             f"{queue.dead:,}",

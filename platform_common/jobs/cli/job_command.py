@@ -81,6 +81,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
     rows: list[tuple[str, RenderableType]] = [
         ("job", text(f"{detail.agent_type} / {detail.job_id}")),
         ("state", text(detail.state)),
+        ("priority", text(detail.priority)),
         ("attempts", attempts),
         ("worker", text(detail.worker or NONE)),
         ("enqueued", timestamp(detail.enqueued_at)),

@@ -22,6 +22,20 @@
 --   to send again: a replay whose first run took jobs takes none, writes nothing and
 --   hands back each job still held with its token. It expires after a lease; the
 --   worker's next take deletes its previous one (so one is kept per worker).
+-- Levels (queue/priority.py), optional: the two KEYS after all the above are the high
+--   and low lists (then the limits' two, below). Without them the claim takes from the queue list alone, as before
+--   levels existed. With them:
+--   - a take fills its slots from the highest level with jobs waiting (high, normal, low),
+--     except its fair turns: the job numbered k (the type's `started` count before the
+--     call, plus its slot) comes from the lowest level with jobs waiting when
+--     k % 10 == 0, and from the level below the highest one with jobs waiting when
+--     k % 10 == 5 (queue/priority.py FAIR_TURN);
+--   - given jobs (take 0) while a high or low job waits are put back as a pause puts them
+--     back, and the reply is {"levels"} alone: the worker takes (take > 0) at once.
+--   A wake marker (keys.py WAKE_MARKER, pushed by a high or low enqueue to wake an idle
+--   worker) met on the queue list or given is dropped, never claimed; a take that leaves
+--   high or low jobs waiting pushes one if the queue list is left empty (include/levels:
+--   the next idle worker wakes).
 -- A job still packed in the queued hash (queue/envelope.py: enqueued, never claimed) is
 -- unpacked into its job hash here, and leaves the queued hash and its arrival second;
 -- any other job (a retry, a released or requeued one, one of the previous layout)
@@ -48,9 +62,9 @@
 -- as if the BLMOVE had not run (in reverse order, so the first taken is taken first
 -- again); nothing else is written. A replay of a take whose first run took jobs still
 -- hands them back (they are running, under lease).
--- Limits (lua/include/limits.lua; queue/limits.py): the last two KEYS are the type's
--- limits hash and its rate key (KEYS[#KEYS - 1], KEYS[#KEYS]: after the jobs' keys, so
--- the positions above do not move). With jobs to start, the claim reads the limits
+-- Limits (lua/include/limits.lua; queue/limits.py), optional: the two KEYS after the
+-- levels' are the type's limits hash and its rate key (after the jobs' keys, so the
+-- positions above do not move; a caller passing neither applies no limits). With jobs to start, the claim reads the limits
 -- hash (one HMGET: absent, nothing else is read) and starts at most as many as the
 -- limits allow now; when none may start the reply is {"capped"} (max_running jobs of
 -- the type run) or {"throttled", ms} (the rate allows the next start in ms), and it
@@ -70,6 +84,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include levels
 -- @include limits
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
@@ -134,7 +149,8 @@ local left = redis.pcall('LLEN', KEYS[5])
 if failed(left) then
     return wrong_type(5, 'list') or left
 end
-local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired')
+-- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
+local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled')
 if failed(counters) then
     return wrong_type(3, 'hash') or counters
 end
@@ -150,22 +166,54 @@ local paused = redis.pcall('GET', KEYS[10])
 if failed(paused) then
     return wrong_type(10, 'string') or paused
 end
+-- Levels: the high and low lists when passed (the last two KEYS), read only once the
+-- type has ever had a job enqueued at either (the stats field `leveled`, which the
+-- HMGET above read anyway): a type that uses only normal pays no command for them.
+-- Their lengths are read then (the read doubling as their type check).
+local fixed_keys = take > 0 and 12 or 10 + (#ARGV - 5)
+local levels = nil  -- {{key, length} of high, of normal, of low}
+local level_waiting = 0
+if #KEYS >= fixed_keys + 2 and counters[3] and counters[3] ~= '0' then
+    levels = {}
+    for l, at in ipairs({fixed_keys + 1, 5, fixed_keys + 2}) do
+        local length = left
+        if at ~= 5 then
+            length = redis.pcall('LLEN', KEYS[at])
+            if failed(length) then
+                return wrong_type(at, 'list') or length
+            end
+            level_waiting = level_waiting + length
+        end
+        levels[l] = {KEYS[at], length}
+    end
+end
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
 -- the queue list, read here and moved below, after the checks.
 local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
+local given_at = take == 0 and {} or nil  -- job i's position in KEYS, when given
+local markers = 0     -- wake markers given: dropped from processing
+-- Taken: {list, entries tail first} per list taken from, when levels or wake markers
+-- are met; nil for the usual take, the oldest `take` of the queue list (moved by as
+-- many LMOVEs).
+local windows = nil
 -- The refusal of job i's key: by its position in KEYS when given, else by its name
 -- ("CORRUPT 0 <key> <problem>": a key taken here is in no KEYS).
 local function job_refusal(i)
     if take == 0 then
-        return wrong_type(9 + 2 * i, 'hash')
+        return wrong_type(given_at[i], 'hash')
     end
     return redis.error_reply('CORRUPT 0 ' .. job_keys[i] .. ' holds a '
         .. redis.call('TYPE', job_keys[i]).ok .. ', where the queue keeps a hash')
 end
 if take == 0 then
     for i = 1, (#ARGV - 5) / 2 do
-        ids[i], tokens[i] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
-        job_keys[i], result_keys[i] = KEYS[9 + 2 * i], KEYS[10 + 2 * i]
+        if ARGV[4 + 2 * i] == WAKE_MARKER then
+            markers = markers + 1
+        else
+            local k = #ids + 1
+            ids[k], tokens[k] = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+            job_keys[k], result_keys[k], given_at[k] = KEYS[9 + 2 * i], KEYS[10 + 2 * i], 9 + 2 * i
+        end
     end
 else
     -- A replay of this very call (its reply was lost, the call was sent again): the
@@ -175,10 +223,100 @@ else
         for job_id in string.gmatch(taken, '[^\n]+') do
             ids[#ids + 1] = job_id
         end
-    else
+    elseif not levels or level_waiting == 0 then
         local tail = redis.call('LRANGE', KEYS[5], -take, -1)
+        local marked = false
         for i = #tail, 1, -1 do
-            ids[#ids + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+            if tail[i] ~= WAKE_MARKER then
+                ids[#ids + 1] = tail[i]  -- the rightmost first: LMOVE RIGHT's order
+            else
+                marked = true
+            end
+        end
+        if marked then  -- (wake markers among them: each dropped where it stands)
+            local entries = {}
+            for i = #tail, 1, -1 do
+                entries[#entries + 1] = tail[i]
+            end
+            windows = {{KEYS[5], entries}}
+        end
+    else
+        -- Levels: each waiting level's window off its tail (at most `take` entries), then
+        -- slot by slot the level it takes from (see the header) and that level's next
+        -- job; a wake marker met on the way is dropped and takes no slot.
+        local started_before = tonumber(counters[1] or '0')
+        local entries, used = {}, {}
+        windows = {}
+        for l = 1, 3 do
+            -- (Read on past wake markers, a chunk of `take` at a time, until the window
+            -- holds `take` jobs or the list ends: markers wait at the queue list's tail.)
+            entries[l], used[l] = {}, 0
+            local read, jobs = 0, 0
+            while jobs < take and read < levels[l][2] do
+                local tail = redis.call('LRANGE', levels[l][1], -(read + take), -(read + 1))
+                read = read + take
+                for i = #tail, 1, -1 do
+                    entries[l][#entries[l] + 1] = tail[i]
+                    if tail[i] ~= WAKE_MARKER then
+                        jobs = jobs + 1
+                    end
+                end
+            end
+        end
+        -- The next job of level l: its window's next entry past any marker, or nil.
+        local function next_job(l)
+            while used[l] < #entries[l] do
+                used[l] = used[l] + 1
+                if entries[l][used[l]] ~= WAKE_MARKER then
+                    return entries[l][used[l]]
+                end
+            end
+            return nil
+        end
+        local ahead = {}  -- the next job of each level, read ahead
+        for l = 1, 3 do
+            ahead[l] = next_job(l)
+        end
+        for slot = 1, take do
+            -- The highest level with a job waiting, the next one below it, the lowest.
+            local first, second, last = nil, nil, nil
+            for l = 1, 3 do
+                if ahead[l] then
+                    if not first then
+                        first = l
+                    elseif not second then
+                        second = l
+                    end
+                    last = l
+                end
+            end
+            if not first then
+                break
+            end
+            local turn = (started_before + slot) % 10
+            local l = first
+            if turn == 0 then
+                l = last
+            elseif turn == 5 and second then
+                l = second
+            end
+            ids[#ids + 1] = ahead[l]
+            ahead[l] = next_job(l)
+        end
+        for l = 1, 3 do
+            -- What was read ahead and not taken stays: only the entries up to each level's
+            -- last job taken (and the markers before it) are moved or dropped below.
+            local consumed = used[l]
+            if ahead[l] then
+                consumed = consumed - 1
+            end
+            if consumed > 0 then
+                local window = {}
+                for i = 1, consumed do
+                    window[i] = entries[l][i]
+                end
+                windows[#windows + 1] = {levels[l][1], window}
+            end
         end
     end
     for i, job_id in ipairs(ids) do
@@ -186,7 +324,7 @@ else
     end
     if taken then
         -- Nothing is written: each job still held with its token is handed back again.
-        out[1] = left
+        out[1] = left + level_waiting
         for i, job_id in ipairs(ids) do
             local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
                 'attempts', 'max_attempts', 'payload', 'trace_context')
@@ -208,27 +346,57 @@ local function give_back()
             redis.call('LREM', KEYS[1], 1, ids[i])
             redis.call('RPUSH', KEYS[5], ids[i])
         end
+        for _ = 1, markers do  -- (a wake marker goes back too: it wakes a worker again)
+            redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+            redis.call('RPUSH', KEYS[5], WAKE_MARKER)
+        end
     end
 end
 if paused then
     give_back()
     return {'paused'}
 end
+-- Levels: given jobs while a high or low job waits go back, and the worker takes (a
+-- wake marker given is dropped: it did its work, this worker is awake).
+if take == 0 and level_waiting > 0 then
+    for i = n, 1, -1 do
+        redis.call('LREM', KEYS[1], 1, ids[i])
+        redis.call('RPUSH', KEYS[5], ids[i])
+    end
+    for _ = 1, markers do
+        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+    end
+    return {'levels'}
+end
 if n == 0 then
-    out[1] = left
+    -- (Only wake markers were given, or met on the lists' tails: dropped here.)
+    for _ = 1, markers do
+        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+    end
+    local dropped = 0
+    for _, window in ipairs(windows or {}) do
+        for _ = 1, #window[2] do
+            redis.call('LREM', window[1], -1, WAKE_MARKER)
+            dropped = dropped + 1
+        end
+    end
+    out[1] = left + level_waiting - dropped
     return out
 end
 -- ---- Limits: a check before the take (lua/include/limits.lua) ----------------------
 -- Reads only, before any write: how many of the n jobs may start now. None: the jobs go
 -- back as for a pause and the reply says why and for how long. Fewer than n: only that
--- many are claimed (the first: ids are in the order they left the list); a take takes
--- only those, given jobs past them go back to the queue list with the writes below.
--- The jobs held back are counted in the stats hash (held_back_rate, _max_running).
-local limits_index, rate_index = #KEYS - 1, #KEYS
+-- many are claimed (the first: ids are in the order the take chose them, by level and
+-- fair turn, or the order they left the list); a take takes only those (each list's
+-- window is cut after the last of them it holds), given jobs past them go back to the
+-- queue list with the writes below. The jobs held back are counted in the stats hash
+-- (held_back_rate, _max_running). The limits' keys follow the levels' (see the header);
+-- a caller that passes neither applies none.
+local limits_index, rate_index = fixed_keys + 3, fixed_keys + 4
 local limits, spend, bound
 local held_count = 0
 local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)
-do
+if #KEYS >= rate_index then
     local refusal
     limits, refusal = read_limits(limits_index)
     if refusal then
@@ -250,6 +418,10 @@ do
             return held
         end
         held_count = n - allowed  -- counted with the writes, after every check below
+        local kept = {}
+        for i = 1, allowed do
+            kept[ids[i]] = true
+        end
         for i = n, allowed + 1, -1 do
             if take == 0 then
                 held_back[#held_back + 1] = ids[i]  -- the last first, as give_back does
@@ -257,6 +429,23 @@ do
             ids[i], tokens[i], job_keys[i], result_keys[i] = nil, nil, nil, nil
         end
         n = allowed
+        if windows then
+            -- Each list's window up to the last job kept in it (markers before it are
+            -- dropped as ever; what follows stays on its list).
+            local cut = {}
+            for _, window in ipairs(windows) do
+                local last = 0
+                for i, entry in ipairs(window[2]) do
+                    if kept[entry] then
+                        last = i
+                    end
+                end
+                if last > 0 then
+                    cut[#cut + 1] = {window[1], {unpack(window[2], 1, last)}}
+                end
+            end
+            windows = cut
+        end
     end
 end
 -- ---- end of the limits check ----------------------------------------------------------
@@ -277,6 +466,10 @@ for i = 1, n do
         -- (enq, of a value that does not parse: it still leaves its arrival second if
         -- its first field reads)
         local job, enq = unpack_packed(value)
+        local level_field = nil
+        if job and job.level then  -- Levels: its job hash keeps it, for its retries
+            level_field = job.level == 'h' and 'high' or 'low'
+        end
         if not job then
             job = {problem = 'stored packed job does not parse (queue/envelope.py)'}
             -- The job hash gets the whole value as its payload: nothing else parsed.
@@ -291,6 +484,10 @@ for i = 1, n do
             if trace ~= '' then
                 job.fields[#job.fields + 1] = 'trace_context'
                 job.fields[#job.fields + 1] = trace
+            end
+            if level_field then
+                job.fields[#job.fields + 1] = 'priority'
+                job.fields[#job.fields + 1] = level_field
             end
             if #exp > 15 or #ttl > 15 or #max > 15 or tonumber(ttl) == 0 or tonumber(max) == 0 then
                 job.problem = 'stored packed job holds an out-of-range number: ' .. shown(
@@ -398,11 +595,38 @@ for _, job_id in ipairs(held_back) do
     redis.call('LREM', KEYS[1], 1, job_id)
     redis.call('RPUSH', KEYS[5], job_id)
 end
+-- Levels: a wake marker given is dropped (it did its work: this worker is awake).
+for _ = 1, markers do
+    redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+end
+local dropped = 0  -- wake markers taken off the queue list here
+local from_levels = 0  -- jobs taken off the high and low lists here
 if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
-    -- LMOVE would (a take of several with LTRIM is a command no worker may run).
-    for _ = 1, n do
-        redis.call('LMOVE', KEYS[5], KEYS[1], 'RIGHT', 'LEFT')
+    -- LMOVE would (a take of several with LTRIM is a command no worker may run); each
+    -- list's window tail first, a wake marker dropped where it stands (at the tail then).
+    if not windows then
+        for _ = 1, n do
+            redis.call('LMOVE', KEYS[5], KEYS[1], 'RIGHT', 'LEFT')
+        end
+    else
+        for _, window in ipairs(windows) do
+            for _, entry in ipairs(window[2]) do
+                if entry == WAKE_MARKER then
+                    redis.call('LREM', window[1], -1, WAKE_MARKER)
+                    dropped = dropped + 1
+                else
+                    redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
+                    if window[1] ~= KEYS[5] then
+                        from_levels = from_levels + 1
+                    end
+                end
+            end
+        end
+    end
+    -- Levels: high or low jobs still waiting wake the next idle worker (see the header).
+    if level_waiting > from_levels then
+        wake_idle(KEYS[5], 1)
     end
 end
 local seen = {}
@@ -516,7 +740,7 @@ if take > 0 then
     if KEYS[12] ~= KEYS[11] then
         redis.call('HDEL', KEYS[12], 'ids')
     end
-    left = left - n
+    left = left + level_waiting - n - dropped
 end
 if #unqueued > 0 then
     redis.call('HDEL', KEYS[7], unpack(unqueued))

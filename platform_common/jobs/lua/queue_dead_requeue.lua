@@ -4,6 +4,9 @@
 -- KEYS[1] dead (or failed) list  KEYS[2] queue list  KEYS[3] expiry zset
 -- KEYS[4] stats hash  KEYS[5] waiting zset
 -- KEYS[4+2i] job hash of job i, KEYS[5+2i] result key of job i
+-- KEYS[6+2m] high list, KEYS[7+2m] low list (optional, both or neither; m the number of
+--         job ids): Levels, a job whose job hash's `priority` is high or low goes back on
+--         its level's list (waking an idle worker as an enqueue of its level does)
 -- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
 -- ARGV[2] the moment, Redis ms: only jobs that ended (finished_at) no later are requeued;
 --         '' for any time
@@ -26,9 +29,17 @@
 -- @include numbers
 -- @include key_types
 -- @include kept_list
+-- @include levels
 local now = now_ms()
 
-local refusal = wrong_types({{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}})
+local m = #ARGV - 2
+local high_list, low_list = KEYS[6 + 2 * m], KEYS[7 + 2 * m]  -- Levels (optional)
+local typed = {{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}}
+if low_list then
+    typed[#typed + 1] = {6 + 2 * m, 'list'}
+    typed[#typed + 1] = {7 + 2 * m, 'list'}
+end
+local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
@@ -46,11 +57,14 @@ end
 -- stay an integer Lua writes in plain digits.
 local STALE, NEWER = 'stale', 'newer'  -- kept_verdict's words
 local verdicts = {}
+local priorities = {}  -- Levels: each job's `priority` field
 for i = 1, #ARGV - 2 do
     local index = 4 + 2 * i
     local found = redis.call('TYPE', KEYS[index]).ok
     if found == 'hash' then
-        local fields = redis.call('HMGET', KEYS[index], 'state', 'finished_at', 'ttl')
+        local fields = redis.call('HMGET', KEYS[index], 'state', 'finished_at', 'ttl',
+            'priority')
+        priorities[i] = fields[4]
         local ttl = fields[3]
         local verdict = kept_verdict(fields[1], fields[2], kept_state, moment)
         if verdict then
@@ -88,7 +102,11 @@ for i = 1, #ARGV - 2 do
         redis.call('PERSIST', job_key)  -- live again: drop the dead letter's retention TTL
         redis.call('DEL', KEYS[5 + 2 * i])
         redis.call('ZADD', KEYS[3], expires_at, job_id)
-        redis.call('LPUSH', KEYS[2], job_id)
+        local list = level_list(priorities[i], KEYS[2], high_list, low_list)
+        redis.call('LPUSH', list, job_id)
+        if list ~= KEYS[2] then
+            wake_idle(KEYS[2], 1)
+        end
         redis.call('ZADD', KEYS[5], now, job_id)
         codes[i] = 1
         requeued = requeued + 1

@@ -20,6 +20,9 @@
 -- ARGV[8+5n] optional: the schedule of every job of the call: "@<ms>" due at that time,
 --           "+<ms>" due that long after Redis TIME; absent or "" runs them now. Then
 --           KEYS[8+3n] is the delayed zset and KEYS[9+3n] the expiry zset (see Scheduled)
+-- ARGV[9+5n] optional: the priority level of every job of the call, "h" (high) or "l"
+--           (low); absent or "" is normal (queue/priority.py). Then KEYS[10+3n] is that
+--           level's list (and KEYS[8+3n], KEYS[9+3n] are given too; see Levels)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -38,6 +41,13 @@
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
 -- deadline); not packed, not on the queue list, no arrival count, the deadline mark
 -- untouched. A due time at or after a job's deadline is refused: {"late", now, due}.
+-- Levels: a high or low job is written as a normal one is, except that its id goes on
+-- its level's list (KEYS[10+3n]) instead of the queue list, its header ends in ",h" or
+-- ",l" (never in deadline order: it gets its expiry bucket entry), and, while the queue
+-- list is empty, a wake marker goes there (include/levels.lua). A scheduled one
+-- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
+-- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
+-- normal call reads and writes nothing more than before levels existed.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -50,10 +60,23 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include levels
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
 local schedule = ARGV[8 + 5 * n]
+-- Levels: the call's level code and list (nil for normal), checked before any write.
+local level = ARGV[9 + 5 * n]
+local level_key = nil
+if level and level ~= '' then
+    if level ~= 'h' and level ~= 'l' then
+        return redis.error_reply('ERR queue_enqueue: the priority level must be "h" or "l",'
+            .. ' got ' .. shown(level))
+    end
+    level_key = 10 + 3 * n
+else
+    level = nil
+end
 local now = now_ms()
 if now < tonumber(ARGV[3]) then
     return {'ahead', now}
@@ -119,6 +142,19 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
+-- Levels: the stats field `leveled` must take this call's HINCRBY (checked before the
+-- first write; its hash's type is checked by the first write itself).
+local function leveled_problem()
+    local value = redis.pcall('HGET', KEYS[2], 'leveled')
+    if type(value) == 'table' then
+        return wrong_type(2, 'hash') or value
+    end
+    if value and not count(value) then
+        return corrupt(2, 'field leveled is not an integer: ' .. shown(value))
+    end
+    return nil
+end
+
 -- Scheduled: job hashes in the delayed and expiry sets (see the header).
 if schedule and schedule ~= '' then
     local kind, amount = string.sub(schedule, 1, 1), int(string.sub(schedule, 2))
@@ -153,6 +189,7 @@ if schedule and schedule ~= '' then
     end
     local delayed, expiry = 8 + 3 * n, 9 + 3 * n
     local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
+        or (level and leveled_problem())
     if problem then
         return problem
     end
@@ -170,6 +207,9 @@ if schedule and schedule ~= '' then
         end
         return counted  -- Redis at maxmemory (OOM), or another refusal: as Redis said it
     end
+    if level then
+        redis.call('HINCRBY', KEYS[2], 'leveled', #jobs)  -- checked above
+    end
     local now_text, due_text = string.format('%d', now), string.format('%d', due)
     local dues, deadlines = {}, {}
     for _, job in ipairs(jobs) do
@@ -178,6 +218,10 @@ if schedule and schedule ~= '' then
         local fields = {'payload', ARGV[6 + 5 * (i - 1) + 2], 'enqueued_at', now_text,
             'expires_at', expires_at, 'ttl', string.format('%d', job[3]),
             'max_attempts', string.format('%d', job[4]), 'nonce', nonce, 'run_at', due_text}
+        if level then  -- Levels: kept for the promoter, which queues it on its list
+            fields[#fields + 1] = 'priority'
+            fields[#fields + 1] = level == 'h' and 'high' or 'low'
+        end
         if trace_context ~= '' then
             fields[#fields + 1] = 'trace_context'
             fields[#fields + 1] = trace_context
@@ -231,7 +275,8 @@ for i = 1, n do
         -- and %d writes it in integer digits.
         local expires_at = created + ttl * 1000
         local header = string.format('%d,%d,%d,%d,%s', now, expires_at, ttl, attempts, nonce)
-        local ordered = not mark or expires_at >= mark - bucket_ms
+        -- (Levels: a high or low job waits on its own list, never in deadline order.)
+        local ordered = not level and (not mark or expires_at >= mark - bucket_ms)
         if ordered then
             if not mark or expires_at > mark then
                 mark = expires_at
@@ -248,8 +293,8 @@ for i = 1, n do
             bucket[3][#bucket[3] + 1] = ids[i]
         end
         packed[#packed + 1] = ids[i]
-        packed[#packed + 1] = header .. (ordered and ',o\n' or '\n') .. trace_context .. '\n'
-            .. ARGV[base + 2]
+        local suffix = ordered and ',o\n' or (level and (',' .. level .. '\n') or '\n')
+        packed[#packed + 1] = header .. suffix .. trace_context .. '\n' .. ARGV[base + 2]
         if any_replayed then
             pushed[#pushed + 1] = ids[i]
         end
@@ -276,7 +321,7 @@ end
 -- is registered in the expiring set already, so the usual call, of jobs in deadline
 -- order, writes neither and checks neither. (The arrival count and the arrivals set are
 -- checked by their own writes, below.)
-local problem = wrong_type(1, 'list')
+local problem = wrong_type(1, 'list') or (level_key and wrong_type(level_key, 'list'))
 local new_bucket = false
 for b = 1, #buckets do
     local bucket = buckets[b]
@@ -291,6 +336,7 @@ end
 if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
+problem = problem or (level and leveled_problem())
 if problem then
     return problem
 end
@@ -337,6 +383,9 @@ if type(counted) == 'table' then
     undo_arrival()
     return corrupt(2, 'field enqueued: ' .. counted.err)
 end
+if level then
+    redis.call('HINCRBY', KEYS[2], 'leveled', written)  -- checked above
+end
 redis.call('HSET', KEYS[3], unpack(packed))
 if new_mark then
     redis.call('SET', KEYS[7], new_mark, 'PXAT', new_mark + bucket_ms)
@@ -347,6 +396,13 @@ for b = 1, #buckets do
     if bucket[4] then
         redis.call('ZADD', KEYS[4], bucket[2], bucket[2])
     end
+end
+if level_key then
+    -- Levels: the ids on their level's list; a wake marker while the queue list is
+    -- empty (an idle worker blocks there).
+    redis.call('LPUSH', KEYS[level_key], unpack(pushed))
+    wake_idle(KEYS[1], written)
+    return {'ok', written}
 end
 redis.call('LPUSH', KEYS[1], unpack(pushed))
 return {'ok', written}

@@ -7,6 +7,10 @@
 -- KEYS[1] expiry zset  KEYS[2] delayed zset  KEYS[3] processing list  KEYS[4] leases zset
 -- KEYS[5] stats hash   KEYS[6] waiting zset
 -- KEYS[5+2i] job hash of job i, KEYS[6+2i] result key of job i
+-- KEYS[7+2m] high list, KEYS[8+2m] low list (optional, both or neither; m the number of
+-- job ids): Levels, a waiting job of priority high or low (its job hash's `priority`)
+-- expired here also leaves its level's list (LREM from the tail, where the oldest wait),
+-- so that list's length stays its level's depth
 -- ARGV[1] completion channel  ARGV[2] seconds to keep the result of a job whose stored
 -- ttl does not parse  ARGV[2+i] job id of job i
 -- Returns {{expired job id...}, {trace context...}, {job id, problem}...}: the jobs
@@ -19,13 +23,20 @@
 -- @include time
 -- @include numbers
 -- @include key_types
+-- @include levels
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
 local FINISHED = {succeeded = true, failed = true, dead = true}
 local LIVE = {queued = true, retrying = true, running = true}
 
 -- Shared keys first: a wrong type would make a write below fail halfway.
-local refusal = wrong_types({{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'},
-    {6, 'zset'}})
+local typed = {{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'}, {6, 'zset'}}
+local m = #ARGV - 2
+local high_list, low_list = KEYS[7 + 2 * m], KEYS[8 + 2 * m]  -- Levels (optional)
+if low_list then
+    typed[#typed + 1] = {7 + 2 * m, 'list'}
+    typed[#typed + 1] = {8 + 2 * m, 'list'}
+end
+local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
@@ -51,7 +62,8 @@ for i = 1, #ARGV - 2 do
     if not seen[job_id] then
         seen[job_id] = true
         local job_key = KEYS[5 + 2 * i]
-        local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'ttl', 'trace_context')
+        local f = redis.pcall('HMGET', job_key, 'state', 'expires_at', 'ttl', 'trace_context',
+            'priority')
         -- unknown: the record is there but its state cannot be told (state stays nil)
         local state, expires_at, ttl, problem, gone, unknown
         if failed(f) then
@@ -87,7 +99,7 @@ for i = 1, #ARGV - 2 do
             if not FINISHED[state] then
                 local trace = (not failed(f) and f[4]) or ''
                 expire[#expire + 1] = {i, job_id, ttl or fallback_ttl, problem, state, unknown,
-                    trace}
+                    trace, (not failed(f) and f[5]) or nil}
             end
         end
     end
@@ -107,6 +119,11 @@ for _, job in ipairs(expire) do
     -- on the queue list, where it stays too.
     if state ~= 'running' then
         redis.call('ZREM', KEYS[2], job_id)
+    end
+    -- Levels: a high or low job waiting on its level's list leaves it (a scheduled or
+    -- retrying one not yet promoted is not there: the LREM finds nothing).
+    if state ~= 'running' and low_list and (job[8] == 'high' or job[8] == 'low') then
+        redis.call('LREM', level_list(job[8], nil, high_list, low_list), -1, job_id)
     end
     if state == 'running' or unknown then
         -- Its worker's completion will now find the record gone: LeaseLost. The

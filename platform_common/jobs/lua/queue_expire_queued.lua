@@ -8,6 +8,10 @@
 -- ARGV[4] arrival bucket width (ms)   ARGV[5] seconds to keep the result of a job whose
 -- packed value does not parse   ARGV[5+i] job id i: the first entries of the bucket list,
 -- as the caller read them
+-- KEYS[7+n] high list, KEYS[8+n] low list (optional, both or neither; n the number of
+-- job ids): Levels, a high or low job expired here also leaves its level's list, so
+-- that list's length stays its level's depth (the queue list keeps its stale entries:
+-- see queue_expire_tail.lua). Its entry is found from the tail, where the oldest wait.
 -- Returns {"later"} (the bucket is not wholly past by Redis TIME), {"moved"} (the list's
 -- head is no longer what the caller read: another worker took it; read again), or
 -- {{expired job id...}, {trace context...}, {job id, problem}...}: the jobs expired (each
@@ -19,6 +23,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include levels
 local now = now_ms()
 local start = tonumber(ARGV[2])
 if start + tonumber(ARGV[3]) > now then
@@ -28,8 +33,13 @@ local arrival_ms = tonumber(ARGV[4])
 local fallback_ttl = ARGV[5]
 local n = #ARGV - 5
 
-local refusal = wrong_types({{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'},
-    {6, 'hash'}})
+local typed = {{1, 'zset'}, {2, 'list'}, {3, 'hash'}, {4, 'hash'}, {5, 'zset'}, {6, 'hash'}}
+local high_list, low_list = KEYS[7 + n], KEYS[8 + n]  -- Levels (optional)
+if low_list then
+    typed[#typed + 1] = {7 + n, 'list'}
+    typed[#typed + 1] = {8 + n, 'list'}
+end
+local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
@@ -59,6 +69,7 @@ local results = {}  -- i -> {result JSON, ttl}
 local leaving = {}  -- arrival second -> jobs of it expired here
 local seconds = {}
 local seen = {}
+local leveled = {}  -- Levels: {list, id} of each expired high or low job
 for i = 1, n do
     local value = packed[i]
     if value and not seen[ids[i]] then
@@ -79,6 +90,10 @@ for i = 1, n do
         enq = job and job[1] or enq
         expired[#expired + 1] = ids[i]
         traces[#traces + 1] = job and job[6] or ''
+        if job and job.level and low_list then
+            local priority = job.level == 'h' and 'high' or 'low'
+            leveled[#leveled + 1] = {level_list(priority, nil, high_list, low_list), ids[i]}
+        end
         if enq and #enq <= 15 then
             local second = tonumber(enq) - tonumber(enq) % arrival_ms
             if not leaving[second] then
@@ -115,6 +130,9 @@ for _, second in ipairs(seconds) do
         redis.call('HDEL', KEYS[6], second)
         redis.call('ZREM', KEYS[5], second)
     end
+end
+for _, entry in ipairs(leveled) do
+    redis.call('LREM', entry[1], -1, entry[2])
 end
 if n > 0 then
     redis.call('LTRIM', KEYS[2], n, -1)

@@ -15,7 +15,8 @@
 -- stored with its ttl, published, its field and arrival count gone); an ordered job not
 -- past it stops the walk; an unordered one (it has its bucket), a value that does not
 -- parse (the claim deals with it), a job waiting with a job hash (queue_expire.lua
--- expires it) are kept; an id that is none of these is a stale entry (its job ended).
+-- expires it) and a wake marker are kept; an id that is none of these is a stale entry
+-- (its job ended).
 -- With offset 0, the run of expired and stale entries at the very tail is removed from
 -- the list; a kept entry is never removed (the stale ones head-ward of it stay, and are
 -- trimmed once they reach the tail).
@@ -29,6 +30,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
+-- @include wake_marker
 local now = now_ms()
 local offset = tonumber(ARGV[2])
 local arrival_ms = tonumber(ARGV[3])
@@ -94,6 +96,10 @@ for i = n, 1, -1 do
     if decided[id] then
         -- Its job was decided at its tail-ward entry: expired there leaves this one stale.
         drop = decided[id] == 'expired'
+    elseif id == WAKE_MARKER then
+        -- A high or low enqueue's wake marker (include/wake_marker): never stale, it
+        -- waits for the idle worker it wakes (the claim drops it).
+        decided[id] = 'kept'
     elseif packed[i] then
         local job = parse(packed[i])
         if job and job.exp <= now then

@@ -7,6 +7,11 @@
 --                          left it, i.e. taken but never claimed)
 -- KEYS[11] failed list     (optional: where a job failed for good by mode "fatal" is
 --                          kept for an operator; absent: it is kept in no list)
+-- KEYS[12] high list, KEYS[13] low list (optional, both or neither; Levels: a job given
+--                          back to the queue waits on its level's list, by its job
+--                          hash's `priority`, and wakes an idle worker as an enqueue of
+--                          its level does, include/levels.lua; without them, on the
+--                          queue list)
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -42,12 +47,13 @@
 -- @include time
 -- @include numbers
 -- @include key_types
+-- @include levels
 local job_id = ARGV[1]
 local mode = ARGV[2]
 
 local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
-    'list'}
-for i = 1, 11 do
+    'list', 'list', 'list'}
+for i = 1, 13 do
     local refusal = kinds[i] and KEYS[i] and wrong_type(i, kinds[i])
     if refusal then
         return refusal
@@ -109,7 +115,7 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at', 'trace_context')
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority')
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
@@ -120,6 +126,15 @@ local function drop_lease()
     redis.call('ZREM', KEYS[2], job_id)
 end
 
+-- Back on the queue (its consuming end): Levels, on its level's list.
+local function back_to_its_level()
+    local list = level_list(f[11], KEYS[5], KEYS[12], KEYS[13])
+    redis.call('RPUSH', list, job_id)
+    if list ~= KEYS[5] then
+        wake_idle(KEYS[5], 1)
+    end
+end
+
 if mode == 'lost' then
     local deadline = redis.call('ZSCORE', KEYS[2], job_id)
     if not deadline or tonumber(deadline) > now then
@@ -128,7 +143,7 @@ if mode == 'lost' then
     if state == 'queued' or state == 'retrying' then
         -- Taken with BLMOVE by a worker that died before claiming it: not an attempt.
         drop_lease()
-        redis.call('RPUSH', KEYS[5], job_id)
+        back_to_its_level()
         redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'requeued'}
     end
@@ -154,7 +169,7 @@ else
         end
         redis.call('HSET', KEYS[8], 'state', 'queued')
         redis.call('HDEL', KEYS[8], 'token')
-        redis.call('RPUSH', KEYS[5], job_id)
+        back_to_its_level()
         redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'released'}
     end

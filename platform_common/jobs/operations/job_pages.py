@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import ValidationError
-from ..keys import QueueKeys
+from ..keys import PRIORITY_LEVELS, WAKE_MARKER, QueueKeys
 from ..queue import JobQueue
 from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
@@ -108,10 +108,17 @@ async def list_jobs(
         JobList.FAILED: keys.failed,
     }[which]
     # Waiting jobs are paged on the queue list: it holds every one, packed or not (an
-    # entry of a job expired while it waited shows as gone until a worker pops it).
+    # entry of a job expired while it waited shows as gone until a worker pops it). With
+    # priority levels, on the three lists as one, in the order they are taken (high's
+    # next first, low's newest last): `_waiting_segments`.
     is_set = which == JobList.DELAYED
     now = await redis_now(queue)
-    (total,) = await read(queue, [("ZCARD" if is_set else "LLEN", key)])
+    segments: list[tuple[str, int]] = []
+    if which == JobList.WAITING:
+        segments = await _waiting_segments(queue, keys)
+        total = sum(length for _, length in segments)
+    else:
+        (total,) = await read(queue, [("ZCARD" if is_set else "LLEN", key)])
     end = min(int(total), int(total) if cursor is None else cursor)  # exclusive
     start = max(0, end - limit)
     if end <= 0:
@@ -129,8 +136,12 @@ async def list_jobs(
         scores = dict(scored)
     else:
         # The list's newest entry is at the left: right-index r is left-index -(r + 1).
-        (raw_ids,) = await read_undecoded(queue, [("LRANGE", key, -end, -(start + 1))])
-        job_ids = [stored_id(j) for j in raw_ids]
+        ranges = _ranges(segments, start, end) if segments else [(key, start, end)]
+        pages = await read_undecoded(
+            queue, [("LRANGE", part, -stop, -(first + 1)) for part, first, stop in ranges]
+        )
+        # (A wake marker, keys.WAKE_MARKER, is no job: left out.)
+        job_ids = [stored_id(j) for page in pages for j in page if j != _WAKE]
         scores = {}
     # Undecoded: an id or a field that is not UTF-8 is listed as stored, not an error.
     ids = [wire(j) for j in job_ids]
@@ -183,6 +194,33 @@ async def list_jobs(
             )
         )
     return JobPage(agent_type, which, now, int(total), tuple(lines), start or None)
+
+
+_WAKE = WAKE_MARKER.encode()
+
+
+async def _waiting_segments(queue: JobQueue, keys: QueueKeys) -> list[tuple[str, int]]:
+    """The lists waiting jobs are on with their lengths, in the order they are taken:
+    high, normal (the queue list), low (queue.priority; a type that uses only normal
+    has two empty lists)."""
+    lists = [keys.level_queue(level) for level in PRIORITY_LEVELS]
+    lengths = await read(queue, [("LLEN", key) for key in lists])
+    return [(key, int(length)) for key, length in zip(lists, lengths, strict=True)]
+
+
+def _ranges(segments: list[tuple[str, int]], start: int, end: int) -> list[tuple[str, int, int]]:
+    """Right-indices [start, end) of the lists of `segments` taken as one list (the first
+    segment's right end its right end), as (list, first, stop) right-indices of each,
+    newest (leftmost) first."""
+    ranges = []
+    offset = 0
+    for key, length in segments:
+        first, stop = max(start, offset), min(end, offset + length)
+        if first < stop:
+            ranges.append((key, first - offset, stop - offset))
+        offset += length
+    ranges.reverse()
+    return ranges
 
 
 def _pairs(reply: object) -> list[tuple[str, float]]:

@@ -94,6 +94,8 @@ class JobDetail:
     (the payload None, the history empty)."""
     run_at: float | None = None
     """When it was scheduled to run (enqueue with a delay or run_at); None if it was not."""
+    priority: str = "normal"
+    """Its priority level (queue.priority): "high", "normal" or "low", as stored."""
     kept_until: float | None = None
     """When Redis drops what a job that ended left (its record and result, or only the
     result): the job's TTL after it succeeded or expired, the dead-letter retention
@@ -202,6 +204,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         run_at=record.seconds("run_at"),
         progress=record.document("progress"),
         progress_at=record.seconds("progress_at"),
+        priority=record.text("priority") or "normal",
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
     )

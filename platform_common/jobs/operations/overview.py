@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS
 from ..queue import JobQueue, QueueSettings
@@ -70,6 +70,17 @@ class TypeOverview:
     """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
     paused_since: float | None = None
     """When it was paused (Redis time, seconds); None when running or unknown."""
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    """`queued` by priority level (high, normal, low; JobQueue.stats)."""
+
+    @property
+    def queued_levels(self) -> str:
+        """The high and low jobs of `queued`, e.g. "high 3, low 1"; "" when none waits
+        at either (so a type that uses only normal shows its depth alone)."""
+        shown = [f"{level} {self.queued_by_priority.get(level, 0):,}" for level in ("high", "low")]
+        if not any(self.queued_by_priority.get(level) for level in ("high", "low")):
+            return ""
+        return ", ".join(shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +132,7 @@ async def read_overview(queue: JobQueue, agent_types: Sequence[str]) -> Overview
                 ),
                 paused=paused is not None,
                 paused_since=pause_time(paused),
+                queued_by_priority=stat.queued_by_priority,
             )
         )
     return Overview(now, tuple(types))

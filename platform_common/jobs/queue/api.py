@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +22,7 @@ from .envelope import queued_record_fields
 from .expiry import expire_due
 from .limits import KEEP, Keep, Limits, Rate, limit_changes, read_limits, write_limits
 from .pausing import PauseState, read_pause, set_paused
+from .priority import Priority
 from .producer import Job, Producer
 from .progress import Progress, parse_stored
 from .progress_events import ProgressEvents
@@ -44,6 +45,9 @@ class QueueStats:
     counters: dict[str, int]
     """Every keys.STATS_COUNTERS field (0 when never incremented), plus latency_count."""
     latency_sum: float
+    queued_by_priority: dict[str, int] = field(default_factory=dict)
+    """`queued` by priority level (queue.priority): "high" and "low" are their lists'
+    lengths (an expired job leaves its level's list), "normal" the rest."""
 
 
 class JobQueue:
@@ -83,10 +87,16 @@ class JobQueue:
             return cls(await QueueConnection.open(settings), tracer_provider=tracer_provider)
 
     async def enqueue(
-        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: Priority | None = None,
     ) -> str:
-        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule)."""
-        return await self._producer.enqueue(job, delay=delay, run_at=run_at)
+        """See Producer.enqueue; `delay` or `run_at` schedules the job (queue.schedule),
+        `priority` is "high", "normal" (the default) or "low" (queue.priority)."""
+        return await self._producer.enqueue(job, delay=delay, run_at=run_at, priority=priority)
 
     async def enqueue_many(
         self,
@@ -94,9 +104,13 @@ class JobQueue:
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
+        priority: Priority | Sequence[Priority | None] | None = None,
     ) -> list[str]:
-        """See Producer.enqueue_many; `delay` or `run_at` schedules every job."""
-        return await self._producer.enqueue_many(jobs, delay=delay, run_at=run_at)
+        """See Producer.enqueue_many; `delay` or `run_at` schedules every job, `priority`
+        is one level for all, or one per job."""
+        return await self._producer.enqueue_many(
+            jobs, delay=delay, run_at=run_at, priority=priority
+        )
 
     @property
     def trace_context_dropped(self) -> dict[str, int]:
@@ -224,14 +238,18 @@ class JobQueue:
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.hgetall(keys.stats)
+        for level in keys.level_queues:
+            pipe.llen(level)
         with backend_errors(self.settings.redis):
-            packed, requeued, in_progress, delayed, dead, raw = await pipe.execute()
+            packed, requeued, in_progress, delayed, dead, raw, high, low = await pipe.execute()
         queued = packed + requeued
+        by_priority = {"high": high, "normal": max(0, queued - high - low), "low": low}
         counters = {name: int(raw.get(name, 0)) for name in STATS_COUNTERS}
         counters[LATENCY_COUNT_FIELD] = int(raw.get(LATENCY_COUNT_FIELD, 0))
         return QueueStats(
-            queued, in_progress, delayed, dead, counters, float(raw.get(LATENCY_SUM_FIELD, 0))
-        )
+            queued, in_progress, delayed, dead, counters, float(raw.get(LATENCY_SUM_FIELD, 0)),
+            by_priority,
+        )  # fmt: skip
 
     async def get_record(self, agent_type: str, job_id: str) -> JobRecord | None:
         """A queue job seen as a JobRecord (the JobStore's shape), or None if unknown.

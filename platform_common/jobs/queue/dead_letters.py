@@ -178,7 +178,9 @@ class DeadLetters:
         each: requeued, not kept (any more), or ended after `as_of` (Redis ms)."""
         keys = self._keys(agent_type)
         shared = [self._list_of(keys), keys.queue, keys.expiry, keys.stats, keys.waiting]
-        return await self._each(self._connection.scripts.dead_requeue, keys, shared, job_ids, as_of)
+        return await self._each(
+            self._connection.scripts.dead_requeue, keys, shared, job_ids, as_of, levels=True
+        )
 
     async def purge_each(
         self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
@@ -197,13 +199,18 @@ class DeadLetters:
         shared: builtins.list[str],
         job_ids: Sequence[str],
         as_of: int | None,
+        *,
+        levels: bool = False,
     ) -> ActedOn:
+        """`levels`: the script takes the high and low lists after the jobs' keys."""
         outcome = ActedOn()
         for start in range(0, len(job_ids), BATCH):
             chunk = list(job_ids[start : start + BATCH])
             script_keys: builtins.list[str | bytes] = list(shared)
             for job_id in chunk:
                 script_keys += [wire(keys.job(job_id)), wire(keys.result(job_id))]
+            if levels:
+                script_keys += keys.level_queues
             args = [self._state.value, "" if as_of is None else str(as_of)]
             codes = await self._connection.run_script(
                 script, script_keys, [*args, *(wire(j) for j in chunk)]

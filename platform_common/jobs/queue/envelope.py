@@ -2,7 +2,7 @@
 lua/queue_enqueue.lua writes it and lua/include/packed_header.lua reads it (for the claim,
 which unpacks it, the expiry scripts and the enqueue's replay check):
 
-    <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>[,o]\\n
+    <enqueued_at ms>,<expires_at ms>,<ttl s>,<max_attempts>,<nonce>[,o|,h|,l]\\n
     <trace context>\\n<payload>
 
 (one value: the line break after `[,o]` is only this page's).
@@ -15,7 +15,10 @@ turns it into the job hash every later step reads, so only waiting jobs use this
 
 A header ending in ",o" marks a job enqueued in deadline order (keys.py,
 `deadline_mark`): it has no expiry bucket entry, the cleanup expires it from the queue
-list's tail. Jobs of the previous layout have no such field.
+list's tail. Jobs of the previous layout have no such field. A header ending in ",h" or
+",l" marks a job of priority high or low (queue/priority.py), which waits on its level's
+list and is never in deadline order; a header without either (written before priorities
+too) is a normal one.
 
 The trace context is the producer's JSON of propagation headers (no newline in it), or
 empty. The header is digits and the nonce (hex, ':' and digits), so neither holds a
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 
 from ..errors import CorruptQueueState
 from ..keys import QueueKeys
+from .priority import priority_from_code
 
 __all__ = ["QueuedJob", "queued_record_fields", "unpack_queued"]
 
@@ -45,6 +49,8 @@ class QueuedJob:
     payload: str
     ordered: bool = False
     """Enqueued in deadline order: expired from the queue list's tail, no bucket entry."""
+    priority: str = "normal"
+    """Its level (queue/priority.py), from ",h" or ",l" at the end of the header."""
 
     def record_fields(self) -> dict[str, str]:
         """The fields its job hash would hold, as the claim writes them (before its
@@ -60,6 +66,8 @@ class QueuedJob:
         }
         if self.trace_context:
             fields["trace_context"] = self.trace_context
+        if self.priority != "normal":
+            fields["priority"] = self.priority
         return fields
 
 
@@ -72,10 +80,11 @@ def unpack_queued(value: str) -> QueuedJob:
         raise ValueError("a queued job's packed value lacks its header lines")
     header, trace_context, payload = parts
     fields = header.split(",")
-    ordered = len(fields) == 6 and fields[5] == "o"
-    if len(fields) != 5 and not ordered:
+    mark = fields[5] if len(fields) == 6 else None
+    if len(fields) != 5 and mark not in ("o", "h", "l"):
         raise ValueError(
-            f"a queued job's header has {len(fields)} fields, not 5 (or 6 ending in 'o')"
+            f"a queued job's header has {len(fields)} fields, not 5 (or 6 ending in 'o', "
+            "'h' or 'l')"
         )
     enqueued, expires, ttl, max_attempts, nonce = fields[:5]
     numbers = {"enqueued_at": enqueued, "expires_at": expires, "ttl": ttl}
@@ -91,7 +100,8 @@ def unpack_queued(value: str) -> QueuedJob:
         nonce=nonce,
         trace_context=trace_context or None,
         payload=payload,
-        ordered=ordered,
+        ordered=mark == "o",
+        priority=priority_from_code(mark),
     )
 
 

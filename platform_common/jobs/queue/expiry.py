@@ -77,6 +77,7 @@ async def expire_jobs(
     ]
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
+    script_keys += keys.level_queues  # Levels: a waiting high or low job leaves its list
     args: list[Any] = [keys.channel, CORRUPT_RESULT_TTL_SECONDS, *job_ids]
     expired, traces, *corrupt = await run_script(script, script_keys, args)
     return ExpireReport(
@@ -138,7 +139,7 @@ async def expire_queued(
                 raise ids
             script_keys = [
                 keys.expiring, bucket, keys.queued, keys.stats, keys.arrivals, keys.arrived,
-                *(keys.result(job_id) for job_id in ids),
+                *(keys.result(job_id) for job_id in ids), *keys.level_queues,
             ]  # fmt: skip
             args: list[Any] = [
                 keys.channel, int(start), EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +17,7 @@ from ..validation import MAX_CLOCK_SKEW_SECONDS
 from .backend_errors import backend_errors, out_of_memory
 from .connection import QueueConnection
 from .payload import JobPayload, PreparedJob, prepare_job
+from .priority import DEFAULT_PRIORITY, Priority, priority_code, priority_of
 from .schedule import Schedule, late, schedule_of
 from .tracing import QueueTracing, server_attributes
 
@@ -49,12 +50,14 @@ class _ScriptKeys:
     prefixes each job's own keys are concatenated from (building them with QueueKeys's
     f-strings cost three times as much, for every job of a lone enqueue)."""
 
-    __slots__ = ("bucket", "job", "result", "scheduled", "shared")
+    __slots__ = ("bucket", "job", "levels", "result", "scheduled", "shared")
 
     def __init__(self, keys: QueueKeys) -> None:
         self.shared = _shared_keys(keys)
         self.scheduled = [keys.delayed, keys.expiry]
         """The keys a scheduled call adds after every job's own."""
+        self.levels = {level: [keys.level_queue(level)] for level in ("high", "low")}
+        """The key a call of priority high or low adds after the scheduled ones."""
         self.job = keys.job("")
         self.result = keys.result("")
         self.bucket = keys.expiring_bucket(0).removesuffix("0")
@@ -109,9 +112,18 @@ class Producer:
         )
 
     async def enqueue(
-        self, job: Job, *, delay: float | timedelta | None = None, run_at: datetime | None = None
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: Priority | None = None,
     ) -> str:
         """Validate and enqueue one job; returns its job_id.
+
+        `priority` is "high", "normal" (the default) or "low" (queue.priority): a worker
+        takes the highest level that has jobs waiting, bar its fair turns, and the job
+        keeps its level through retries.
 
         `delay` (seconds, or a timedelta) or `run_at` (an aware datetime) schedules it
         (queue.schedule): it waits in the delayed set until then, and must be due before
@@ -121,11 +133,13 @@ class Producer:
         taken: queued, running, or ended with its result still held, a created_at more
         than MAX_CLOCK_SKEW_SECONDS ahead of Redis' clock, a created_at + ttl_seconds
         already past by Redis' clock, and a `delay` or `run_at` that is not one or
-        would make it due at or after its expiry); nothing is written then.
-        BackendUnavailable if Redis cannot be reached (BackendBusy if the pool stayed
-        full, BackendOutOfMemory if Redis is at maxmemory), CorruptQueueState if a queue
-        key holds something the queue did not write; nothing is written then either."""
+        would make it due at or after its expiry, and a `priority` that is not a level);
+        nothing is written then. BackendUnavailable if Redis cannot be reached
+        (BackendBusy if the pool stayed full, BackendOutOfMemory if Redis is at
+        maxmemory), CorruptQueueState if a queue key holds something the queue did not
+        write; nothing is written then either."""
         schedule = schedule_of(delay, run_at)
+        level = priority_of(priority)
         prepared = self._prepare(job)
         deadline_ms = _deadline_ms(prepared)
         if schedule is not None and schedule.at_ms is not None and schedule.at_ms >= deadline_ms:
@@ -134,14 +148,16 @@ class Producer:
         span = self._tracing.start_send(prepared.agent_type)
         try:
             with self._backend_errors:
-                return await self._enqueue(prepared, span, schedule)
+                return await self._enqueue(prepared, span, schedule, level)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
             raise
         finally:
             span.end()
 
-    async def _enqueue(self, prepared: PreparedJob, span: Span, schedule: Schedule | None) -> str:
+    async def _enqueue(
+        self, prepared: PreparedJob, span: Span, schedule: Schedule | None, level: Priority
+    ) -> str:
         connection = self._connection
         agent_type = prepared.agent_type
         if agent_type not in connection.registered_types:
@@ -155,7 +171,11 @@ class Producer:
         args = [self._nonce(), 1, created_ms - _SKEW_MS, deadline_ms, *_BUCKETS]
         args += self._job_args(prepared)
         context = self._tracing.creation_context(span)
-        if schedule is not None:
+        if level != DEFAULT_PRIORITY:
+            # Levels: the schedule's slots (given, even unused), then the level's list.
+            script_keys += [*type_keys.scheduled, *type_keys.levels[level]]
+            args += [context, schedule.argument if schedule else "", priority_code(level)]
+        elif schedule is not None:
             script_keys += type_keys.scheduled
             args += [context, schedule.argument]
         elif context:  # none at all is no argument (the script keeps none either way)
@@ -183,8 +203,13 @@ class Producer:
         *,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
+        priority: Priority | Sequence[Priority | None] | None = None,
     ) -> list[str]:
         """Validate every job, then enqueue them all, pipelined; returns their job_ids.
+
+        `priority` is one level for the whole batch, or a sequence of one level per job
+        (`jobs[i]`'s is `priority[i]`), as for enqueue; a level that is not one, or a
+        sequence of another length, refuses the batch (`priority` or `priority[i]`).
 
         `delay` or `run_at` schedules every job of the batch, as for enqueue; a job it
         would make due at or after its expiry refuses the batch (`jobs[i].run_at`, or
@@ -202,7 +227,9 @@ class Producer:
         BackendOutOfMemory lists the job ids `written` (earlier chunks) and
         `not_written`, so a retry sends only the latter."""
         schedule = schedule_of(delay, run_at)
-        prepared, errors = self._prepare_batch(list(jobs))
+        batch: list[object] = list(jobs)
+        levels = _levels_of(priority, len(batch))
+        prepared, errors = self._prepare_batch(batch)
         if schedule is not None and schedule.at_ms is not None:
             for index, job in prepared:
                 if schedule.at_ms >= _deadline_ms(job):
@@ -218,7 +245,7 @@ class Producer:
         )
         try:
             with self._backend_errors:
-                return await self._enqueue_many(prepared, agent_types, span, schedule)
+                return await self._enqueue_many(prepared, agent_types, span, schedule, levels)
         except BaseException as exc:
             self._tracing.send_failed(span, exc)
             raise
@@ -231,8 +258,9 @@ class Producer:
         agent_types: set[str],
         span: Span,
         schedule: Schedule | None,
+        levels: list[Priority],
     ) -> list[str]:
-        chunks = self._chunks(prepared)
+        chunks = self._chunks(prepared, levels)
         await self._refuse_existing(chunks)
         connection = self._connection
         for agent_type in agent_types:
@@ -246,7 +274,8 @@ class Producer:
         replies: list[Any] = []
         for group in _round_trips(chunks):
             replies += await connection.run_script_many(
-                connection.scripts.enqueue, self._enqueue_calls(group, window, carried, schedule)
+                connection.scripts.enqueue,
+                self._enqueue_calls(group, window, carried, schedule, levels),
             )
         written: list[str] = []
         refused: dict[str, str] = {}
@@ -322,6 +351,7 @@ class Producer:
         window: tuple[int, int],
         trace_context: str,
         schedule: Schedule | None,
+        levels: list[Priority],
     ) -> Iterator[tuple[list[str], list[Any]]]:
         """The enqueue script's (keys, args) per chunk, built only when it is sent; every
         job of the batch carries the batch's trace context (and schedule), every chunk
@@ -335,7 +365,12 @@ class Producer:
                 script_keys += type_keys.own(job)
                 args += self._job_args(job)
             args.append(trace_context)
-            if schedule is not None:
+            # Levels: a chunk holds jobs of one level (_chunks), the first one's is theirs.
+            level = levels[chunk[0][0]] if chunk else DEFAULT_PRIORITY
+            if level != DEFAULT_PRIORITY:
+                script_keys += [*type_keys.scheduled, *type_keys.levels[level]]
+                args += [schedule.argument if schedule else "", priority_code(level)]
+            elif schedule is not None:
                 script_keys += type_keys.scheduled
                 args.append(schedule.argument)
             yield script_keys, args
@@ -379,14 +414,17 @@ class Producer:
 
     @staticmethod
     def _chunks(
-        prepared: list[tuple[int, PreparedJob]],
+        prepared: list[tuple[int, PreparedJob]], levels: list[Priority] | None = None
     ) -> list[tuple[str, list[tuple[int, PreparedJob]]]]:
-        by_type: dict[str, list[tuple[int, PreparedJob]]] = {}
+        """Chunks of one agent type and one priority level each (a script call takes one
+        level), in the batch's order within each."""
+        by_type: dict[tuple[str, Priority], list[tuple[int, PreparedJob]]] = {}
         for item in prepared:
-            by_type.setdefault(item[1].agent_type, []).append(item)
+            level = levels[item[0]] if levels else DEFAULT_PRIORITY
+            by_type.setdefault((item[1].agent_type, level), []).append(item)
         return [
             (agent_type, items[start : start + ENQUEUE_CHUNK])
-            for agent_type, items in by_type.items()
+            for (agent_type, _), items in by_type.items()
             for start in range(0, len(items), ENQUEUE_CHUNK)
         ]
 
@@ -422,6 +460,30 @@ class Producer:
                     errors[f"jobs[{index}].job_id"] = f"job {job.job_id!r} already exists"
         if errors:
             raise InvalidPayload(errors)
+
+
+def _levels_of(priority: object, count: int) -> list[Priority]:
+    """One level per job of a batch of `count`: `priority` is one level (or None) for all,
+    or a sequence of one per job; InvalidPayload naming `priority` (or `priority[i]`)."""
+    if priority is None or isinstance(priority, str):
+        return [priority_of(priority)] * count
+    if not isinstance(priority, Sequence) or isinstance(priority, bytes | bytearray):
+        priority_of(priority)  # raises, naming what it got
+    given = list(priority)  # type: ignore[call-overload]
+    if len(given) != count:
+        raise InvalidPayload(
+            {"priority": f"gives {len(given)} levels for {count} jobs: give one per job, or one"}
+        )
+    levels: list[Priority] = []
+    errors: dict[str, str] = {}
+    for index, level in enumerate(given):
+        try:
+            levels.append(priority_of(level))
+        except InvalidPayload as exc:
+            errors[f"priority[{index}]"] = exc.errors["priority"]
+    if errors:
+        raise InvalidPayload(errors)
+    return levels
 
 
 def _round_trips(

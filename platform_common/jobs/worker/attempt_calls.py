@@ -75,6 +75,10 @@ class TypePaused(Exception):
 _PAUSED = b"paused"
 """The claim's reply while the type is paused (read undecoded)."""
 
+_LEVELS = b"levels"
+"""The claim's reply to given jobs while a high or low job waits: they went back to the
+queue, and the worker takes (queue_claim.lua, Levels)."""
+
 
 class TypeHeldBack(Exception):
     """The claim started nothing: the type's limits (queue.limits) allow no start now. A
@@ -152,22 +156,27 @@ class AttemptCalls:
     ) -> tuple[int, list[Claim]]:
         """Start an attempt of each (job_id, token) just moved into processing.
 
-        Returns the queue length left and the claims that run; jobs past their TTL are
-        expired here (not started) and strays are dropped. `expired`, if given, gets
-        (job_id, trace_context) of each job expired, the creation context as stored
-        ("" if none), so the worker can log it under the producer's trace; `skipped`,
-        if given, the id of each stray dropped. TypePaused while the type is paused,
-        TypeHeldBack while its limits allow no start: the jobs went back to the queue,
-        none was claimed (the limits may also claim fewer than given: the rest go back)."""
+        Returns the queue length left (1 and no claims when the jobs went back because
+        a high or low job waits: then the worker takes) and the claims that run; jobs
+        past their TTL are expired here (not started) and strays are dropped.
+        `expired`, if given, gets (job_id, trace_context) of each job expired, the
+        creation context as stored ("" if none), so the worker can log it under the
+        producer's trace; `skipped`, if given, the id of each stray dropped.
+        TypePaused while the type is paused, TypeHeldBack while its limits allow no
+        start: the jobs went back to the queue, none was claimed (the limits may also
+        claim fewer than given: the rest go back)."""
         keys = self.keys
         script_keys = list(self._claim_keys)
         args: list[Any] = [self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, 0]
         for job_id, token in taken:
             script_keys += [keys.job(job_id), keys.result(job_id)]
             args += [job_id, token]
-        script_keys += self._limit_keys
+        # The claim's optional KEYS, in their order: the levels, then the limits.
+        script_keys += [*keys.level_queues, *self._limit_keys]
         # The reply comes undecoded (QueueConnection reads the claim's as bytes).
         reply = await self._run(self._scripts.claim, script_keys, args)
+        if reply[0] == _LEVELS:
+            return 1, []  # a high or low job waits: the worker's next fetch takes
         if not isinstance(reply[0], int):
             _held_back(keys.agent_type, reply)
         return int(reply[0]), _claims_of(reply, expired, skipped)
@@ -198,6 +207,7 @@ class AttemptCalls:
             *self._claim_keys,
             marker,
             self.take_marker(previous) if previous else marker,
+            *keys.level_queues,  # the claim's optional KEYS: the levels, then the limits
             *self._limit_keys,
         ]
         args: list[Any] = [
@@ -307,7 +317,8 @@ class AttemptCalls:
         traceback = bounded(safe_text(traceback), MAX_TRACEBACK_LENGTH, keep_end=True)
         error_class = error_class or error_class_of(error, mode)
         return (
-            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed],
+            [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed,
+             *keys.level_queues],
             [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention,
              error_class, MAX_ERROR_CLASSES],
         )  # fmt: skip

@@ -114,8 +114,8 @@ class Chores:
         return int(
             await self._connection.run_script(
                 self._connection.scripts.promote,
-                [keys.delayed, keys.queue, keys.waiting],
-                [PROMOTE_BATCH],
+                [keys.delayed, keys.queue, keys.waiting, *keys.level_queues],
+                [PROMOTE_BATCH, keys.job("")],
             )
         )
 
