@@ -325,3 +325,21 @@ async def test_an_idle_worker_wakes_for_a_high_job_and_runs_the_levels_in_order(
         await env.queue.resume("dining")
         await eventually(lambda: env.queue.get_result(low, "dining"))
     assert ran.ran == [first, high, normal, low]
+
+
+# -- with limits -----------------------------------------------------------------------
+async def test_a_limit_decides_how_many_start_and_the_levels_which(env: Env) -> None:
+    """A take cut by a limit claims the first jobs of its slot order (high first) and
+    leaves every other job on its own level's list, in place."""
+    low, normal, high, high_2 = [
+        await enqueue(env, level) for level in ("low", None, "high", "high")
+    ]
+    await env.queue.set_limits("dining", max_running=1)
+    assert await take(env, 4) == [high]
+    assert await env.raw.lrange(HIGH, 0, -1) == [high_2]
+    assert await env.raw.lrange(LOW, 0, -1) == [low]
+    assert normal in await env.raw.lrange(DINING.queue, 0, -1)
+    assert await env.raw.llen(DINING.processing) == 1
+    await env.queue.set_limits("dining", max_running=None, rate="2/h", burst=2)
+    assert await take(env, 4, "u") == [high_2, normal]  # the rate's burst: two more
+    assert await env.raw.lrange(LOW, 0, -1) == [low]
