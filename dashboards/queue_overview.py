@@ -123,9 +123,17 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 P.QUEUE_DEPTH,
                 PANEL_TITLES[P.QUEUE_DEPTH],
                 "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
-                f"signal. Dashed line: QueueDepthHigh threshold ({config.queue_depth_high}).",
+                "signal, and its breakdown by priority level (high, normal, low) for a type "
+                "that uses levels. Dashed line: QueueDepthHigh threshold "
+                f"({config.queue_depth_high}).",
                 by_key("queue_depth").unit,
-                [_by_type(q.gauge_by_type(sel, "queue_depth"))],
+                [
+                    _by_type(q.gauge_by_type(sel, "queue_depth")),
+                    (
+                        f"max by ({q.BY_TYPE}, priority) ({sel.series('depth_by_priority')})",
+                        "{{agent_type}} {{priority}}",
+                    ),
+                ],
                 threshold_steps=steps((None, "green"), (config.queue_depth_high, "orange")),
             ),
             12,

@@ -32,8 +32,9 @@ local f = redis.pcall('HMGET', KEYS[1], 'state', 'token')
 if failed(f) then
     return wrong_type(1, 'hash') or f
 end
-if f[2] ~= ARGV[2] or f[1] ~= 'running' then
-    return {'lost', f[1] or 'missing'}
+local state = f[1]
+if f[2] ~= ARGV[2] or state ~= 'running' then
+    return {'lost', state or 'missing'}
 end
 local now = string.format('%d', now_ms())
 -- The event goes first: a user whose ACL refuses the channel is refused here, before
