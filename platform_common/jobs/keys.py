@@ -85,6 +85,20 @@ Queue (one set per agent type), prefix default "jobs":
                                      started (a job a worker's BLMOVE took goes back to
                                      the queue list). Enqueue, retries, expiry and the
                                      chores go on.
+    jobs:{type}:control       STREAM cancel requests of running jobs (queue/cancel.py):
+                                     one entry per request, fields `job` (the id) and
+                                     `reason`, written by lua/queue_cancel.lua, capped
+                                     with XADD MAXLEN ~ CANCEL_STREAM_MAX; each worker
+                                     reads it with XREAD BLOCK from the id current when
+                                     it started (worker/cancel_watch.py) and cancels the
+                                     handler of a job it runs. The request is also the
+                                     job hash's field `cancel` (the reason): the
+                                     complete, fail and reaper scripts end such a job
+                                     cancelled, never succeeded, retried or dead.
+    jobs:{type}:session:<sid> ZSET   job id -> TTL deadline (ms) of the jobs of user
+                                     session <sid> (for cancel_session), written by the
+                                     enqueue when the caller passes the key (the Python
+                                     producer does); see queue/cancel.py for its bounds
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -95,7 +109,7 @@ Queue (one set per agent type), prefix default "jobs":
                                      tools discover types here (type_registry.py)
 Channel: agent:<type>:completed  (PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
-    terminal outcome (succeeded, failed, dead-lettered, expired)
+    terminal outcome (succeeded, failed, dead-lettered, expired, cancelled)
 
 Queue stats counters (per agent type, each HINCRBY'd only by the script that performs
 the transition; so they are exact across any number of processes):
@@ -107,8 +121,11 @@ the transition; so they are exact across any number of processes):
     retried        a failed or crashed attempt was scheduled for another try
     dead_lettered  a job used its last attempt and moved to the dead-letter list
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
-    So enqueued == completed + failed + expired + jobs still live (queued, delayed,
-    in progress), and failed >= dead_lettered.
+    cancelled      a job was cancelled (terminal): while it waited (queue_cancel), or
+                   when its running attempt ended after a cancel request (complete,
+                   fail, reaper)
+    So enqueued == completed + failed + expired + cancelled + jobs still live (queued,
+    delayed, in progress), and failed >= dead_lettered.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
 Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
@@ -171,6 +188,7 @@ STATS_COUNTERS = (
     "retried",
     "dead_lettered",
     "expired",
+    "cancelled",
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
@@ -215,6 +233,7 @@ _QUEUE_KEY_TYPES = {
     "failed": "list",
     "stats": "hash",
     "paused": "string",
+    "control": "stream",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -283,6 +302,8 @@ def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
         return "string"
     if rest.startswith("expiring:"):
         return "list"
+    if rest.startswith("session:"):
+        return "zset"
     return _QUEUE_KEY_TYPES.get(rest)
 
 
@@ -403,6 +424,13 @@ class QueueKeys:
     @property
     def paused(self) -> str:
         return f"{self.base}:paused"
+
+    @property
+    def control(self) -> str:
+        return f"{self.base}:control"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.base}:session:{session_id}"
 
     @property
     def workers(self) -> str:

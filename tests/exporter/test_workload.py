@@ -87,6 +87,7 @@ def expected(kinds: dict[str, int]) -> dict[str, int]:
         "started": kinds["ok"] + kinds["slow"] + 2 * kinds["flaky"] + 3 * kinds["poison"]
         + kinds["refused"],
         "expired": 0,
+        "cancelled": 0,
     }  # fmt: skip
 
 

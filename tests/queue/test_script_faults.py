@@ -25,6 +25,7 @@ import pytest
 from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import ARRIVAL_BUCKET_MS, EXPIRY_BUCKET_MS, QueueKeys
 from platform_common.jobs.queue import JobQueue, QueueState
+from platform_common.jobs.queue.cancel import cancel_jobs
 from platform_common.jobs.worker import Claim
 from tests.support.keyspace import changed_keys
 from tests.support.queue_env import QueueEnv
@@ -215,6 +216,24 @@ async def test_a_job_in_deadline_order_leaves_the_bucket_keys_alone(env: Env, ro
     job_id = await env.queue.enqueue(created.job())
     assert await env.raw.hget(DINING.queued, job_id) is not None
     assert await env.raw.get(created.key(role)) == "not what the queue wrote"
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["now", "scheduled"])
+@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
+async def test_enqueue_refuses_a_session_index_of_another_type(
+    env: Env, kind: str, scheduled: bool
+) -> None:
+    """The session index (cancel_session's) is the enqueue's first write: refused there,
+    and a later session's refusal takes the earlier one's entries out again."""
+    created = Created()
+    bad = DINING.session("bad-session")
+    await env.plant(bad, kind)
+    delay = 30 if scheduled else None
+    alone = {**created.job(), "session_id": "bad-session"}
+    await refused(env, lambda: env.queue.enqueue(alone, delay=delay), bad)
+    good = {**created.job(), "session_id": "good-session"}
+    jobs = [good, {**created.job(), "session_id": "bad-session"}]
+    await refused(env, lambda: env.queue.enqueue_many(jobs, delay=delay), bad)
 
 
 NOT_A_MARK = ["007", "-5", "abc", "0", "1" * 16]
@@ -640,6 +659,84 @@ async def test_pause_refuses_a_paused_key_of_another_type(env: Env, call: str, k
     await env.queued()
     await env.plant(DINING.paused, kind)
     await refused(env, lambda: getattr(env.queue, call)("dining"), DINING.paused)
+
+
+# -- queue_cancel: JobQueue.cancel (and the cancel fence of complete and fail) ----------------
+CANCEL_SHARED = [
+    ("queued", "hash"),
+    ("waiting", "zset"),
+    ("delayed", "zset"),
+    ("expiry", "zset"),
+    ("stats", "hash"),
+    ("arrivals", "zset"),
+    ("arrived", "hash"),
+    ("control", "stream"),
+]
+
+
+async def cancel_targets(env: Env) -> dict[str, str]:
+    """A job of each state the cancel script writes differently."""
+    running = (await env.running()).job_id
+    delayed = await env.due_retry()
+    return {"queued": await env.queued(), "delayed": delayed, "running": running}
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(*CANCEL_SHARED))
+async def test_cancel_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    """Every shared key is checked first, whatever the jobs' states: one call over a job
+    of each state."""
+    targets = list((await cancel_targets(env)).values())
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: cancel_jobs(env.queue.connection, "dining", targets), key_of(role))
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("job", "hash"), ("result", "string")))
+async def test_cancel_refuses_a_job_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    """An id with no waiting job: its job key, then its result key, is read."""
+    await env.queued()
+    if role == "result":
+        await env.raw.delete(DINING.job("gone"))
+    await env.plant(key_of(role, "gone"), kind)
+    await refused(env, lambda: env.queue.cancel("dining", "gone"), key_of(role, "gone"))
+
+
+async def test_cancel_refuses_a_job_whose_state_is_unknown(env: Env) -> None:
+    await env.queued()
+    await env.raw.hset(DINING.job("odd"), mapping={"state": "exploded", "expires_at": "1"})
+    refusal = await refused(env, lambda: env.queue.cancel("dining", "odd"), DINING.job("odd"))
+    assert "unknown" in refusal.problem
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
+async def test_cancel_refuses_a_malformed_cancelled_counter(env: Env, value: str) -> None:
+    """Checked by every script that ends a job cancelled, before its first write."""
+    targets = await cancel_targets(env)
+    await env.raw.hset(DINING.stats, "cancelled", value)
+    for waiting in ("queued", "delayed"):
+        job_id = targets[waiting]
+        await refused(env, lambda job_id=job_id: env.queue.cancel("dining", job_id), DINING.stats)
+    running = targets["running"]
+    await env.queue.cancel("dining", running)  # a request bumps no counter: accepted
+    await refused(env, lambda: env.leases.complete(running, TOKEN, "1"), DINING.stats)
+    await refused(env, lambda: env.leases.fail(running, TOKEN, "boom"), DINING.stats)
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
+async def test_cancel_refuses_an_arrival_count_that_is_not_an_integer(env: Env, value: str) -> None:
+    job_id = await env.queued()
+    enqueued_at = int((await env.raw.hget(DINING.queued, job_id)).split(",", 1)[0])
+    second = str(enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS)
+    await env.raw.hset(DINING.arrived, second, value)
+    await refused(env, lambda: env.queue.cancel("dining", job_id), DINING.arrived)
+
+
+async def test_cancel_of_a_packed_job_that_does_not_parse_still_cancels_it(env: Env) -> None:
+    job_id = await env.queued()
+    await env.raw.hset(DINING.queued, job_id, "garbage")
+    report = await env.queue.cancel("dining", job_id)
+    assert report.outcome == "cancelled"
+    assert await env.raw.ttl(DINING.result(job_id)) > 3600  # kept for the fallback
+    assert not await env.raw.hexists(DINING.queued, job_id)
 
 
 # -- queue_claim: AttemptCalls.claim -----------------------------------------------------------

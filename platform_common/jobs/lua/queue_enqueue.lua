@@ -20,6 +20,8 @@
 -- ARGV[8+5n] optional: the schedule of every job of the call: "@<ms>" due at that time,
 --           "+<ms>" due that long after Redis TIME; absent or "" runs them now. Then
 --           KEYS[8+3n] is the delayed zset and KEYS[9+3n] the expiry zset (see Scheduled)
+-- KEYS[10+3n .. 9+4n] optional (then KEYS[8+3n], KEYS[9+3n] are given too, scheduled or
+--           not): the session index of each job, keys.py `session:<sid>` (see Sessions)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -38,6 +40,13 @@
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
 -- deadline); not packed, not on the queue list, no arrival count, the deadline mark
 -- untouched. A due time at or after a job's deadline is refused: {"late", now, due}.
+-- Sessions (queue/cancel.py, cancel_session): each job written gets its id into its
+-- session index (a zset, score its deadline) by one ZADD per index and call, the
+-- call's first write (a key of another type refuses the call there, nothing written;
+-- a later refusal takes the ids out again). The index expires at its latest job's
+-- deadline (PEXPIREAT GT, NX for a new one); one call in SESSION_PRUNE_EVERY (64, by
+-- Redis' clock, ms) also drops its past deadlines and, past SESSION_INDEX_MAX entries,
+-- the earliest ones (those jobs are then cancelled by id only).
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -52,6 +61,75 @@
 -- @include packed_header
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
+local ids = {}
+-- ---- sessions (queue/cancel.py): the index writes, apart from the queue's own ----
+local SESSION_INDEX_MAX = 10000  -- queue/cancel.py SESSION_INDEX_MAX
+local SESSION_PRUNE_EVERY = 64
+-- The indexes this call writes, in order: {position in KEYS, latest deadline, score,
+-- id, score, id...}. A lone job (the hot path) makes one, without the lookup table.
+local index_order = {}
+local by_index = nil
+local function index_job(i, expires_at)
+    local position = 9 + 3 * n + i
+    local key = KEYS[position]
+    if not key then
+        return
+    end
+    local index = by_index and by_index[key]
+    if not index then
+        index = {position, expires_at}
+        index_order[#index_order + 1] = index
+        if n > 1 then
+            by_index = by_index or {}
+            by_index[key] = index
+        end
+    elseif expires_at > index[2] then
+        index[2] = expires_at
+    end
+    index[#index + 1] = expires_at
+    index[#index + 1] = ids[i]
+end
+-- The first write: refused for a key of another type (or at maxmemory) before any other.
+local function write_indexes()
+    for done, index in ipairs(index_order) do
+        local added = redis.pcall('ZADD', KEYS[index[1]], unpack(index, 3))
+        if type(added) == 'table' then
+            for u = 1, done - 1 do
+                local undo = index_order[u]
+                for m = 4, #undo, 2 do
+                    redis.call('ZREM', KEYS[undo[1]], undo[m])
+                end
+            end
+            return wrong_type(index[1], 'zset') or added
+        end
+    end
+    return nil
+end
+local function undo_indexes()
+    for _, index in ipairs(index_order) do
+        for m = 4, #index, 2 do
+            redis.call('ZREM', KEYS[index[1]], index[m])
+        end
+    end
+end
+-- After the last check: each index expires with its latest job (GT: a later deadline
+-- only; NX: a new index, which has none yet), and is pruned now and then.
+local function finish_indexes(now)
+    for _, index in ipairs(index_order) do
+        local key, latest = KEYS[index[1]], index[2]
+        if redis.call('PEXPIREAT', key, latest, 'GT') == 0 then
+            redis.call('PEXPIREAT', key, latest, 'NX')
+        end
+        if now % SESSION_PRUNE_EVERY == 0 then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+            local size = redis.call('ZCARD', key)
+            if size > SESSION_INDEX_MAX then
+                redis.call('ZREMRANGEBYRANK', key, 0, size - SESSION_INDEX_MAX - 1)
+            end
+        end
+    end
+end
+-- ---- end sessions ----
 local trace_context = ARGV[7 + 5 * n] or ''
 local schedule = ARGV[8 + 5 * n]
 local now = now_ms()
@@ -61,7 +139,6 @@ end
 
 -- (Tables and strings are made only where needed: a lone enqueue is one job, and its
 -- script's own work costs about as much as its Redis calls.)
-local ids = {}
 local existing
 if n == 1 then
     ids[1] = ARGV[7]
@@ -143,6 +220,7 @@ if schedule and schedule ~= '' then
                 return {'late', now, string.format('%d', due)}
             end
             jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
+            index_job(i, expires_at)  -- sessions
         end
     end
     if #jobs == 0 then
@@ -156,11 +234,16 @@ if schedule and schedule ~= '' then
     if problem then
         return problem
     end
+    local refused = write_indexes()  -- sessions: the first write
+    if refused then
+        return refused
+    end
     -- The first write, and the one Redis refuses at maxmemory: its HINCRBY checks the
     -- counter itself. (A job key written below does not exist: one that did was judged a
     -- replay or a duplicate above, or refused for its type.)
     local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', #jobs)
     if type(counted) == 'table' then
+        undo_indexes()  -- sessions
         local err = counted.err
         if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
             return corrupt(2, 'field enqueued: ' .. err)
@@ -190,6 +273,7 @@ if schedule and schedule ~= '' then
     end
     redis.call('ZADD', KEYS[delayed], unpack(dues))
     redis.call('ZADD', KEYS[expiry], unpack(deadlines))
+    finish_indexes(now)  -- sessions
     return {'ok', #jobs}
 end
 
@@ -247,6 +331,7 @@ for i = 1, n do
             end
             bucket[3][#bucket[3] + 1] = ids[i]
         end
+        index_job(i, expires_at)  -- sessions
         packed[#packed + 1] = ids[i]
         packed[#packed + 1] = header .. (ordered and ',o\n' or '\n') .. trace_context .. '\n'
             .. ARGV[base + 2]
@@ -298,9 +383,16 @@ end
 -- fails, so a refusal leaves nothing written. The arrival count is the first write of all
 -- (also the one Redis refuses at maxmemory): its HINCRBY checks the hash's type and the
 -- count's integer text itself, where a read before it would cost a call per enqueue.
+if #index_order > 0 then
+    local refused = write_indexes()  -- sessions: the first write
+    if refused then
+        return refused
+    end
+end
 local second = now - now % tonumber(ARGV[6])
 local count = redis.pcall('HINCRBY', KEYS[6], second, written)
 if type(count) == 'table' then
+    undo_indexes()  -- sessions
     local err = count.err
     if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
         local value = redis.call('HGET', KEYS[6], second)
@@ -315,6 +407,7 @@ end
 -- the arrivals set too) is registered there.
 local registered = 0
 local function undo_arrival()
+    undo_indexes()  -- sessions
     -- Back to no count (a count is never left at 0), and out of the arrivals set if
     -- this call put it there.
     if redis.call('HINCRBY', KEYS[6], second, -written) == 0 then
@@ -349,4 +442,7 @@ for b = 1, #buckets do
     end
 end
 redis.call('LPUSH', KEYS[1], unpack(pushed))
+if #index_order > 0 then
+    finish_indexes(now)  -- sessions
+end
 return {'ok', written}

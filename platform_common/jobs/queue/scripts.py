@@ -25,3 +25,4 @@ class QueueScripts:
     dead_purge = Script.named("queue_dead_purge")
     kept_prune = Script.named("queue_kept_prune")
     pause = Script.named("queue_pause")
+    cancel = Script.named("queue_cancel")
