@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .payload import JobPayload
@@ -53,6 +54,11 @@ class JobContext:
     deadline: float = math.inf
     """`expires_at` on this process's monotonic clock (time.monotonic), measured from
     the Redis TIME of the claim."""
+    cancel_requested: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set when the job is cancelled while it runs (JobQueue.cancel): an async handler's
+    task is cancelled then; a sync handler, which cannot be, checks this (or waits on
+    it) and should return soon. Whatever it returns is not stored: the job ends
+    cancelled."""
 
     def seconds_left(self) -> float:
         """Seconds until the handler is cancelled for the job's TTL (0 when past it)."""
