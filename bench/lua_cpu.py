@@ -105,12 +105,14 @@ def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
         KEYS.queue, KEYS.stats, KEYS.queued, KEYS.expiring, KEYS.arrivals, KEYS.arrived,
         KEYS.deadline_mark, KEYS.job(job_id), KEYS.result(job_id),
         KEYS.expiring_bucket(expires - expires % EXPIRY_BUCKET_MS),
-        # The producer's session index (queue/cancel.py): the scheduled keys, then the
-        # job's session, four jobs a session (a release before it ignores these keys).
-        KEYS.delayed, KEYS.expiry, KEYS.session(f"s{int(job_id.rsplit('-', 1)[-1]) // 4}"),
+        # The producer's session index (queue/cancel.py): after the scheduled keys, with
+        # the trace context and schedule ("") and the job's session id (four jobs a
+        # session) as arguments (a release before it ignores these).
+        KEYS.delayed, KEYS.expiry, KEYS.sessions,
     ]  # fmt: skip
     args: list[Any] = [uuid.uuid4().hex, 1, now_ms, SKEW_MS, EXPIRY_BUCKET_MS]
-    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, ""]
+    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, "", ""]
+    args.append(f"session-{int(job_id.rsplit('-', 1)[-1]) // 4}")
     return keys, args
 
 

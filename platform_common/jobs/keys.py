@@ -95,10 +95,14 @@ Queue (one set per agent type), prefix default "jobs":
                                      job hash's field `cancel` (the reason): the
                                      complete, fail and reaper scripts end such a job
                                      cancelled, never succeeded, retried or dead.
-    jobs:{type}:session:<sid> ZSET   job id -> TTL deadline (ms) of the jobs of user
-                                     session <sid> (for cancel_session), written by the
-                                     enqueue when the caller passes the key (the Python
-                                     producer does); see queue/cancel.py for its bounds
+    jobs:{type}:sessions      ZSET   the jobs of each user session, for cancel_session:
+                                     member "<session id>\n<deadline ms>\n<job id>",
+                                     score 0 (one session's members are one
+                                     lexicographic range), one per job enqueued by a
+                                     caller that passes the key (the Python producer
+                                     does); the workers' cleanup drops members past
+                                     their deadline, cancel_session those it finds
+                                     settled (queue/cancel.py)
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -234,6 +238,7 @@ _QUEUE_KEY_TYPES = {
     "stats": "hash",
     "paused": "string",
     "control": "stream",
+    "sessions": "zset",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -302,8 +307,6 @@ def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
         return "string"
     if rest.startswith("expiring:"):
         return "list"
-    if rest.startswith("session:"):
-        return "zset"
     return _QUEUE_KEY_TYPES.get(rest)
 
 
@@ -429,8 +432,9 @@ class QueueKeys:
     def control(self) -> str:
         return f"{self.base}:control"
 
-    def session(self, session_id: str) -> str:
-        return f"{self.base}:session:{session_id}"
+    @property
+    def sessions(self) -> str:
+        return f"{self.base}:sessions"
 
     @property
     def workers(self) -> str:

@@ -215,17 +215,29 @@ async def test_cancel_session_cancels_every_live_job_of_the_session(env: Env) ->
         await assert_cancelled(env, job_id, "session closed")
     assert await env.raw.hexists(DINING.queued, other)
     # The settled ones left the index; the running one stays until it ends.
-    assert await env.raw.zrange(DINING.session(SESSION), 0, -1) == [running]
+    left = await env.raw.zrange(DINING.sessions, 0, -1)
+    assert sorted(member.rsplit("\n", 2)[2] for member in left) == sorted([running, other])
     # Twice: the running one is still being cancelled, nothing else is found.
     again = await env.queue.cancel_session(SESSION)
     assert again == [report(running, CancelOutcome.CANCELLING)]
     assert await env.queue.cancel_session("nobody") == []
 
 
-async def test_the_session_index_expires_with_its_latest_job(env: Env) -> None:
-    long_lived = await env.queue.enqueue(make_job(ttl_seconds=600))
-    await env.queue.enqueue(make_job(ttl_seconds=60))
-    key = DINING.session(SESSION)
-    deadline = await env.raw.zscore(key, long_lived)
-    assert deadline is not None
-    assert await env.raw.pexpiretime(key) == int(deadline)
+async def test_the_session_index_holds_one_member_a_job_until_its_deadline(env: Env) -> None:
+    job_id = await env.queue.enqueue(make_job(ttl_seconds=60))
+    [member] = await env.raw.zrange(DINING.sessions, 0, -1)
+    session, deadline, indexed = member.rsplit("\n", 2)
+    assert (session, indexed) == (SESSION, job_id)
+    assert await env.chores.prune_sessions() == 0  # not past its deadline
+    assert await env.chores.prune_sessions(now_ms=int(deadline) + 1) == 1
+    assert not await env.raw.exists(DINING.sessions)
+
+
+async def test_a_session_id_that_prefixes_another_finds_only_its_own(env: Env) -> None:
+    """Members are "<session>\n<deadline>\n<id>": a session id with a newline in it
+    is within another's range, and told apart by parsing from the right."""
+    mine = await env.queue.enqueue(make_job(session_id="s"))
+    await env.queue.enqueue(make_job(session_id="s\n999\nx"))
+    await env.queue.enqueue(make_job(session_id="s2"))
+    reports = await env.queue.cancel_session("s")
+    assert reports == [report(mine, CancelOutcome.CANCELLED)]

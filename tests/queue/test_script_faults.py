@@ -223,17 +223,22 @@ async def test_a_job_in_deadline_order_leaves_the_bucket_keys_alone(env: Env, ro
 async def test_enqueue_refuses_a_session_index_of_another_type(
     env: Env, kind: str, scheduled: bool
 ) -> None:
-    """The session index (cancel_session's) is the enqueue's first write: refused there,
-    and a later session's refusal takes the earlier one's entries out again."""
+    """The session index (cancel_session's) is the enqueue's first write: refused there."""
     created = Created()
-    bad = DINING.session("bad-session")
-    await env.plant(bad, kind)
+    await env.plant(DINING.sessions, kind)
     delay = 30 if scheduled else None
-    alone = {**created.job(), "session_id": "bad-session"}
-    await refused(env, lambda: env.queue.enqueue(alone, delay=delay), bad)
-    good = {**created.job(), "session_id": "good-session"}
-    jobs = [good, {**created.job(), "session_id": "bad-session"}]
-    await refused(env, lambda: env.queue.enqueue_many(jobs, delay=delay), bad)
+    await refused(env, lambda: env.queue.enqueue(created.job(), delay=delay), DINING.sessions)
+    jobs = [created.job(), created.job()]
+    await refused(env, lambda: env.queue.enqueue_many(jobs, delay=delay), DINING.sessions)
+
+
+async def test_a_later_refusal_takes_the_session_members_out_again(env: Env) -> None:
+    """The index is written first: a refusal after it (the enqueued counter) undoes it."""
+    await env.raw.hset(DINING.stats, "enqueued", "many")
+    created = Created()
+    await refused(env, lambda: env.queue.enqueue(created.job()), DINING.stats)
+    await refused(env, lambda: env.queue.enqueue(created.job(), delay=30), DINING.stats)
+    assert not await env.raw.exists(DINING.sessions)
 
 
 NOT_A_MARK = ["007", "-5", "abc", "0", "1" * 16]

@@ -9,8 +9,9 @@
 -- KEYS[1] queued hash   KEYS[2] waiting zset   KEYS[3] delayed zset   KEYS[4] expiry zset
 -- KEYS[5] stats hash    KEYS[6] arrivals zset  KEYS[7] arrived hash   KEYS[8] control stream
 -- KEYS[7+2i] job hash of job i, KEYS[8+2i] its result key (i = 1..n)
--- KEYS[9+2n] optional: a session index (zset, keys.py): each job this call finds
---            cancelled, finished or unknown leaves it (cancel_session walks it)
+-- KEYS[9+2n] optional: the type's session index (zset, keys.py): each job this call
+--            finds cancelled, finished or unknown leaves it (cancel_session walks it),
+--            its member ARGV[5+n+i]
 -- ARGV[1] completion channel   ARGV[2] the reason (text, may be empty)
 -- ARGV[3] arrival bucket width (ms)   ARGV[4] the control stream's cap (XADD MAXLEN ~)
 -- ARGV[5] seconds to keep the result of a job whose stored ttl does not parse
@@ -56,7 +57,12 @@ local unpacked = {}  -- ids leaving the queued hash
 local dropped = {}   -- ids whose job hash goes (waiting or delayed)
 local results = {}   -- {i, ttl}: jobs cancelled here
 local requested = {} -- i of running jobs to ask
-local settled = {}   -- ids leaving the session index
+local settled = {}   -- members leaving the session index
+local function settle(i)
+    if session then
+        settled[#settled + 1] = ARGV[5 + n + i]
+    end
+end
 local leaving = {}   -- arrival second -> packed jobs of it cancelled here
 local seconds = {}
 local seen = {}
@@ -85,7 +91,7 @@ for i = 1, n do
         end
         unpacked[#unpacked + 1] = job_id
         results[#results + 1] = {i, ttl_or_fallback(job and job[3])}
-        settled[#settled + 1] = job_id
+        settle(i)
         out[i] = {job_id, 'cancelled'}
     else
         local f = redis.pcall('HMGET', KEYS[job_key], 'state', 'expires_at', 'ttl', 'cancel')
@@ -103,11 +109,11 @@ for i = 1, n do
             end
             local status = string.match(head, '^{"status":"(%a+)"')
             out[i] = status and {job_id, 'finished', status} or {job_id, 'unknown'}
-            settled[#settled + 1] = job_id
+            settle(i)
         elseif LIVE[state] then
             dropped[#dropped + 1] = job_id
             results[#results + 1] = {i, ttl_or_fallback(f[3])}
-            settled[#settled + 1] = job_id
+            settle(i)
             out[i] = {job_id, 'cancelled'}
         elseif state == 'running' then
             if not f[4] then
@@ -116,7 +122,7 @@ for i = 1, n do
             out[i] = {job_id, 'cancelling'}
         elseif ENDED[state] then
             out[i] = {job_id, 'finished', state}
-            settled[#settled + 1] = job_id
+            settle(i)
         else
             return corrupt(job_key, 'stored state of the job is unknown: ' .. shown(f[1]))
         end

@@ -20,8 +20,9 @@
 -- ARGV[8+5n] optional: the schedule of every job of the call: "@<ms>" due at that time,
 --           "+<ms>" due that long after Redis TIME; absent or "" runs them now. Then
 --           KEYS[8+3n] is the delayed zset and KEYS[9+3n] the expiry zset (see Scheduled)
--- KEYS[10+3n .. 9+4n] optional (then KEYS[8+3n], KEYS[9+3n] are given too, scheduled or
---           not): the session index of each job, keys.py `session:<sid>` (see Sessions)
+-- KEYS[10+3n] optional (then KEYS[8+3n], KEYS[9+3n], ARGV[7+5n] and ARGV[8+5n] are given
+--           too, scheduled or not): the type's session index (see Sessions), and
+--           ARGV[8+5n+i] the session id of job i
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -40,13 +41,12 @@
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
 -- deadline); not packed, not on the queue list, no arrival count, the deadline mark
 -- untouched. A due time at or after a job's deadline is refused: {"late", now, due}.
--- Sessions (queue/cancel.py, cancel_session): each job written gets its id into its
--- session index (a zset, score its deadline) by one ZADD per index and call, the
--- call's first write (a key of another type refuses the call there, nothing written;
--- a later refusal takes the ids out again). The index expires at its latest job's
--- deadline (PEXPIREAT GT, NX for a new one); one call in SESSION_PRUNE_EVERY (64, by
--- Redis' clock, ms) also drops its past deadlines and, past SESSION_INDEX_MAX entries,
--- the earliest ones (those jobs are then cancelled by id only).
+-- Sessions (queue/cancel.py, cancel_session): each job written gets a member
+-- "<session id>\n<deadline ms>\n<job id>" (score 0) in the type's session index, by one
+-- ZADD per call, the call's first write (a key of another type refuses the call there,
+-- nothing written; a later refusal takes the members out again). The workers' cleanup
+-- drops the members past their deadline (Chores.prune_sessions); cancel_session drops
+-- those it finds settled.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -62,71 +62,32 @@
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local ids = {}
--- ---- sessions (queue/cancel.py): the index writes, apart from the queue's own ----
-local SESSION_INDEX_MAX = 10000  -- queue/cancel.py SESSION_INDEX_MAX
-local SESSION_PRUNE_EVERY = 64
--- The indexes this call writes, in order: {position in KEYS, latest deadline, score,
--- id, score, id...}. A lone job (the hot path) makes one, without the lookup table.
-local index_order = {}
-local by_index = nil
+-- ---- sessions (queue/cancel.py): the index write, apart from the queue's own ----
+-- One member per job written, "<session id>\n<deadline ms>\n<job id>", all scored 0 (so
+-- one session's are a lexicographic range), by one ZADD per call.
+local session_index = KEYS[10 + 3 * n]
+local members = {}
 local function index_job(i, expires_at)
-    local position = 9 + 3 * n + i
-    local key = KEYS[position]
-    if not key then
-        return
+    if session_index then
+        members[#members + 1] = 0
+        members[#members + 1] = ARGV[8 + 5 * n + i] .. string.format('\n%d\n', expires_at)
+            .. ids[i]
     end
-    local index = by_index and by_index[key]
-    if not index then
-        index = {position, expires_at}
-        index_order[#index_order + 1] = index
-        if n > 1 then
-            by_index = by_index or {}
-            by_index[key] = index
-        end
-    elseif expires_at > index[2] then
-        index[2] = expires_at
-    end
-    index[#index + 1] = expires_at
-    index[#index + 1] = ids[i]
 end
 -- The first write: refused for a key of another type (or at maxmemory) before any other.
-local function write_indexes()
-    for done, index in ipairs(index_order) do
-        local added = redis.pcall('ZADD', KEYS[index[1]], unpack(index, 3))
-        if type(added) == 'table' then
-            for u = 1, done - 1 do
-                local undo = index_order[u]
-                for m = 4, #undo, 2 do
-                    redis.call('ZREM', KEYS[undo[1]], undo[m])
-                end
-            end
-            return wrong_type(index[1], 'zset') or added
-        end
+local function write_index()
+    if #members == 0 then
+        return nil
+    end
+    local added = redis.pcall('ZADD', session_index, unpack(members))
+    if type(added) == 'table' then
+        return wrong_type(10 + 3 * n, 'zset') or added
     end
     return nil
 end
-local function undo_indexes()
-    for _, index in ipairs(index_order) do
-        for m = 4, #index, 2 do
-            redis.call('ZREM', KEYS[index[1]], index[m])
-        end
-    end
-end
--- After the last check: each index expires with its latest job (GT: a later deadline
--- only; NX: a new index, which has none yet), and is pruned now and then.
-local function finish_indexes(now)
-    for _, index in ipairs(index_order) do
-        local key, latest = KEYS[index[1]], index[2]
-        if redis.call('PEXPIREAT', key, latest, 'GT') == 0 then
-            redis.call('PEXPIREAT', key, latest, 'NX')
-        end
-        if now % SESSION_PRUNE_EVERY == 0 then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-            local size = redis.call('ZCARD', key)
-            if size > SESSION_INDEX_MAX then
-                redis.call('ZREMRANGEBYRANK', key, 0, size - SESSION_INDEX_MAX - 1)
-            end
-        end
+local function undo_index()
+    for m = 2, #members, 2 do
+        redis.call('ZREM', session_index, members[m])
     end
 end
 -- ---- end sessions ----
@@ -234,7 +195,7 @@ if schedule and schedule ~= '' then
     if problem then
         return problem
     end
-    local refused = write_indexes()  -- sessions: the first write
+    local refused = write_index()  -- sessions: the first write
     if refused then
         return refused
     end
@@ -243,7 +204,7 @@ if schedule and schedule ~= '' then
     -- replay or a duplicate above, or refused for its type.)
     local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', #jobs)
     if type(counted) == 'table' then
-        undo_indexes()  -- sessions
+        undo_index()  -- sessions
         local err = counted.err
         if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
             return corrupt(2, 'field enqueued: ' .. err)
@@ -273,7 +234,6 @@ if schedule and schedule ~= '' then
     end
     redis.call('ZADD', KEYS[delayed], unpack(dues))
     redis.call('ZADD', KEYS[expiry], unpack(deadlines))
-    finish_indexes(now)  -- sessions
     return {'ok', #jobs}
 end
 
@@ -383,16 +343,14 @@ end
 -- fails, so a refusal leaves nothing written. The arrival count is the first write of all
 -- (also the one Redis refuses at maxmemory): its HINCRBY checks the hash's type and the
 -- count's integer text itself, where a read before it would cost a call per enqueue.
-if #index_order > 0 then
-    local refused = write_indexes()  -- sessions: the first write
-    if refused then
-        return refused
-    end
+local refused = write_index()  -- sessions: the first write
+if refused then
+    return refused
 end
 local second = now - now % tonumber(ARGV[6])
 local count = redis.pcall('HINCRBY', KEYS[6], second, written)
 if type(count) == 'table' then
-    undo_indexes()  -- sessions
+    undo_index()  -- sessions
     local err = count.err
     if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
         local value = redis.call('HGET', KEYS[6], second)
@@ -407,7 +365,7 @@ end
 -- the arrivals set too) is registered there.
 local registered = 0
 local function undo_arrival()
-    undo_indexes()  -- sessions
+    undo_index()  -- sessions
     -- Back to no count (a count is never left at 0), and out of the arrivals set if
     -- this call put it there.
     if redis.call('HINCRBY', KEYS[6], second, -written) == 0 then
@@ -442,7 +400,4 @@ for b = 1, #buckets do
     end
 end
 redis.call('LPUSH', KEYS[1], unpack(pushed))
-if #index_order > 0 then
-    finish_indexes(now)  -- sessions
-end
 return {'ok', written}

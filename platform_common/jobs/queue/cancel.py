@@ -27,7 +27,6 @@ from .payload_fields import MAX_TEXT_LENGTH
 __all__ = [
     "CANCEL_STREAM_MAX",
     "MAX_REASON_LENGTH",
-    "SESSION_INDEX_MAX",
     "CancelOutcome",
     "CancelReport",
     "cancel_jobs",
@@ -40,10 +39,8 @@ CANCEL_STREAM_MAX = 10_000
 """About how many cancel requests a type's control stream keeps (XADD MAXLEN ~): a worker
 reads each within about a second, so only a worker stalled for that many requests could
 miss one (its lease renewal then finds the request, see worker/cancel_watch.py)."""
-SESSION_INDEX_MAX = 10_000
-"""The most jobs a session's index keeps per agent type (keys.py, `session:<sid>`): past
-it, the enqueue drops the entries of the earliest deadlines, whose jobs cancel_session
-then no longer finds (cancel them by id)."""
+PAGE = 1000
+"""Session index members read per round trip by cancel_session."""
 BATCH = 500
 """Job ids per cancel script call (one call's keys, two per job)."""
 
@@ -98,29 +95,30 @@ async def cancel_jobs(
     job_ids: Sequence[str],
     reason: str | None = None,
     *,
-    session_key: str | None = None,
+    index_members: Sequence[str] | None = None,
 ) -> list[CancelReport]:
     """Cancel `job_ids` of `agent_type` (a type configured, or one Redis has seen), one
-    report per id in order. `session_key`: the session index the ids were read from,
-    which loses those found cancelled, finished or unknown."""
+    report per id in order. `index_members`: each id's member of the type's session
+    index, which those found cancelled, finished or unknown leave (cancel_session)."""
     stored_reason = check_reason(reason)
     ids = [validate_job_id(job_id) for job_id in job_ids]
     keys = await connection.seen_keys(agent_type)
     reports: list[CancelReport] = []
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
-        reply = await connection.run_script(
-            connection.scripts.cancel,
-            _script_keys(keys, chunk, session_key),
-            [
-                keys.channel,
-                stored_reason,
-                ARRIVAL_BUCKET_MS,
-                CANCEL_STREAM_MAX,
-                CORRUPT_RESULT_TTL_SECONDS,
-                *chunk,
-            ],
-        )
+        script_keys = _script_keys(keys, chunk)
+        args: list[object] = [
+            keys.channel,
+            stored_reason,
+            ARRIVAL_BUCKET_MS,
+            CANCEL_STREAM_MAX,
+            CORRUPT_RESULT_TTL_SECONDS,
+            *chunk,
+        ]
+        if index_members is not None:
+            script_keys.append(keys.sessions)
+            args += index_members[start : start + BATCH]
+        reply = await connection.run_script(connection.scripts.cancel, script_keys, args)
         reports.extend(_report(agent_type, entry) for entry in reply)
     return reports
 
@@ -129,25 +127,46 @@ async def cancel_session(
     connection: QueueConnection, session_id: str, reason: str | None = None
 ) -> list[CancelReport]:
     """Cancel every job of `session_id` that has not finished, of every agent type Redis
-    has seen (each type its own slot on a cluster), from each type's session index."""
+    has seen (each type its own slot on a cluster), found in each type's session index
+    (keys.py, `sessions`): one lexicographic range of it, read a page at a time."""
     check_reason(reason)
     sid = check_session_id(session_id)
+    prefix = sid.encode() + b"\n"
     reports: list[CancelReport] = []
     for agent_type in (await connection.discover_types()).types:
-        key = connection.keys(agent_type).session(sid)
-        members = await connection.execute_many([("ZRANGE", key, 0, SESSION_INDEX_MAX - 1)])
-        listed = members[0]
-        if isinstance(listed, ResponseError):  # WRONGTYPE: CorruptQueueState naming it
-            raise await connection.refusal(listed, [key]) from listed
-        if isinstance(listed, Exception):
-            raise listed
-        ids = [_text(member) for member in listed]
-        if ids:
-            reports.extend(await cancel_jobs(connection, agent_type, ids, reason, session_key=key))
+        key = connection.keys(agent_type).sessions
+        offset = 0
+        while True:
+            [page] = await connection.execute_many(
+                [("ZRANGE", key, b"[" + prefix, b"(" + sid.encode() + b"\x0b", "BYLEX",
+                  "LIMIT", offset, PAGE)]
+            )  # fmt: skip
+            if isinstance(page, ResponseError):  # WRONGTYPE: CorruptQueueState naming it
+                raise await connection.refusal(page, [key]) from page
+            if isinstance(page, Exception):
+                raise page
+            members = [_text(member) for member in page]
+            # (a session id holding a newline would also match a longer one: parsed from
+            # the right, the session id must be the whole rest)
+            mine = [(m, m.rsplit("\n", 2)) for m in members]
+            mine = [(m, parts) for m, parts in mine if len(parts) == 3 and parts[0] == sid]
+            if mine:
+                found = await cancel_jobs(
+                    connection, agent_type, [parts[2] for _, parts in mine], reason,
+                    index_members=[m for m, _ in mine],
+                )  # fmt: skip
+                reports += found
+                # The settled left the index; those still running stay where they were.
+                offset += sum(r.outcome == CancelOutcome.CANCELLING for r in found)
+                offset += len(members) - len(mine)
+            else:
+                offset += len(members)
+            if len(members) < PAGE:
+                break
     return reports
 
 
-def _script_keys(keys: QueueKeys, job_ids: Iterable[str], session_key: str | None) -> list[str]:
+def _script_keys(keys: QueueKeys, job_ids: Iterable[str]) -> list[str]:
     script_keys = [
         keys.queued,
         keys.waiting,
@@ -160,8 +179,6 @@ def _script_keys(keys: QueueKeys, job_ids: Iterable[str], session_key: str | Non
     ]
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
-    if session_key is not None:
-        script_keys.append(session_key)
     return script_keys
 
 
