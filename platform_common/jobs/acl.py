@@ -272,6 +272,11 @@ _WORKER_WRITES = (
         _written("leases", "expiry", "waiting", "delayed", "arrivals", "expiring", "workers"),
     ),
     Grant(("zremrangebyscore",), _written("workers")),
+    # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py), the
+    # session index written by a re-enqueue and pruned of past deadlines (chores.py).
+    Grant(("xread", "xrevrange"), (_queue("control"),)),
+    Grant(("zscan",), (_queue("sessions"),)),
+    Grant(("zadd", "zrem"), _written("sessions")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -312,7 +317,30 @@ _OPERATOR_READS = (
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
-_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause")
+# Cancel (queue/cancel.py): the cancel script with exactly the keys it declares, its reads
+# and type checks, and its writes, each command on its one kind of key. A waiting job
+# leaves the queued hash (its arrival count down) or its sets, its record goes, its
+# result is written; a running one's record gets its `cancel` field (HSET: see note 1 of
+# docs/operations.md) and the control stream an entry. cancel_session reads the session
+# index (ZRANGE BYLEX) and the script drops settled members.
+_CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
+                "control", "sessions")  # fmt: skip
+_CANCEL_GRANTS = (
+    Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
+    Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
+    Grant(("hget", "hmget"), (_queue("queued"), _queue("stats"), _queue("arrived"))),
+    Grant(("hmget", "exists"), (_queue("job:*"),)),
+    Grant(("getrange",), (_queue("result:*"),)),
+    Grant(("zrange",), (_queue("sessions"),)),
+    Grant(("hdel",), _written("queued", "arrived")),
+    # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
+    Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry", "sessions")),
+    Grant(("del", "hset"), _written("job:*")),
+    Grant(("set",), _written("result:*")),
+    Grant(("xadd",), _written("control")),
+)
+
+_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_cancel")
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -320,15 +348,19 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs (scheduled ones too), reads results, job state and depths, "
-                "follows completion events and uses the JobStore; cannot take, lease, "
-                "complete or fail jobs, nor delete or trim queue structures"
+                "enqueues jobs (scheduled ones too), cancels jobs of its agent types, "
+                "reads results, job state and depths, follows completion events and uses "
+                "the JobStore; cannot take, lease, complete or fail jobs, nor trim queue "
+                "structures"
             ),
-            scripts=("queue_enqueue", *_STORE_SCRIPTS),
+            scripts=("queue_enqueue", "queue_cancel", *_STORE_SCRIPTS),
             keyless=(
                 "time",  # every script reads Redis' clock
                 "scan",  # JobStore.list_ids without the time index
                 "info",  # the maxmemory-policy check at connect (INFO memory)
+                # A cancelled waiting job's completion event (queue_cancel). A false id
+                # published there makes subscribers read that job's result again, no more.
+                "publish",
                 "psubscribe",
                 "punsubscribe",
                 "subscribe",
@@ -351,8 +383,13 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiring:*", write=True),
                         _queue("delayed", write=True),
                         _queue("expiry", write=True),
+                        _queue("sessions", write=True),
                     ),
                 ),
+                # The session index (cancel_session's): one member per job, undone by a
+                # refused enqueue.
+                Grant(("zadd", "zrem"), _written("sessions")),
+                *_CANCEL_GRANTS,
                 # What the enqueue script writes, each command on its one kind of key: a
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
                 # queue list (and in its expiry bucket when out of deadline order), a count
@@ -396,6 +433,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("job:*"),
                         _queue("delayed"),
                         _queue("expiry"),
+                        _queue("sessions"),
                     ),
                 ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),
@@ -474,12 +512,13 @@ ROLES: dict[str, AclRole] = {
             name="operator",
             summary=(
                 "reads what the reader reads, requeues and purges dead letters and failed "
-                "jobs, and pauses and resumes agent types (the read-write console, dead and "
-                "failed requeue and purge, pause, resume); cannot enqueue, write a job's "
-                "payload (no HSET), take, claim, complete or fail jobs"
+                "jobs, pauses and resumes agent types and cancels jobs (the read-write "
+                "console, dead and failed requeue and purge, pause, resume, job and session "
+                "cancel); cannot enqueue, take, claim, complete or fail jobs"
             ),
             scripts=_OPERATOR_SCRIPTS,
-            keyless=("time", "info"),
+            # publish: a cancelled waiting job's completion event (queue_cancel)
+            keyless=("time", "info", "publish"),
             grants=(
                 *_OPERATOR_READS,
                 # The dead-letter scripts (the kept list: dead letters or failed jobs) and
@@ -528,8 +567,10 @@ ROLES: dict[str, AclRole] = {
                 Grant(("del",), _written("job:*", "result:*")),
                 # The pause: its moment written, or the key deleted to resume.
                 Grant(("set", "del"), _written("paused")),
+                *_CANCEL_GRANTS,
+                Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),
-            channels="none",
+            channels="own types",
             scoped=True,
         ),
     )

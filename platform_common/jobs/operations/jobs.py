@@ -100,6 +100,16 @@ class JobDetail:
     (never less than the TTL) after it died or failed. None while it is `active`, or
     when nothing will drop it (a dead letter kept until requeued or purged)."""
 
+    cancel_requested: str | None = None
+    """While it runs: the reason of a cancel asked for (its attempt ends cancelled)."""
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why it was cancelled (the cancelled result's error), for a cancelled job."""
+        if self.state == QueueState.CANCELLED and self.result is not None:
+            return self.result.error
+        return None
+
     @property
     def active(self) -> bool:
         """Waiting, running or delayed for a retry: `expires_at` is its deadline."""
@@ -196,6 +206,9 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         run_at=record.seconds("run_at"),
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
+        cancel_requested=record.text("cancel")
+        if "cancel" in fields and state in QUEUE_ACTIVE
+        else None,
     )
 
 
