@@ -43,10 +43,11 @@ async def waits(job: JobPayload) -> None:
     global _client
     if _client is None:
         _client = aioredis.Redis.from_url(os.environ["QUEUE_REDIS_URL"])
-    await _client.sadd(CANCEL_STARTED_KEY, job.job_id)
+    await _client.sadd(CANCEL_STARTED_KEY, job.job_id)  # type: ignore[misc]
     try:
         await asyncio.sleep(3600)
     except asyncio.CancelledError:
         seen = time.time()
-        await asyncio.shield(_client.hset(CANCEL_SEEN_KEY, job.job_id, repr(seen)))
+        noted = _client.hset(CANCEL_SEEN_KEY, job.job_id, repr(seen))
+        await asyncio.shield(noted)  # type: ignore[arg-type]
         raise
