@@ -2,6 +2,7 @@
 subscriber learn of its cancel.
 
     .venv/bin/python -m bench.cancel [--cancels 1000] [--workers 2] [--concurrency 100]
+        [--backlog 100000]
 
 Starts its own redis-server and `--workers` worker processes (`python -m
 platform_common.jobs worker`) whose handler (bench.handlers:waits) runs until its task is
@@ -10,7 +11,9 @@ workers x concurrency jobs: enqueue, wait until every handler runs, then cancel 
 (JobQueue.cancel, one after the other, each call's start time kept) while a subscriber
 (Completions, every job) notes when each job's event arrives. Prints p50/p99/max of
 cancel() -> the handler saw it, and cancel() -> the subscriber's cancelled event, and
-the jobs whose result was not `cancelled` (must be 0).
+the jobs whose result was not `cancelled` (must be 0). Then, with the workers stopped,
+`--backlog` jobs of other sessions waiting and 10 of one session: how long
+cancel_session takes and the Redis CPU it costs (it reads every live job, no index).
 """
 
 from __future__ import annotations
@@ -62,7 +65,33 @@ def _quantiles(values: list[float]) -> str:
     return f"p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   max {ordered[-1] * 1000:7.1f} ms"
 
 
-async def run(cancels: int, workers: int, concurrency: int) -> None:
+async def _session_cost(url: str, backlog: int) -> None:
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    async with await JobQueue.connect(QueueSettings.from_url(url)) as queue:
+        await client.flushall()
+        for start in range(0, backlog, 500):
+            await queue.enqueue_many(
+                [make_job(ttl_seconds=600) for _ in range(min(500, backlog - start))]
+            )
+        mine = await queue.enqueue_many(
+            [make_job(session_id="leaving", ttl_seconds=600) for _ in range(10)]
+        )
+        before = await client.info("cpu")
+        began = time.monotonic()
+        reports = await queue.cancel_session("leaving")
+        took = time.monotonic() - began
+        after = await client.info("cpu")
+    await client.aclose()
+    cpu = sum(after[k] - before[k] for k in ("used_cpu_user", "used_cpu_sys"))
+    assert sorted(r.job_id for r in reports) == sorted(mine)
+    print(
+        f"cancel_session over {backlog + 10:,} waiting jobs (10 its own): "
+        f"{took * 1000:.1f} ms, Redis CPU {cpu * 1000:.1f} ms "
+        f"({cpu * 1e6 / (backlog + 10):.2f} us a live job)"
+    )
+
+
+async def run(cancels: int, workers: int, concurrency: int, backlog: int) -> None:
     with RedisServer() as server:
         client = aioredis.Redis.from_url(server.url, decode_responses=True)
         queue = await JobQueue.connect(QueueSettings.from_url(server.url))
@@ -113,6 +142,7 @@ async def run(cancels: int, workers: int, concurrency: int) -> None:
                 process.wait(timeout=30)
             await queue.aclose()
             await client.aclose()
+        await _session_cost(server.url, backlog)
     to_handler = [float(seen[j]) - asked[j] for j in asked]
     to_event = [heard[j] - asked[j] for j in asked]
     print(f"{len(asked)} cancels of running jobs, {workers} worker processes x {concurrency}")
@@ -126,8 +156,9 @@ def main() -> None:
     parser.add_argument("--cancels", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--backlog", type=int, default=100_000)
     args = parser.parse_args()
-    asyncio.run(run(args.cancels, args.workers, args.concurrency))
+    asyncio.run(run(args.cancels, args.workers, args.concurrency, args.backlog))
 
 
 if __name__ == "__main__":

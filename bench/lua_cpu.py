@@ -105,14 +105,9 @@ def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
         KEYS.queue, KEYS.stats, KEYS.queued, KEYS.expiring, KEYS.arrivals, KEYS.arrived,
         KEYS.deadline_mark, KEYS.job(job_id), KEYS.result(job_id),
         KEYS.expiring_bucket(expires - expires % EXPIRY_BUCKET_MS),
-        # The producer's session index (queue/cancel.py): after the scheduled keys, with
-        # the trace context and schedule ("") and the job's session id (four jobs a
-        # session) as arguments (a release before it ignores these).
-        KEYS.delayed, KEYS.expiry, KEYS.sessions,
     ]  # fmt: skip
     args: list[Any] = [uuid.uuid4().hex, 1, now_ms, SKEW_MS, EXPIRY_BUCKET_MS]
-    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, "", ""]
-    args.append(f"session-{int(job_id.rsplit('-', 1)[-1]) // 4}")
+    args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, ""]
     return keys, args
 
 

@@ -272,11 +272,8 @@ _WORKER_WRITES = (
         _written("leases", "expiry", "waiting", "delayed", "arrivals", "expiring", "workers"),
     ),
     Grant(("zremrangebyscore",), _written("workers")),
-    # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py), the
-    # session index written by a re-enqueue and pruned of past deadlines (chores.py).
+    # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py).
     Grant(("xread", "xrevrange"), (_queue("control"),)),
-    Grant(("zscan",), (_queue("sessions"),)),
-    Grant(("zadd", "zrem"), _written("sessions")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -321,26 +318,29 @@ _OPERATOR_READS = (
 # and type checks, and its writes, each command on its one kind of key. A waiting job
 # leaves the queued hash (its arrival count down) or its sets, its record goes, its
 # result is written; a running one's record gets its `cancel` field (HSET: see note 1 of
-# docs/operations.md) and the control stream an entry. cancel_session reads the session
-# index (ZRANGE BYLEX) and the script drops settled members.
+# docs/operations.md) and the control stream an entry. cancel_session's scan script
+# pages through the queued hash and the expiry set and reads each job's payload.
 _CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
-                "control", "sessions")  # fmt: skip
+                "control")  # fmt: skip
 _CANCEL_GRANTS = (
     Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
     Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
     Grant(("hget", "hmget"), (_queue("queued"), _queue("stats"), _queue("arrived"))),
     Grant(("hmget", "exists"), (_queue("job:*"),)),
     Grant(("getrange",), (_queue("result:*"),)),
-    Grant(("zrange",), (_queue("sessions"),)),
+    Grant(("hscan",), (_queue("queued"),)),
+    Grant(("zscan",), (_queue("expiry"),)),
     Grant(("hdel",), _written("queued", "arrived")),
     # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
-    Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry", "sessions")),
+    Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry")),
     Grant(("del", "hset"), _written("job:*")),
     Grant(("set",), _written("result:*")),
     Grant(("xadd",), _written("control")),
 )
 
-_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_cancel")
+_OPERATOR_SCRIPTS = (
+    "queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_cancel", "queue_session_scan",
+)  # fmt: skip
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -353,7 +353,7 @@ ROLES: dict[str, AclRole] = {
                 "the JobStore; cannot take, lease, complete or fail jobs, nor trim queue "
                 "structures"
             ),
-            scripts=("queue_enqueue", "queue_cancel", *_STORE_SCRIPTS),
+            scripts=("queue_enqueue", "queue_cancel", "queue_session_scan", *_STORE_SCRIPTS),
             keyless=(
                 "time",  # every script reads Redis' clock
                 "scan",  # JobStore.list_ids without the time index
@@ -383,12 +383,8 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiring:*", write=True),
                         _queue("delayed", write=True),
                         _queue("expiry", write=True),
-                        _queue("sessions", write=True),
                     ),
                 ),
-                # The session index (cancel_session's): one member per job, undone by a
-                # refused enqueue.
-                Grant(("zadd", "zrem"), _written("sessions")),
                 *_CANCEL_GRANTS,
                 # What the enqueue script writes, each command on its one kind of key: a
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
@@ -433,7 +429,6 @@ ROLES: dict[str, AclRole] = {
                         _queue("job:*"),
                         _queue("delayed"),
                         _queue("expiry"),
-                        _queue("sessions"),
                     ),
                 ),
                 Grant(("llen",), (_queue("queue"), _queue("processing"), _queue("dead"))),

@@ -95,14 +95,6 @@ Queue (one set per agent type), prefix default "jobs":
                                      job hash's field `cancel` (the reason): the
                                      complete, fail and reaper scripts end such a job
                                      cancelled, never succeeded, retried or dead.
-    jobs:{type}:sessions      ZSET   the jobs of each user session, for cancel_session:
-                                     member "<session id>\n<deadline ms>\n<job id>",
-                                     score 0 (one session's members are one
-                                     lexicographic range), one per job enqueued by a
-                                     caller that passes the key (the Python producer
-                                     does); the workers' cleanup drops members past
-                                     their deadline, cancel_session those it finds
-                                     settled (queue/cancel.py)
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -238,7 +230,6 @@ _QUEUE_KEY_TYPES = {
     "stats": "hash",
     "paused": "string",
     "control": "stream",
-    "sessions": "zset",
     "workers": "zset",
     "worker_jobs": "hash",
 }
@@ -431,10 +422,6 @@ class QueueKeys:
     @property
     def control(self) -> str:
         return f"{self.base}:control"
-
-    @property
-    def sessions(self) -> str:
-        return f"{self.base}:sessions"
 
     @property
     def workers(self) -> str:

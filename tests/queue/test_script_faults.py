@@ -218,29 +218,6 @@ async def test_a_job_in_deadline_order_leaves_the_bucket_keys_alone(env: Env, ro
     assert await env.raw.get(created.key(role)) == "not what the queue wrote"
 
 
-@pytest.mark.parametrize("scheduled", [False, True], ids=["now", "scheduled"])
-@pytest.mark.parametrize("kind", sorted(set(WRONG_TYPES) - {"zset"}))
-async def test_enqueue_refuses_a_session_index_of_another_type(
-    env: Env, kind: str, scheduled: bool
-) -> None:
-    """The session index (cancel_session's) is the enqueue's first write: refused there."""
-    created = Created()
-    await env.plant(DINING.sessions, kind)
-    delay = 30 if scheduled else None
-    await refused(env, lambda: env.queue.enqueue(created.job(), delay=delay), DINING.sessions)
-    jobs = [created.job(), created.job()]
-    await refused(env, lambda: env.queue.enqueue_many(jobs, delay=delay), DINING.sessions)
-
-
-async def test_a_later_refusal_takes_the_session_members_out_again(env: Env) -> None:
-    """The index is written first: a refusal after it (the enqueued counter) undoes it."""
-    await env.raw.hset(DINING.stats, "enqueued", "many")
-    created = Created()
-    await refused(env, lambda: env.queue.enqueue(created.job()), DINING.stats)
-    await refused(env, lambda: env.queue.enqueue(created.job(), delay=30), DINING.stats)
-    assert not await env.raw.exists(DINING.sessions)
-
-
 NOT_A_MARK = ["007", "-5", "abc", "0", "1" * 16]
 """Deadline marks that are not a canonical positive integer of at most 15 digits (more
 would lose precision as a Lua number)."""
@@ -703,6 +680,24 @@ async def test_cancel_refuses_a_job_key_of_another_type(env: Env, role: str, kin
         await env.raw.delete(DINING.job("gone"))
     await env.plant(key_of(role, "gone"), kind)
     await refused(env, lambda: env.queue.cancel("dining", "gone"), key_of(role, "gone"))
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("queued", "hash"), ("expiry", "zset")))
+async def test_cancel_session_refuses_a_queue_key_of_another_type(
+    env: Env, role: str, kind: str
+) -> None:
+    """The session scan's keys (read only): refused before anything is cancelled."""
+    await env.queued()
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.queue.cancel_session("0b7e6f4a-session"), key_of(role))
+
+
+async def test_cancel_session_skips_a_job_key_of_another_type(env: Env) -> None:
+    """A job of the expiry set whose key is not a hash has no payload to read: skipped
+    (the cancel, which would refuse it, is not sent for it)."""
+    job_id = await env.due_retry()
+    await env.plant(DINING.job(job_id), "string")
+    assert await env.queue.cancel_session("0b7e6f4a-session") == []
 
 
 async def test_cancel_refuses_a_job_whose_state_is_unknown(env: Env) -> None:

@@ -9,9 +9,6 @@
 -- KEYS[1] queued hash   KEYS[2] waiting zset   KEYS[3] delayed zset   KEYS[4] expiry zset
 -- KEYS[5] stats hash    KEYS[6] arrivals zset  KEYS[7] arrived hash   KEYS[8] control stream
 -- KEYS[7+2i] job hash of job i, KEYS[8+2i] its result key (i = 1..n)
--- KEYS[9+2n] optional: the type's session index (zset, keys.py): each job this call
---            finds cancelled, finished or unknown leaves it (cancel_session walks it),
---            its member ARGV[5+n+i]
 -- ARGV[1] completion channel   ARGV[2] the reason (text, may be empty)
 -- ARGV[3] arrival bucket width (ms)   ARGV[4] the control stream's cap (XADD MAXLEN ~)
 -- ARGV[5] seconds to keep the result of a job whose stored ttl does not parse
@@ -27,8 +24,7 @@
 -- @include numbers
 -- @include key_types
 -- @include packed_header
-local n = (#KEYS - 8 - (#KEYS % 2)) / 2
-local session = (#KEYS % 2 == 1) and #KEYS or nil
+local n = (#KEYS - 8) / 2
 local reason = ARGV[2]
 local arrival_ms = tonumber(ARGV[3])
 local fallback_ttl = ARGV[5]
@@ -37,9 +33,6 @@ local ENDED = {succeeded = true, failed = true, dead = true, cancelled = true}
 
 local typed = {{1, 'hash'}, {2, 'zset'}, {3, 'zset'}, {4, 'zset'}, {5, 'hash'}, {6, 'zset'},
     {7, 'hash'}, {8, 'stream'}}
-if session then
-    typed[#typed + 1] = {session, 'zset'}
-end
 local refusal = wrong_types(typed)
 if refusal then
     return refusal
@@ -57,12 +50,6 @@ local unpacked = {}  -- ids leaving the queued hash
 local dropped = {}   -- ids whose job hash goes (waiting or delayed)
 local results = {}   -- {i, ttl}: jobs cancelled here
 local requested = {} -- i of running jobs to ask
-local settled = {}   -- members leaving the session index
-local function settle(i)
-    if session then
-        settled[#settled + 1] = ARGV[5 + n + i]
-    end
-end
 local leaving = {}   -- arrival second -> packed jobs of it cancelled here
 local seconds = {}
 local seen = {}
@@ -91,7 +78,6 @@ for i = 1, n do
         end
         unpacked[#unpacked + 1] = job_id
         results[#results + 1] = {i, ttl_or_fallback(job and job[3])}
-        settle(i)
         out[i] = {job_id, 'cancelled'}
     else
         local f = redis.pcall('HMGET', KEYS[job_key], 'state', 'expires_at', 'ttl', 'cancel')
@@ -109,11 +95,9 @@ for i = 1, n do
             end
             local status = string.match(head, '^{"status":"(%a+)"')
             out[i] = status and {job_id, 'finished', status} or {job_id, 'unknown'}
-            settle(i)
         elseif LIVE[state] then
             dropped[#dropped + 1] = job_id
             results[#results + 1] = {i, ttl_or_fallback(f[3])}
-            settle(i)
             out[i] = {job_id, 'cancelled'}
         elseif state == 'running' then
             if not f[4] then
@@ -122,7 +106,6 @@ for i = 1, n do
             out[i] = {job_id, 'cancelling'}
         elseif ENDED[state] then
             out[i] = {job_id, 'finished', state}
-            settle(i)
         else
             return corrupt(job_key, 'stored state of the job is unknown: ' .. shown(f[1]))
         end
@@ -173,9 +156,6 @@ local now_text = string.format('%d', now)
 for _, i in ipairs(requested) do
     redis.call('HSET', KEYS[7 + 2 * i], 'cancel', reason, 'cancel_at', now_text)
     redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*', 'job', ids[i], 'reason', reason)
-end
-if session and #settled > 0 then
-    redis.call('ZREM', KEYS[session], unpack(settled))
 end
 -- The events last: a subscriber reading the result finds it stored.
 for _, cancelled in ipairs(results) do

@@ -20,9 +20,6 @@
 -- ARGV[8+5n] optional: the schedule of every job of the call: "@<ms>" due at that time,
 --           "+<ms>" due that long after Redis TIME; absent or "" runs them now. Then
 --           KEYS[8+3n] is the delayed zset and KEYS[9+3n] the expiry zset (see Scheduled)
--- KEYS[10+3n] optional (then KEYS[8+3n], KEYS[9+3n], ARGV[7+5n] and ARGV[8+5n] are given
---           too, scheduled or not): the type's session index (see Sessions), and
---           ARGV[8+5n+i] the session id of job i
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -41,12 +38,6 @@
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
 -- deadline); not packed, not on the queue list, no arrival count, the deadline mark
 -- untouched. A due time at or after a job's deadline is refused: {"late", now, due}.
--- Sessions (queue/cancel.py, cancel_session): each job written gets a member
--- "<session id>\n<deadline ms>\n<job id>" (score 0) in the type's session index, by one
--- ZADD per call, the call's first write (a key of another type refuses the call there,
--- nothing written; a later refusal takes the members out again). The workers' cleanup
--- drops the members past their deadline (Chores.prune_sessions); cancel_session drops
--- those it finds settled.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -61,36 +52,6 @@
 -- @include packed_header
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
-local ids = {}
--- ---- sessions (queue/cancel.py): the index write, apart from the queue's own ----
--- One member per job written, "<session id>\n<deadline ms>\n<job id>", all scored 0 (so
--- one session's are a lexicographic range), by one ZADD per call.
-local session_index = KEYS[10 + 3 * n]
-local members = {}
-local function index_job(i, expires_at)
-    if session_index then
-        members[#members + 1] = 0
-        members[#members + 1] = ARGV[8 + 5 * n + i] .. string.format('\n%d\n', expires_at)
-            .. ids[i]
-    end
-end
--- The first write: refused for a key of another type (or at maxmemory) before any other.
-local function write_index()
-    if #members == 0 then
-        return nil
-    end
-    local added = redis.pcall('ZADD', session_index, unpack(members))
-    if type(added) == 'table' then
-        return wrong_type(10 + 3 * n, 'zset') or added
-    end
-    return nil
-end
-local function undo_index()
-    for m = 2, #members, 2 do
-        redis.call('ZREM', session_index, members[m])
-    end
-end
--- ---- end sessions ----
 local trace_context = ARGV[7 + 5 * n] or ''
 local schedule = ARGV[8 + 5 * n]
 local now = now_ms()
@@ -100,6 +61,7 @@ end
 
 -- (Tables and strings are made only where needed: a lone enqueue is one job, and its
 -- script's own work costs about as much as its Redis calls.)
+local ids = {}
 local existing
 if n == 1 then
     ids[1] = ARGV[7]
@@ -181,7 +143,6 @@ if schedule and schedule ~= '' then
                 return {'late', now, string.format('%d', due)}
             end
             jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
-            index_job(i, expires_at)  -- sessions
         end
     end
     if #jobs == 0 then
@@ -195,16 +156,11 @@ if schedule and schedule ~= '' then
     if problem then
         return problem
     end
-    local refused = write_index()  -- sessions: the first write
-    if refused then
-        return refused
-    end
     -- The first write, and the one Redis refuses at maxmemory: its HINCRBY checks the
     -- counter itself. (A job key written below does not exist: one that did was judged a
     -- replay or a duplicate above, or refused for its type.)
     local counted = redis.pcall('HINCRBY', KEYS[2], 'enqueued', #jobs)
     if type(counted) == 'table' then
-        undo_index()  -- sessions
         local err = counted.err
         if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
             return corrupt(2, 'field enqueued: ' .. err)
@@ -291,7 +247,6 @@ for i = 1, n do
             end
             bucket[3][#bucket[3] + 1] = ids[i]
         end
-        index_job(i, expires_at)  -- sessions
         packed[#packed + 1] = ids[i]
         packed[#packed + 1] = header .. (ordered and ',o\n' or '\n') .. trace_context .. '\n'
             .. ARGV[base + 2]
@@ -343,14 +298,9 @@ end
 -- fails, so a refusal leaves nothing written. The arrival count is the first write of all
 -- (also the one Redis refuses at maxmemory): its HINCRBY checks the hash's type and the
 -- count's integer text itself, where a read before it would cost a call per enqueue.
-local refused = write_index()  -- sessions: the first write
-if refused then
-    return refused
-end
 local second = now - now % tonumber(ARGV[6])
 local count = redis.pcall('HINCRBY', KEYS[6], second, written)
 if type(count) == 'table' then
-    undo_index()  -- sessions
     local err = count.err
     if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
         local value = redis.call('HGET', KEYS[6], second)
@@ -365,7 +315,6 @@ end
 -- the arrivals set too) is registered there.
 local registered = 0
 local function undo_arrival()
-    undo_index()  -- sessions
     -- Back to no count (a count is never left at 0), and out of the arrivals set if
     -- this call put it there.
     if redis.call('HINCRBY', KEYS[6], second, -written) == 0 then

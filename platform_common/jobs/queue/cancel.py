@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from redis.exceptions import ResponseError
+import orjson
 
 from ..errors import ValidationError
 from ..keys import ARRIVAL_BUCKET_MS, QueueKeys
@@ -38,9 +38,9 @@ MAX_REASON_LENGTH = 1000
 CANCEL_STREAM_MAX = 10_000
 """About how many cancel requests a type's control stream keeps (XADD MAXLEN ~): a worker
 reads each within about a second, so only a worker stalled for that many requests could
-miss one (its lease renewal then finds the request, see worker/cancel_watch.py)."""
-PAGE = 1000
-"""Session index members read per round trip by cancel_session."""
+miss one: its attempt still ends cancelled when it completes or fails (the fence)."""
+SCAN_COUNT = 1000
+"""Entries of the queued hash and of the expiry set one session scan step reads."""
 BATCH = 500
 """Job ids per cancel script call (one call's keys, two per job)."""
 
@@ -94,31 +94,27 @@ async def cancel_jobs(
     agent_type: str,
     job_ids: Sequence[str],
     reason: str | None = None,
-    *,
-    index_members: Sequence[str] | None = None,
 ) -> list[CancelReport]:
     """Cancel `job_ids` of `agent_type` (a type configured, or one Redis has seen), one
-    report per id in order. `index_members`: each id's member of the type's session
-    index, which those found cancelled, finished or unknown leave (cancel_session)."""
+    report per id in order."""
     stored_reason = check_reason(reason)
     ids = [validate_job_id(job_id) for job_id in job_ids]
     keys = await connection.seen_keys(agent_type)
     reports: list[CancelReport] = []
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
-        script_keys = _script_keys(keys, chunk)
-        args: list[object] = [
-            keys.channel,
-            stored_reason,
-            ARRIVAL_BUCKET_MS,
-            CANCEL_STREAM_MAX,
-            CORRUPT_RESULT_TTL_SECONDS,
-            *chunk,
-        ]
-        if index_members is not None:
-            script_keys.append(keys.sessions)
-            args += index_members[start : start + BATCH]
-        reply = await connection.run_script(connection.scripts.cancel, script_keys, args)
+        reply = await connection.run_script(
+            connection.scripts.cancel,
+            _script_keys(keys, chunk),
+            [
+                keys.channel,
+                stored_reason,
+                ARRIVAL_BUCKET_MS,
+                CANCEL_STREAM_MAX,
+                CORRUPT_RESULT_TTL_SECONDS,
+                *chunk,
+            ],
+        )
         reports.extend(_report(agent_type, entry) for entry in reply)
     return reports
 
@@ -127,42 +123,29 @@ async def cancel_session(
     connection: QueueConnection, session_id: str, reason: str | None = None
 ) -> list[CancelReport]:
     """Cancel every job of `session_id` that has not finished, of every agent type Redis
-    has seen (each type its own slot on a cluster), found in each type's session index
-    (keys.py, `sessions`): one lexicographic range of it, read a page at a time."""
+    has seen (each type its own slot on a cluster). No index is kept (an enqueue pays
+    nothing for this): each type's live jobs are read where they are, a page at a time,
+    by lua/queue_session_scan.lua, and the jobs found are cancelled as `cancel_jobs`
+    does. Its cost grows with the live jobs of every type."""
     check_reason(reason)
     sid = check_session_id(session_id)
-    prefix = sid.encode() + b"\n"
+    # As the producer stores it (payload.encode_payload: orjson, compact, UTF-8).
+    needle = '"session_id":' + orjson.dumps(sid).decode()
     reports: list[CancelReport] = []
     for agent_type in (await connection.discover_types()).types:
-        key = connection.keys(agent_type).sessions
-        offset = 0
-        while True:
-            [page] = await connection.execute_many(
-                [("ZRANGE", key, b"[" + prefix, b"(" + sid.encode() + b"\x0b", "BYLEX",
-                  "LIMIT", offset, PAGE)]
-            )  # fmt: skip
-            if isinstance(page, ResponseError):  # WRONGTYPE: CorruptQueueState naming it
-                raise await connection.refusal(page, [key]) from page
-            if isinstance(page, Exception):
-                raise page
-            members = [_text(member) for member in page]
-            # (a session id holding a newline would also match a longer one: parsed from
-            # the right, the session id must be the whole rest)
-            mine = [(m, m.rsplit("\n", 2)) for m in members]
-            mine = [(m, parts) for m, parts in mine if len(parts) == 3 and parts[0] == sid]
-            if mine:
-                found = await cancel_jobs(
-                    connection, agent_type, [parts[2] for _, parts in mine], reason,
-                    index_members=[m for m, _ in mine],
-                )  # fmt: skip
-                reports += found
-                # The settled left the index; those still running stay where they were.
-                offset += sum(r.outcome == CancelOutcome.CANCELLING for r in found)
-                offset += len(members) - len(mine)
-            else:
-                offset += len(members)
-            if len(members) < PAGE:
-                break
+        keys = connection.keys(agent_type)
+        found: dict[str, None] = {}
+        cursors = ["0", "0"]
+        while cursors != ["done", "done"]:
+            queued, expiry, *ids = await connection.run_script(
+                connection.scripts.session_scan,
+                [keys.queued, keys.expiry],
+                [*cursors, needle, sid, SCAN_COUNT, keys.job("")],
+            )
+            cursors = [_text(queued), _text(expiry)]
+            found.update(dict.fromkeys(_text(job_id) for job_id in ids))
+        if found:
+            reports += await cancel_jobs(connection, agent_type, list(found), reason)
     return reports
 
 

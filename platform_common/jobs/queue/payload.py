@@ -229,8 +229,6 @@ class PreparedJob(NamedTuple):
     """The payload's JSON in UTF-8, as stored."""
     created_at_ms: int
     ttl_seconds: int
-    session_id: str = ""
-    """The payload's session_id: its job joins that session's index (cancel_session)."""
 
 
 def prepare_job(
@@ -258,10 +256,7 @@ def prepare_job(
         raise InvalidPayload(
             {"payload": f"{len(encoded)} bytes encoded, over the limit of {max_bytes}"}
         )
-    return PreparedJob(
-        data["job_id"], data["agent_type"], encoded, created_ms, data["ttl_seconds"],
-        data["session_id"],
-    )  # fmt: skip
+    return PreparedJob(data["job_id"], data["agent_type"], encoded, created_ms, data["ttl_seconds"])
 
 
 def encode_payload(data: Mapping[str, Any]) -> bytes:

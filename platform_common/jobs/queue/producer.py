@@ -49,7 +49,7 @@ class _ScriptKeys:
     prefixes each job's own keys are concatenated from (building them with QueueKeys's
     f-strings cost three times as much, for every job of a lone enqueue)."""
 
-    __slots__ = ("bucket", "job", "result", "scheduled", "session_keys", "shared")
+    __slots__ = ("bucket", "job", "result", "scheduled", "shared")
 
     def __init__(self, keys: QueueKeys) -> None:
         self.shared = _shared_keys(keys)
@@ -58,9 +58,6 @@ class _ScriptKeys:
         self.job = keys.job("")
         self.result = keys.result("")
         self.bucket = keys.expiring_bucket(0).removesuffix("0")
-        self.session_keys = [keys.delayed, keys.expiry, keys.sessions]
-        """The keys of a call that writes the session index (queue/cancel.py): the
-        scheduled keys first (the script finds the index after them, scheduled or not)."""
         sample = PreparedJob("j", keys.agent_type, b"", 1_234_567, 60)
         expected = [keys.job("j"), keys.result("j"), keys.expiring_bucket(1_294_567)]
         if self.own(sample) != expected:
@@ -158,9 +155,11 @@ class Producer:
         args = [self._nonce(), 1, created_ms - _SKEW_MS, deadline_ms, *_BUCKETS]
         args += self._job_args(prepared)
         context = self._tracing.creation_context(span)
-        # The trace context and schedule ("": none), then the session (queue/cancel.py).
-        script_keys += type_keys.session_keys
-        args += [context, schedule.argument if schedule is not None else "", prepared.session_id]
+        if schedule is not None:
+            script_keys += type_keys.scheduled
+            args += [context, schedule.argument]
+        elif context:  # none at all is no argument (the script keeps none either way)
+            args.append(context)
         # Eager: a lone enqueue goes out from this task at once (the script recognises
         # its own replay by nonce, so a cut round trip is safe to repeat).
         reply = await connection.run_script(
@@ -335,10 +334,10 @@ class Producer:
             for _, job in chunk:
                 script_keys += type_keys.own(job)
                 args += self._job_args(job)
-            # The trace context and schedule ("": none), then the sessions (queue/cancel.py).
-            args += [trace_context, schedule.argument if schedule is not None else ""]
-            args += [job.session_id for _, job in chunk]
-            script_keys += type_keys.session_keys
+            args.append(trace_context)
+            if schedule is not None:
+                script_keys += type_keys.scheduled
+                args.append(schedule.argument)
             yield script_keys, args
 
     def _type_keys(self, agent_type: str) -> _ScriptKeys:

@@ -26,3 +26,4 @@ class QueueScripts:
     kept_prune = Script.named("queue_kept_prune")
     pause = Script.named("queue_pause")
     cancel = Script.named("queue_cancel")
+    session_scan = Script.named("queue_session_scan")

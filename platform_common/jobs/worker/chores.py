@@ -52,17 +52,6 @@ class ReapReport:
     asked for, and its worker was gone (queue/cancel.py)."""
 
 
-SESSION_PRUNE_COUNT = 500
-"""Session index members one prune step looks at (ZSCAN COUNT)."""
-
-
-def _deadline(member: str | bytes) -> int:
-    """A session index member's deadline (ms); 0 for one that does not parse (dropped)."""
-    text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
-    parts = text.rsplit("\n", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else 0
-
-
 class Chores:
     """The chores for one agent type."""
 
@@ -72,7 +61,6 @@ class Chores:
         self._leases = AttemptCalls(connection, agent_type)
         self._retention = Retention(connection, agent_type)
         self.keys = self._leases.keys
-        self._sessions_cursor = 0  # prune_sessions' place in its ZSCAN
 
     async def reap(self, limit: int = 100) -> ReapReport:
         """Return jobs whose lease expired: a retry (a crash is an attempt) or a dead
@@ -142,23 +130,6 @@ class Chores:
         return await expire_due(
             self._connection, self.keys, limit, now_ms=now_ms, on_expired=on_expired
         )
-
-    # ---- cancel (queue/cancel.py): the session index's members past their deadline ----
-    async def prune_sessions(self, now_ms: int | None = None) -> int:
-        """One step of a walk over the type's session index (keys.py, `sessions`): drop
-        the members (one per job enqueued) whose deadline has passed, whatever their
-        job did; the walk goes round, SESSION_PRUNE_COUNT members a step, so a member
-        outlives its job by at most one round. Plain commands: a member past its
-        deadline is dropped whoever else drops it. How many were dropped."""
-        key = self.keys.sessions
-        client = self._connection.client
-        now = now_ms if now_ms is not None else await redis_time_ms(self._connection)
-        cursor, members = await client.zscan(key, self._sessions_cursor, count=SESSION_PRUNE_COUNT)
-        self._sessions_cursor = int(cursor)
-        past = [member for member, _ in members if _deadline(member) < now]
-        if past:
-            await client.zrem(key, *past)
-        return len(past)
 
     async def prune_kept(self) -> PruneReport:
         """Bound the dead-letter and failed lists (see retention.py); one bounded step."""
@@ -244,7 +215,6 @@ class ChoreLoop:
             every(settings.promote_interval, chores.promote, "promoting retries"),
             every(settings.cleanup_interval, self.cleanup, "expiring jobs"),
             every(settings.cleanup_interval, chores.prune_kept, "pruning kept jobs"),
-            every(settings.cleanup_interval, chores.prune_sessions, "pruning session index"),
             every(settings.heartbeat_interval, self.heartbeat, "heartbeat", always_writes=True),
         ]
 
