@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+
+import redis.asyncio as aioredis
 
 from platform_common.jobs.queue import JobPayload
 
-__all__ = ["NAP_SECONDS", "BenchFailure", "always_fails", "naps"]
+__all__ = ["CANCEL_SEEN_KEY", "NAP_SECONDS", "BenchFailure", "always_fails", "naps", "waits"]
+
+CANCEL_SEEN_KEY = "bench:cancel:seen"
+"""Hash: job id -> the wall-clock time (s) its handler saw its cancel (bench.cancel)."""
+CANCEL_STARTED_KEY = "bench:cancel:started"
+"""Set: the ids of jobs whose handler runs (bench.cancel waits for them all)."""
+_client: aioredis.Redis | None = None
 
 NAP_SECONDS = 0.02
 """How long `naps` takes: workers stay busy while a backlog waits."""
@@ -25,3 +35,19 @@ async def always_fails(job: JobPayload) -> None:
 async def naps(job: JobPayload) -> None:
     """Takes NAP_SECONDS, doing nothing (bench.pause: jobs run while it pauses)."""
     await asyncio.sleep(NAP_SECONDS)
+
+
+async def waits(job: JobPayload) -> None:
+    """Runs until cancelled (bench.cancel): says it started, then, when its task is
+    cancelled, notes the time in CANCEL_SEEN_KEY (QUEUE_REDIS_URL's Redis)."""
+    global _client
+    if _client is None:
+        _client = aioredis.Redis.from_url(os.environ["QUEUE_REDIS_URL"])
+    await _client.sadd(CANCEL_STARTED_KEY, job.job_id)  # type: ignore[misc]
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        seen = time.time()
+        noted = _client.hset(CANCEL_SEEN_KEY, job.job_id, repr(seen))
+        await asyncio.shield(noted)  # type: ignore[arg-type]
+        raise

@@ -204,10 +204,11 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
             timeseries(
                 P.RETRIES,
                 PANEL_TITLES[P.RETRIES],
-                "Failed attempts scheduled for a retry, jobs moved to the dead-letter list "
-                "and jobs dropped because their TTL passed, per second.",
+                "Failed attempts scheduled for a retry, jobs moved to the dead-letter list, "
+                "jobs dropped because their TTL passed and jobs cancelled on request, per "
+                "second.",
                 "ops",
-                rates("retried", "dead_lettered", "expired"),
+                rates("retried", "dead_lettered", "expired", "cancelled"),
             ),
             12,
             8,

@@ -140,6 +140,10 @@ class AclRole:
     or its types' own (a worker PUBLISHes there, and nowhere else)."""
     scoped: bool
     """Whether agent_types narrows its keys (every role but the exporter)."""
+    publishes_completions: bool = False
+    """PUBLISH on its types' completion channels only, in a selector of its own (the
+    cancel script's event): the root's channels may hold the progress ones too, which a
+    root +publish would open (a false progress event)."""
 
     @property
     def uses_store(self) -> bool:
@@ -148,6 +152,8 @@ class AclRole:
 
     def all_commands(self) -> tuple[str, ...]:
         names = set(CONNECT_COMMANDS) | set(self.keyless)
+        if self.publishes_completions:
+            names.add("publish")
         for grant in self.grants:
             names |= set(grant.commands)
         return tuple(sorted(names))
@@ -191,6 +197,15 @@ class AclRole:
             *(f"+{command}" for command in keyless),
             *(f"&{channel}" for channel in channels),
             *(grant.render(prefixes, scope) for grant in self.grants),
+            *(
+                [
+                    "(+publish "
+                    + " ".join(f"&{completion_channel(name)}" for name in scope["types"])
+                    + ")"
+                ]
+                if self.publishes_completions
+                else []
+            ),
         ]
 
 
@@ -293,6 +308,8 @@ _WORKER_WRITES = (
     # The minute's history sample (XADD trims the stream in the same call), after a look
     # at the newest entry.
     Grant(("xadd", "xrevrange"), _written("history")),
+    # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py).
+    Grant(("xread", "xrevrange"), (_queue("control"),)),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -348,7 +365,34 @@ _OPERATOR_READS = (
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
 )
 
-_OPERATOR_SCRIPTS = ("queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_limits")
+# Cancel (queue/cancel.py): the cancel script with exactly the keys it declares, its reads
+# and type checks, and its writes, each command on its one kind of key. A waiting job
+# leaves the queued hash (its arrival count down) or its sets, its record goes, its
+# result is written; a running one's record gets its `cancel` field (HSET: see note 1 of
+# docs/operations.md) and the control stream an entry. cancel_session's scan script
+# pages through the queued hash and the expiry set and reads each job's payload.
+_CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
+                "control")  # fmt: skip
+_CANCEL_GRANTS = (
+    Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
+    Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
+    Grant(("hget", "hmget"), (_queue("queued"), _queue("stats"), _queue("arrived"))),
+    Grant(("hmget", "exists"), (_queue("job:*"),)),
+    Grant(("getrange",), (_queue("result:*"),)),
+    Grant(("hscan",), (_queue("queued"),)),
+    Grant(("zscan",), (_queue("expiry"),)),
+    Grant(("hdel",), _written("queued", "arrived")),
+    # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
+    Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry")),
+    Grant(("del", "hset"), _written("job:*")),
+    Grant(("set",), _written("result:*")),
+    Grant(("xadd",), _written("control")),
+)
+
+_OPERATOR_SCRIPTS = (
+    "queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_limits", "queue_cancel",
+    "queue_session_scan",
+)  # fmt: skip
 
 ROLES: dict[str, AclRole] = {
     role.name: role
@@ -356,12 +400,12 @@ ROLES: dict[str, AclRole] = {
         AclRole(
             name="producer",
             summary=(
-                "enqueues jobs (scheduled ones too), reads results, job state, progress and "
-                "depths, follows completion and progress events and uses the JobStore; "
-                "cannot take, lease, "
-                "complete or fail jobs, nor delete or trim queue structures"
+                "enqueues jobs (scheduled ones too), cancels jobs of its agent types, "
+                "reads results, job state, progress and depths, follows completion and "
+                "progress events and uses the JobStore; cannot take, lease, complete or fail "
+                "jobs, nor trim queue structures"
             ),
-            scripts=("queue_enqueue", *_STORE_SCRIPTS),
+            scripts=("queue_enqueue", "queue_cancel", "queue_session_scan", *_STORE_SCRIPTS),
             keyless=(
                 "time",  # every script reads Redis' clock
                 "scan",  # JobStore.list_ids without the time index
@@ -391,6 +435,7 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiry", write=True),
                     ),
                 ),
+                *_CANCEL_GRANTS,
                 # What the enqueue script writes, each command on its one kind of key: a
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
                 # queue list (and in its expiry bucket when out of deadline order), a count
@@ -450,6 +495,9 @@ ROLES: dict[str, AclRole] = {
             # completions.py PSUBSCRIBEs agent:*:completed; progress_events.py SUBSCRIBEs
             # agent:<type>:progress, which the pattern matches.
             channels="every type",
+            # A cancelled waiting job's completion event (queue_cancel). A false id published
+            # there makes subscribers read that job's result again, no more.
+            publishes_completions=True,
             scoped=True,
         ),
         AclRole(
@@ -523,10 +571,10 @@ ROLES: dict[str, AclRole] = {
             name="operator",
             summary=(
                 "reads what the reader reads, requeues and purges dead letters and failed "
-                "jobs, pauses and resumes agent types and sets their limits (the read-write "
-                "console, dead and failed requeue and purge, pause, resume, limits set); "
-                "cannot enqueue, write a job's "
-                "payload (no HSET), take, claim, complete or fail jobs"
+                "jobs, pauses and resumes agent types, sets their limits and cancels jobs "
+                "(the read-write console, dead and failed requeue and purge, pause, resume, "
+                "limits set, job and session cancel); cannot enqueue, take, claim, complete "
+                "or fail jobs"
             ),
             scripts=_OPERATOR_SCRIPTS,
             keyless=("time", "info"),
@@ -584,8 +632,13 @@ ROLES: dict[str, AclRole] = {
                 Grant(("set", "del"), _written("paused")),
                 # The limits (queue_limits.lua): fields set or lifted, HGETALL read back.
                 Grant(("hset", "hdel"), _written("limits")),
+                *_CANCEL_GRANTS,
+                Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),
-            channels="none",
+            channels="own types",
+            # A cancelled waiting job's completion event (queue_cancel). A false id published
+            # there makes subscribers read that job's result again, no more.
+            publishes_completions=True,
             scoped=True,
         ),
     )

@@ -119,6 +119,16 @@ Queue (one set per agent type), prefix default "jobs":
                                      (ms, Redis' clock, "%.3f") of the next start (a
                                      GCRA); written by the claims that start jobs while
                                      a rate is set, expires once it has passed.
+    jobs:{type}:control       STREAM cancel requests of running jobs (queue/cancel.py):
+                                     one entry per request, fields `job` (the id) and
+                                     `reason`, written by lua/queue_cancel.lua, capped
+                                     with XADD MAXLEN ~ CANCEL_STREAM_MAX; each worker
+                                     reads it with XREAD BLOCK from the id current when
+                                     it started (worker/cancel_watch.py) and cancels the
+                                     handler of a job it runs. The request is also the
+                                     job hash's field `cancel` (the reason): the
+                                     complete, fail and reaper scripts end such a job
+                                     cancelled, never succeeded, retried or dead.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -132,7 +142,7 @@ Queue (one set per agent type), prefix default "jobs":
                                      tools discover types here (type_registry.py)
 Channel: agent:<type>:completed  (PUBLISH reaches every cluster node)
     the message is the job id, published after the job's result is stored, for every
-    terminal outcome (succeeded, failed, dead-lettered, expired)
+    terminal outcome (succeeded, failed, dead-lettered, expired, cancelled)
 Channel: agent:<type>:progress  (PUBLISH reaches every cluster node)
     {"job_id": <id>, "at": <Redis ms>, "progress": <the report>}, published by
     queue_progress.lua after it stored the report on the job hash
@@ -147,8 +157,11 @@ the transition; so they are exact across any number of processes):
     retried        a failed or crashed attempt was scheduled for another try
     dead_lettered  a job used its last attempt and moved to the dead-letter list
     expired        a job passed its TTL unfinished (terminal; not counted in failed)
-    So enqueued == completed + failed + expired + jobs still live (queued, delayed,
-    in progress), and failed >= dead_lettered.
+    cancelled      a job was cancelled (terminal): while it waited (queue_cancel), or
+                   when its running attempt ended after a cancel request (complete,
+                   fail, reaper)
+    So enqueued == completed + failed + expired + cancelled + jobs still live (queued,
+    delayed, in progress), and failed >= dead_lettered.
     held_back_rate, held_back_max_running
                    job starts a claim could have made but the type's rate (or its
                    max_running) held back (queue/limits.py): each claim adds the jobs it
@@ -228,6 +241,7 @@ STATS_COUNTERS = (
     "expired",
     "held_back_rate",
     "held_back_max_running",
+    "cancelled",
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
@@ -292,6 +306,7 @@ _QUEUE_KEY_TYPES = {
     "history": "stream",
     "limits": "hash",
     "rate": "string",
+    "control": "stream",
     "workers": "zset",
     "worker_jobs": "hash",
     "worker_concurrency": "hash",
@@ -507,6 +522,10 @@ class QueueKeys:
     @property
     def rate(self) -> str:
         return f"{self.base}:rate"
+
+    @property
+    def control(self) -> str:
+        return f"{self.base}:control"
 
     @property
     def workers(self) -> str:

@@ -103,6 +103,7 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
     _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),
     _m("expired", "jobs_expired_total", "counter", "Jobs dropped because their TTL passed before completion.", "short"),
+    _m("cancelled", "jobs_cancelled_total", "counter", "Jobs cancelled on request (JobQueue.cancel, cancel_session, agentjobs job cancel): while waiting, or when their running attempt ended; their result is never stored.", "short"),
     _m("attempts_failed", "jobs_attempts_failed_total", "counter", "Attempts that ended in an error (retried, dead-lettered or failed for good), by exception class; at most " f"{MAX_ERROR_CLASSES} classes per agent type, the rest as `{OTHER_ERROR_CLASS}`.", "short", (AGENT_TYPE, ERROR_CLASS)),
     _m("oldest_age", "oldest_job_age_seconds", "gauge", "Age of the oldest waiting job (0 when the queue is empty).", "s"),
     _m("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),

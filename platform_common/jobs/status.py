@@ -83,6 +83,8 @@ class QueueState(StrEnum):
     """Used its last attempt: kept on the dead-letter list for the retention."""
     EXPIRED = "expired"
     """Its TTL passed before it finished: the record is gone, only its result remains."""
+    CANCELLED = "cancelled"
+    """Cancelled on request (queue/cancel.py); its result's error is the reason."""
 
 
 QUEUE_ACTIVE: frozenset[QueueState] = frozenset(
@@ -107,6 +109,7 @@ JOB_STATUS_OF: Mapping[QueueState, JobStatus] = MappingProxyType(
         QueueState.FAILED: JobStatus.FAILED,
         QueueState.DEAD: JobStatus.FAILED,
         QueueState.EXPIRED: JobStatus.FAILED,
+        QueueState.CANCELLED: JobStatus.CANCELLED,
     }
 )
 """How a queue state reads as a JobStore status (JobQueue.get_record's read-only view)."""
@@ -118,8 +121,8 @@ class AttemptOutcome(StrEnum):
     Not a QueueState: it reports a call, not where the job is. RELEASED sets the job
     QUEUED, REQUEUED puts it back on the queue without touching its state (QUEUED or
     RETRYING); SKIP, REPLAY and LOST change nothing; a second element, when there is one,
-    is data (a due time, or the job's state). RETRYING, DEAD and FAILED share their values
-    with QueueState on purpose: queue_fail replies with the state it just wrote.
+    is data (a due time, or the job's state). RETRYING, DEAD, FAILED and CANCELLED share their
+    values with QueueState on purpose: the script replies with the state it just wrote.
     """
 
     OK = "ok"
@@ -140,3 +143,5 @@ class AttemptOutcome(StrEnum):
     """This call already happened (retried after a lost reply); fail adds the job's state."""
     LOST = "lost"
     """The token no longer owns the job; the reply adds its state, or "missing"."""
+    CANCELLED = "cancelled"
+    """complete or fail: a cancel was asked for, so the attempt ended the job CANCELLED."""

@@ -54,8 +54,11 @@ def run_child(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 def test_help_lists_the_operator_commands() -> None:
     done = run_child("--help")
     assert done.returncode == 0, done.stderr
-    for command in ("info", "workers", "job", "dead", "pause", "resume"):
+    for command in ("info", "workers", "job", "dead", "pause", "resume", "session"):
         assert f"│ {command} " in done.stdout
+    job = run_child("job", "--help")
+    for command in ("show", "cancel"):
+        assert f"│ {command} " in job.stdout
     dead = run_child("dead", "--help")
     for command in ("list", "show", "requeue", "purge"):
         assert f"│ {command} " in dead.stdout
@@ -75,6 +78,7 @@ def test_help_lists_the_operator_commands() -> None:
         ["resume", "lodging"],
         ["limits", "show", "lodging"],
         ["limits", "set", "lodging", "--max-running", "3"],
+        ["job", "cancel", "lodging", "some-id"],
     ],
 )
 def test_an_unknown_agent_type_is_one_line_and_exit_2(agentjobs: Any, args: list[str]) -> None:
@@ -206,6 +210,43 @@ def test_pause_and_resume_say_what_they_did_and_info_shows_it(
     assert client.exists(DINING.paused) == 0
     assert agentjobs("resume", "dining").out == "dining: not paused; nothing to resume\n"
     assert table_row(agentjobs("info", "dining").out, "dining")[-1] == "—"
+
+
+# -- job cancel, session cancel ------------------------------------------------------------
+def test_job_cancel_says_what_it_did_and_job_show_prints_the_reason(
+    agentjobs: Any, redis_url: str
+) -> None:
+    [job_id] = enqueue(redis_url, 1, session_id="cli-session")
+    done = agentjobs("job", "cancel", "dining", job_id, "--reason", "customer left")
+    assert done.code == 0, done.err
+    assert done.out == f"dining / {job_id}: cancelled (it was waiting: it never starts)\n"
+    again = agentjobs("job", "cancel", "dining", job_id, "-o", "json").json()
+    assert again == [{"agent_type": "dining", "job_id": job_id, "outcome": "finished",
+                      "state": "cancelled"}]  # fmt: skip
+    shown = agentjobs("job", "show", "dining", job_id)
+    assert re.search(r"^state +cancelled *$", shown.out, re.M), shown.out
+    assert re.search(r"^cancelled +customer left *$", shown.out, re.M), shown.out
+    assert agentjobs("job", "show", "dining", job_id, "-o", "json").json()["state"] == "cancelled"
+    unknown = agentjobs("job", "cancel", "dining", "no-such-job")
+    assert (
+        unknown.out == "dining / no-such-job: unknown (never enqueued, or its result has expired)\n"
+    )
+    bad = agentjobs("job", "cancel", "dining", "a b")
+    assert bad.code == 2 and bad.err.startswith("error: job_id: ")
+    long_reason = agentjobs("job", "cancel", "dining", job_id, "--reason", "r" * 1001)
+    assert long_reason.code == 2 and long_reason.err.startswith("error: reason: longer than 1000")
+
+
+def test_session_cancel_cancels_each_job_of_the_session(agentjobs: Any, redis_url: str) -> None:
+    ids = enqueue(redis_url, 2, session_id="cli-session-2")
+    enqueue(redis_url, 1, session_id="someone-else")
+    done = agentjobs("session", "cancel", "cli-session-2", "-o", "json")
+    assert done.code == 0, done.err
+    assert sorted(r["job_id"] for r in done.json()) == sorted(ids)
+    assert {r["outcome"] for r in done.json()} == {"cancelled"}
+    assert agentjobs("session", "cancel", "cli-session-2").out == (
+        "no job of that session was found\n"
+    )
 
 
 def test_pause_of_a_corrupt_pause_key_is_one_line_and_exit_1(

@@ -65,6 +65,7 @@ async def test_depths_counters_and_histogram_match_redis(
         "retried": 5,
         "dead_lettered": 3,
         "expired": 2,
+        "cancelled": 1,
         latency_bucket_field(0.5): 10,
         latency_bucket_field(2.5): 6,
         latency_bucket_field(float("inf")): 1,
@@ -85,7 +86,7 @@ async def test_depths_counters_and_histogram_match_redis(
     assert dict(dining.counters) == {
         "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
         "retried": 5, "dead_lettered": 3, "expired": 2, "held_back_rate": 0,
-        "held_back_max_running": 0,
+        "held_back_max_running": 0, "cancelled": 1,
     }  # fmt: skip
     assert dining.latency is not None
     cumulative = dict(dining.latency.buckets)

@@ -89,6 +89,7 @@ def expected(kinds: dict[str, int]) -> dict[str, int]:
         "expired": 0,
         "held_back_rate": 0,  # (no limits)
         "held_back_max_running": 0,
+        "cancelled": 0,
     }  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from platform_common.jobs.errors import CorruptQueueState, LeaseLost
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.queue import JobQueue
+from platform_common.jobs.queue import AttemptOutcome, JobQueue
 from platform_common.jobs.redis.script import Script
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.worker import AttemptCalls
@@ -106,7 +106,7 @@ async def test_each_completion_of_a_batch_is_fenced_by_its_own_token(
         return_exceptions=True,
     )
     assert leases.complete_calls == [3]
-    assert outcomes[0] is None and outcomes[2] is None
+    assert outcomes[0] == outcomes[2] == AttemptOutcome.OK
     assert isinstance(outcomes[1], LeaseLost) and outcomes[1].job_id == ids[1]
     assert await redis_client.hget(DINING.job(ids[1]), "state") == "running"
     assert await redis_client.exists(DINING.result(ids[1])) == 0
@@ -128,7 +128,7 @@ async def test_a_job_field_that_does_not_parse_refuses_only_its_own_completion(
     refusal = outcomes[1]
     assert isinstance(refusal, CorruptQueueState)
     assert refusal.key == DINING.job(ids[1]) and "started_at" in refusal.problem
-    assert outcomes[0] is None and outcomes[2] is None
+    assert outcomes[0] == outcomes[2] == AttemptOutcome.OK
     assert await redis_client.hgetall(DINING.job(ids[1])) == record
     assert await redis_client.exists(DINING.result(ids[1])) == 0
     assert await redis_client.zscore(DINING.leases, ids[1]) is not None
@@ -149,7 +149,7 @@ async def test_a_job_key_of_another_type_refuses_only_its_own_completion(
     refusal = outcomes[0]
     assert isinstance(refusal, CorruptQueueState) and refusal.key == DINING.job(ids[0])
     assert "holds a string" in refusal.problem
-    assert outcomes[1] is None
+    assert outcomes[1] == AttemptOutcome.OK
     assert await redis_client.get(DINING.job(ids[0])) == "not a job"
     assert (await stats(redis_client))["completed"] == "1"
 
@@ -173,7 +173,7 @@ async def test_a_stats_field_one_job_would_bump_fails_that_job_alone(
     refusal = outcomes[0]
     assert isinstance(refusal, CorruptQueueState) and refusal.key == DINING.stats
     assert "latency_le:+Inf" in refusal.problem
-    assert outcomes[1:] == [None, None]
+    assert outcomes[1:] == [AttemptOutcome.OK, AttemptOutcome.OK]
     assert await redis_client.hget(DINING.job(ids[0]), "state") == "running"
     fields = await stats(redis_client)
     assert fields["completed"] == "2" and fields["latency_count"] == "2"

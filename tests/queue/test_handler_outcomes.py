@@ -87,7 +87,7 @@ async def test_any_base_exception_a_handler_raises_is_a_failed_attempt(
     assert (counters["failed"], counters["completed"]) == (1, 1)
     assert worker.counts == {
         "succeeded": 1, "retrying": 2, "dead": 1, "failed": 0, "expired": 0, "released": 0,
-        "lost": 0,
+        "lost": 0, "cancelled": 0,
     }  # fmt: skip
 
 

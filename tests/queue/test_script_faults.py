@@ -31,6 +31,7 @@ from platform_common.jobs.keys import (
     histogram_exemplar_field,
 )
 from platform_common.jobs.queue import JobQueue, QueueState
+from platform_common.jobs.queue.cancel import cancel_jobs
 from platform_common.jobs.worker import Claim
 from platform_common.jobs.worker.progress_reporter import store_progress
 from tests.support.keyspace import changed_keys
@@ -710,6 +711,102 @@ async def test_limits_refuse_a_limits_key_of_another_type(env: Env, call: str, k
         await refused(env, lambda: env.queue.set_limits("dining", max_running=1), DINING.limits)
     else:
         await refused(env, lambda: env.queue.limits("dining"), DINING.limits)
+
+
+# -- queue_cancel: JobQueue.cancel (and the cancel fence of complete and fail) ----------------
+CANCEL_SHARED = [
+    ("queued", "hash"),
+    ("waiting", "zset"),
+    ("delayed", "zset"),
+    ("expiry", "zset"),
+    ("stats", "hash"),
+    ("arrivals", "zset"),
+    ("arrived", "hash"),
+    ("control", "stream"),
+]
+
+
+async def cancel_targets(env: Env) -> dict[str, str]:
+    """A job of each state the cancel script writes differently."""
+    running = (await env.running()).job_id
+    delayed = await env.due_retry()
+    return {"queued": await env.queued(), "delayed": delayed, "running": running}
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(*CANCEL_SHARED))
+async def test_cancel_refuses_a_queue_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    """Every shared key is checked first, whatever the jobs' states: one call over a job
+    of each state."""
+    targets = list((await cancel_targets(env)).values())
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: cancel_jobs(env.queue.connection, "dining", targets), key_of(role))
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("job", "hash"), ("result", "string")))
+async def test_cancel_refuses_a_job_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    """An id with no waiting job: its job key, then its result key, is read."""
+    await env.queued()
+    if role == "result":
+        await env.raw.delete(DINING.job("gone"))
+    await env.plant(key_of(role, "gone"), kind)
+    await refused(env, lambda: env.queue.cancel("dining", "gone"), key_of(role, "gone"))
+
+
+@pytest.mark.parametrize(("role", "kind"), wrong_types(("queued", "hash"), ("expiry", "zset")))
+async def test_cancel_session_refuses_a_queue_key_of_another_type(
+    env: Env, role: str, kind: str
+) -> None:
+    """The session scan's keys (read only): refused before anything is cancelled."""
+    await env.queued()
+    await env.plant(key_of(role), kind)
+    await refused(env, lambda: env.queue.cancel_session("0b7e6f4a-session"), key_of(role))
+
+
+async def test_cancel_session_skips_a_job_key_of_another_type(env: Env) -> None:
+    """A job of the expiry set whose key is not a hash has no payload to read: skipped
+    (the cancel, which would refuse it, is not sent for it)."""
+    job_id = await env.due_retry()
+    await env.plant(DINING.job(job_id), "string")
+    assert await env.queue.cancel_session("0b7e6f4a-session") == []
+
+
+async def test_cancel_refuses_a_job_whose_state_is_unknown(env: Env) -> None:
+    await env.queued()
+    await env.raw.hset(DINING.job("odd"), mapping={"state": "exploded", "expires_at": "1"})
+    refusal = await refused(env, lambda: env.queue.cancel("dining", "odd"), DINING.job("odd"))
+    assert "unknown" in refusal.problem
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
+async def test_cancel_refuses_a_malformed_cancelled_counter(env: Env, value: str) -> None:
+    """Checked by every script that ends a job cancelled, before its first write."""
+    targets = await cancel_targets(env)
+    await env.raw.hset(DINING.stats, "cancelled", value)
+    for waiting in ("queued", "delayed"):
+        job_id = targets[waiting]
+        await refused(env, lambda job_id=job_id: env.queue.cancel("dining", job_id), DINING.stats)
+    running = targets["running"]
+    await env.queue.cancel("dining", running)  # a request bumps no counter: accepted
+    await refused(env, lambda: env.leases.complete(running, TOKEN, "1"), DINING.stats)
+    await refused(env, lambda: env.leases.fail(running, TOKEN, "boom"), DINING.stats)
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS + NOT_CANONICAL)
+async def test_cancel_refuses_an_arrival_count_that_is_not_an_integer(env: Env, value: str) -> None:
+    job_id = await env.queued()
+    enqueued_at = int((await env.raw.hget(DINING.queued, job_id)).split(",", 1)[0])
+    second = str(enqueued_at - enqueued_at % ARRIVAL_BUCKET_MS)
+    await env.raw.hset(DINING.arrived, second, value)
+    await refused(env, lambda: env.queue.cancel("dining", job_id), DINING.arrived)
+
+
+async def test_cancel_of_a_packed_job_that_does_not_parse_still_cancels_it(env: Env) -> None:
+    job_id = await env.queued()
+    await env.raw.hset(DINING.queued, job_id, "garbage")
+    report = await env.queue.cancel("dining", job_id)
+    assert report.outcome == "cancelled"
+    assert await env.raw.ttl(DINING.result(job_id)) > 3600  # kept for the fallback
+    assert not await env.raw.hexists(DINING.queued, job_id)
 
 
 # -- queue_claim: AttemptCalls.claim -----------------------------------------------------------

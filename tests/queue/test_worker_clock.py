@@ -66,7 +66,7 @@ async def test_a_skewed_worker_clock_changes_no_outcome_and_no_counter(
     }  # fmt: skip
     assert worker.counts == {
         "succeeded": 2, "retrying": 1, "dead": 0, "failed": 0, "expired": 1, "released": 0,
-        "lost": 0,
+        "lost": 0, "cancelled": 0,
     }  # fmt: skip
     # What a handler is told of its time left comes from Redis TIME too.
     assert all(0 < left <= 60 for left in contexts)

@@ -178,7 +178,9 @@ async def test_rules_load_and_match_what_redis_reports(
         assert info["keys"] == ""  # no key at the root: every keyed command is in a grant
         assert info["channels"] == {token for token in rules if token.startswith("&")}
         assert info["selectors"] == _expected_selectors(rules)
-        assert len(info["selectors"]) == len(acl.ROLES[role].grants)
+        # (+ the selector of a role's completion PUBLISH: its channels, no key)
+        publishes = acl.ROLES[role].publishes_completions
+        assert len(info["selectors"]) == len(acl.ROLES[role].grants) + publishes
 
 
 # -- each role doing its whole job under its own user ---------------------------------

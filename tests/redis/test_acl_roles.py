@@ -144,11 +144,40 @@ def inject(keys: QueueKeys, job_id: str) -> Step:
     async def run(client: aioredis.Redis) -> None:
         job = {"payload": PAYLOAD, "enqueued_at": NOW_MS, "expires_at": deadline, "ttl": 60,
                "max_attempts": 3, "attempts": 0}  # fmt: skip
+        # (the delayed set first: a role refused it changes nothing)
+        await client.zadd(keys.delayed, {job_id: NOW_MS})
         await client.hset(keys.job(job_id), mapping=job)
         await client.zadd(keys.expiry, {job_id: deadline})
-        await client.zadd(keys.delayed, {job_id: NOW_MS})
 
     return run
+
+
+def inject_waiting(keys: QueueKeys, job_id: str) -> Step:
+    """The same job, made to wait as a released one does: its id in the waiting set (the
+    first write: a role refused it changes nothing), its job hash, its deadline, its id on
+    the queue list."""
+    deadline = NOW_MS + 60_000
+
+    async def run(client: aioredis.Redis) -> None:
+        job = {"payload": PAYLOAD, "enqueued_at": NOW_MS, "expires_at": deadline, "ttl": 60,
+               "max_attempts": 3, "attempts": 0}  # fmt: skip
+        await client.zadd(keys.waiting, {job_id: NOW_MS})
+        await client.hset(keys.job(job_id), mapping=job)
+        await client.zadd(keys.expiry, {job_id: deadline})
+        await client.lpush(keys.queue, job_id)
+
+    return run
+
+
+def cancel(keys: QueueKeys, job_id: str) -> Step:
+    """The cancel script (queue/cancel.py) of one job, as JobQueue.cancel sends it."""
+    shared = [keys.queued, keys.waiting, keys.delayed, keys.expiry, keys.stats, keys.arrivals,
+              keys.arrived, keys.control]  # fmt: skip
+    return script(
+        "queue_cancel",
+        [*shared, keys.job(job_id), keys.result(job_id)],
+        [keys.channel, "a reason", ARRIVAL_BUCKET_MS, 10_000, 86_400, job_id],
+    )
 
 
 def store_create(keys: StoreKeys, job_id: str) -> Step:
@@ -278,10 +307,10 @@ OPERATIONS = (
               (_subscribe_progress,),
               "allowed", "refused", "refused", "refused", "refused"),
     Operation("Write a result (SET)", (command("SET", OWN.result("r1"), '{"forged": 1}'),),
-              "refused", "allowed", "refused", "refused", "refused"),
+              "gap", "allowed", "refused", "refused", "gap", note=5),
     Operation("Publish a completion of its type (PUBLISH)",
               (command("PUBLISH", OWN.channel, "r1"),),
-              "refused", "allowed", "refused", "refused", "refused"),
+              "gap", "allowed", "refused", "refused", "gap", note=5),
     Operation("Requeue a dead letter (dead-letter requeue script)", (dead_requeue(OWN, "d1"),),
               "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Purge a dead letter (dead-letter purge script)",
@@ -291,6 +320,8 @@ OPERATIONS = (
     Operation("Pause or resume its agent type (pause script)",
               (pause_and_resume(OWN),),
               "refused", "refused", "refused", "refused", "allowed"),
+    Operation("Cancel a job of its agent type (cancel script)", (cancel(OWN, "c1"),),
+              "allowed", "refused", "refused", "refused", "allowed"),
     Operation("Read whether its agent type is paused (GET of the paused key)",
               (command("GET", OWN.paused),),
               "allowed", "allowed", "allowed", "allowed", "allowed"),
@@ -316,8 +347,9 @@ OPERATIONS = (
     Operation("Overwrite a queue structure with SET (the queue, the stats hash)",
               (command("SET", OWN.queue, "x"), command("SET", OWN.stats, "x")),
               "refused", "refused", "refused", "refused", "refused"),
-    Operation("Delete a job hash or a result of its type (DEL)",
-              (command("DEL", OWN.job("d1")), command("DEL", OWN.result("done1"))),
+    Operation("Delete a job hash of its type (DEL)", (command("DEL", OWN.job("d1")),),
+              "gap", "allowed", "refused", "refused", "allowed", note=5),
+    Operation("Delete a result of its type (DEL)", (command("DEL", OWN.result("done1")),),
               "refused", "allowed", "refused", "refused", "allowed"),
     Operation("Set or drop the TTL of the queue, the queued hash or the stats hash (EXPIRE, "
               "PEXPIRE, PERSIST)",
@@ -336,11 +368,12 @@ OPERATIONS = (
               (command("LTRIM", OWN.queue, 1, 0), command("LPOP", OWN.queue),
                command("RPOP", OWN.queue)),
               "refused", "refused", "refused", "refused", "refused"),
-    Operation("Remove a job from the queue, the queued hash or the expiry set (LREM, HDEL, "
-              "ZREM)",
-              (command("LREM", OWN.queue, 0, "q1"), command("HDEL", OWN.queued, "p1"),
-               command("ZREM", OWN.expiry, "q1")),
+    Operation("Remove a job from the queue list (LREM)", (command("LREM", OWN.queue, 0, "q1"),),
               "refused", "gap", "refused", "refused", "refused", note=1),
+    Operation("Drop a waiting job from the queued hash or the expiry set without a result "
+              "(HDEL, ZREM)",
+              (command("HDEL", OWN.queued, "p1"), command("ZREM", OWN.expiry, "q1")),
+              "gap", "gap", "refused", "refused", "gap", note=5),
     Operation("Forge a counter (HINCRBY stats completed 1000000)",
               (command("HINCRBY", OWN.stats, "completed", 1_000_000),),
               "gap", "gap", "refused", "refused", "gap", note=1),
@@ -356,13 +389,17 @@ OPERATIONS = (
               "refused", "gap", "refused", "refused", "gap", note=1),
     Operation("Force-expire a waiting job that has a job hash (HSET its expires_at to 1)",
               (command("HSET", OWN.job("q1"), "expires_at", 1),),
-              "gap", "gap", "refused", "refused", "refused", note=1),
+              "gap", "gap", "refused", "refused", "gap", note=1),
     Operation("Inject a job: a new job hash with its payload (HSET), its id in the expiry "
               "and delayed sets (ZADD), for the promoter to queue", (inject(OWN, "x1"),),
               "gap", "gap", "refused", "refused", "refused", note=1),
+    Operation("Inject a job that waits: its id in the waiting set (ZADD), a new job hash "
+              "with its payload (HSET), its deadline (ZADD), its id on the queue (LPUSH)",
+              (inject_waiting(OWN, "x2"),),
+              "refused", "gap", "refused", "refused", "gap", note=5),
     Operation("Rewrite a running job's fields, e.g. its lease token (HSET of its job hash)",
               (command("HSET", OWN.job("r1"), "token", "forged"),),
-              "gap", "gap", "refused", "refused", "refused", note=1),
+              "gap", "gap", "refused", "refused", "gap", note=1),
     Operation("Force-expire a waiting job (HSET its packed field in the queued hash)",
               (command("HSET", OWN.queued, "q1", "0,0,1,1,forged\n\n{}"),),
               "gap", "gap", "refused", "refused", "refused", note=1),
@@ -387,7 +424,6 @@ OPERATIONS = (
               (command("LMOVE", OTHER.queue, OTHER.processing, "RIGHT", "LEFT"),
                complete(OTHER, "r1"), command("SET", OTHER.result("r1"), "{}"),
                report_progress(OTHER, "r1"),
-               command("PUBLISH", completion_channel("flights"), "r1"),
                command("PUBLISH", progress_channel("flights"), "{}")),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Requeue or purge another agent type's dead letters",
@@ -404,6 +440,11 @@ OPERATIONS = (
               (script("queue_limits", [OTHER.limits], ["max_running", "5"]),
                command("HSET", OTHER.limits, "max_running", "5"),
                command("SET", OTHER.rate, "1", "PX", 1000)),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Cancel another agent type's job (cancel script)", (cancel(OTHER, "c1"),),
+              "refused", "refused", "refused", "refused", "refused"),
+    Operation("Publish a completion of another agent type (PUBLISH)",
+              (command("PUBLISH", completion_channel("flights"), "r1"),),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Read or write another JobStore agent's records",
               (command("HGETALL", OTHER_STORE.record("s1")),

@@ -6,6 +6,8 @@
     info       queue depths, workers and counters per agent type   (--watch to refresh)
     workers    each worker: id, host, last heartbeat, jobs running
     job show   one job: state, attempts, history, result
+    job cancel cancel one job (a waiting one never starts, a running one is stopped)
+    session cancel   cancel every unfinished job of a user session
     dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
     pause      stop workers starting jobs of an agent type (running ones finish)
     resume     let them start its jobs again

@@ -94,6 +94,10 @@ def render_job(console: Console, detail: JobDetail) -> None:
     rows += [("retry due", timestamp(retry_due))] if retry_due else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
+    if detail.cancel_requested is not None:
+        rows.append(("cancel asked", text(detail.cancel_requested or "(no reason given)")))
+    if detail.state == "cancelled":
+        rows.append(("cancelled", text(detail.cancel_reason or NONE)))
     if detail.unparsed:
         names = ", ".join(dict.fromkeys(u.field for u in detail.unparsed))
         rows.append(("does not parse", Text(f"{names}: shown as stored below", style="bold red")))

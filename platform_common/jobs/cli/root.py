@@ -13,6 +13,7 @@ from typer.core import TyperOption
 
 from . import (
     acl_command,
+    cancel_command,
     console_command,
     dead_command,
     deploy_command,
@@ -84,7 +85,9 @@ app.command("backfill")(store_commands.backfill)
 app.command("acl")(acl_command.acl)
 app.command("info", help=info_command.HELP)(info_command.info)
 app.command("workers", help=workers_command.HELP)(workers_command.workers)
+job_command.app.command("cancel", help=cancel_command.CANCEL_HELP)(cancel_command.cancel_job)
 app.add_typer(job_command.app, name="job")
+app.add_typer(cancel_command.session_app, name="session")
 app.add_typer(dead_command.app, name="dead")
 app.add_typer(dead_command.failed_app, name="failed")
 app.command("pause", help=pause_command.PAUSE_HELP)(pause_command.pause)

@@ -12,6 +12,7 @@ one under the CLI).
     POST /types/{type}/dead/act         do it; the page says how many were really done
     GET, POST /types/{type}/failed...   the same three for the failed jobs
     POST /types/{type}/pause            pause or resume the agent type (no confirmation)
+    POST /types/{type}/cancel/{job}     cancel one job (no confirmation)
     GET  /static/console.css
 
 Unknown agent types and jobs are 404, bad input (a query or a form) 400, a waiting job
@@ -62,6 +63,7 @@ from ..operations.overview import heartbeat_window
 from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
 from ..queue import JobQueue, Limits
+from .cancel_forms import CancelForms
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
 from .forms import FormError
@@ -225,6 +227,7 @@ def console_router(
 
     forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
     pauses = PauseForms(queue, tokens, read_only, ConsoleError, known)
+    cancels = CancelForms(queue, tokens, read_only, ConsoleError, known)
 
     def same_origin(request: Request) -> None:
         """A form posted by a page of another site is refused, whatever it carries."""
@@ -424,6 +427,17 @@ def console_router(
                 window=heartbeat_window(queue.settings), left_out=listed.notes(),
                 unclaimed={t: n for t, n in report.unclaimed.items() if n},
             )  # fmt: skip
+
+        return await respond(request, build)
+
+    @router.post("/types/{agent_type}/cancel/{job_id:path}", name=named("console_cancel"))
+    async def cancel_action(request: Request, agent_type: str, job_id: str) -> Response:
+        async def build() -> Response:
+            same_origin(request)
+            if not job_id or len(job_id) > _MAX_JOB_ID:
+                raise ConsoleError(404, "no such job")
+            report = await cancels.act(request, agent_type, job_id)
+            return render(request, "cancelled.html", agent_type=agent_type, report=report)
 
         return await respond(request, build)
 

@@ -23,14 +23,17 @@
 -- worker processes it in a trace of its own, which is not the stored one. A trace
 -- context that does not hold one is no error: the job completes, with no exemplar.
 -- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
--- happened), {"lost", state}, or the error "CORRUPT <position in KEYS> <problem>" in
--- place when its job key holds another type or a field it reads (enqueued_at, ttl,
+-- happened), {"lost", state}, {"cancelled"} (see Cancel below), or the error
+-- "CORRUPT <position in KEYS> <problem>" in place when its job key holds another type or a field it reads (enqueued_at, ttl,
 -- started_at, due_at, run_at) does not parse: that job is not written, the others are
 -- (trace_context is read too, but only ever decides whether an exemplar is written).
 -- All-or-nothing: every job is read and judged before the first write. A shared key of
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
 -- the caller then completes each job alone, so one bad field fails only its own jobs.
+-- Cancel (queue/cancel.py): a running job whose record holds a cancel request (field
+-- `cancel`, the reason) is never completed: its result says cancelled with the reason,
+-- state cancelled, counted in `cancelled`, published; the handler's value is dropped.
 -- @include time
 -- @include numbers
 -- @include key_types
@@ -81,11 +84,14 @@ local entries = {}
 local plans = {}
 local seen = {}
 local done = 0
+-- ---- cancel (queue/cancel.py): {i, ttl text} of the requested jobs, ended cancelled ----
+local cancels = {}
+-- ---- end cancel ----
 for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
-        'started_at', 'due_at', 'run_at', 'trace_context')
+        'started_at', 'due_at', 'run_at', 'trace_context', 'cancel')
     local state = f[1]
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
@@ -97,9 +103,21 @@ for i = 1, n do
     elseif state ~= 'running' then
         if state == 'succeeded' then
             entries[i] = {'replay'}
+        elseif state == 'cancelled' then
+            entries[i] = {'cancelled'}  -- cancel: this call's replay, or its own
         else
             entries[i] = {'lost', state or 'missing'}
         end
+    -- ---- cancel: a requested job ends cancelled, its value unstored ----
+    elseif f[9] then
+        local ttl = int(f[4])
+        if not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
+            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+        else
+            cancels[#cancels + 1] = {i, string.format('%d', ttl), f[9]}
+            seen[job_id] = true
+        end
+    -- ---- end cancel ----
     else
         local enqueued_at = int(f[3])
         local ttl = int(f[4])
@@ -142,9 +160,48 @@ for i = 1, n do
         end
     end
 end
+-- ---- cancel: its counter checked with the others, its writes apart (below) ----
+if #cancels > 0 then
+    local refused = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'zset'}})
+    if refused then
+        return refused
+    end
+    local counted = redis.pcall('HGET', KEYS[4], 'cancelled')
+    if failed(counted) then
+        return wrong_type(4, 'hash') or counted
+    end
+    if counted and not count(counted) then
+        return corrupt(4, 'field cancelled is not an integer: ' .. shown(counted))
+    end
+end
+local function write_cancels()
+    for _, cancel in ipairs(cancels) do
+        local i, ttl, reason = cancel[1], cancel[2], cancel[3]
+        local job_id = ARGV[first_job + 3 * (i - 1)]
+        redis.call('SET', KEYS[4 + 2 * i], '{"status":"cancelled","result":null,"error":'
+            .. cjson.encode(reason ~= '' and reason or 'cancelled') .. '}', 'EX', ttl)
+        redis.call('HSET', KEYS[3 + 2 * i], 'state', 'cancelled', 'finished_at', now_text)
+        redis.call('EXPIRE', KEYS[3 + 2 * i], ttl)
+        redis.call('LREM', KEYS[1], -1, job_id)
+        redis.call('ZREM', KEYS[2], job_id)
+        redis.call('ZREM', KEYS[3], job_id)
+        entries[i] = {'cancelled'}
+    end
+    if #cancels > 0 then
+        redis.call('HINCRBY', KEYS[4], 'cancelled', #cancels)
+    end
+end
+local function publish_cancels()
+    for _, cancel in ipairs(cancels) do
+        redis.call('PUBLISH', ARGV[1], ARGV[first_job + 3 * (cancel[1] - 1)])
+    end
+end
 if done == 0 then
+    write_cancels()
+    publish_cancels()
     return entries
 end
+-- ---- end cancel ----
 
 local refusal = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'zset'}})
 if refusal then
@@ -255,8 +312,10 @@ if #exemplar_fields > 0 then
     end
     redis.call('HSET', KEYS[4], unpack(written))
 end
+write_cancels()  -- cancel
 -- The events last: a subscriber reading the result finds it stored.
 for _, job_id in ipairs(finished) do
     redis.call('PUBLISH', ARGV[1], job_id)
 end
+publish_cancels()  -- cancel
 return entries

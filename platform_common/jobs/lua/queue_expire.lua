@@ -25,7 +25,7 @@
 -- @include key_types
 -- @include levels
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
-local FINISHED = {succeeded = true, failed = true, dead = true}
+local FINISHED = {succeeded = true, failed = true, dead = true, cancelled = true}
 local LIVE = {queued = true, retrying = true, running = true}
 
 -- Shared keys first: a wrong type would make a write below fail halfway.

@@ -40,6 +40,11 @@
 -- (nothing written; the lease stays, so the reaper tries again once it lapses).
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
+-- Cancel (queue/cancel.py): an attempt of a job whose record holds a cancel request
+-- (field `cancel`, the reason) ends cancelled in every mode ("lost", the reaper's,
+-- included): no retry, no dead letter, no failure recorded; its result says cancelled
+-- with the reason, kept for its TTL, counted in `cancelled`, published. Reply
+-- {"cancelled"} ({"cancelled", trace_context} in mode "lost").
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
 --         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
 --         attempt's replies also carry the record's trace_context ("" if none), for the
@@ -115,7 +120,7 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority')
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority', 'cancel')
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
@@ -135,6 +140,32 @@ local function back_to_its_level()
     end
 end
 
+-- ---- cancel (queue/cancel.py): a requested job's attempt ends it cancelled ----
+-- Called where the attempt is known to be this call's (token, or an expired lease) and
+-- running, before any write: its one check comes first.
+local function end_cancelled()
+    local counted = redis.call('HGET', KEYS[7], 'cancelled')
+    if counted and not count(counted) then
+        return corrupt(7, 'field cancelled is not an integer: ' .. shown(counted))
+    end
+    local ttl = int(f[5])
+    local keep = (ttl and ttl > 0 and ttl <= 315360000) and ttl or nil
+    keep = keep or (ARGV[10] and int(ARGV[10])) or 86400
+    drop_lease()
+    redis.call('ZREM', KEYS[6], job_id)
+    redis.call('HSET', KEYS[8], 'state', 'cancelled', 'finished_at', now)
+    redis.call('PEXPIRE', KEYS[8], string.format('%d', keep * 1000))
+    redis.call('SET', KEYS[9], '{"status":"cancelled","result":null,"error":'
+        .. cjson.encode(f[12] ~= '' and f[12] or 'cancelled') .. '}', 'EX', keep)
+    redis.call('HINCRBY', KEYS[7], 'cancelled', 1)
+    redis.call('PUBLISH', ARGV[5], job_id)
+    if mode == 'lost' then
+        return {'cancelled', f[10] or ''}
+    end
+    return {'cancelled'}
+end
+-- ---- end cancel ----
+
 if mode == 'lost' then
     local deadline = redis.call('ZSCORE', KEYS[2], job_id)
     if not deadline or tonumber(deadline) > now then
@@ -151,6 +182,9 @@ if mode == 'lost' then
         drop_lease()
         return {'skip'}
     end
+    if f[12] then
+        return end_cancelled()  -- cancel
+    end
     -- The stale worker must not be able to complete, fail or replay this attempt.
     redis.call('HDEL', KEYS[8], 'token')
 else
@@ -159,6 +193,9 @@ else
     end
     if state ~= 'running' then
         return {'replay', state}
+    end
+    if f[12] then
+        return end_cancelled()  -- cancel
     end
     if mode == 'release' then
         drop_lease()

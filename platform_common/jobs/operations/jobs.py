@@ -107,6 +107,15 @@ class JobDetail:
     None when it never reported or the report does not parse (then `unparsed` holds it)."""
     progress_at: float | None = None
     """When that report was stored."""
+    cancel_requested: str | None = None
+    """While it runs: the reason of a cancel asked for (its attempt ends cancelled)."""
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why it was cancelled (the cancelled result's error), for a cancelled job."""
+        if self.state == QueueState.CANCELLED and self.result is not None:
+            return self.result.error
+        return None
 
     @property
     def active(self) -> bool:
@@ -207,6 +216,9 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         priority=record.text("priority") or "normal",
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
+        cancel_requested=record.text("cancel")
+        if "cancel" in fields and state in QUEUE_ACTIVE
+        else None,
     )
 
 

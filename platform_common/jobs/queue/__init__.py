@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..status import AttemptOutcome, QueueState
 from .api import JobQueue, QueueStats
+from .cancel import CancelOutcome, CancelReport
 from .completions import Completion, Completions
 from .connection import QueueConnection
 from .context import AsyncHandler, Handler, JobContext, NonRetryableError, SyncHandler, current_job
@@ -23,6 +24,8 @@ __all__ = [
     "DEFAULT_AGENT_TYPES",
     "AsyncHandler",
     "AttemptOutcome",
+    "CancelOutcome",
+    "CancelReport",
     "Completion",
     "Completions",
     "DeadLetter",

@@ -15,6 +15,7 @@ from ..keys import LATENCY_COUNT_FIELD, LATENCY_SUM_FIELD, STATS_COUNTERS
 from ..status import JOB_STATUS_OF, JobStatus, QueueState
 from ..store.record import JobRecord
 from .backend_errors import backend_errors
+from .cancel import CancelReport, cancel_jobs, cancel_session
 from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
 from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
@@ -215,6 +216,24 @@ class JobQueue:
         for `set_limits`, and CorruptQueueState for a stored value that does not parse."""
         with backend_errors(self.settings.redis):
             return await read_limits(self.connection, agent_type)
+
+    async def cancel(self, agent_type: str, job_id: str, reason: str | None = None) -> CancelReport:
+        """Cancel one job (see queue.cancel): a waiting one now (it never starts), a
+        running one by telling its worker (its attempt ends cancelled, its result is never
+        stored); the report says which, or that it had finished or is unknown. Safe to
+        call twice. `reason` (at most 1,000 characters) is the cancelled result's error.
+        ValidationError for a bad id, reason or an agent type never seen."""
+        with backend_errors(self.settings.redis):
+            [report] = await cancel_jobs(self.connection, agent_type, [job_id], reason)
+        return report
+
+    async def cancel_session(
+        self, session_id: str, reason: str | None = None
+    ) -> list[CancelReport]:
+        """Cancel every job of `session_id` (its payloads' session_id) of every agent
+        type, one report per job found (see `cancel`)."""
+        with backend_errors(self.settings.redis):
+            return await cancel_session(self.connection, session_id, reason)
 
     async def ping(self) -> bool:
         """Health check: PING through the pool."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -56,6 +57,11 @@ class JobContext:
     deadline: float = math.inf
     """`expires_at` on this process's monotonic clock (time.monotonic), measured from
     the Redis TIME of the claim."""
+    cancel_requested: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set when the job is cancelled while it runs (JobQueue.cancel): an async handler's
+    task is cancelled then; a sync handler, which cannot be, checks this (or waits on
+    it) and should return soon. Whatever it returns is not stored: the job ends
+    cancelled."""
 
     progress_reporter: ProgressReporter | None = field(default=None, repr=False, compare=False)
     """What stores this attempt's progress reports (the worker's); None outside a worker."""

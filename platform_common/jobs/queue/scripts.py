@@ -28,3 +28,5 @@ class QueueScripts:
     pause = Script.named("queue_pause")
     progress = Script.named("queue_progress")
     limits = Script.named("queue_limits")
+    cancel = Script.named("queue_cancel")
+    session_scan = Script.named("queue_session_scan")

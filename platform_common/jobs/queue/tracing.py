@@ -230,6 +230,14 @@ class JobTrace:
         if error is not None:
             self.span.set_status(Status(StatusCode.ERROR, error))
 
+    def cancelled(self, reason: str | None) -> None:
+        """The job was cancelled while this attempt ran: an event on the process span."""
+        if self._tracing is None:
+            return
+        attributes = {} if reason is None else {"job.cancel_reason": reason}
+        self.span.add_event("job.cancelled", attributes)
+        self.span.set_attribute("job.outcome", "cancelled")
+
     def settle(self, operation: str) -> Settle:
         """A settle span (child of the process span) around recording the outcome."""
         if self._tracing is None:

@@ -236,9 +236,10 @@ class AttemptCalls:
             args += [job_id, token, result_json]
         return script_keys, args
 
-    async def complete(self, job_id: str, token: str, result_json: str) -> None:
+    async def complete(self, job_id: str, token: str, result_json: str) -> AttemptOutcome:
         """Store the result (with the job's TTL), count, publish. LeaseLost if the token
-        no longer owns the job; a retried call that already succeeded is a no-op.
+        no longer owns the job; a retried call that already succeeded is a no-op (REPLAY).
+        CANCELLED: the job was asked to cancel, so it ended cancelled, the result unstored.
 
         Completions issued close together (by concurrent callers) share one script call;
         each keeps its own fencing and its own outcome."""
@@ -246,6 +247,7 @@ class AttemptCalls:
         if reply[0] == AttemptOutcome.LOST:
             raise LeaseLost(job_id, lost_reason(await self.lost_state(job_id, reply[1])))
         check_complete_reply(job_id, reply)
+        return AttemptOutcome(reply[0])
 
     async def _complete_batch(self, jobs: list[tuple[str, str, str]]) -> list[Any]:
         """One complete script call for `jobs`: each job's reply entry, or its refusal

@@ -52,6 +52,9 @@ class ReapReport:
     ended: tuple[tuple[str, str, str], ...] = ()
     """(job_id, outcome, trace_context) of each attempt this run ended (retrying or
     dead), to log them; trace_context is the job record's ("" if it has none)."""
+    cancelled: tuple[tuple[str, str], ...] = ()
+    """(job_id, trace_context) of each job this run ended cancelled: a cancel had been
+    asked for, and its worker was gone (queue/cancel.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,9 @@ class Chores:
                 raise reply
             outcomes.append(reply[0])
             # The ended attempt's replies end with the record's trace context (mode "lost").
-            ended_reply = reply[0] in (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
+            ended_reply = reply[0] in (
+                AttemptOutcome.RETRYING, AttemptOutcome.DEAD, AttemptOutcome.CANCELLED
+            )  # fmt: skip
             carried.append(str(reply[-1]) if ended_reply and len(reply) > 1 else "")
         ended = (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
         return ReapReport(
@@ -105,6 +110,11 @@ class Chores:
                 (str(job_id), str(outcome), trace_context)
                 for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
                 if outcome in ended
+            ),
+            cancelled=tuple(
+                (str(job_id), trace_context)
+                for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
+                if outcome == AttemptOutcome.CANCELLED
             ),
         )
 
@@ -266,6 +276,16 @@ class ChoreLoop:
                     trace_context, job_id, self.chores.keys.agent_type
                 ),
             )
+        for job_id, trace_context in report.cancelled:
+            trace = self.tracing.creation_log_fields(
+                trace_context, job_id, self.chores.keys.agent_type
+            )
+            log.info(
+                "cancelled job=%s agent_type=%s: its worker was gone (lease expired)%s",
+                job_id, self.chores.keys.agent_type,
+                "".join(f" {name}={value}" for name, value in trace.items()),
+                extra={"job_id": job_id, "agent_type": self.chores.keys.agent_type, **trace},
+            )  # fmt: skip
         if report.requeued:
             log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)
 

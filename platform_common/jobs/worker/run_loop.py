@@ -33,6 +33,7 @@ from ..status import AttemptOutcome, QueueState
 from ..validation import is_int
 from .attempt_calls import AttemptCalls, Claim, TypeHeldBack, TypePaused
 from .attempt_log import AttemptLog, log
+from .cancel_watch import CancelWatch
 from .chores import ChoreLoop, Chores, RedisClock
 from .foreign_entries import ForeignEntries
 from .handler_calls import HandlerThreads, is_async_handler
@@ -114,7 +115,7 @@ class Worker:
         counted = (
             QueueState.SUCCEEDED, AttemptOutcome.RETRYING, AttemptOutcome.DEAD,
             AttemptOutcome.FAILED, QueueState.EXPIRED, AttemptOutcome.RELEASED,
-            AttemptOutcome.LOST,
+            AttemptOutcome.LOST, QueueState.CANCELLED,
         )  # fmt: skip
         self.counts: dict[str, int] = dict.fromkeys(map(str, counted), 0)
         self.attempt_log = AttemptLog(log)
@@ -142,6 +143,7 @@ class Worker:
         self._held_back: set[str] = set()
         """The limits that have held this worker's claims back (each logged once: a rate
         holds a worker back between most of its claims)."""
+        self._cancel_watch: CancelWatch | None = None
         self._token_prefix = os.urandom(4).hex()
         self._token_counter = itertools.count()
 
@@ -205,6 +207,11 @@ class Worker:
         try:
             if not await self._register():
                 return  # stopped while Redis refused writes
+            # cancel: one XREAD BLOCK loop on the type's control stream (queue/cancel.py),
+            # from its last entry before this worker says it is ready
+            watch = CancelWatch(connection, self._keys, self.health, self._cancel)
+            self._cancel_watch = watch
+            chores.append(asyncio.create_task(watch.run(await watch.first_id())))
             keeper.start()
             self.ready.set()
             log.info(
@@ -212,7 +219,7 @@ class Worker:
                 self.worker_id, self.agent_type, self.concurrency,
                 "async" if self.handler_is_async else "sync (threads)", self.health.where,
             )  # fmt: skip
-            chores = self._chore_loop.start(keeper)
+            chores += self._chore_loop.start(keeper)
             await self._fetch_loop()
         finally:
             await self._drain()
@@ -227,11 +234,20 @@ class Worker:
                     await self._chores.heartbeat(self.worker_id, leaving=True)
                 except TRANSIENT as exc:
                     log.debug("could not say goodbye: %s", describe(exc))
+            if self._cancel_watch is not None:
+                await self._cancel_watch.aclose()
             await blocking.aclose()
             await connection.aclose()
             self.attempt_log.flush(final=True)
             self.health.report_ongoing()
             log.info("worker stopped id=%s counts=%s", self.worker_id, self.counts)
+
+    def _cancel(self, job_id: str, reason: str) -> None:
+        """A cancel request on the control stream: tell this worker's attempt of
+        `job_id`, if it runs one (the stream carries every worker's jobs)."""
+        for attempt in list(self._running.values()):
+            if attempt.claim.job_id == job_id and not attempt.settled:
+                attempt.cancel(reason)
 
     async def _register(self) -> bool:
         """Register the agent type and write the first heartbeat. While Redis is at

@@ -43,6 +43,7 @@ __all__ = ["LOST", "SHUTDOWN", "TTL", "Attempt", "CorruptJob", "Settlement", "wa
 LOST = "lost"  # renewal was refused: the job belongs to someone else now
 SHUTDOWN = "shutdown"  # the worker is stopping: the attempt goes back uncounted
 TTL = "ttl"  # the job's TTL passed (by Redis's clock) before the handler finished
+CANCEL = "cancel"  # the job was cancelled (JobQueue.cancel): its attempt ends cancelled
 
 TTL_PASSED = "TTL passed: the job did not finish within its ttl_seconds"
 EXPIRED_ELSEWHERE = f"{TTL_PASSED} (expired by a cleanup while it ran)"
@@ -56,8 +57,8 @@ class Attempt:
     """One attempt this worker runs: its claim, its handler call and how it ended."""
 
     __slots__ = (
-        "claim", "deadline", "end_waiter", "ended", "handler", "holds_slot", "reason",
-        "settled", "task", "trace", "waiter",
+        "cancel_reason", "claim", "context", "deadline", "end_waiter", "ended", "handler",
+        "holds_slot", "reason", "settled", "task", "trace", "waiter",
     )  # fmt: skip
 
     def __init__(self, claim: Claim, deadline: float) -> None:
@@ -79,6 +80,19 @@ class Attempt:
         self.task: asyncio.Task[None] | None = None
         self.trace = NO_TRACE
         """Its process span and the trace ids its log lines carry (see queue.tracing)."""
+        self.context: JobContext | None = None
+        """What its handler reads with current_job() (set when the handler starts)."""
+        self.cancel_reason: str | None = None
+        """The reason of a cancel request that reached this attempt (CANCEL)."""
+
+    def cancel(self, reason: str) -> None:
+        """The job was cancelled: a sync handler sees current_job().cancel_requested, an
+        async one's task is cancelled, and the attempt ends cancelled (queue/cancel.py)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.context is not None:
+            self.context.cancel_requested.set()
+        self.abort(CANCEL)
 
     def abort(self, reason: str) -> None:
         """End the attempt for `reason` (the first reason given stands)."""
@@ -211,8 +225,10 @@ class Settlement:
             claim.expires_at_ms / 1000, self.worker_id, attempt.deadline,
             progress_reporter=reporter,
         )  # fmt: skip
+        attempt.context = context
         if attempt.reason is not None:
-            return None  # aborted before it started (its lease was lost meanwhile)
+            # aborted before it started (its lease was lost, or it was cancelled, meanwhile)
+            return None
         # One future for whichever comes first: the handler's end (_handler_ended),
         # abort(), the TTL (the timer below).
         loop = asyncio.get_running_loop()
@@ -262,6 +278,9 @@ class Settlement:
         if reason == TTL:
             await self._expire(attempt)
             return
+        if reason == CANCEL:
+            await self._cancel(attempt)
+            return
         assert outcome is not None
         if isinstance(outcome, Raised):
             error = outcome.error
@@ -292,7 +311,10 @@ class Settlement:
             return
 
         async def complete() -> str:
-            await self.calls.complete(claim.job_id, claim.token, result_json)
+            done = await self.calls.complete(claim.job_id, claim.token, result_json)
+            # cancel: asked for while it ran (before this worker heard): not stored
+            if done == AttemptOutcome.CANCELLED:
+                return QueueState.CANCELLED
             return QueueState.SUCCEEDED
 
         try:
@@ -306,7 +328,9 @@ class Settlement:
             error = f"recording the result failed on the stored job: {describe(exc)}"
             await self._fail(attempt, exc, "corrupt", error=error)
             return
-        if recorded is not None:
+        if recorded == QueueState.CANCELLED:
+            self._cancelled(attempt)
+        elif recorded is not None:
             self.counts[QueueState.SUCCEEDED] += 1
 
     async def _fail(
@@ -336,6 +360,9 @@ class Settlement:
                     settle.outcome(outcome)
         except CorruptQueueState as refusal:
             self._unrecorded(attempt, refusal, f"its attempt failed with {error}")
+            return
+        if outcome == AttemptOutcome.CANCELLED:
+            self._cancelled(attempt)  # cancel: asked for while it ran; no failure recorded
             return
         if outcome is not None:
             self._count(outcome)
@@ -373,6 +400,45 @@ class Settlement:
                 claim.job_id, attempt.trace.log_text(), extra=self._job_fields(attempt),
             )  # fmt: skip
 
+    # ---- cancel (queue/cancel.py) ------------------------------------------------------
+    async def _cancel(self, attempt: Attempt) -> None:
+        """End a cancelled attempt: the fail script ends a job whose record holds a cancel
+        request cancelled, whatever the mode; "release" is what it does otherwise (the
+        request gone meanwhile: the job is given back, uncounted)."""
+        claim = attempt.claim
+
+        async def cancel() -> str:
+            return await self.calls.fail(
+                claim.job_id, claim.token, "cancelled while running", mode="release"
+            )
+
+        try:
+            with attempt.trace.settle("cancel") as settle:
+                outcome = await self._settle(attempt, cancel)
+                if outcome is not None:
+                    settle.outcome(outcome)
+        except CorruptQueueState as exc:
+            self._unrecorded(attempt, exc, "it was cancelled")
+            return
+        if outcome == AttemptOutcome.CANCELLED:
+            self._cancelled(attempt)
+        elif outcome is not None:
+            self._count(outcome)
+
+    def _cancelled(self, attempt: Attempt) -> None:
+        """Count, trace and log (once, INFO) a job this attempt ended cancelled."""
+        self.counts[QueueState.CANCELLED] += 1
+        reason = attempt.cancel_reason
+        attempt.trace.cancelled(reason)
+        log.info(
+            "cancelled job=%s agent_type=%s attempt=%d/%d%s: %s",
+            attempt.claim.job_id, self.agent_type, attempt.claim.attempt,
+            attempt.claim.max_attempts, attempt.trace.log_text(),
+            f"reason {reason!r}" if reason else "asked for while it ran; its result is not stored",
+            extra=self._job_fields(attempt),
+        )  # fmt: skip
+
+    # ---- end cancel ---------------------------------------------------------------------
     async def _expire(self, attempt: Attempt) -> None:
         """Expire the job at its TTL (the handler was cancelled, or its thread left to
         finish on its own). The script decides by Redis TIME, like the deadline did."""
