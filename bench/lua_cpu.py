@@ -124,7 +124,7 @@ def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
 def complete_call(job_id: str, token: str) -> tuple[list[str], list[Any]]:
     """The worker's completion of one job (as AttemptCalls.complete_call builds it)."""
     keys = [KEYS.processing, KEYS.leases, KEYS.expiry, KEYS.stats]
-    keys += [KEYS.job(job_id), KEYS.result(job_id)]
+    keys += [KEYS.job(job_id), KEYS.result(job_id), KEYS.cancels]
     args: list[Any] = [KEYS.channel, len(DEFAULT_LATENCY_BUCKETS)]
     for bound in DEFAULT_LATENCY_BUCKETS:
         args += [bound, latency_bucket_field(bound).removeprefix("latency")]

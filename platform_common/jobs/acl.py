@@ -295,7 +295,15 @@ _WORKER_WRITES = (
     Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs", "worker_concurrency")),
     Grant(
         ("hdel",),
-        _written("job:*", "take:*", "queued", "arrived", "worker_jobs", "worker_concurrency"),
+        _written(
+            "job:*",
+            "take:*",
+            "queued",
+            "arrived",
+            "worker_jobs",
+            "worker_concurrency",
+            "cancels",  # a cancel request settled (complete, fail, reaper)
+        ),
     ),
     # Counters and the latency histograms; arrival counts; a requeued job's numbers.
     Grant(("hincrby",), _written("stats", "arrived", "job:*")),
@@ -354,6 +362,8 @@ _OPERATOR_READS = (
     Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
     # The per-minute history (the charts and info's windows without Prometheus).
     Grant(("xrange",), (_queue("history"),)),
+    # A running job's pending cancel request (job show's "cancel asked").
+    Grant(("hget",), (_queue("cancels"),)),
     # Results, and whether the type is paused (since when).
     Grant(("get",), (_queue("result:*"), _queue("paused"))),
     # The type's limits (JobQueue.limits, agentjobs limits show).
@@ -368,11 +378,12 @@ _OPERATOR_READS = (
 # Cancel (queue/cancel.py): the cancel script with exactly the keys it declares, its reads
 # and type checks, and its writes, each command on its one kind of key. A waiting job
 # leaves the queued hash (its arrival count down) or its sets, its record goes, its
-# result is written; a running one's record gets its `cancel` field (HSET: see note 1 of
-# docs/operations.md) and the control stream an entry. cancel_session's scan script
-# pages through the queued hash and the expiry set and reads each job's payload.
+# result is written; a running one gets its entry in the cancels hash (HSET there only:
+# no job hash field is ever written) and the control stream an entry. cancel_session's
+# scan script pages through the queued hash and the expiry set and reads each job's
+# payload.
 _CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
-                "control")  # fmt: skip
+                "control", "cancels")  # fmt: skip
 _CANCEL_GRANTS = (
     Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
     Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
@@ -384,7 +395,8 @@ _CANCEL_GRANTS = (
     Grant(("hdel",), _written("queued", "arrived")),
     # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
     Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry")),
-    Grant(("del", "hset"), _written("job:*")),
+    Grant(("del",), _written("job:*")),
+    Grant(("hexists", "hset"), _written("cancels")),
     Grant(("set",), _written("result:*")),
     Grant(("xadd",), _written("control")),
 )

@@ -125,10 +125,13 @@ Queue (one set per agent type), prefix default "jobs":
                                      with XADD MAXLEN ~ CANCEL_STREAM_MAX; each worker
                                      reads it with XREAD BLOCK from the id current when
                                      it started (worker/cancel_watch.py) and cancels the
-                                     handler of a job it runs. The request is also the
-                                     job hash's field `cancel` (the reason): the
+                                     handler of a job it runs.
+    jobs:{type}:cancels       HASH   the pending cancel requests of running jobs: job id ->
+                                     the reason (written by lua/queue_cancel.lua); the
                                      complete, fail and reaper scripts end such a job
-                                     cancelled, never succeeded, retried or dead.
+                                     cancelled, never succeeded, retried or dead, and
+                                     delete its entry. A hash of its own, so that the
+                                     roles that cancel need no HSET of job hashes.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -307,6 +310,7 @@ _QUEUE_KEY_TYPES = {
     "limits": "hash",
     "rate": "string",
     "control": "stream",
+    "cancels": "hash",
     "workers": "zset",
     "worker_jobs": "hash",
     "worker_concurrency": "hash",
@@ -526,6 +530,10 @@ class QueueKeys:
     @property
     def control(self) -> str:
         return f"{self.base}:control"
+
+    @property
+    def cancels(self) -> str:
+        return f"{self.base}:cancels"
 
     @property
     def workers(self) -> str:

@@ -84,7 +84,8 @@ async def test_a_running_job_is_asked_and_its_success_is_never_stored(env: Env) 
     assert await env.queue.cancel("dining", claim.job_id, "stop") == report(
         claim.job_id, CancelOutcome.CANCELLING
     )
-    assert await env.raw.hget(DINING.job(claim.job_id), "cancel") == "stop"
+    assert await env.raw.hgetall(DINING.cancels) == {claim.job_id: "stop"}
+    assert await env.raw.hget(DINING.job(claim.job_id), "cancel") is None  # no job hash field
     entries = await env.raw.xrange(DINING.control)
     assert [fields for _, fields in entries] == [{"job": claim.job_id, "reason": "stop"}]
     # Asked again: the same answer, nothing written again.
@@ -94,6 +95,7 @@ async def test_a_running_job_is_asked_and_its_success_is_never_stored(env: Env) 
     assert await env.snapshot() == before
     assert await env.leases.complete(claim.job_id, TOKEN, '"done"') == AttemptOutcome.CANCELLED
     await assert_cancelled(env, claim.job_id, "stop")
+    assert not await env.raw.exists(DINING.cancels)  # the settled request is deleted
     assert await env.raw.hget(DINING.stats, "completed") is None
     assert await env.raw.hget(DINING.stats, "cancelled") == "1"
     assert await env.raw.llen(DINING.processing) == 0
@@ -114,6 +116,7 @@ async def test_a_failing_requested_attempt_ends_cancelled(env: Env, mode: str) -
         AttemptOutcome.CANCELLED
     )
     await assert_cancelled(env, claim.job_id, "stop")
+    assert not await env.raw.exists(DINING.cancels)  # the settled request is deleted
     for field in ("retried", "failed", "dead_lettered"):
         assert await env.raw.hget(DINING.stats, field) is None
     assert await env.raw.llen(DINING.dead) == 0 and await env.raw.zcard(DINING.delayed) == 0
@@ -126,6 +129,7 @@ async def test_the_reaper_ends_a_requested_job_cancelled(env: Env) -> None:
     await env.raw.zadd(DINING.leases, {claim.job_id: 0}, xx=True)  # its worker died
     reaped = await env.chores.reap()
     assert [job_id for job_id, _ in reaped.cancelled] == [claim.job_id]
+    assert not await env.raw.exists(DINING.cancels)
     assert reaped.retried == reaped.dead == 0
     await assert_cancelled(env, claim.job_id, "cancelled")
     assert await env.raw.llen(DINING.queue) == 0

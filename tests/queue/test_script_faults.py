@@ -384,7 +384,11 @@ async def test_a_scheduled_job_hash_is_the_one_a_retry_waits_with(env: Env) -> N
 
 # -- queue_complete: AttemptCalls.complete -----------------------------------------------------
 COMPLETE_KEYS = wrong_types(
-    ("processing", "list"), ("leases", "zset"), ("expiry", "zset"), ("stats", "hash")
+    ("processing", "list"),
+    ("leases", "zset"),
+    ("expiry", "zset"),
+    ("stats", "hash"),
+    ("cancels", "hash"),
 )
 
 
@@ -723,6 +727,7 @@ CANCEL_SHARED = [
     ("arrivals", "zset"),
     ("arrived", "hash"),
     ("control", "stream"),
+    ("cancels", "hash"),
 ]
 
 
@@ -999,6 +1004,7 @@ FAIL_KEYS = wrong_types(
     ("stats", "hash"),
     ("waiting", "zset"),
     ("job", "hash"),
+    ("cancels", "hash"),
 )
 
 

@@ -425,7 +425,7 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
     complete = _script(
         "queue_complete",
         [DINING.processing, DINING.leases, DINING.expiry, DINING.stats, DINING.job(taken),
-         DINING.result(taken)],
+         DINING.result(taken), DINING.cancels],
         [DINING.channel, 0, "_le:+Inf", taken, "token-1", '{"forged": true}'],
     )  # fmt: skip
     client = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)

@@ -94,6 +94,7 @@ def complete(keys: QueueKeys, job_id: str) -> Step:
             keys.stats,
             keys.job(job_id),
             keys.result(job_id),
+            keys.cancels,
         ],
         [keys.channel, 0, "_le:+Inf", job_id, "token-r1", '{"ok": true}'],
     )
@@ -152,27 +153,10 @@ def inject(keys: QueueKeys, job_id: str) -> Step:
     return run
 
 
-def inject_waiting(keys: QueueKeys, job_id: str) -> Step:
-    """The same job, made to wait as a released one does: its id in the waiting set (the
-    first write: a role refused it changes nothing), its job hash, its deadline, its id on
-    the queue list."""
-    deadline = NOW_MS + 60_000
-
-    async def run(client: aioredis.Redis) -> None:
-        job = {"payload": PAYLOAD, "enqueued_at": NOW_MS, "expires_at": deadline, "ttl": 60,
-               "max_attempts": 3, "attempts": 0}  # fmt: skip
-        await client.zadd(keys.waiting, {job_id: NOW_MS})
-        await client.hset(keys.job(job_id), mapping=job)
-        await client.zadd(keys.expiry, {job_id: deadline})
-        await client.lpush(keys.queue, job_id)
-
-    return run
-
-
 def cancel(keys: QueueKeys, job_id: str) -> Step:
     """The cancel script (queue/cancel.py) of one job, as JobQueue.cancel sends it."""
     shared = [keys.queued, keys.waiting, keys.delayed, keys.expiry, keys.stats, keys.arrivals,
-              keys.arrived, keys.control]  # fmt: skip
+              keys.arrived, keys.control, keys.cancels]  # fmt: skip
     return script(
         "queue_cancel",
         [*shared, keys.job(job_id), keys.result(job_id)],
@@ -320,6 +304,9 @@ OPERATIONS = (
     Operation("Pause or resume its agent type (pause script)",
               (pause_and_resume(OWN),),
               "refused", "refused", "refused", "refused", "allowed"),
+    Operation("Ask a running job's cancel by hand (HSET of its type's cancels hash)",
+              (command("HSET", OWN.cancels, "r1", "a reason"),),
+              "allowed", "refused", "refused", "refused", "allowed"),
     Operation("Cancel a job of its agent type (cancel script)", (cancel(OWN, "c1"),),
               "allowed", "refused", "refused", "refused", "allowed"),
     Operation("Read whether its agent type is paused (GET of the paused key)",
@@ -389,17 +376,13 @@ OPERATIONS = (
               "refused", "gap", "refused", "refused", "gap", note=1),
     Operation("Force-expire a waiting job that has a job hash (HSET its expires_at to 1)",
               (command("HSET", OWN.job("q1"), "expires_at", 1),),
-              "gap", "gap", "refused", "refused", "gap", note=1),
+              "gap", "gap", "refused", "refused", "refused", note=1),
     Operation("Inject a job: a new job hash with its payload (HSET), its id in the expiry "
               "and delayed sets (ZADD), for the promoter to queue", (inject(OWN, "x1"),),
               "gap", "gap", "refused", "refused", "refused", note=1),
-    Operation("Inject a job that waits: its id in the waiting set (ZADD), a new job hash "
-              "with its payload (HSET), its deadline (ZADD), its id on the queue (LPUSH)",
-              (inject_waiting(OWN, "x2"),),
-              "refused", "gap", "refused", "refused", "gap", note=5),
     Operation("Rewrite a running job's fields, e.g. its lease token (HSET of its job hash)",
               (command("HSET", OWN.job("r1"), "token", "forged"),),
-              "gap", "gap", "refused", "refused", "gap", note=1),
+              "gap", "gap", "refused", "refused", "refused", note=1),
     Operation("Force-expire a waiting job (HSET its packed field in the queued hash)",
               (command("HSET", OWN.queued, "q1", "0,0,1,1,forged\n\n{}"),),
               "gap", "gap", "refused", "refused", "refused", note=1),

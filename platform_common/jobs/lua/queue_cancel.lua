@@ -2,13 +2,14 @@
 -- hash, or a job hash in the waiting or delayed set) is cancelled here and never starts:
 -- its record goes, its result says cancelled with the reason, its id is published, as
 -- expiry does (the stale id left on the queue list is dropped by the claim when met). A
--- running job is asked to stop: the reason goes into its job hash's `cancel` field and
--- an entry {job: id, reason: reason} onto the type's control stream, which the workers
--- read; whatever its handler
+-- running job is asked to stop: the reason goes into the type's cancels hash (job id ->
+-- reason) and an entry {job: id, reason: reason} onto the type's control stream, which
+-- the workers read; whatever its handler
 -- does next, the complete, fail and reaper scripts end it cancelled.
 -- KEYS[1] queued hash   KEYS[2] waiting zset   KEYS[3] delayed zset   KEYS[4] expiry zset
 -- KEYS[5] stats hash    KEYS[6] arrivals zset  KEYS[7] arrived hash   KEYS[8] control stream
--- KEYS[7+2i] job hash of job i, KEYS[8+2i] its result key (i = 1..n)
+-- KEYS[9] cancels hash
+-- KEYS[8+2i] job hash of job i, KEYS[9+2i] its result key (i = 1..n)
 -- ARGV[1] completion channel   ARGV[2] the reason (text, may be empty)
 -- ARGV[3] arrival bucket width (ms)   ARGV[4] the control stream's cap (XADD MAXLEN ~)
 -- ARGV[5] seconds to keep the result of a job whose stored ttl does not parse
@@ -20,11 +21,10 @@
 -- All-or-nothing: a key of another type, a job whose stored state is unknown, or a count
 -- (stats `cancelled`, an arrival second) that is not an integer is refused with the
 -- error reply "CORRUPT <position in KEYS> <problem>" before the first write.
--- @include time
 -- @include numbers
 -- @include key_types
 -- @include packed_header
-local n = (#KEYS - 8) / 2
+local n = (#KEYS - 9) / 2
 local reason = ARGV[2]
 local arrival_ms = tonumber(ARGV[3])
 local fallback_ttl = ARGV[5]
@@ -32,12 +32,11 @@ local LIVE = {queued = true, retrying = true}
 local ENDED = {succeeded = true, failed = true, dead = true, cancelled = true}
 
 local typed = {{1, 'hash'}, {2, 'zset'}, {3, 'zset'}, {4, 'zset'}, {5, 'hash'}, {6, 'zset'},
-    {7, 'hash'}, {8, 'stream'}}
+    {7, 'hash'}, {8, 'stream'}, {9, 'hash'}}
 local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
-local now = now_ms()
 local ids = {}
 for i = 1, n do
     ids[i] = ARGV[5 + i]
@@ -62,7 +61,7 @@ local function ttl_or_fallback(value)
 end
 for i = 1, n do
     local job_id = ids[i]
-    local job_key, result_key = 7 + 2 * i, 8 + 2 * i
+    local job_key, result_key = 8 + 2 * i, 9 + 2 * i
     if seen[job_id] then
         out[i] = seen[job_id]
     elseif packed[i] then
@@ -80,7 +79,7 @@ for i = 1, n do
         results[#results + 1] = {i, ttl_or_fallback(job and job[3])}
         out[i] = {job_id, 'cancelled'}
     else
-        local f = redis.pcall('HMGET', KEYS[job_key], 'state', 'expires_at', 'ttl', 'cancel')
+        local f = redis.pcall('HMGET', KEYS[job_key], 'state', 'expires_at', 'ttl')
         if failed(f) then
             return wrong_type(job_key, 'hash') or f
         end
@@ -100,7 +99,7 @@ for i = 1, n do
             results[#results + 1] = {i, ttl_or_fallback(f[3])}
             out[i] = {job_id, 'cancelled'}
         elseif state == 'running' then
-            if not f[4] then
+            if redis.call('HEXISTS', KEYS[9], job_id) == 0 then
                 requested[#requested + 1] = i
             end
             out[i] = {job_id, 'cancelling'}
@@ -145,16 +144,15 @@ if #dropped > 0 then
 end
 for _, cancelled in ipairs(results) do
     local i = cancelled[1]
-    redis.call('DEL', KEYS[7 + 2 * i])
-    redis.call('SET', KEYS[8 + 2 * i],
+    redis.call('DEL', KEYS[8 + 2 * i])
+    redis.call('SET', KEYS[9 + 2 * i],
         '{"status":"cancelled","result":null,"error":' .. error_text .. '}', 'EX', cancelled[2])
 end
 if #results > 0 then
     redis.call('HINCRBY', KEYS[5], 'cancelled', #results)
 end
-local now_text = string.format('%d', now)
 for _, i in ipairs(requested) do
-    redis.call('HSET', KEYS[7 + 2 * i], 'cancel', reason, 'cancel_at', now_text)
+    redis.call('HSET', KEYS[9], ids[i], reason)
     redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[4], '*', 'job', ids[i], 'reason', reason)
 end
 -- The events last: a subscriber reading the result finds it stored.

@@ -4,6 +4,7 @@
 -- checks, the stats read, the counters and the lease and expiry removals) is done once.
 -- KEYS[1] processing list  KEYS[2] leases zset  KEYS[3] expiry zset  KEYS[4] stats hash
 -- KEYS[3+2i] job hash of job i, KEYS[4+2i] its result key (i = 1..n)
+-- KEYS[5+2n] cancels hash (the last key: job id -> reason of a cancel request)
 -- ARGV[1] completion channel  ARGV[2] m, the number of finite bucket bounds
 -- ARGV[3..2+2m] pairs (upper bound in seconds, bucket suffix '_le:<bound>'), ascending
 -- ARGV[3+2m] the +Inf bucket suffix ('_le:+Inf')
@@ -31,13 +32,16 @@
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
 -- the caller then completes each job alone, so one bad field fails only its own jobs.
--- Cancel (queue/cancel.py): a running job whose record holds a cancel request (field
--- `cancel`, the reason) is never completed: its result says cancelled with the reason,
--- state cancelled, counted in `cancelled`, published; the handler's value is dropped.
+-- Cancel (queue/cancel.py): a running job with a cancel request (its entry in the cancels
+-- hash, the reason; one HMGET for the call, before the first write) is never completed:
+-- its result says cancelled with the reason, state cancelled, counted in `cancelled`,
+-- published, its entry deleted; the handler's value is dropped. A cancels key of
+-- another type refuses the whole call.
 -- @include time
 -- @include numbers
 -- @include key_types
-local n = (#KEYS - 4) / 2
+local n = (#KEYS - 5) / 2
+local cancels_key = 5 + 2 * n
 local m = tonumber(ARGV[2])
 local first_job = 4 + 2 * m
 
@@ -86,12 +90,20 @@ local seen = {}
 local done = 0
 -- ---- cancel (queue/cancel.py): {i, ttl text} of the requested jobs, ended cancelled ----
 local cancels = {}
+local ids = {}
+for i = 1, n do
+    ids[i] = ARGV[first_job + 3 * (i - 1)]
+end
+local asked = redis.pcall('HMGET', KEYS[cancels_key], unpack(ids))
+if failed(asked) then
+    return wrong_type(cancels_key, 'hash') or asked
+end
 -- ---- end cancel ----
 for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
-        'started_at', 'due_at', 'run_at', 'trace_context', 'cancel')
+        'started_at', 'due_at', 'run_at', 'trace_context')
     local state = f[1]
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
@@ -109,12 +121,12 @@ for i = 1, n do
             entries[i] = {'lost', state or 'missing'}
         end
     -- ---- cancel: a requested job ends cancelled, its value unstored ----
-    elseif f[9] then
+    elseif asked[i] then
         local ttl = int(f[4])
         if not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
             entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
         else
-            cancels[#cancels + 1] = {i, string.format('%d', ttl), f[9]}
+            cancels[#cancels + 1] = {i, string.format('%d', ttl), asked[i]}
             seen[job_id] = true
         end
     -- ---- end cancel ----
@@ -189,6 +201,11 @@ local function write_cancels()
     end
     if #cancels > 0 then
         redis.call('HINCRBY', KEYS[4], 'cancelled', #cancels)
+        local settled = {}
+        for c, cancel in ipairs(cancels) do
+            settled[c] = ids[cancel[1]]
+        end
+        redis.call('HDEL', KEYS[cancels_key], unpack(settled))
     end
 end
 local function publish_cancels()

@@ -12,6 +12,9 @@
 --                          hash's `priority`, and wakes an idle worker as an enqueue of
 --                          its level does, include/levels.lua; without them, on the
 --                          queue list)
+-- KEYS[14] cancels hash    (optional, after 11 to 13: job id -> reason of a cancel
+--                          request; absent: no cancel fence. The Python worker and
+--                          reaper always pass it)
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -40,8 +43,8 @@
 -- (nothing written; the lease stays, so the reaper tries again once it lapses).
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
--- Cancel (queue/cancel.py): an attempt of a job whose record holds a cancel request
--- (field `cancel`, the reason) ends cancelled in every mode ("lost", the reaper's,
+-- Cancel (queue/cancel.py): an attempt of a job with a cancel request (its entry in the
+-- cancels hash KEYS[14], the reason; its entry deleted) ends cancelled in every mode ("lost", the reaper's,
 -- included): no retry, no dead letter, no failure recorded; its result says cancelled
 -- with the reason, kept for its TTL, counted in `cancelled`, published. Reply
 -- {"cancelled"} ({"cancelled", trace_context} in mode "lost").
@@ -57,8 +60,8 @@ local job_id = ARGV[1]
 local mode = ARGV[2]
 
 local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
-    'list', 'list', 'list'}
-for i = 1, 13 do
+    'list', 'list', 'list', 'hash'}
+for i = 1, 14 do
     local refusal = kinds[i] and KEYS[i] and wrong_type(i, kinds[i])
     if refusal then
         return refusal
@@ -120,7 +123,9 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority', 'cancel')
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority')
+-- Cancel: the request, if the caller passed the cancels hash (its type checked above).
+f[12] = KEYS[14] and redis.call('HGET', KEYS[14], job_id) or nil
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
@@ -158,6 +163,7 @@ local function end_cancelled()
     redis.call('SET', KEYS[9], '{"status":"cancelled","result":null,"error":'
         .. cjson.encode(f[12] ~= '' and f[12] or 'cancelled') .. '}', 'EX', keep)
     redis.call('HINCRBY', KEYS[7], 'cancelled', 1)
+    redis.call('HDEL', KEYS[14], job_id)
     redis.call('PUBLISH', ARGV[5], job_id)
     if mode == 'lost' then
         return {'cancelled', f[10] or ''}

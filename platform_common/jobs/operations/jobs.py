@@ -166,7 +166,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
     UTF-8 or not JSON, a damaged history) is exactly what on-call needs to look at, so
     what does not parse comes back as text in `unparsed`, never as an error."""
     keys = await queue.connection.seen_keys(agent_type)
-    stored, packed, stored_result, record_drop, result_drop = await read_undecoded(
+    stored, packed, stored_result, record_drop, result_drop, asked = await read_undecoded(
         queue,
         [
             ("HGETALL", wire(keys.job(job_id))),
@@ -176,6 +176,7 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
             # reports): the TTL its last script set, whichever retention that used.
             ("PEXPIRETIME", wire(keys.job(job_id))),
             ("PEXPIRETIME", wire(keys.result(job_id))),
+            ("HGET", keys.cancels, wire(job_id)),  # a pending cancel request's reason
         ],
     )
     fields = _as_fields(stored)
@@ -216,8 +217,8 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
         priority=record.text("priority") or "normal",
         unparsed=record.noted(),
         kept_until=None if state in QUEUE_ACTIVE else _drop_time(record_drop),
-        cancel_requested=record.text("cancel")
-        if "cancel" in fields and state in QUEUE_ACTIVE
+        cancel_requested=asked.decode(errors="replace")
+        if isinstance(asked, bytes) and state in QUEUE_ACTIVE
         else None,
     )
 

@@ -2,7 +2,8 @@
 
 A job that waits (queued, scheduled, or delayed for a retry) is cancelled on the spot by
 lua/queue_cancel.lua and never starts. A running job is asked to stop: the request is
-stored on its record and sent on its type's control stream (keys.py, `control`), which
+stored in its type's cancels hash (job id -> reason) and sent on its type's control
+stream (keys.py, `cancels` and `control`), which
 every worker process reads; the worker cancels the handler's task (an async handler) or
 sets `current_job().cancel_requested` (a sync one). Whatever the handler does after
 that, the complete, fail and reaper scripts end the job cancelled: its result is never
@@ -159,6 +160,7 @@ def _script_keys(keys: QueueKeys, job_ids: Iterable[str]) -> list[str]:
         keys.arrivals,
         keys.arrived,
         keys.control,
+        keys.cancels,
     ]
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]

@@ -234,6 +234,7 @@ class AttemptCalls:
         for job_id, token, result_json in jobs:
             script_keys += [job_key + job_id, result_key + job_id]
             args += [job_id, token, result_json]
+        script_keys.append(self.keys.cancels)  # queue_complete.lua: KEYS[#KEYS]
         return script_keys, args
 
     async def complete(self, job_id: str, token: str, result_json: str) -> AttemptOutcome:
@@ -320,7 +321,7 @@ class AttemptCalls:
         error_class = error_class or error_class_of(error, mode)
         return (
             [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed,
-             *keys.level_queues],
+             *keys.level_queues, keys.cancels],
             [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention,
              error_class, MAX_ERROR_CLASSES],
         )  # fmt: skip
