@@ -136,6 +136,17 @@ async def test_the_reaper_ends_a_requested_job_cancelled(env: Env) -> None:
     assert await env.raw.hget(DINING.stats, "retried") is None
 
 
+async def test_a_requested_job_expired_by_its_ttl_leaves_no_request(env: Env) -> None:
+    """Its request is settled with it: kept, it would cancel a later job given its id."""
+    claim = await env.running()
+    await env.queue.cancel("dining", claim.job_id)
+    await env.raw.hset(DINING.job(claim.job_id), "expires_at", "1")
+    await env.raw.zadd(DINING.expiry, {claim.job_id: 1})
+    await env.queue.cleanup("dining")
+    assert await env.raw.hget(DINING.job(claim.job_id), "state") is None  # expired, gone
+    assert not await env.raw.exists(DINING.cancels)
+
+
 # -- what is not there, and hostile input -------------------------------------------------------
 async def test_finished_and_unknown_jobs_are_reported_and_left_alone(env: Env) -> None:
     claim = await env.running()

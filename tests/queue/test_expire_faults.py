@@ -97,6 +97,7 @@ SHARED_KEYS = {
     DINING.leases: "zset",
     DINING.stats: "hash",
     DINING.waiting: "zset",
+    DINING.cancels: "hash",
 }
 SHARED_FAULTS = [
     (key, kind) for key, right in SHARED_KEYS.items() for kind in WRONG_TYPES if kind != right

@@ -11,6 +11,9 @@
 -- job ids): Levels, a waiting job of priority high or low (its job hash's `priority`)
 -- expired here also leaves its level's list (LREM from the tail, where the oldest wait),
 -- so that list's length stays its level's depth
+-- KEYS[9+2m] the cancels hash (optional, after the levels' two): a running job expired
+-- here leaves its pending cancel request there (settled, it is no job's request any
+-- more; kept, it would cancel a later job enqueued with the same id)
 -- ARGV[1] completion channel  ARGV[2] seconds to keep the result of a job whose stored
 -- ttl does not parse  ARGV[2+i] job id of job i
 -- Returns {{expired job id...}, {trace context...}, {job id, problem}...}: the jobs
@@ -35,6 +38,10 @@ local high_list, low_list = KEYS[7 + 2 * m], KEYS[8 + 2 * m]  -- Levels (optiona
 if low_list then
     typed[#typed + 1] = {7 + 2 * m, 'list'}
     typed[#typed + 1] = {8 + 2 * m, 'list'}
+end
+local cancels = KEYS[9 + 2 * m]  -- (optional)
+if cancels then
+    typed[#typed + 1] = {9 + 2 * m, 'hash'}
 end
 local refusal = wrong_types(typed)
 if refusal then
@@ -146,5 +153,8 @@ for _, job in ipairs(expire) do
 end
 if #expired > 0 then
     redis.call('HINCRBY', KEYS[5], 'expired', #expired)
+    if cancels then
+        redis.call('HDEL', cancels, unpack(expired))
+    end
 end
 return reply

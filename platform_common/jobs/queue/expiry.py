@@ -77,7 +77,8 @@ async def expire_jobs(
     ]
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
-    script_keys += keys.level_queues  # Levels: a waiting high or low job leaves its list
+    # Levels: a waiting high or low job leaves its list; an expired job's cancel request goes.
+    script_keys += [*keys.level_queues, keys.cancels]
     args: list[Any] = [keys.channel, CORRUPT_RESULT_TTL_SECONDS, *job_ids]
     expired, traces, *corrupt = await run_script(script, script_keys, args)
     return ExpireReport(
