@@ -115,6 +115,8 @@ class Site:
     redis_url: str
     exporter_url: str
     prometheus: PrometheusServer
+    rules: Path | None = None
+    """The rule file its Prometheus evaluates (the generated rules), if any."""
 
 
 def _scraping(
@@ -151,8 +153,13 @@ def _site(stack: ExitStack, kind: str, redis_url: str, main: Site) -> Site:
     if kind == "exporter-cannot-read-redis":  # Redis is up for on-call, not for it
         exporter = _exporter(stack, f"redis://127.0.0.1:{find_free_port()}/0")
         return Site(redis_url, exporter.url, _scraping(stack, f"127.0.0.1:{exporter.port}"))
-    if kind == "slo":  # the main Prometheus holds the rule file: the SLOs' recordings
-        return main
+    if kind == "slo":
+        # A Prometheus of its own, started before the state is arranged: a budget burn is
+        # a ratio over hours, and in the shared one the other pages' jobs (successes
+        # dilute failures and slow jobs) kept a burn page from firing, depending on which
+        # pages an xdist worker ran before it.
+        address = main.exporter_url.removeprefix("http://")
+        return Site(redis_url, main.exporter_url, _scraping(stack, address, rules=main.rules))
     raise AssertionError(f"unknown site {kind}")
 
 
@@ -165,7 +172,7 @@ def main_site(redis_server: RedisServer) -> Iterator[Site]:
         rules = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "rules.yml"
         rules.write_text(yaml.safe_dump(rule_file(load_config().test_settings(interval="1s"))))
         prometheus = _scraping(stack, f"127.0.0.1:{exporter.port}", rules=rules)
-        yield Site(redis_server.url, exporter.url, prometheus)
+        yield Site(redis_server.url, exporter.url, prometheus, rules)
 
 
 # -- the states the alerts describe -------------------------------------------------
