@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -80,16 +79,6 @@ def _exemplar_written(admin: redis.Redis, job_id: str, trace_id: str, bounds: li
         assert millis == finished_at  # when: the completion's time, in ms
     [latency] = [b for b in bounds if stats.get(histogram_bucket_field("latency", b)) == "1"]
     return latency
-
-
-@pytest.fixture
-def exporter_process(redis_url: str) -> Iterator[ExporterProcess]:
-    process = ExporterProcess("--redis-url", redis_url, "--agent-types", "dining")
-    try:
-        yield process
-    finally:
-        if process.process.poll() is None:
-            process.stop()
 
 
 def test_a_bucket_leads_to_the_trace_of_a_real_job(

@@ -12,8 +12,6 @@ import asyncio
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -34,9 +32,10 @@ from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
+from tests.support.exporter_process import ExporterProcess
 from tests.support.prometheus import PrometheusError, PrometheusServer
 from tests.support.queue_handlers import behaviour, make_job
-from tests.support.redis_server import RedisServer, find_free_port
+from tests.support.redis_server import RedisServer
 from tests.support.workers import FAST_SETTINGS, WorkerGroup, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,38 +53,6 @@ pytestmark = [
         reason="needs prometheus and prometheus-alertmanager",
     ),
 ]
-
-
-class ExporterProcess:
-    """`python -m platform_common.jobs_exporter` on a free port, as deployed."""
-
-    def __init__(self, redis_url: str, agent_types: str) -> None:
-        self.port = find_free_port()
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "platform_common.jobs_exporter", "--redis-url", redis_url,
-             "--host", "127.0.0.1", "--port", str(self.port), "--agent-types", agent_types],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        wait_until(self._healthy, timeout=30)
-
-    def _healthy(self) -> bool:
-        if self.process.poll() is not None:
-            self.log.seek(0)
-            raise AssertionError(f"exporter exited: {self.log.read().decode()}")
-        try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=15)
-        self.log.close()
 
 
 @dataclass
@@ -137,7 +104,9 @@ def live(redis_server: RedisServer) -> Iterator[Live]:
     admin.close()
     redis_url = redis_server.url
     directory = Path(tempfile.mkdtemp(prefix="pcj-monitoring-"))
-    exporter = ExporterProcess(redis_url, ",".join([*WORKED, BACKLOG]))
+    exporter = ExporterProcess(
+        "--redis-url", redis_url, "--agent-types", ",".join([*WORKED, BACKLOG])
+    )
     config = replace(load_config(), job=JOB, runbook_base_url=f"{exporter.url}/runbooks/")
     rules = directory / "rules.yml"
     rules.write_text(yaml.safe_dump(rule_file(config.test_settings(for_="2s", interval="1s"))))
