@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,7 +28,6 @@ from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
 
-ADMIN_PASSWORD = "admin-pw-for-acl-tests"
 ROLE_PASSWORD = {role: f"{role}-pw-7d1c" for role in acl.ROLES}
 DOCS = REPO_ROOT / "docs" / "operations.md"
 # The whole-job test runs producer and worker scoped to the one type it uses, each with
@@ -44,31 +43,15 @@ def scope(role: str) -> dict[str, Any]:
     return options
 
 
-@pytest.fixture(scope="module")
-def acl_server() -> Iterator[RedisServer]:
-    users = [f"admin on >{ADMIN_PASSWORD} ~* &* +@all", "default off"]
+def role_users() -> list[str]:
+    """Every role, each scoped as `scope` says (tests/redis/conftest.py starts the server)."""
+    users: list[str] = []
     # RedisServer passes each entry as `--user <tokens>`: the file line minus "user ".
     users += [
         acl.acl_file_line(role, ROLE_PASSWORD[role], role, **scope(role)).removeprefix("user ")
         for role in acl.ROLES
     ]
-    server = RedisServer(acl_users=users).start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-async def admin(acl_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(
-        acl_server.url_for("admin", ADMIN_PASSWORD), decode_responses=True
-    )
-    await client.flushall()
-    try:
-        yield client
-    finally:
-        await client.aclose()
+    return users
 
 
 def test_docs_show_the_rules_of_every_role() -> None:

@@ -9,7 +9,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,11 @@ from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.queue import JobPayload, JobQueue, NonRetryableError, QueueSettings
 from platform_common.jobs.redis.script import Script
 from tests.console.conftest import PREFIX, client_of, console_app, csrf_token
+from tests.redis.conftest import ADMIN_PASSWORD
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import RanJobs, eventually, fast_settings, running_worker
 from tests.support.redis_server import RedisServer
 
-ADMIN_PASSWORD = "admin-pw-operator-roles-5e2a"
 PASSWORD = {"reader": "reader-pw-77c1", "operator": "operator-pw-b90d"}
 # Both roles are scoped to dining, and configured so (QUEUE_AGENT_TYPES) as the docs
 # say; flights is someone else's.
@@ -104,37 +104,22 @@ class Ran:
         return lines[0]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    users = [f"admin on >{ADMIN_PASSWORD} ~* &* +@all", "default off"]
-    for role, password in PASSWORD.items():
-        line = acl.acl_file_line(role, password, role, agent_types=["dining"])
-        users.append(line.removeprefix("user "))
-    started = RedisServer(acl_users=users).start()
-    try:
-        yield started
-    finally:
-        started.cleanup()
+def role_users() -> list[str]:
+    """Every role, scoped to `dining` (tests/redis/conftest.py starts the acl_server)."""
+    return [
+        acl.acl_file_line(role, password, role, agent_types=["dining"]).removeprefix("user ")
+        for role, password in PASSWORD.items()
+    ]
 
 
-def role_url(server: RedisServer, role: str) -> str:
-    return server.url_for(role, PASSWORD[role])
+def role_url(acl_server: RedisServer, role: str) -> str:
+    return acl_server.url_for(role, PASSWORD[role])
 
 
-@pytest.fixture
-async def admin(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(server.url_for("admin", ADMIN_PASSWORD), decode_responses=True)
-    try:
-        await client.flushall()
-        yield client
-    finally:
-        await client.aclose()
-
-
-def admin_settings(server: RedisServer, **overrides: Any) -> QueueSettings:
+def admin_settings(acl_server: RedisServer, **overrides: Any) -> QueueSettings:
     # A long backoff keeps the retried job delayed for the whole test.
     return fast_settings(
-        server.url_for("admin", ADMIN_PASSWORD), agent_types=("dining", "flights"),
+        acl_server.url_for("admin", ADMIN_PASSWORD), agent_types=("dining", "flights"),
         backoff_base=120.0, **overrides,
     )  # fmt: skip
 
@@ -158,17 +143,17 @@ def job(kind: str, **constraints: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def scene(server: RedisServer, admin: aioredis.Redis) -> Scene:
+async def scene(acl_server: RedisServer, admin: aioredis.Redis) -> Scene:
     release = asyncio.Event()
     release.set()
-    async with await JobQueue.connect(admin_settings(server, max_attempts=1)) as once:
+    async with await JobQueue.connect(admin_settings(acl_server, max_attempts=1)) as once:
         dead = await once.enqueue_many(
             [job("fail", error="card declined"), job("fail", error="venue timeout")]
         )
         done = await once.enqueue(job("ok"))
         failed = await once.enqueue(job("refuse", error="no such venue"))
         flights = await once.enqueue(make_job("flights"))
-        async with await JobQueue.connect(admin_settings(server, max_attempts=2)) as twice:
+        async with await JobQueue.connect(admin_settings(acl_server, max_attempts=2)) as twice:
             delayed = await twice.enqueue(job("fail", error="try later"))
 
         async def settled() -> bool:
@@ -183,11 +168,11 @@ async def scene(server: RedisServer, admin: aioredis.Redis) -> Scene:
 
 
 @pytest.fixture
-async def held(server: RedisServer, scene: Scene) -> AsyncIterator[Scene]:
+async def held(acl_server: RedisServer, scene: Scene) -> AsyncIterator[Scene]:
     """The scene plus a worker (one slot) running a job until the test ends, and two
     jobs waiting behind it: every list the operator tools page through has an entry."""
     release = asyncio.Event()
-    settings = admin_settings(server, max_attempts=1)
+    settings = admin_settings(acl_server, max_attempts=1)
     async with (
         await JobQueue.connect(settings) as queue,
         running_worker(settings, handler(release), concurrency=1),
@@ -209,7 +194,7 @@ async def held(server: RedisServer, scene: Scene) -> AsyncIterator[Scene]:
 
 @pytest.fixture
 def agentjobs(
-    server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    acl_server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> Any:
     """Run `agentjobs <args>` in this process as `role` (QUEUE_REDIS_URL carries its
     user), in a thread: the command runs its own event loop beside the test's worker."""
@@ -218,7 +203,7 @@ def agentjobs(
     monkeypatch.setenv("COLUMNS", "200")
 
     async def run(role: str, args: list[str], agent_types: str = "dining") -> Ran:
-        monkeypatch.setenv("QUEUE_REDIS_URL", role_url(server, role))
+        monkeypatch.setenv("QUEUE_REDIS_URL", role_url(acl_server, role))
         monkeypatch.setenv("QUEUE_AGENT_TYPES", agent_types)
         capsys.readouterr()
         code = await asyncio.to_thread(main, args)
@@ -361,28 +346,28 @@ async def test_an_operator_sets_limits_a_reader_only_reads_them(
 # -- the package's API and raw commands, as the roles' users -----------------------------
 @pytest.mark.parametrize("role", ["reader", "operator"])
 async def test_connecting_checks_the_eviction_policy_unrefused(
-    server: RedisServer, admin: aioredis.Redis, role: str, caplog: pytest.LogCaptureFixture
+    acl_server: RedisServer, admin: aioredis.Redis, role: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Every tool connects as JobQueue.connect does, which reads INFO memory: refused, it
     # would log that the policy could not be checked.
     caplog.set_level(logging.WARNING, logger="platform_common.jobs")
-    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, role), agent_types=("dining",))
     async with await JobQueue.connect(settings) as queue:
         assert await queue.ping()
     assert [record.getMessage() for record in caplog.records] == []
 
 
 async def test_a_reader_can_neither_enqueue_delete_nor_run_scripts(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene
 ) -> None:
     before = await everything(admin)
-    settings = QueueSettings.from_url(role_url(server, "reader"), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, "reader"), agent_types=("dining",))
     async with await JobQueue.connect(settings) as queue:
         with pytest.raises(NoPermissionError):
             await queue.enqueue(make_job())
         with pytest.raises(NoPermissionError):
             await queue.dead_letters.purge("dining", list(scene.dead))
-    client = aioredis.Redis.from_url(role_url(server, "reader"), decode_responses=True)
+    client = aioredis.Redis.from_url(role_url(acl_server, "reader"), decode_responses=True)
     try:
         for command in (
             ("DEL", DINING.job(scene.dead[0])),
@@ -404,11 +389,11 @@ def _script(name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
 
 
 async def test_an_operator_cannot_enqueue_claim_or_complete(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene
 ) -> None:
     await admin.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")  # as BLMOVE takes it
     before = await everything(admin)
-    settings = QueueSettings.from_url(role_url(server, "operator"), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, "operator"), agent_types=("dining",))
     async with await JobQueue.connect(settings) as queue:
         # Before the enqueue script (whose EXISTS it lacks; the matrix runs that), the
         # type registration (SADD jobs:types) is refused.
@@ -428,7 +413,7 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
          DINING.result(taken), DINING.cancels],
         [DINING.channel, 0, "_le:+Inf", taken, "token-1", '{"forged": true}'],
     )  # fmt: skip
-    client = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)
+    client = aioredis.Redis.from_url(role_url(acl_server, "operator"), decode_responses=True)
     try:
         for command in (
             claim,
@@ -446,7 +431,7 @@ async def test_an_operator_cannot_enqueue_claim_or_complete(
 
 
 async def test_no_job_an_operator_writes_runs(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene
 ) -> None:
     """A requeue needs LPUSH of the queue list and ZADD of the expiry and waiting sets,
     so an operator can put any id there; it cannot write a packed job (no HSET of the
@@ -456,7 +441,7 @@ async def test_no_job_an_operator_writes_runs(
     a job that waits".)"""
     seconds, micros = await admin.time()
     deadline = seconds * 1000 + micros // 1000 + 60_000
-    operator = aioredis.Redis.from_url(role_url(server, "operator"), decode_responses=True)
+    operator = aioredis.Redis.from_url(role_url(acl_server, "operator"), decode_responses=True)
     forged = ("forged-nothing", "forged-packed", "forged-numbers")
     try:
         for command in (
@@ -473,7 +458,7 @@ async def test_no_job_an_operator_writes_runs(
     finally:
         await operator.aclose()
     ran = RanJobs()
-    settings = admin_settings(server)
+    settings = admin_settings(acl_server)
     async with await JobQueue.connect(settings) as queue, running_worker(settings, ran):
         result = await eventually(lambda: queue.get_result(forged[2], "dining"))
         await eventually(lambda: _drained(admin))
@@ -509,9 +494,9 @@ def _pages(scene: Scene) -> dict[str, str]:
 
 @pytest.mark.parametrize("role", ["reader", "operator"])
 async def test_every_console_page_renders_under_the_role(
-    server: RedisServer, held: Scene, role: str
+    acl_server: RedisServer, held: Scene, role: str
 ) -> None:
-    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, role), agent_types=("dining",))
     async with await JobQueue.connect(settings) as queue:
         app = console_app(queue, read_only=role == "reader")
         async with client_of(app) as browser:
@@ -533,9 +518,9 @@ async def _requeue_through_the_console(browser: httpx.AsyncClient, job_id: str) 
 
 
 async def test_a_read_write_console_requeues_as_the_operator(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene
 ) -> None:
-    settings = QueueSettings.from_url(role_url(server, "operator"), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, "operator"), agent_types=("dining",))
     async with (
         await JobQueue.connect(settings) as queue,
         client_of(console_app(queue)) as browser,
@@ -547,11 +532,11 @@ async def test_a_read_write_console_requeues_as_the_operator(
 
 
 async def test_a_read_write_console_under_the_reader_changes_nothing(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene
 ) -> None:
     # Misconfigured (read-write, with the reader's user): Redis refuses the change.
     before = await everything(admin)
-    settings = QueueSettings.from_url(role_url(server, "reader"), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, "reader"), agent_types=("dining",))
     async with (
         await JobQueue.connect(settings) as queue,
         client_of(console_app(queue)) as browser,
@@ -564,10 +549,10 @@ async def test_a_read_write_console_under_the_reader_changes_nothing(
 
 @pytest.mark.parametrize("role", ["reader", "operator"])
 async def test_a_read_write_console_pauses_as_the_operator_only(
-    server: RedisServer, admin: aioredis.Redis, scene: Scene, role: str
+    acl_server: RedisServer, admin: aioredis.Redis, scene: Scene, role: str
 ) -> None:
     before = await everything(admin)
-    settings = QueueSettings.from_url(role_url(server, role), agent_types=("dining",))
+    settings = QueueSettings.from_url(role_url(acl_server, role), agent_types=("dining",))
     page = f"{PREFIX}/types/dining"
     async with (
         await JobQueue.connect(settings) as queue,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,7 +25,6 @@ from platform_common.jobs.redis.script import Script
 from tests.support.paths import REPO_ROOT
 from tests.support.redis_server import RedisServer
 
-ADMIN_PASSWORD = "admin-pw-matrix-0c4e"
 PASSWORD = "role-pw-matrix-93b1"
 DOCS = REPO_ROOT / "docs" / "operations.md"
 ROLE_NAMES = tuple(acl.ROLES)
@@ -491,36 +490,27 @@ def test_every_gap_has_a_note_and_every_note_a_gap() -> None:
 
 
 # -- running the matrix ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def matrix_server() -> Iterator[RedisServer]:
-    users = [f"admin on >{ADMIN_PASSWORD} ~* &* +@all", "default off"]
+def role_users() -> list[str]:
+    """Every role, scoped to OWN's type and store agent where it is scoped at all
+    (tests/redis/conftest.py starts the server)."""
+    users = []
     for role in ROLE_NAMES:
         scope: dict[str, Any] = {}
         if acl.ROLES[role].scoped:
             scope["agent_types"] = [OWN.agent_type]
         if acl.ROLES[role].uses_store:
             scope["store_agents"] = [OWN_STORE.agent]
-        line = acl.acl_file_line(role, PASSWORD, role, **scope)
-        users.append(line.removeprefix("user "))  # RedisServer adds `--user`
-    server = RedisServer(acl_users=users).start()
-    try:
-        yield server
-    finally:
-        server.cleanup()
+        users.append(acl.acl_file_line(role, PASSWORD, role, **scope).removeprefix("user "))
+    return users
 
 
 @pytest.fixture
-async def admin(matrix_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(
-        matrix_server.url_for("admin", ADMIN_PASSWORD), decode_responses=True
-    )
-    try:
-        await client.flushall()
-        await client.script_flush()
-        await _seed(client)
-        yield client
-    finally:
-        await client.aclose()
+async def admin(admin: aioredis.Redis) -> AsyncIterator[aioredis.Redis]:
+    """The folder's admin client (an empty keyspace), scripts flushed and the matrix's
+    keys seeded."""
+    await admin.script_flush()
+    await _seed(admin)
+    yield admin
 
 
 async def _seed(admin: aioredis.Redis) -> None:
@@ -581,10 +571,10 @@ def _refused(error: Exception) -> bool:
 @pytest.mark.parametrize("role", ROLE_NAMES)
 @pytest.mark.parametrize("operation", OPERATIONS, ids=[_slug(o.name) for o in OPERATIONS])
 async def test_each_role_gets_exactly_its_cell(
-    matrix_server: RedisServer, admin: aioredis.Redis, operation: Operation, role: str
+    acl_server: RedisServer, admin: aioredis.Redis, operation: Operation, role: str
 ) -> None:
     before = await _everything(admin)
-    client = aioredis.Redis.from_url(matrix_server.url_for(role, PASSWORD), decode_responses=True)
+    client = aioredis.Redis.from_url(acl_server.url_for(role, PASSWORD), decode_responses=True)
     outcomes: list[str] = []
     try:
         for step in operation.steps:
@@ -607,7 +597,7 @@ async def test_each_role_gets_exactly_its_cell(
 
 @pytest.mark.parametrize("corrupt", ["enqueued counter", "arrivals set"])
 async def test_a_producers_refused_enqueue_undoes_its_arrival_count_under_its_acl(
-    matrix_server: RedisServer, admin: aioredis.Redis, corrupt: str
+    acl_server: RedisServer, admin: aioredis.Redis, corrupt: str
 ) -> None:
     """The enqueue script writes the arrival count first and undoes it (HINCRBY back,
     HDEL, ZREM) when the stats counter or the arrivals set turns out corrupt: the undo
@@ -619,7 +609,7 @@ async def test_a_producers_refused_enqueue_undoes_its_arrival_count_under_its_ac
         await admin.set(OWN.arrivals, "not a sorted set")
     before = await _everything(admin)
     client = aioredis.Redis.from_url(
-        matrix_server.url_for("producer", PASSWORD), decode_responses=True
+        acl_server.url_for("producer", PASSWORD), decode_responses=True
     )
     try:
         with pytest.raises(ResponseError, match=r"^CORRUPT (2|5) ") as info:
