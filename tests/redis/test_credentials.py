@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -50,11 +49,9 @@ def chain(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)) + repr(exc)
 
 
-@pytest.fixture(scope="module")
-def acl_server() -> Iterator[RedisServer]:
-    users = [acl_file_line(role, SECRETS[role], role).removeprefix("user ") for role in SECRETS]
-    with RedisServer(acl_users=users) as server:
-        yield server
+def role_users() -> list[str]:
+    """The roles these tests connect as (tests/redis/conftest.py starts the server)."""
+    return [acl_file_line(role, SECRETS[role], role).removeprefix("user ") for role in SECRETS]
 
 
 def spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
