@@ -63,6 +63,9 @@ another worker's ending is that worker's to take). As for a pause: no more calls
 idle worker's BLMOVE."""
 
 
+CHORE_STOP_SECONDS = 5.0
+"""How long a stopping worker waits for its cancelled chores (and the cancel watch's
+connection) before it goes on without them."""
 FETCH_LINGER_SECONDS = 0.0005
 """Longest a worker with a backlog waits for more of its slots to free before taking
 jobs (it waits only while fewer than half are free and jobs run): short jobs then end
@@ -225,7 +228,15 @@ class Worker:
             await self._drain()
             for task in chores:
                 task.cancel()
-            await asyncio.gather(*chores, return_exceptions=True)
+            # Bounded: a chore stuck in a client call that does not give up on
+            # cancellation (seen once, after a cluster failover) must not keep the
+            # worker from stopping; it is left behind, said once.
+            if chores:
+                _, stuck = await asyncio.wait(chores, timeout=CHORE_STOP_SECONDS)
+                if stuck:
+                    log.warning("worker %s: %d chore(s) still running %.0f s after being "
+                                "cancelled; stopping without them", self.worker_id,
+                                len(stuck), CHORE_STOP_SECONDS)  # fmt: skip
             await asyncio.to_thread(keeper.stop)
             if self._threads is not None:
                 self._threads.shutdown()
@@ -235,7 +246,11 @@ class Worker:
                 except TRANSIENT as exc:
                     log.debug("could not say goodbye: %s", describe(exc))
             if self._cancel_watch is not None:
-                await self._cancel_watch.aclose()
+                try:
+                    await asyncio.wait_for(self._cancel_watch.aclose(), CHORE_STOP_SECONDS)
+                except TimeoutError:
+                    log.warning("worker %s: the cancel watch's connection did not close "
+                                "within %.0f s", self.worker_id, CHORE_STOP_SECONDS)  # fmt: skip
             await blocking.aclose()
             await connection.aclose()
             self.attempt_log.flush(final=True)
