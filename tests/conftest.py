@@ -12,6 +12,7 @@ parametrizes the JobStore harness over memory, the single server and the cluster
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -124,7 +125,10 @@ def cluster_url(redis_cluster: RedisClusterNodes) -> str:
     # A loaded machine can stall a node past the cluster's short node timeout, and its
     # replica takes over: a master read a moment ago answers READONLY. Then the roles are
     # read again, after the cluster is healthy, and the masters emptied from the start.
-    for attempt in range(5):
+    # Polled until a deadline, not a number of tries: a node that restarted after a
+    # failover believes itself a master until it hears otherwise.
+    deadline = time.monotonic() + 30
+    while True:
         redis_cluster.wait_healthy()
         try:
             for port in redis_cluster.master_ports():
@@ -132,8 +136,8 @@ def cluster_url(redis_cluster: RedisClusterNodes) -> str:
                 node.command("FLUSHALL")
                 node.command("SCRIPT", "FLUSH")
         except redis.exceptions.ReadOnlyError:
-            if attempt == 4:
+            if time.monotonic() > deadline:
                 raise
+            time.sleep(0.1)
             continue
-        break
-    return redis_cluster.url
+        return redis_cluster.url
