@@ -10,7 +10,6 @@ later, at most as many as were confirmed, and reports the rest as skipped."""
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from starlette.requests import Request
@@ -24,9 +23,7 @@ from ..operations import (
     requeue_dead_letters,
     select_dead_letters,
 )
-from ..queue import JobQueue
-from .csrf import CsrfTokens
-from .forms import read_form
+from .forms import ActionForms
 
 __all__ = ["ACTIONS", "Confirmation", "DeadLetterForms"]
 
@@ -68,22 +65,8 @@ class _Request:
     job_ids: tuple[str, ...]
 
 
-class DeadLetterForms:
+class DeadLetterForms(ActionForms):
     """Reads and checks a posted form, then selects and acts on the dead letters."""
-
-    def __init__(
-        self,
-        queue: JobQueue,
-        tokens: CsrfTokens,
-        read_only: bool,
-        refuse: Callable[[int, str], Exception],
-        known: Callable[[str], Awaitable[str]],
-    ) -> None:
-        self._queue = queue
-        self._tokens = tokens
-        self._read_only = read_only
-        self._refuse = refuse
-        self._known = known
 
     @staticmethod
     def pattern(error: str) -> str | None:
@@ -129,11 +112,6 @@ class DeadLetterForms:
         run = requeue_dead_letters if asked.action == "requeue" else purge_dead_letters
         return await run(self._queue, selection)
 
-    async def _form(self, request: Request) -> dict[str, list[str]]:
-        if self._read_only:
-            raise self._refuse(403, "this console is read-only: it changes nothing")
-        return await read_form(request)
-
     async def _checked(
         self,
         request: Request,
@@ -142,11 +120,7 @@ class DeadLetterForms:
         form: dict[str, list[str]] | None = None,
     ) -> _Request:
         form = form if form is not None else await self._form(request)
-        await self._known(agent_type)
-        if not self._tokens.verify(request, _one(form, "csrf")):
-            raise self._refuse(
-                403, "the form's security token is missing or stale: load the page again"
-            )
+        await self._verify(request, form, agent_type)
         # One field per button: `do` is "<action>:<scope>", e.g. "requeue:selected".
         action, _, scope = _one(form, "do").partition(":")
         error = _one(form, "error")

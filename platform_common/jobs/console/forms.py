@@ -1,12 +1,17 @@
-"""The console's POST bodies: URL-encoded forms, read bounded, without python-multipart."""
+"""The console's POST bodies: URL-encoded forms, read bounded, without python-multipart;
+and the checks every action form passes before it acts (ActionForms)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
 
-__all__ = ["MAX_FORM_BYTES", "MAX_FORM_FIELDS", "FormError", "read_form"]
+from ..queue import JobQueue
+from .csrf import CsrfTokens
+
+__all__ = ["MAX_FORM_BYTES", "MAX_FORM_FIELDS", "ActionForms", "FormError", "read_form"]
 
 MAX_FORM_BYTES = 256 * 1024
 """A dead-letters form names at most a page of ids: far less than this."""
@@ -39,3 +44,38 @@ async def read_form(request: Request) -> dict[str, list[str]]:
         )  # fmt: skip
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormError(400, f"malformed form: {exc}") from None
+
+
+class ActionForms:
+    """What the console's action forms (dead letters, pause, cancel) share: a read-only
+    console refuses before the body is read; the agent type must be known (`known`) and
+    the session's CSRF token must match before anything is done. `refuse(status,
+    problem)` makes the error the router answers with."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        tokens: CsrfTokens,
+        read_only: bool,
+        refuse: Callable[[int, str], Exception],
+        known: Callable[[str], Awaitable[str]],
+    ) -> None:
+        self._queue = queue
+        self._tokens = tokens
+        self._read_only = read_only
+        self._refuse = refuse
+        self._known = known
+
+    async def _form(self, request: Request) -> dict[str, list[str]]:
+        """The posted form; refused at once by a read-only console."""
+        if self._read_only:
+            raise self._refuse(403, "this console is read-only: it changes nothing")
+        return await read_form(request)
+
+    async def _verify(self, request: Request, form: dict[str, list[str]], agent_type: str) -> None:
+        """The agent type is known and the form carries the session's CSRF token."""
+        await self._known(agent_type)
+        if not self._tokens.verify(request, (form.get("csrf") or [""])[0]):
+            raise self._refuse(
+                403, "the form's security token is missing or stale: load the page again"
+            )

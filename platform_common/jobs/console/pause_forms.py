@@ -4,45 +4,22 @@ step, no confirmation page: a pause is undone by a resume, and neither touches a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from starlette.requests import Request
 
-from ..queue import JobQueue, PauseState
-from .csrf import CsrfTokens
-from .forms import read_form
+from ..queue import PauseState
+from .forms import ActionForms
 
 __all__ = ["PAUSE_ACTIONS", "PauseForms"]
 
 PAUSE_ACTIONS = ("pause", "resume")
 
 
-class PauseForms:
+class PauseForms(ActionForms):
     """Reads and checks a posted pause form, then pauses or resumes."""
 
-    def __init__(
-        self,
-        queue: JobQueue,
-        tokens: CsrfTokens,
-        read_only: bool,
-        refuse: Callable[[int, str], Exception],
-        known: Callable[[str], Awaitable[str]],
-    ) -> None:
-        self._queue = queue
-        self._tokens = tokens
-        self._read_only = read_only
-        self._refuse = refuse
-        self._known = known
-
     async def act(self, request: Request, agent_type: str) -> PauseState:
-        if self._read_only:
-            raise self._refuse(403, "this console is read-only: it changes nothing")
-        form = await read_form(request)
-        await self._known(agent_type)
-        if not self._tokens.verify(request, (form.get("csrf") or [""])[0]):
-            raise self._refuse(
-                403, "the form's security token is missing or stale: load the page again"
-            )
+        form = await self._form(request)
+        await self._verify(request, form, agent_type)
         action = (form.get("do") or [""])[0]
         if action not in PAUSE_ACTIONS:
             raise self._refuse(400, f"do: must be pause or resume, got {action[:40]!r}")
