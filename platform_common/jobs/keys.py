@@ -115,6 +115,27 @@ Queue (one set per agent type), prefix default "jobs":
                                      max_running (jobs of the type running at once),
                                      fair_by and max_running_per_key. The claim reads
                                      it with one HMGET (lua/include/limits.lua).
+    jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): each
+                                     fairness key (the payload's tenant, orchestrator_id
+                                     or session_id) with jobs waiting on its list, once,
+                                     plus FAIR_SHARED_ENTRY, the `queue` list's own turn;
+                                     the claim takes the next entry at the right, one job
+                                     a turn, and puts it back at the left (round robin).
+                                     Written by the enqueue (a key whose list was empty
+                                     joins) and the claim (a key whose list it empties
+                                     leaves; the last key gone, the ring is deleted).
+    jobs:{type}:fair:q:<key>  LIST   ids of the jobs of fairness key <key> enqueued while
+                                     fair share was on (LPUSH in, taken from the right,
+                                     as `queue`); like `queue` it may hold the id of a job
+                                     that expired or was cancelled while it waited, which
+                                     the claim drops. Retries, scheduled and requeued
+                                     jobs wait on `queue` (the ring's shared turn).
+    jobs:{type}:fair:r:<key>  ZSET   job id -> start time (ms) of the jobs the claim started
+                                     from that key's list while max_running_per_key is set;
+                                     an entry counts while the job holds a lease (the
+                                     claim drops the rest when it looks), so a crashed
+                                     worker's slots come back with its leases. Expires a
+                                     day after its last start.
     jobs:{type}:rate          STRING the rate limit's state: the theoretical arrival time
                                      (ms, Redis' clock, "%.3f") of the next start (a
                                      GCRA); written by the claims that start jobs while
@@ -200,6 +221,7 @@ __all__ = [
     "ERROR_CLASS_PREFIX",
     "EXEMPLAR_FIELD_FORMAT",
     "EXPIRY_BUCKET_MS",
+    "FAIR_SHARED_ENTRY",
     "HISTORY_DEPTHS",
     "HISTORY_MINUTES",
     "INDEX_SEGMENT",
@@ -276,6 +298,10 @@ PRIORITY_LEVELS = ("high", "normal", "low")
 """The priority levels, highest first (queue/priority.py); "normal" is the default and
 waits on the `queue` list itself, the others on `queue:<level>`."""
 
+FAIR_SHARED_ENTRY = ""
+"""The entry of fair share's ring that stands for the `queue` list's turn (a fairness key
+is never empty): jobs without the key, retries, scheduled and requeued jobs wait there."""
+
 WAKE_MARKER = "^wake"
 """What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
 worker: never a job id (those start with a letter or digit)."""
@@ -314,6 +340,7 @@ _QUEUE_KEY_TYPES = {
     "workers": "zset",
     "worker_jobs": "hash",
     "worker_concurrency": "hash",
+    "fair": "list",
 }
 
 
@@ -378,8 +405,10 @@ def queue_key_type(key: str, prefix: str = QUEUE_PREFIX) -> str | None:
         return "hash"
     if rest.startswith("result:"):
         return "string"
-    if rest.startswith("expiring:"):
+    if rest.startswith(("expiring:", "fair:q:")):
         return "list"
+    if rest.startswith("fair:r:"):
+        return "zset"
     return _QUEUE_KEY_TYPES.get(rest)
 
 
@@ -526,6 +555,19 @@ class QueueKeys:
     @property
     def rate(self) -> str:
         return f"{self.base}:rate"
+
+    @property
+    def fair_ring(self) -> str:
+        """Fair share's ring of fairness keys with jobs waiting (see the layout)."""
+        return f"{self.base}:fair"
+
+    def fair_list(self, key: str) -> str:
+        """The list fairness key `key`'s jobs wait on (the claim derives it from the ring)."""
+        return f"{self.base}:fair:q:{key}"
+
+    def fair_running(self, key: str) -> str:
+        """The started jobs of fairness key `key` max_running_per_key counts."""
+        return f"{self.base}:fair:r:{key}"
 
     @property
     def control(self) -> str:
