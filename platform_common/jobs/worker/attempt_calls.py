@@ -130,7 +130,8 @@ class AttemptCalls:
             keys.queued, keys.arrivals, keys.arrived, keys.paused,
         )  # fmt: skip
         # The limits' keys come last, after the jobs' (queue_claim.lua: KEYS[#KEYS - 1..]).
-        self._limit_keys = (keys.limits, keys.rate)
+        # Then fair share's ring (queue_claim.lua, Fair share).
+        self._limit_keys = (keys.limits, keys.rate, keys.fair_ring)
         self._job_key_prefix = keys.job("")  # job key = prefix + id (a completion's hot path)
         self._result_key_prefix = keys.result("")
         self._fail_keys = [
