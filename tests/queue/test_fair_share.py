@@ -1,9 +1,9 @@
-"""Fair share (queue/limits.py fair_by, lua/include/fair.lua): with a fairness key set, the
-enqueue puts each job with that payload field on its key's list and the key in the ring;
-the claim serves the ring round robin, one job a turn, the queue list (jobs without the
-key, retries, scheduled and requeued ones) taking a turn like a key. max_running_per_key
-skips a key whose started jobs still hold that many leases. Runs on a single node and on
-the cluster (every key of the type shares its slot)."""
+"""Fair share (queue/limits.py fair_by; lua/include/fair_keys.lua, fair_turns.lua): with a
+fairness key set, the enqueue puts each job with that payload field on its key's list and
+the key in the ring; the claim serves the ring round robin, one job a turn, the queue list
+(jobs without the key, retries, scheduled and requeued ones) taking a turn like a key.
+max_running_per_key skips a key whose started jobs still hold that many leases. Runs on a
+single node and on the cluster (every key of the type shares its slot)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@
 -- ARGV[9+5n] optional: the priority level of every job of the call, "h" (high) or "l"
 --           (low); absent or "" is normal (queue/priority.py). Then KEYS[10+3n] is that
 --           level's list (and KEYS[8+3n], KEYS[9+3n] are given too; see Levels)
--- ARGV[10+5n] optional: each job's fairness values (include/fair.lua fair_keys_of: its
+-- ARGV[10+5n] optional: each job's fairness values (include/fair_keys.lua fair_keys_of: its
 --           tenant, orchestrator_id and session_id, each "<bytes>:<value>"); then
 --           KEYS[11+3n] is the limits hash and KEYS[12+3n] the ring (keys.py `fair`),
 --           and ARGV[8+5n], ARGV[9+5n], KEYS[8+3n..10+3n] are given too (see Fair share)
@@ -52,7 +52,7 @@
 -- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
 -- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
 -- normal call reads and writes nothing more than before levels existed.
--- Fair share (include/fair.lua): with the fairness values given, a call of normal jobs due
+-- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal jobs due
 -- now reads the limits' `fair_by` (one HGET); when it names a field, each job that has
 -- that field waits on its key's list instead of the queue list (never in deadline order:
 -- it gets its expiry bucket entry, as a level's job does), its key joins the ring if its
@@ -73,7 +73,7 @@
 -- @include key_types
 -- @include packed_header
 -- @include levels
--- @include fair
+-- @include fair_keys
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
