@@ -298,3 +298,49 @@ async def test_fairness_values_that_do_not_parse_are_refused(env: Env) -> None:
                 env.queue.connection.scripts.enqueue, script_keys, args
             )
     assert await env.snapshot() == before
+
+
+# -- the fault matrix with fair share on: every key each script writes ------------------
+FAIR_ENQUEUE_ROLES = faults.wrong_types(
+    ("queue", "list"), ("stats", "hash"), ("queued", "hash"), ("arrived", "hash"),
+    ("fair_ring", "list"), ("key_list", "list"),
+)  # fmt: skip
+"""(The expiring and arrivals sets are written only for a new bucket or second: the base
+matrix, test_script_faults.py, puts those cases.)"""
+FAIR_TAKE_ROLES = faults.wrong_types(
+    ("processing", "list"), ("leases", "zset"), ("stats", "hash"), ("expiry", "zset"),
+    ("queue", "list"), ("waiting", "zset"), ("queued", "hash"), ("arrivals", "zset"),
+    ("arrived", "hash"), ("fair_ring", "list"), ("key_list", "list"), ("running", "zset"),
+)  # fmt: skip
+
+
+def role_key(role: str) -> str:
+    if role == "key_list":
+        return DINING.fair_list("tenant-a")
+    if role == "running":
+        return DINING.fair_running("tenant-a")
+    return faults.key_of(role)
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+@pytest.mark.parametrize(("role", "kind"), FAIR_ENQUEUE_ROLES)
+async def test_a_fair_enqueue_refuses_a_key_of_another_type(
+    env: Env, role: str, kind: str, many: bool
+) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    await keyed(env, "tenant-b", 1)  # the ring and a bucket exist: both checked
+    await env.plant(role_key(role), kind)
+    if many:
+        jobs = [make_job(tenant="tenant-a") for _ in range(3)]
+        await faults.refused(env, lambda: env.queue.enqueue_many(jobs), role_key(role))
+    else:
+        await faults.refused(env, lambda: keyed(env, "tenant-a", 1), role_key(role))
+
+
+@pytest.mark.parametrize(("role", "kind"), FAIR_TAKE_ROLES)
+async def test_a_fair_take_refuses_a_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=5)
+    await keyed(env, "tenant-a", 2)
+    assert await taken(env, 1) != []  # a running set for tenant-a
+    await env.plant(role_key(role), kind)
+    await faults.refused(env, lambda: taken(env, 2, "worker-2"), role_key(role))
