@@ -33,6 +33,7 @@ async def taken(env: Env, count: int, worker: str = "worker-1") -> list[str]:
     return [claim.job_id for claim in claims]
 
 
+@pytest.mark.valkey
 async def test_a_late_tenant_does_not_wait_behind_an_early_backlog(env: Env) -> None:
     await env.queue.set_limits("dining", fair_by="tenant")
     a = await keyed(env, "tenant-a", 6)
@@ -322,6 +323,7 @@ def role_key(role: str) -> str:
     return faults.key_of(role)
 
 
+@pytest.mark.valkey
 @pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
 @pytest.mark.parametrize(("role", "kind"), FAIR_ENQUEUE_ROLES)
 async def test_a_fair_enqueue_refuses_a_key_of_another_type(
@@ -337,6 +339,7 @@ async def test_a_fair_enqueue_refuses_a_key_of_another_type(
         await faults.refused(env, lambda: keyed(env, "tenant-a", 1), role_key(role))
 
 
+@pytest.mark.valkey
 @pytest.mark.parametrize(("role", "kind"), FAIR_TAKE_ROLES)
 async def test_a_fair_take_refuses_a_key_of_another_type(env: Env, role: str, kind: str) -> None:
     await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=5)

@@ -45,11 +45,7 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         if entry == FAIR_SHARED then
             return s
         end
-        s.list = ring .. ':q:' .. entry
-        local refusal = fair_wrong_type(s.list, 'list')
-        if refusal then
-            return nil, refusal
-        end
+        s.list = ring .. ':q:' .. entry  -- (its type checked by its first read, key_next)
         if cap then
             s.running = ring .. ':r:' .. entry
             local members = redis.pcall('ZRANGE', s.running, 0, -1)
@@ -72,17 +68,25 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         end
         return s
     end
-    -- The next job of a key's list (read `want` at a time from the right), or nil.
+    -- The next job of a key's list, or nil (and the refusal of a list of another type).
+    -- Read from the right a window at a time: the first as long as this key's share of
+    -- the take (one job a key when the ring is longer than the take: each LRANGE reply
+    -- costs the script a table), the next ones `want` long.
+    local first = math.max(1, math.ceil(want / ring_len))
     local function key_next(s)
         if s.used == #s.window then
             if s.ended then
                 return nil
             end
-            local chunk = redis.call('LRANGE', s.list, -(#s.window + want), -(#s.window + 1))
+            local size = #s.window == 0 and first or want
+            local chunk = redis.pcall('LRANGE', s.list, -(#s.window + size), -(#s.window + 1))
+            if failed(chunk) then
+                return nil, fair_wrong_type(s.list, 'list') or chunk
+            end
             for i = #chunk, 1, -1 do
                 s.window[#s.window + 1] = chunk[i]
             end
-            s.ended = #chunk < want
+            s.ended = #chunk < size
             if s.used == #s.window then
                 return nil
             end
@@ -113,7 +117,10 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
                 plan.capped = plan.capped + 1  -- a key with jobs, held at its cap
             end
         else
-            job = key_next(s)
+            job, refusal = key_next(s)
+            if refusal then
+                return nil, refusal
+            end
             if job and s.room then
                 s.room = s.room - 1
             end
@@ -193,8 +200,12 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
                 end
                 windows[#windows + 1] = {s.list, moved}
             end
-            -- (A key read to its list's end, all of it taken: its list is empty now.)
-            emptied[entry] = s.ended and count == #s.window
+            -- A key read to its list's end, all of it taken: its list is empty now; one
+            -- whose whole window is taken but not known to end is looked at after the
+            -- take (`unsure`, by LLEN: a window is as short as the key's share).
+            if count == #s.window then
+                emptied[entry] = s.ended or 'unsure'
+            end
         end
     end
     local function write()
@@ -205,12 +216,19 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
         end
         if top > 0 then
             redis.call('LTRIM', plan.ring, 0, -(top + 1))
-            local pushed = {}
+            local pushed, back = {}, {}
             for _, entry in ipairs(order) do
-                if not emptied[entry] and not pushed[entry] then
-                    pushed[entry] = true
-                    redis.call('LPUSH', plan.ring, entry)
+                local gone = emptied[entry]
+                if gone == 'unsure' then
+                    gone = redis.call('LLEN', plan.state[entry].list) == 0
                 end
+                if not gone and not pushed[entry] then
+                    pushed[entry] = true
+                    back[#back + 1] = entry
+                end
+            end
+            if #back > 0 then  -- (LPUSH a b c: a nearest the right, served first)
+                redis.call('LPUSH', plan.ring, unpack(back))
             end
         end
         -- The queue list's turn alone left: the ring is done (plain FIFO again).
