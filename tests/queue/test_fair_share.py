@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from platform_common.jobs.errors import CorruptQueueState
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import FAIR_SHARED_ENTRY, WAKE_MARKER
 from platform_common.jobs.queue.payload import prepare_job
 from platform_common.jobs.worker.attempt_calls import TypeHeldBack, TypePaused
@@ -347,3 +347,22 @@ async def test_a_fair_take_refuses_a_key_of_another_type(env: Env, role: str, ki
     assert await taken(env, 1) != []  # a running set for tenant-a
     await env.plant(role_key(role), kind)
     await faults.refused(env, lambda: taken(env, 2, "worker-2"), role_key(role))
+
+
+@pytest.mark.parametrize("tenant", ["", " ", "t" * 201, "tenänt", "a b", 7])
+async def test_a_tenant_that_is_no_id_is_refused_with_nothing_written(
+    env: Env, tenant: object
+) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    before = await env.snapshot()
+    with pytest.raises(InvalidPayload) as info:
+        await env.queue.enqueue(make_job(tenant=tenant))
+    assert "tenant" in info.value.errors
+    assert await env.snapshot() == before
+
+
+async def test_a_tenant_of_200_characters_is_a_key(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    tenant = "t" * 199 + "9"
+    (job_id,) = await keyed(env, tenant, 1)
+    assert await env.raw.lrange(DINING.fair_list(tenant), 0, -1) == [job_id]
