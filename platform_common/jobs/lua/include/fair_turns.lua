@@ -71,7 +71,9 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
     -- The next job of a key's list, or nil (and the refusal of a list of another type).
     -- Read from the right a window at a time: the first as long as this key's share of
     -- the take (one job a key when the ring is longer than the take: each LRANGE reply
-    -- costs the script a table), the next ones `want` long.
+    -- costs the script a table), the next ones `want` long; each one id longer, which
+    -- tells whether the list ends within it (then the take knows whether it empties
+    -- the list without another command).
     local first = math.max(1, math.ceil(want / ring_len))
     local function key_next(s)
         if s.used == #s.window then
@@ -79,14 +81,14 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
                 return nil
             end
             local size = #s.window == 0 and first or want
-            local chunk = redis.pcall('LRANGE', s.list, -(#s.window + size), -(#s.window + 1))
+            local chunk = redis.pcall('LRANGE', s.list, -(#s.window + size + 1), -(#s.window + 1))
             if failed(chunk) then
                 return nil, fair_wrong_type(s.list, 'list') or chunk
             end
             for i = #chunk, 1, -1 do
                 s.window[#s.window + 1] = chunk[i]
             end
-            s.ended = #chunk < size
+            s.ended = #chunk <= size
             if s.used == #s.window then
                 return nil
             end
