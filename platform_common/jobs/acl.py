@@ -294,7 +294,10 @@ _WORKER_WRITES = (
     # gone with its last key (claim); a key's running set (claim: ZADD, a day's PEXPIRE, ZREM of
     # entries whose lease is gone).
     Grant(("lpush", "rpush"), _written("fair", "fair:q:*")),
-    Grant(("ltrim", "del"), _written("fair")),
+    # (One DEL takes the ring and its `since` hash: one selector must hold both.)
+    Grant(("ltrim",), _written("fair")),
+    Grant(("del",), _written("fair", "fair:since")),
+    Grant(("hset", "hdel"), _written("fair:since")),
     Grant(("zadd", "zrem", "pexpire"), _written("fair:r:*")),
     # Its reads: a key's running set, whose members still leased (ZMSCORE of the leases),
     # and whether only the queue list's turn is left in the ring.
@@ -473,7 +476,8 @@ ROLES: dict[str, AclRole] = {
                 # Fair share: a job onto its key's list, a new key into the ring (and its
                 # length read first), the type's fair_by read.
                 Grant(("lpush",), _written("fair", "fair:q:*")),
-                Grant(("llen", "type"), (_queue("fair"), _queue("fair:q:*"))),
+                Grant(("hset",), _written("fair:since")),
+                Grant(("llen", "type"), (_queue("fair"), _queue("fair:q:*"), _queue("fair:since"))),
                 Grant(("hget",), (_queue("limits"),)),
                 Grant(("get", "set"), _written("deadline_mark")),
                 Grant(("rpush",), _written("expiring:*")),

@@ -304,7 +304,7 @@ async def test_fairness_values_that_do_not_parse_are_refused(env: Env) -> None:
 # -- the fault matrix with fair share on: every key each script writes ------------------
 FAIR_ENQUEUE_ROLES = faults.wrong_types(
     ("queue", "list"), ("stats", "hash"), ("queued", "hash"), ("arrived", "hash"),
-    ("fair_ring", "list"), ("key_list", "list"),
+    ("fair_ring", "list"), ("key_list", "list"), ("fair_since", "hash"),
 )  # fmt: skip
 """(The expiring and arrivals sets are written only for a new bucket or second: the base
 matrix, test_script_faults.py, puts those cases.)"""
@@ -312,6 +312,7 @@ FAIR_TAKE_ROLES = faults.wrong_types(
     ("processing", "list"), ("leases", "zset"), ("stats", "hash"), ("expiry", "zset"),
     ("queue", "list"), ("waiting", "zset"), ("queued", "hash"), ("arrivals", "zset"),
     ("arrived", "hash"), ("fair_ring", "list"), ("key_list", "list"), ("running", "zset"),
+    ("fair_since", "hash"),
 )  # fmt: skip
 
 
@@ -366,3 +367,20 @@ async def test_a_tenant_of_200_characters_is_a_key(env: Env) -> None:
     tenant = "t" * 199 + "9"
     (job_id,) = await keyed(env, tenant, 1)
     assert await env.raw.lrange(DINING.fair_list(tenant), 0, -1) == [job_id]
+
+
+async def test_since_when_each_key_waits_without_a_start(env: Env) -> None:
+    """The ring's `since` hash: a key's time is when it joined, then its last start; it
+    leaves with the key (the exporter reads the keys' waits here)."""
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=1)
+    await keyed(env, "tenant-a", 2)
+    await keyed(env, "tenant-b", 1)
+    joined = await env.raw.hgetall(DINING.fair_since)
+    assert set(joined) == {"tenant-a", "tenant-b"}
+    await env.raw.hset(DINING.fair_since, mapping={"tenant-a": "1", "tenant-b": "1"})
+    await taken(env, 4)  # a's first and b's only: a stays (capped), b leaves
+    after = await env.raw.hgetall(DINING.fair_since)
+    assert set(after) == {"tenant-a"} and int(after["tenant-a"]) > 1
+    await env.raw.zrem(DINING.leases, *await env.raw.zrange(DINING.leases, 0, -1))
+    await taken(env, 1, "worker-2")  # a's last: the ring and its hash go
+    assert not await env.raw.exists(DINING.fair_ring, DINING.fair_since)

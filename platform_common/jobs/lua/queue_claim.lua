@@ -446,7 +446,7 @@ if n == 0 and fair_state then
         end
     end
     local _, write = fair_commit(fair_state, 0, {}, KEYS[5], queue_window)
-    write()
+    write(now_text)
     if fair_state.capped > 0 then
         redis.call('HINCRBY', KEYS[3], 'held_back_max_running_per_key', fair_state.capped)
         return {'capped'}
@@ -733,7 +733,7 @@ if take > 0 then
     end
     -- Fair share: the ring's next order (include/fair_turns.lua).
     if fair_write then
-        fair_write()
+        fair_write(now_text)
         ring_left = redis.call('LLEN', KEYS[ring_index])
     end
     -- Levels: high or low jobs (or the ring's keys) still waiting wake the next idle

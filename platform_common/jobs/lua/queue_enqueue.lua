@@ -387,11 +387,12 @@ if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
 problem = problem or (level and leveled_problem())
+local fair_joining_keys = nil  -- (Fair share: the keys whose lists were empty)
 if fair_count > 0 and not problem then
     local ring = KEYS[12 + 3 * n]
     problem = wrong_type(12 + 3 * n, 'list') or counter_problem('fair_keyed')
-    for _, key in ipairs(fair_order) do
-        problem = problem or fair_wrong_type(ring .. ':q:' .. key, 'list')
+    if not problem then
+        fair_joining_keys, problem = fair_joining(ring, fair_order)
     end
 end
 if problem then
@@ -470,7 +471,8 @@ end
 if fair_count > 0 then
     -- Fair share: the ids on their keys' lists, each new key into the ring; a wake
     -- marker while the queue list is empty (an idle worker blocks there).
-    fair_push(KEYS[12 + 3 * n], fair_ids, fair_order)
+    fair_push(KEYS[12 + 3 * n], fair_ids, fair_order, fair_joining_keys,
+        string.format('%d', now))
     wake_idle(KEYS[1], fair_count)
 end
 return {'ok', written}

@@ -42,17 +42,44 @@ local function fair_wrong_type(key, kind)
     return nil
 end
 
--- Enqueue: `ids_by_key` ({key = {ids...}}, `order` its keys in the order first met) go
--- on their keys' lists; a key whose list was empty joins the ring (and the ring, empty,
--- gets the queue list's turn first). Writes only: the caller checked each list's type.
-local function fair_push(ring, ids_by_key, order)
+-- The keys of `order` whose lists are empty (they join the ring), or nil and the
+-- refusal of a list or of the ring's `since` hash (keys.py) holding another type. Reads.
+local function fair_joining(ring, order)
+    local joining = {}
     for _, key in ipairs(order) do
-        local ids = ids_by_key[key]
-        if redis.call('LPUSH', ring .. ':q:' .. key, unpack(ids)) == #ids then
+        local length = redis.pcall('LLEN', ring .. ':q:' .. key)
+        if failed(length) then
+            return nil, fair_wrong_type(ring .. ':q:' .. key, 'list') or length
+        end
+        joining[key] = length == 0
+    end
+    if next(order) then
+        local refusal = fair_wrong_type(ring .. ':since', 'hash')
+        if refusal then
+            return nil, refusal
+        end
+    end
+    return joining
+end
+
+-- Enqueue: `ids_by_key` ({key = {ids...}}, `order` its keys in the order first met) go
+-- on their keys' lists; a key whose list was empty (`joining`, fair_joining) joins the
+-- ring (and the ring, empty, gets the queue list's turn first), and its time in the
+-- `since` hash is `now_text` (it waits from now). Writes only.
+local function fair_push(ring, ids_by_key, order, joining, now_text)
+    local since = {}
+    for _, key in ipairs(order) do
+        redis.call('LPUSH', ring .. ':q:' .. key, unpack(ids_by_key[key]))
+        if joining[key] then
             if redis.call('LLEN', ring) == 0 then
                 redis.call('LPUSH', ring, FAIR_SHARED)
             end
             redis.call('LPUSH', ring, key)
+            since[#since + 1] = key
+            since[#since + 1] = now_text
         end
+    end
+    if #since > 0 then
+        redis.call('HSET', ring .. ':since', unpack(since))
     end
 end

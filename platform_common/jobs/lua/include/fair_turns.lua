@@ -16,7 +16,11 @@ local FAIR_RUNNING_TTL_MS = 86400000  -- keys.py: a key's running set, a day aft
 -- fair_commit, or nil and the refusal of a key of another type.
 local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
     local plan = {picks = {}, entries = {}, visits = {}, state = {}, passed = 0,
-        capped = 0, ring = ring, ring_len = ring_len, cap = cap}
+        capped = 0, ring = ring, ring_len = ring_len, cap = cap, since = ring .. ':since'}
+    local refusal = fair_wrong_type(plan.since, 'hash')
+    if refusal then
+        return nil, refusal
+    end
     local entries, state = plan.entries, plan.state
     local read = 0  -- ring entries read (from the right)
     local function read_ring()
@@ -210,7 +214,9 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
             end
         end
     end
-    local function write()
+    -- `now_text`: the keys served wait from now on, in the ring's `since` hash (keys.py),
+    -- where the ones that leave the ring are deleted.
+    local function write(now_text)
         for _, s in pairs(plan.state) do
             if s.stale and #s.stale > 0 then
                 redis.call('ZREM', s.running, unpack(s.stale))
@@ -218,24 +224,36 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
         end
         if top > 0 then
             redis.call('LTRIM', plan.ring, 0, -(top + 1))
-            local pushed, back = {}, {}
+            local pushed, back, served, left = {}, {}, {}, {}
             for _, entry in ipairs(order) do
                 local gone = emptied[entry]
                 if gone == 'unsure' then
                     gone = redis.call('LLEN', plan.state[entry].list) == 0
                 end
-                if not gone and not pushed[entry] then
+                if gone then
+                    left[#left + 1] = entry
+                elseif not pushed[entry] then
                     pushed[entry] = true
                     back[#back + 1] = entry
+                    if taken[entry] and entry ~= FAIR_SHARED then
+                        served[#served + 1] = entry
+                        served[#served + 1] = now_text
+                    end
                 end
             end
             if #back > 0 then  -- (LPUSH a b c: a nearest the right, served first)
                 redis.call('LPUSH', plan.ring, unpack(back))
             end
+            if #served > 0 then
+                redis.call('HSET', plan.since, unpack(served))
+            end
+            if #left > 0 then
+                redis.call('HDEL', plan.since, unpack(left))
+            end
         end
         -- The queue list's turn alone left: the ring is done (plain FIFO again).
         if redis.call('LLEN', plan.ring) == 1 and redis.call('LINDEX', plan.ring, 0) == FAIR_SHARED then
-            redis.call('DEL', plan.ring)
+            redis.call('DEL', plan.ring, plan.since)
         end
     end
     return by_job, write
