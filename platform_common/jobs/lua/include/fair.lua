@@ -2,11 +2,15 @@
 -- a fairness key (the payload's tenant, orchestrator_id or session_id), each job enqueued
 -- with that field waits on its key's list, `<ring>:q:<key>`, and the ring (a list) holds
 -- each key with jobs waiting once, plus FAIR_SHARED, the turn of the queue list itself
--- (jobs without the field, retries, scheduled and requeued jobs). The claim serves the
--- ring round robin, one job a turn: it takes the next entry at the ring's right, and puts
--- the entries it served back at the left.
+-- (jobs without the field). The claim serves the ring round robin, one job a turn: it
+-- takes the next entry at the ring's right, and puts the entries it served back at the
+-- left. A job the claim starts from a key's list keeps its key in its job hash
+-- (`fair_key`), so it goes back on that list when it is released, retried, recovered
+-- from a dead worker or requeued from the dead letters (include/fair_lists.lua); a
+-- scheduled job gets its `fair_key` at the enqueue, and its promotion puts it on its
+-- key's list.
 
-local FAIR_SHARED = ''  -- keys.py FAIR_SHARED_ENTRY: no fairness key is empty
+-- @include fair_lists
 local FAIR_FIELDS = {tenant = 1, orchestrator_id = 2, session_id = 3}
 -- Ring entries one take may pass over without a job (a key at its max_running_per_key,
 -- or whose list holds none), beyond one per slot: bounded, so 10,000 capped keys cost a
@@ -37,29 +41,13 @@ local function fair_keys_of(blob, n, by)
     return keys
 end
 
--- The refusal of a key a fair script derives (in no KEYS: "CORRUPT 0 <key> <problem>")
--- that holds another type than `kind`, else nil (a missing key is none).
-local function fair_wrong_type(key, kind)
-    local found = redis.call('TYPE', key).ok
-    if found ~= kind and found ~= 'none' then
-        return redis.error_reply('CORRUPT 0 ' .. key .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. kind)
-    end
-    return nil
-end
-
 -- Enqueue: `ids_by_key` ({key = {ids...}}, `order` its keys in the order first met) go
--- on their keys' lists; a key whose list was empty joins the ring (and the ring, empty,
--- gets the queue list's turn first). Writes only: the caller checked each list's type.
+-- on their keys' lists (include/fair_lists.lua fair_joined). Writes only: the caller
+-- checked each list's type.
 local function fair_push(ring, ids_by_key, order)
     for _, key in ipairs(order) do
         local ids = ids_by_key[key]
-        if redis.call('LPUSH', ring .. ':q:' .. key, unpack(ids)) == #ids then
-            if redis.call('LLEN', ring) == 0 then
-                redis.call('LPUSH', ring, FAIR_SHARED)
-            end
-            redis.call('LPUSH', ring, key)
-        end
+        fair_joined(ring, key, redis.call('LPUSH', ring .. ':q:' .. key, unpack(ids)), #ids)
     end
 end
 
@@ -126,17 +114,21 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         end
         return s
     end
-    -- The next job of a key's list (read `want` at a time from the right), or nil.
+    -- The next job of a key's list (read `want` at a time from the right, and one more:
+    -- a take of a list's last jobs then knows it emptied it, and the key leaves the ring.
+    -- A key left in the ring with its list empty would be pushed into it a second time by
+    -- the next job to arrive on that list, fair_joined, and get two turns a round), or
+    -- nil.
     local function key_next(s)
         if s.used == #s.window then
             if s.ended then
                 return nil
             end
-            local chunk = redis.call('LRANGE', s.list, -(#s.window + want), -(#s.window + 1))
+            local chunk = redis.call('LRANGE', s.list, -(#s.window + want + 1), -(#s.window + 1))
             for i = #chunk, 1, -1 do
                 s.window[#s.window + 1] = chunk[i]
             end
-            s.ended = #chunk < want
+            s.ended = #chunk <= want
             if s.used == #s.window then
                 return nil
             end
