@@ -1,21 +1,23 @@
-"""Fair share (queue/limits.py fair_by, lua/include/fair.lua): with a fairness key set, the
-enqueue puts each job with that payload field on its key's list and the key in the ring;
-the claim serves the ring round robin, one job a turn, the queue list (jobs without the
-key) taking a turn like a key. max_running_per_key skips a key whose started jobs still
-hold that many leases. A job keeps its key (job hash field `fair_key`) through a release,
-retries, the reaper and a dead-letter requeue, and a scheduled one gets it at the
-enqueue. Runs on a single node and on the cluster (every key of the type shares its
-slot)."""
+"""Fair share (queue/limits.py fair_by; lua/include/fair_keys.lua, fair_turns.lua): with a
+fairness key set, the enqueue puts each job with that payload field on its key's list and
+the key in the ring; the claim serves the ring round robin, one job a turn, the queue list
+(jobs without the key) taking a turn like a key. max_running_per_key skips a key whose
+started jobs still hold that many leases. A job keeps its key (job hash field `fair_key`)
+through a release, retries, the reaper and a dead-letter requeue, and a scheduled one gets
+it at the enqueue. Runs on a single node and on the cluster (every key of the type shares
+its slot)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
-from platform_common.jobs.errors import CorruptQueueState
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
 from platform_common.jobs.keys import FAIR_SHARED_ENTRY, WAKE_MARKER
-from platform_common.jobs.worker.attempt_calls import TypeHeldBack
+from platform_common.jobs.queue.payload import prepare_job
+from platform_common.jobs.worker.attempt_calls import TypeHeldBack, TypePaused
 from tests.queue import test_script_faults as faults
 from tests.queue.test_script_faults import DINING, Env
 from tests.support.queue_handlers import make_job
@@ -33,6 +35,7 @@ async def taken(env: Env, count: int, worker: str = "worker-1") -> list[str]:
     return [claim.job_id for claim in claims]
 
 
+@pytest.mark.valkey
 async def test_a_late_tenant_does_not_wait_behind_an_early_backlog(env: Env) -> None:
     await env.queue.set_limits("dining", fair_by="tenant")
     a = await keyed(env, "tenant-a", 6)
@@ -137,6 +140,234 @@ async def test_a_wrong_typed_key_list_is_refused_before_any_write(env: Env) -> N
     with pytest.raises(CorruptQueueState):
         await keyed(env, "tenant-a", 1)
     assert before == await env.snapshot()
+
+
+# -- composed with priorities, a pause and the type's limits ----------------------------
+async def test_priorities_come_first_and_fair_share_picks_the_normal_job(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    a = await keyed(env, "tenant-a", 3)
+    b = await keyed(env, "tenant-b", 1)
+    high = await env.queue.enqueue(make_job(tenant="tenant-a"), priority="high")
+    low = await env.queue.enqueue(make_job(tenant="tenant-b"), priority="low")
+    # A high or low job waits on its level's list, not on its key's.
+    assert await env.raw.lrange(DINING.level_queues[0], 0, -1) == [high]
+    assert await env.raw.llen(DINING.fair_list("tenant-a")) == 3
+    # Slots 1-4 of a fresh type (started 0): no fair turn of the levels; the high job
+    # first, then the normal ones by key, round robin.
+    assert await taken(env, 4) == [high, a[0], b[0], a[1]]
+    # Slot 5 (k = 5: the level below the highest waiting, low) and slot 6: a's last.
+    assert await taken(env, 2, "worker-2") == [low, a[2]]
+
+
+async def test_a_pause_takes_nothing_and_writes_nothing(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=2)
+    await keyed(env, "tenant-a", 2)
+    await env.queue.pause("dining")
+    before = await env.snapshot()
+    with pytest.raises(TypePaused):
+        await taken(env, 2)
+    # A worker woken by the marker gets it back with the pause (nothing else changes).
+    woke = await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
+    with pytest.raises(TypePaused):
+        await env.leases.claim("worker-1", [(woke, "t-1")])
+    assert await env.snapshot() == before
+    await env.queue.resume("dining")
+    assert len(await taken(env, 2)) == 2
+
+
+async def test_given_jobs_go_back_while_the_ring_has_keys(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    plain = await env.queued()
+    a = await keyed(env, "tenant-a", 1)
+    given = await env.raw.lmove(DINING.queue, DINING.processing, "RIGHT", "LEFT")
+    assert given == plain
+    remaining, claims = await env.leases.claim("worker-1", [(plain, "t-1")])
+    assert (remaining, claims) == (1, [])  # "levels": the worker takes at once
+    assert await env.raw.llen(DINING.processing) == 0
+    assert sorted(await taken(env, 2)) == sorted([plain, *a])
+
+
+async def test_the_rate_counts_every_start_and_the_ring_turns_only_for_those(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", rate="2/h", burst=2)
+    a = await keyed(env, "tenant-a", 2)
+    b = await keyed(env, "tenant-b", 2)
+    assert await taken(env, 4) == [a[0], b[0]]  # the burst: two starts
+    assert await env.counter("held_back_rate") == "2"
+    # Both keys keep their second job in place, and the ring's next turn is a's.
+    assert await env.raw.lrange(DINING.fair_list("tenant-a"), 0, -1) == [a[1]]
+    assert await env.raw.lrange(DINING.fair_list("tenant-b"), 0, -1) == [b[1]]
+    with pytest.raises(TypeHeldBack) as info:
+        await taken(env, 1, "worker-2")
+    assert info.value.limit == "rate"
+    await env.queue.set_limits("dining", rate=None, burst=None)
+    assert await taken(env, 4, "worker-3") == [a[1], b[1]]
+
+
+async def test_max_running_caps_the_type_whichever_key(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running=3)
+    a = await keyed(env, "tenant-a", 3)
+    b = await keyed(env, "tenant-b", 3)
+    assert await taken(env, 6) == [a[0], b[0], a[1]]
+    with pytest.raises(TypeHeldBack):
+        await taken(env, 1, "worker-2")
+
+
+# -- hostile input and faults ----------------------------------------------------------
+async def test_ten_thousand_tenants_each_get_a_turn_in_order(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=1)
+    jobs = [make_job(tenant=f"t{i}") for i in range(10_000)]
+    ids = await env.queue.enqueue_many(jobs)
+    assert await env.raw.llen(DINING.fair_ring) == 10_001  # each key, and the shared turn
+    # One job each: takes of 50 serve 50 keys each, in enqueue order, none twice.
+    served = [job for n in range(4) for job in await taken(env, 50, f"w{n}")]
+    assert served == ids[:200]
+
+
+async def test_a_ring_of_capped_keys_is_passed_over_boundedly(env: Env) -> None:
+    """Keys at their cap ahead of one that is not: each take looks at most a bounded
+    number of entries, sends them to the back and says capped; the free key's job starts
+    within a few takes."""
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=1)
+    first = await env.queue.enqueue_many([make_job(tenant=f"c{i}") for i in range(300)])
+    assert await taken(env, 300, "fill") == first  # every key now at its cap
+    await env.queue.enqueue_many([make_job(tenant=f"c{i}") for i in range(300)])
+    free = await env.queued(tenant="free")
+    got: list[str] = []
+    for n in range(10):
+        try:
+            got = await taken(env, 1, f"w{n}")
+        except TypeHeldBack:
+            continue
+        break
+    assert got == [free]
+    assert int(await env.counter("held_back_max_running_per_key") or 0) >= 300
+
+
+async def test_a_ring_of_another_type_is_refused_by_both_scripts(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    await keyed(env, "tenant-a", 1)
+    await env.raw.delete(DINING.fair_ring)
+    await env.raw.set(DINING.fair_ring, "planted")
+    before = await env.snapshot()
+    with pytest.raises(CorruptQueueState) as info:
+        await taken(env, 1)
+    assert info.value.key == DINING.fair_ring
+    with pytest.raises(CorruptQueueState) as info:
+        await keyed(env, "tenant-b", 1)
+    assert info.value.key == DINING.fair_ring
+    assert await env.snapshot() == before
+
+
+async def test_a_limits_hash_of_another_type_is_refused_at_enqueue(env: Env) -> None:
+    await env.raw.set(DINING.limits, "planted")
+    before = await env.snapshot()
+    with pytest.raises(CorruptQueueState) as info:
+        await keyed(env, "tenant-a", 1)
+    assert info.value.key == DINING.limits
+    assert await env.snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["007", "x", "1.5"])
+async def test_a_fair_keyed_count_that_is_not_one_is_refused(env: Env, value: str) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    await env.raw.hset(DINING.stats, "fair_keyed", value)
+    before = await env.snapshot()
+    with pytest.raises(CorruptQueueState, match="fair_keyed"):
+        await keyed(env, "tenant-a", 1)
+    assert await env.snapshot() == before
+
+
+async def test_fairness_values_that_do_not_parse_are_refused(env: Env) -> None:
+    """A client of the protocol sending values that do not parse gets an error and
+    nothing is written (the Python producer always sends them well formed)."""
+    await env.queue.set_limits("dining", fair_by="tenant")
+    job = make_job(tenant="tenant-a")
+    keys = env.queue.connection.keys("dining")
+    script_keys = [
+        keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived,
+        keys.deadline_mark, keys.job(job["job_id"]), keys.result(job["job_id"]),
+        keys.expiring_bucket(0), keys.delayed, keys.expiry, keys.level_queues[0],
+        keys.limits, keys.fair_ring,
+    ]  # fmt: skip
+    prepared = prepare_job(job)
+    before = await env.snapshot()
+    for bad in ("9:short", "x:1", "3:abc", "1:a1:b"):
+        args = [
+            "nonce", 1, 0, prepared.created_at_ms + 60_000, 10_000, 1_000,
+            prepared.job_id, prepared.encoded, 60, prepared.created_at_ms, 2, "", "", "", bad,
+        ]  # fmt: skip
+        with pytest.raises(ResponseError, match="fairness values"):
+            await env.queue.connection.run_script(
+                env.queue.connection.scripts.enqueue, script_keys, args
+            )
+    assert await env.snapshot() == before
+
+
+# -- the fault matrix with fair share on: every key each script writes ------------------
+FAIR_ENQUEUE_ROLES = faults.wrong_types(
+    ("queue", "list"), ("stats", "hash"), ("queued", "hash"), ("arrived", "hash"),
+    ("fair_ring", "list"), ("key_list", "list"),
+)  # fmt: skip
+"""(The expiring and arrivals sets are written only for a new bucket or second: the base
+matrix, test_script_faults.py, puts those cases.)"""
+FAIR_TAKE_ROLES = faults.wrong_types(
+    ("processing", "list"), ("leases", "zset"), ("stats", "hash"), ("expiry", "zset"),
+    ("queue", "list"), ("waiting", "zset"), ("queued", "hash"), ("arrivals", "zset"),
+    ("arrived", "hash"), ("fair_ring", "list"), ("key_list", "list"), ("running", "zset"),
+)  # fmt: skip
+
+
+def role_key(role: str) -> str:
+    if role == "key_list":
+        return DINING.fair_list("tenant-a")
+    if role == "running":
+        return DINING.fair_running("tenant-a")
+    return faults.key_of(role)
+
+
+@pytest.mark.valkey
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+@pytest.mark.parametrize(("role", "kind"), FAIR_ENQUEUE_ROLES)
+async def test_a_fair_enqueue_refuses_a_key_of_another_type(
+    env: Env, role: str, kind: str, many: bool
+) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    await keyed(env, "tenant-b", 1)  # the ring and a bucket exist: both checked
+    await env.plant(role_key(role), kind)
+    if many:
+        jobs = [make_job(tenant="tenant-a") for _ in range(3)]
+        await faults.refused(env, lambda: env.queue.enqueue_many(jobs), role_key(role))
+    else:
+        await faults.refused(env, lambda: keyed(env, "tenant-a", 1), role_key(role))
+
+
+@pytest.mark.valkey
+@pytest.mark.parametrize(("role", "kind"), FAIR_TAKE_ROLES)
+async def test_a_fair_take_refuses_a_key_of_another_type(env: Env, role: str, kind: str) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=5)
+    await keyed(env, "tenant-a", 2)
+    assert await taken(env, 1) != []  # a running set for tenant-a
+    await env.plant(role_key(role), kind)
+    await faults.refused(env, lambda: taken(env, 2, "worker-2"), role_key(role))
+
+
+@pytest.mark.parametrize("tenant", ["", " ", "t" * 201, "tenänt", "a b", 7])
+async def test_a_tenant_that_is_no_id_is_refused_with_nothing_written(
+    env: Env, tenant: object
+) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    before = await env.snapshot()
+    with pytest.raises(InvalidPayload) as info:
+        await env.queue.enqueue(make_job(tenant=tenant))
+    assert "tenant" in info.value.errors
+    assert await env.snapshot() == before
+
+
+async def test_a_tenant_of_200_characters_is_a_key(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    tenant = "t" * 199 + "9"
+    (job_id,) = await keyed(env, tenant, 1)
+    assert await env.raw.lrange(DINING.fair_list(tenant), 0, -1) == [job_id]
 
 
 # -- a job keeps its key -----------------------------------------------------------------
@@ -264,18 +495,10 @@ async def test_a_job_taken_before_its_claim_by_a_dead_worker_goes_back_to_its_ke
     assert await env.raw.lrange(A_LIST, 0, -1) == [a]
 
 
-async def refused_naming(env: Env, operation: Any, key: str) -> None:
-    before = await env.snapshot()
-    with pytest.raises(CorruptQueueState) as info:
-        await operation()
-    assert key in str(info.value)
-    assert before == await env.snapshot()
-
-
 async def test_a_wrong_typed_key_list_is_refused_on_the_way_back(env: Env) -> None:
     """Release, the reaper ("lost"), the promoter and a dead-letter requeue: each refuses a
-    key list of another type before its first write (the key is in no KEYS: named in the
-    problem)."""
+    key list of another type before its first write (the key is in no KEYS: named by
+    the refusal all the same)."""
     await env.queue.set_limits("dining", fair_by="tenant")
     released, retry, lost, dead = await keyed(env, "tenant-a", 4)
     assert await taken(env, 4) == [released, retry, lost, dead]
@@ -285,12 +508,12 @@ async def test_a_wrong_typed_key_list_is_refused_on_the_way_back(env: Env) -> No
     await env.raw.zadd(DINING.leases, {lost: 0}, xx=True)
     await env.raw.hset(DINING.job(lost), "state", "queued")  # (taken, never claimed)
     await env.raw.set(A_LIST, "planted")
-    await refused_naming(
+    await faults.refused(
         env, lambda: env.leases.fail(released, "worker-1-0-4", "bye", mode="release"), A_LIST
     )
-    await refused_naming(env, env.chores.reap, A_LIST)
-    await refused_naming(env, env.chores.promote, A_LIST)
-    await refused_naming(env, lambda: env.queue.dead_letters.requeue("dining", [dead]), A_LIST)
+    await faults.refused(env, env.chores.reap, A_LIST)
+    await faults.refused(env, env.chores.promote, A_LIST)
+    await faults.refused(env, lambda: env.queue.dead_letters.requeue("dining", [dead]), A_LIST)
 
 
 async def test_without_the_ring_a_keyed_job_goes_back_to_the_shared_list(env: Env) -> None:

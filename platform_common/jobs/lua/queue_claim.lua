@@ -72,7 +72,7 @@
 -- there) and the count of the jobs held back (the stats hash's held_back_rate or
 -- held_back_max_running, checked before). A replay of a take hands back what its first
 -- run took, as ever.
--- Fair share (lua/include/fair.lua; queue/limits.py fair_by), optional: the KEYS after the
+-- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS after the
 -- limits' two is the type's ring (keys.py `fair`), read once the stats field
 -- `fair_keyed` (jobs ever enqueued on a fairness key's list) is above 0. While it holds
 -- entries, the normal level's jobs come from it round robin, one job a turn: a key's
@@ -83,7 +83,8 @@
 -- and replies {"capped"}, its passes counted in held_back_max_running_per_key. Given
 -- jobs while the ring holds entries go back as for Levels ({"levels"}: the worker takes).
 -- A job started from a key's list gets the key into its job hash's `fair_key` (its
--- release, retries, recovery and requeue put it back on that list: include/fair.lua).
+-- release, retries, recovery and requeue put it back on that list:
+-- include/fair_keys.lua).
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -98,7 +99,7 @@
 -- @include packed_header
 -- @include levels
 -- @include limits
--- @include fair
+-- @include fair_turns
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -226,7 +227,7 @@ if #KEYS >= ring_index and counters[4] and counters[4] ~= '0' then
     end
 end
 local fair = ring_len > 0
-local fair_state = nil  -- the take's plan (include/fair.lua fair_plan)
+local fair_state = nil  -- the take's plan (include/fair_turns.lua fair_plan)
 local queue_window = nil  -- the queue list's window, for the ring's shared turns
 local slot_level = {}  -- the level each slot of a take was filled from
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
@@ -378,7 +379,7 @@ else
             if ahead[l] then
                 consumed = consumed - 1
             end
-            if consumed > 0 and not (fair and l == 2) then  -- (Fair: include/fair.lua's)
+            if consumed > 0 and not (fair and l == 2) then  -- (Fair: include/fair_turns.lua's)
                 local window = {}
                 for i = 1, consumed do
                     window[i] = entries[l][i]
@@ -607,7 +608,7 @@ for i = 1, n do
             end
         end
         -- Fair share: taken from its key's list, it keeps its key (its retries, a release,
-        -- a recovery or a requeue put it back there: include/fair.lua).
+        -- a recovery or a requeue put it back there: include/fair_keys.lua).
         if fair_jobs and fair_jobs[ids[i]] then
             job.fields[#job.fields + 1] = 'fair_key'
             job.fields[#job.fields + 1] = fair_jobs[ids[i]]
@@ -740,7 +741,7 @@ if take > 0 then
             end
         end
     end
-    -- Fair share: the ring's next order (include/fair.lua).
+    -- Fair share: the ring's next order (include/fair_turns.lua).
     if fair_write then
         fair_write()
         ring_left = redis.call('LLEN', KEYS[ring_index])

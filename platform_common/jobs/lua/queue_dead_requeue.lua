@@ -10,7 +10,7 @@
 -- KEYS[8+2m] fair share's ring (optional, after the high and low lists; keys.py `fair`):
 --         a normal job whose job hash keeps a `fair_key` (the claim wrote it: it was
 --         started from that key's list) goes back on its key's list, `<ring>:q:<key>`, as
---         an enqueue puts it there (include/fair_lists.lua: the key into the ring if its
+--         an enqueue puts it there (include/fair_keys.lua: the key into the ring if its
 --         list was empty, a wake marker on the queue list while that is empty). Absent: on
 --         the queue list, as before fair share.
 -- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
@@ -37,7 +37,7 @@
 -- @include key_types
 -- @include kept_list
 -- @include levels
--- @include fair_lists
+-- @include fair_keys
 local now = now_ms()
 
 local m = #ARGV - 2

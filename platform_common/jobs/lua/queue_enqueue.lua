@@ -23,11 +23,11 @@
 -- ARGV[9+5n] optional: the priority level of every job of the call, "h" (high) or "l"
 --           (low); absent or "" is normal (queue/priority.py). Then KEYS[10+3n] is that
 --           level's list (and KEYS[8+3n], KEYS[9+3n] are given too; see Levels)
--- ARGV[10+5n] optional: each job's fairness values (include/fair.lua fair_keys_of: its
---           tenant, orchestrator_id and session_id, each "<bytes>:<value>"), for a call
---           of normal jobs, scheduled or not; then KEYS[11+3n] is the limits hash and
---           KEYS[12+3n] the ring (keys.py `fair`),
---           and ARGV[8+5n], ARGV[9+5n], KEYS[8+3n..10+3n] are given too (see Fair share)
+-- ARGV[10+5n] optional: each job's fairness values (include/fair_keys.lua fair_keys_of:
+--           its tenant, orchestrator_id and session_id, each "<bytes>:<value>"), for
+--           a call of normal jobs, scheduled or not; then KEYS[11+3n] is the limits
+--           hash and KEYS[12+3n] the ring (keys.py `fair`), and ARGV[8+5n], ARGV[9+5n],
+--           KEYS[8+3n..10+3n] are given too (see Fair share)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -53,10 +53,10 @@
 -- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
 -- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
 -- normal call reads and writes nothing more than before levels existed.
--- Fair share (include/fair.lua): with the fairness values given, a call of normal jobs
--- reads the limits' `fair_by` (one HGET); when it names a field, each job that has that
--- field waits on its key's list instead of the queue list (never in deadline order: it
--- gets its expiry bucket entry, as a level's job does), its key joins the ring if its
+-- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal
+-- jobs reads the limits' `fair_by` (one HGET); when it names a field, each job that has
+-- that field waits on its key's list instead of the queue list (never in deadline order:
+-- it gets its expiry bucket entry, as a level's job does), its key joins the ring if its
 -- list was empty, a wake marker goes on the queue list while that is empty, and the
 -- stats field `fair_keyed` counts the jobs (the claim reads the ring only once it is
 -- above 0). A scheduled one keeps its key in its job hash (`fair_key`), for the
@@ -76,7 +76,7 @@
 -- @include key_types
 -- @include packed_header
 -- @include levels
--- @include fair
+-- @include fair_keys
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''

@@ -20,7 +20,7 @@
 --                          wrote it: started from that key's list) and is of priority
 --                          normal goes back on its key's list, `<ring>:q:<key>`, the key
 --                          into the ring if its list was empty, a wake marker on the
---                          queue list while that is empty (include/fair_lists.lua).
+--                          queue list while that is empty (include/fair_keys.lua).
 --                          Absent: on the queue list, as before fair share.
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
@@ -64,7 +64,7 @@
 -- @include numbers
 -- @include key_types
 -- @include levels
--- @include fair_lists
+-- @include fair_keys
 local job_id = ARGV[1]
 local mode = ARGV[2]
 

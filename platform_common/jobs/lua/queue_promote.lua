@@ -8,7 +8,7 @@
 -- high or low goes on that level's list (and wakes an idle worker as an enqueue of its
 -- level does, include/levels.lua); the others on the queue list. The job hash is read by
 -- name, as the claim's take reads a job it takes: every key carries the type's tag.
--- Fair share (include/fair_lists.lua): with KEYS[6], a due normal job whose job hash
+-- Fair share (include/fair_keys.lua): with KEYS[6], a due normal job whose job hash
 -- keeps a `fair_key` (a retry of a job started from its key's list, or a scheduled job
 -- enqueued with a fairness key) goes on that key's list, `<ring>:q:<key>`, at the
 -- consuming end too, the key into the ring if its list was empty, and wakes an idle
@@ -19,7 +19,7 @@
 -- @include time
 -- @include key_types
 -- @include levels
--- @include fair_lists
+-- @include fair_keys
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 if #due == 0 then

@@ -249,7 +249,7 @@ class PreparedJob(NamedTuple):
 
 FAIRNESS_FIELDS = ("tenant", "orchestrator_id", "session_id")
 """The payload fields fair share can go by (queue/limits.py FAIR_BY_KEYS), in the order
-the enqueue script reads them (lua/include/fair.lua)."""
+the enqueue script reads them (lua/include/fair_keys.lua)."""
 
 
 def fairness_values(data: Mapping[str, Any]) -> str:

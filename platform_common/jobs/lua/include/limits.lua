@@ -9,7 +9,7 @@
 --                      so a crashed worker's slots come back when the reaper takes its
 --                      leases back
 --   max_running_per_key  at most this many jobs of one fairness key running at once
---                      (include/fair.lua; fair_by, kept in the same hash, is read by
+--                      (include/fair_turns.lua; fair_by, kept in the same hash, is read by
 --                      the enqueue)
 -- The rate is a GCRA: the rate key holds the theoretical arrival time (TAT, ms by Redis'
 -- clock, text) of the next start; a start moves it one step (interval_ms / rate) on, and

@@ -1,55 +1,13 @@
--- Fair share (queue/limits.py fair_by; the layout in keys.py): while a type's limits name
--- a fairness key (the payload's tenant, orchestrator_id or session_id), each job enqueued
--- with that field waits on its key's list, `<ring>:q:<key>`, and the ring (a list) holds
--- each key with jobs waiting once, plus FAIR_SHARED, the turn of the queue list itself
--- (jobs without the field). The claim serves the ring round robin, one job a turn: it
--- takes the next entry at the ring's right, and puts the entries it served back at the
--- left. A job the claim starts from a key's list keeps its key in its job hash
--- (`fair_key`), so it goes back on that list when it is released, retried, recovered
--- from a dead worker or requeued from the dead letters (include/fair_lists.lua); a
--- scheduled job gets its `fair_key` at the enqueue, and its promotion puts it on its
--- key's list.
+-- Fair share's turns, as the claim takes them (include/fair_keys.lua says how jobs wait):
+-- the ring is served round robin, one job a turn.
+-- @include fair_keys
 
--- @include fair_lists
-local FAIR_FIELDS = {tenant = 1, orchestrator_id = 2, session_id = 3}
 -- Ring entries one take may pass over without a job (a key at its max_running_per_key,
 -- or whose list holds none), beyond one per slot: bounded, so 10,000 capped keys cost a
 -- take no more than this many looks; the ones passed go to the back, and the next take
 -- looks further on.
 local FAIR_MAX_PASSES = 64
 local FAIR_RUNNING_TTL_MS = 86400000  -- keys.py: a key's running set, a day after a start
-
--- The fairness key of each of n jobs, by the field `by` (FAIR_FIELDS), from `blob`: per
--- job the values of tenant, orchestrator_id and session_id, each written
--- "<length in bytes>:<value>" (length 0: the job has none), as queue/producer.py sends
--- them. Returns {[i] = key} for the jobs that have one, or nil and an error text.
-local function fair_keys_of(blob, n, by)
-    local keys, at = {}, 1
-    for i = 1, n do
-        for field = 1, 3 do
-            local colon = string.find(blob, ':', at, true)
-            local length = colon and colon - at <= 6 and tonumber(string.sub(blob, at, colon - 1))
-            if not length or colon + length > #blob + 1 then
-                return nil, 'the fairness values of job ' .. i .. ' do not parse'
-            end
-            if field == by and length > 0 then
-                keys[i] = string.sub(blob, colon + 1, colon + length)
-            end
-            at = colon + length + 1
-        end
-    end
-    return keys
-end
-
--- Enqueue: `ids_by_key` ({key = {ids...}}, `order` its keys in the order first met) go
--- on their keys' lists (include/fair_lists.lua fair_joined). Writes only: the caller
--- checked each list's type.
-local function fair_push(ring, ids_by_key, order)
-    for _, key in ipairs(order) do
-        local ids = ids_by_key[key]
-        fair_joined(ring, key, redis.call('LPUSH', ring .. ':q:' .. key, unpack(ids)), #ids)
-    end
-end
 
 -- Claim: the plan of a take of up to `want` jobs of the normal level, round robin over
 -- the ring `ring` (of `ring_len` entries). `shared_next()` gives the queue list's next
@@ -87,11 +45,7 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         if entry == FAIR_SHARED then
             return s
         end
-        s.list = ring .. ':q:' .. entry
-        local refusal = fair_wrong_type(s.list, 'list')
-        if refusal then
-            return nil, refusal
-        end
+        s.list = ring .. ':q:' .. entry  -- (its type checked by its first read, key_next)
         if cap then
             s.running = ring .. ':r:' .. entry
             local members = redis.pcall('ZRANGE', s.running, 0, -1)
@@ -114,21 +68,25 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         end
         return s
     end
-    -- The next job of a key's list (read `want` at a time from the right, and one more:
-    -- a take of a list's last jobs then knows it emptied it, and the key leaves the ring.
-    -- A key left in the ring with its list empty would be pushed into it a second time by
-    -- the next job to arrive on that list, fair_joined, and get two turns a round), or
-    -- nil.
+    -- The next job of a key's list, or nil (and the refusal of a list of another type).
+    -- Read from the right a window at a time: the first as long as this key's share of
+    -- the take (one job a key when the ring is longer than the take: each LRANGE reply
+    -- costs the script a table), the next ones `want` long.
+    local first = math.max(1, math.ceil(want / ring_len))
     local function key_next(s)
         if s.used == #s.window then
             if s.ended then
                 return nil
             end
-            local chunk = redis.call('LRANGE', s.list, -(#s.window + want + 1), -(#s.window + 1))
+            local size = #s.window == 0 and first or want
+            local chunk = redis.pcall('LRANGE', s.list, -(#s.window + size), -(#s.window + 1))
+            if failed(chunk) then
+                return nil, fair_wrong_type(s.list, 'list') or chunk
+            end
             for i = #chunk, 1, -1 do
                 s.window[#s.window + 1] = chunk[i]
             end
-            s.ended = #chunk <= want
+            s.ended = #chunk < size
             if s.used == #s.window then
                 return nil
             end
@@ -159,7 +117,10 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
                 plan.capped = plan.capped + 1  -- a key with jobs, held at its cap
             end
         else
-            job = key_next(s)
+            job, refusal = key_next(s)
+            if refusal then
+                return nil, refusal
+            end
             if job and s.room then
                 s.room = s.room - 1
             end
@@ -239,8 +200,12 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
                 end
                 windows[#windows + 1] = {s.list, moved}
             end
-            -- (A key read to its list's end, all of it taken: its list is empty now.)
-            emptied[entry] = s.ended and count == #s.window
+            -- A key read to its list's end, all of it taken: its list is empty now; one
+            -- whose whole window is taken but not known to end is looked at after the
+            -- take (`unsure`, by LLEN: a window is as short as the key's share).
+            if count == #s.window then
+                emptied[entry] = s.ended or 'unsure'
+            end
         end
     end
     local function write()
@@ -251,12 +216,19 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
         end
         if top > 0 then
             redis.call('LTRIM', plan.ring, 0, -(top + 1))
-            local pushed = {}
+            local pushed, back = {}, {}
             for _, entry in ipairs(order) do
-                if not emptied[entry] and not pushed[entry] then
-                    pushed[entry] = true
-                    redis.call('LPUSH', plan.ring, entry)
+                local gone = emptied[entry]
+                if gone == 'unsure' then
+                    gone = redis.call('LLEN', plan.state[entry].list) == 0
                 end
+                if not gone and not pushed[entry] then
+                    pushed[entry] = true
+                    back[#back + 1] = entry
+                end
+            end
+            if #back > 0 then  -- (LPUSH a b c: a nearest the right, served first)
+                redis.call('LPUSH', plan.ring, unpack(back))
             end
         end
         -- The queue list's turn alone left: the ring is done (plain FIFO again).
