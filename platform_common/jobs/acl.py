@@ -634,6 +634,7 @@ ROLES: dict[str, AclRole] = {
                         "result:*",
                         "paused",
                         "limits",
+                        "fair",  # fair share's ring (a requeued job back on its key's list)
                     ),
                 ),
                 # Their checks before the first write (key types, the enqueued counter,
@@ -651,8 +652,17 @@ ROLES: dict[str, AclRole] = {
                         _queue("job:*"),
                         _queue("paused"),
                         _queue("limits"),
+                        _queue("fair"),
+                        _queue("fair:q:*"),
+                        _queue("fair:since"),
                     ),
                 ),
+                # Fair share: a requeued job with a fairness key goes back on its key's
+                # list, and the key into the ring if that list was empty (its LLEN), waiting
+                # from now in the ring's since hash.
+                Grant(("llen",), (_queue("fair"),)),
+                Grant(("lpush",), _written("fair", "fair:q:*")),
+                Grant(("hset",), _written("fair:since")),
                 Grant(("hget",), (_queue("stats"),)),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.

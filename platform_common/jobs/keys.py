@@ -121,15 +121,20 @@ Queue (one set per agent type), prefix default "jobs":
                                      plus FAIR_SHARED_ENTRY, the `queue` list's own turn;
                                      the claim takes the next entry at the right, one job
                                      a turn, and puts it back at the left (round robin).
-                                     Written by the enqueue (a key whose list was empty
-                                     joins) and the claim (a key whose list it empties
-                                     leaves; the last key gone, the ring is deleted).
+                                     Written by the enqueue, the fail (release, the
+                                     reaper), the promoter and a dead-letter requeue (a
+                                     key whose list was empty joins) and the claim (a key
+                                     whose list it empties leaves; the last key gone, the
+                                     ring is deleted).
     jobs:{type}:fair:q:<key>  LIST   ids of the jobs of fairness key <key> enqueued while
                                      fair share was on (LPUSH in, taken from the right,
                                      as `queue`); like `queue` it may hold the id of a job
                                      that expired or was cancelled while it waited, which
-                                     the claim drops. Retries, scheduled and requeued
-                                     jobs wait on `queue` (the ring's shared turn).
+                                     the claim drops. A job started from it keeps its key
+                                     (job hash field `fair_key`; a scheduled job gets it
+                                     at the enqueue): released, retried, recovered by the
+                                     reaper or requeued, it comes back here (RPUSH, as
+                                     `queue`; a requeue LPUSHes, as an enqueue).
     jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) it has waited since
                                      without a start: written when it joins the ring and
                                      each time the claim serves it, deleted when it leaves
@@ -306,7 +311,8 @@ waits on the `queue` list itself, the others on `queue:<level>`."""
 
 FAIR_SHARED_ENTRY = ""
 """The entry of fair share's ring that stands for the `queue` list's turn (a fairness key
-is never empty): jobs without the key, retries, scheduled and requeued jobs wait there."""
+is never empty): jobs without the key wait there (a job with one keeps it through its
+retries, a release, the reaper and a requeue: job hash field `fair_key`)."""
 
 WAKE_MARKER = "^wake"
 """What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle

@@ -1,9 +1,11 @@
 """Fair share (queue/limits.py fair_by; lua/include/fair_keys.lua, fair_turns.lua): with a
 fairness key set, the enqueue puts each job with that payload field on its key's list and
 the key in the ring; the claim serves the ring round robin, one job a turn, the queue list
-(jobs without the key, retries, scheduled and requeued ones) taking a turn like a key.
-max_running_per_key skips a key whose started jobs still hold that many leases. Runs on a
-single node and on the cluster (every key of the type shares its slot)."""
+(jobs without the key) taking a turn like a key. max_running_per_key skips a key whose
+started jobs still hold that many leases. A job keeps its key (job hash field `fair_key`)
+through a release, retries, the reaper and a dead-letter requeue, and a scheduled one gets
+it at the enqueue. Runs on a single node and on the cluster (every key of the type shares
+its slot)."""
 
 from __future__ import annotations
 
@@ -384,3 +386,198 @@ async def test_since_when_each_key_waits_without_a_start(env: Env) -> None:
     await env.raw.zrem(DINING.leases, *await env.raw.zrange(DINING.leases, 0, -1))
     await taken(env, 1, "worker-2")  # a's last: the ring and its hash go
     assert not await env.raw.exists(DINING.fair_ring, DINING.fair_since)
+
+
+# -- a job keeps its key -----------------------------------------------------------------
+# A job started from its key's list keeps the key in its job hash (`fair_key`): released,
+# retried, recovered from a dead worker or requeued from the dead letters, it goes back on
+# that list (the ring taking the key back if it had left), never to the shared list,
+# where its key's turn and max_running_per_key would not count it.
+A_LIST = DINING.fair_list("tenant-a")
+
+
+async def ring(env: Env) -> list[str]:
+    entries: list[str] = await env.raw.lrange(DINING.fair_ring, 0, -1)
+    return entries
+
+
+async def test_a_released_job_goes_back_on_its_keys_list(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    [a] = await keyed(env, "tenant-a")
+    assert await taken(env, 1) == [a]
+    assert await env.raw.hget(DINING.job(a), "fair_key") == "tenant-a"  # the claim wrote it
+    assert not await env.raw.exists(DINING.fair_ring)  # its list emptied: the ring is done
+    await env.raw.delete(DINING.queue)  # (the enqueue's wake marker, dropped by no take)
+    assert await env.leases.fail(a, "worker-1-0-1", "bye", mode="release") == "released"
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a]
+    # The key is back in the ring, after the shared list's turn (the ring was empty).
+    assert await ring(env) == ["tenant-a", FAIR_SHARED_ENTRY]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [WAKE_MARKER]  # an idle worker wakes
+    assert await taken(env, 1, "worker-2") == [a]
+
+
+async def test_a_retry_goes_back_on_its_keys_list_ahead_of_the_keys_next_jobs(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    a = await keyed(env, "tenant-a", 2)
+    b = await keyed(env, "tenant-b", 1)
+    assert await taken(env, 1) == [a[0]]
+    assert await env.leases.fail(a[0], "worker-1-0-1", "boom") == "retrying"
+    await env.raw.zadd(DINING.delayed, {a[0]: 0}, xx=True)  # due now
+    assert await env.chores.promote() == 1
+    # At the consuming end: it waited its turn already.
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a[1], a[0]]
+    assert b[0] not in await env.raw.lrange(DINING.queue, 0, -1)
+    assert a[0] not in await env.raw.lrange(DINING.queue, 0, -1)
+    assert await taken(env, 3, "worker-2") == [b[0], a[0], a[1]]
+
+
+async def test_a_retry_brings_its_key_back_into_the_ring(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    [a] = await keyed(env, "tenant-a")
+    assert await taken(env, 1) == [a]
+    assert await env.leases.fail(a, "worker-1-0-1", "boom") == "retrying"
+    await env.raw.zadd(DINING.delayed, {a: 0}, xx=True)
+    assert not await env.raw.exists(DINING.fair_since)  # (the ring gone with its last key)
+    assert await env.chores.promote() == 1
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a]
+    assert await ring(env) == ["tenant-a", FAIR_SHARED_ENTRY]
+    assert list(await env.raw.hgetall(DINING.fair_since)) == ["tenant-a"]  # waits from now
+    assert await taken(env, 1, "worker-2") == [a]
+
+
+async def test_a_requeued_dead_letter_goes_back_on_its_keys_list(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    [a] = await keyed(env, "tenant-a")
+    assert await taken(env, 1) == [a]
+    assert await env.leases.fail(a, "worker-1-0-1", "boom", mode="corrupt") == "dead"
+    await env.raw.delete(DINING.queue)  # (the enqueue's wake marker)
+    assert await env.queue.dead_letters.requeue("dining", [a]) == [a]
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a]
+    assert await ring(env) == ["tenant-a", FAIR_SHARED_ENTRY]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [WAKE_MARKER]
+    assert await taken(env, 1, "worker-2") == [a]
+
+
+async def test_a_scheduled_job_lands_on_its_keys_list_when_due(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    one = await env.queue.enqueue(make_job(tenant="tenant-a"), delay=30)
+    many = await env.queue.enqueue_many(
+        [make_job(tenant="tenant-b"), make_job(), make_job(tenant="tenant-a")], delay=30
+    )
+    fields = [await env.raw.hget(DINING.job(job_id), "fair_key") for job_id in [one, *many]]
+    assert fields == ["tenant-a", "tenant-b", None, "tenant-a"]
+    # Counted as keyed now: the claim reads the ring once the promoter fills it.
+    assert await env.counter("fair_keyed") == "3"
+    assert not await env.raw.exists(DINING.fair_ring)
+    for job_id in [one, *many]:
+        await env.raw.zadd(DINING.delayed, {job_id: 0}, xx=True)
+    assert await env.chores.promote() == 4
+    assert sorted(await env.raw.lrange(A_LIST, 0, -1)) == sorted([one, many[2]])
+    assert await env.raw.lrange(DINING.fair_list("tenant-b"), 0, -1) == [many[0]]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [many[1]]
+    assert sorted(await ring(env)) == sorted([FAIR_SHARED_ENTRY, "tenant-a", "tenant-b"])
+    assert sorted(await taken(env, 4)) == sorted([one, *many])
+
+
+async def test_a_recovered_job_counts_against_its_keys_cap(env: Env) -> None:
+    """max_running_per_key=1: the job of a worker that died goes back on its key's list
+    (the reaper, fail mode "lost", then the promoter), so it and the key's next job do
+    not run at once."""
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=1)
+    a = await keyed(env, "tenant-a", 2)
+    assert await taken(env, 2) == [a[0]]
+    await env.raw.zadd(DINING.leases, {a[0]: 0}, xx=True)  # its lease lapsed: worker gone
+    report = await env.chores.reap()
+    assert report.retried == 1
+    await env.raw.zadd(DINING.delayed, {a[0]: 0}, xx=True)
+    assert await env.chores.promote() == 1
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a[1], a[0]]
+    # One of A's at a time: the recovered one first, the next waits for its slot.
+    assert await taken(env, 2, "worker-2") == [a[0]]
+    with pytest.raises(TypeHeldBack):
+        await taken(env, 2, "worker-3")
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a[1]]
+
+
+async def test_a_job_taken_before_its_claim_by_a_dead_worker_goes_back_to_its_key(
+    env: Env,
+) -> None:
+    """The reaper's "lost" mode on a job that never started (state queued): a released
+    keyed job moved into processing by hand stands for a worker's BLMOVE."""
+    await env.queue.set_limits("dining", fair_by="tenant")
+    [a] = await keyed(env, "tenant-a")
+    assert await taken(env, 1) == [a]
+    assert await env.leases.fail(a, "worker-1-0-1", "bye", mode="release") == "released"
+    assert await env.raw.lmove(A_LIST, DINING.processing, "RIGHT", "LEFT") == a
+    await env.raw.zadd(DINING.leases, {a: 0})
+    report = await env.chores.reap()
+    assert report.requeued == 1
+    assert await env.raw.lrange(A_LIST, 0, -1) == [a]
+
+
+async def test_a_wrong_typed_key_list_is_refused_on_the_way_back(env: Env) -> None:
+    """Release, the reaper ("lost"), the promoter and a dead-letter requeue: each refuses a
+    key list of another type before its first write (the key is in no KEYS: named by
+    the refusal all the same)."""
+    await env.queue.set_limits("dining", fair_by="tenant")
+    released, retry, lost, dead = await keyed(env, "tenant-a", 4)
+    assert await taken(env, 4) == [released, retry, lost, dead]
+    assert await env.leases.fail(retry, "worker-1-1-4", "boom") == "retrying"
+    await env.raw.zadd(DINING.delayed, {retry: 0}, xx=True)
+    assert await env.leases.fail(dead, "worker-1-3-4", "boom", mode="corrupt") == "dead"
+    await env.raw.zadd(DINING.leases, {lost: 0}, xx=True)
+    await env.raw.hset(DINING.job(lost), "state", "queued")  # (taken, never claimed)
+    await env.raw.set(A_LIST, "planted")
+    await faults.refused(
+        env, lambda: env.leases.fail(released, "worker-1-0-4", "bye", mode="release"), A_LIST
+    )
+    await faults.refused(env, env.chores.reap, A_LIST)
+    await faults.refused(env, env.chores.promote, A_LIST)
+    await faults.refused(env, lambda: env.queue.dead_letters.requeue("dining", [dead]), A_LIST)
+
+
+async def test_without_the_ring_a_keyed_job_goes_back_to_the_shared_list(env: Env) -> None:
+    """An older caller passes no ring: the fail, promote and requeue scripts put a keyed job
+    on the queue list, as before fair share."""
+    await env.queue.set_limits("dining", fair_by="tenant")
+    released, retry, dead = await keyed(env, "tenant-a", 3)
+    assert await taken(env, 3) == [released, retry, dead]
+    await env.raw.delete(DINING.queue)  # (the enqueue's wake marker)
+    connection = env.queue.connection
+    scripts = connection.scripts
+    keys, args = env.leases.fail_call(released, "worker-1-0-3", "bye", "release")
+    assert keys[-1] == DINING.fair_ring
+    assert await connection.run_script(scripts.fail, keys[:-1], args) == ["released"]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [released]
+    assert await env.leases.fail(retry, "worker-1-1-3", "boom") == "retrying"
+    await env.raw.zadd(DINING.delayed, {retry: 0}, xx=True)
+    promote_keys = [DINING.delayed, DINING.queue, DINING.waiting, *DINING.level_queues]
+    assert await connection.run_script(scripts.promote, promote_keys, [10, DINING.job("")]) == 1
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [released, retry]
+    assert await env.leases.fail(dead, "worker-1-2-3", "boom", mode="corrupt") == "dead"
+    requeue_keys = [DINING.dead, DINING.queue, DINING.expiry, DINING.stats, DINING.waiting]
+    requeue_keys += [DINING.job(dead), DINING.result(dead), *DINING.level_queues]
+    requeued = await connection.run_script(scripts.dead_requeue, requeue_keys, ["dead", "", dead])
+    assert requeued == [1]
+    assert await env.raw.lrange(DINING.queue, 0, -1) == [dead, released, retry]
+    assert not await env.raw.exists(A_LIST)
+    assert not await env.raw.exists(DINING.fair_ring)
+
+
+async def test_a_since_hash_of_another_type_is_refused_on_the_way_back(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    released, retry, dead = await keyed(env, "tenant-a", 3)
+    assert await taken(env, 3) == [released, retry, dead]
+    assert await env.leases.fail(retry, "worker-1-1-3", "boom") == "retrying"
+    await env.raw.zadd(DINING.delayed, {retry: 0}, xx=True)
+    assert await env.leases.fail(dead, "worker-1-2-3", "boom", mode="corrupt") == "dead"
+    await env.plant(DINING.fair_since, "string")
+    await faults.refused(
+        env,
+        lambda: env.leases.fail(released, "worker-1-0-3", "bye", mode="release"),
+        DINING.fair_since,
+    )
+    await faults.refused(env, env.chores.promote, DINING.fair_since)
+    await faults.refused(
+        env, lambda: env.queue.dead_letters.requeue("dining", [dead]), DINING.fair_since
+    )

@@ -82,6 +82,9 @@
 -- leased jobs; a take that finds only such keys (and nothing else waiting) starts none
 -- and replies {"capped"}, its passes counted in held_back_max_running_per_key. Given
 -- jobs while the ring holds entries go back as for Levels ({"levels"}: the worker takes).
+-- A job started from a key's list gets the key into its job hash's `fair_key` (its
+-- release, retries, recovery and requeue put it back on that list:
+-- include/fair_keys.lua).
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -604,6 +607,12 @@ for i = 1, n do
                     exp .. ',' .. ttl .. ',' .. max)
             end
         end
+        -- Fair share: taken from its key's list, it keeps its key (its retries, a release,
+        -- a recovery or a requeue put it back there: include/fair_keys.lua).
+        if fair_jobs and fair_jobs[ids[i]] then
+            job.fields[#job.fields + 1] = 'fair_key'
+            job.fields[#job.fields + 1] = fair_jobs[ids[i]]
+        end
         if enq and #enq <= 15 then
             local second = tonumber(enq) - tonumber(enq) % arrival_ms
             job.second = second
@@ -652,8 +661,9 @@ for i = 1, n do
     if unpacked[i] and not read_packed then
         records[i] = {}
     else
+        -- (fair_key: Fair share, read with the rest so a job that keeps it is not written)
         local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
-            'attempts', 'max_attempts', 'payload', 'trace_context')
+            'attempts', 'max_attempts', 'payload', 'trace_context', 'fair_key')
         if failed(f) then
             return job_refusal(i) or f
         end
@@ -796,6 +806,13 @@ for i = 1, n do
         if not f[5] or attempts then
             attempts = (attempts or 0) + 1
         end
+        -- Fair share: taken from a key's list, it keeps its key: one more HSET for a job
+        -- whose job hash lacks it (a job back on its key's list has it already; one
+        -- written by hand may not). A job of the queue list pays nothing.
+        local fair_key = fair_jobs and fair_jobs[job_id]
+        if fair_key == f[9] then
+            fair_key = nil
+        end
         if problem then
             if attempts then
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
@@ -809,6 +826,7 @@ for i = 1, n do
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'corrupt', token, problem, now}
         elseif now >= int(f[3]) then
+            fair_key = nil  -- (expired: its job hash is deleted)
             -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
             -- leading zero ("060"), which int() reads.
             local ttl = string.format('%d', int(f[4]))
@@ -831,6 +849,9 @@ for i = 1, n do
             arrived[#arrived + 1] = job_id
             out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
                 f[8] or false}
+        end
+        if fair_key then
+            redis.call('HSET', job_key, 'fair_key', fair_key)
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):

@@ -7,6 +7,12 @@
 -- KEYS[6+2m] high list, KEYS[7+2m] low list (optional, both or neither; m the number of
 --         job ids): Levels, a job whose job hash's `priority` is high or low goes back on
 --         its level's list (waking an idle worker as an enqueue of its level does)
+-- KEYS[8+2m] fair share's ring (optional, after the high and low lists; keys.py `fair`):
+--         a normal job whose job hash keeps a `fair_key` (the claim wrote it: it was
+--         started from that key's list) goes back on its key's list, `<ring>:q:<key>`, as
+--         an enqueue puts it there (include/fair_keys.lua: the key into the ring if its
+--         list was empty, a wake marker on the queue list while that is empty). Absent: on
+--         the queue list, as before fair share.
 -- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
 -- ARGV[2] the moment, Redis ms: only jobs that ended (finished_at) no later are requeued;
 --         '' for any time
@@ -24,20 +30,26 @@
 -- A key of another type, the ttl of a record to requeue or the enqueued counter that
 -- does not parse is refused with the error reply "CORRUPT <position in KEYS> <problem>"
 -- before the first write (an argument that does not parse with "ERR"): every record is
--- read and checked first, then everything is written.
+-- read and checked first, then everything is written. A key list of another type (in no
+-- KEYS) is refused with "CORRUPT 0 <key> <problem>", before the first write too.
 -- @include time
 -- @include numbers
 -- @include key_types
 -- @include kept_list
 -- @include levels
+-- @include fair_keys
 local now = now_ms()
 
 local m = #ARGV - 2
 local high_list, low_list = KEYS[6 + 2 * m], KEYS[7 + 2 * m]  -- Levels (optional)
+local ring = KEYS[8 + 2 * m]  -- Fair share (optional)
 local typed = {{1, 'list'}, {2, 'list'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'}}
 if low_list then
     typed[#typed + 1] = {6 + 2 * m, 'list'}
     typed[#typed + 1] = {7 + 2 * m, 'list'}
+end
+if ring then
+    typed[#typed + 1] = {8 + 2 * m, 'list'}
 end
 local refusal = wrong_types(typed)
 if refusal then
@@ -58,19 +70,28 @@ end
 local STALE, NEWER = 'stale', 'newer'  -- kept_verdict's words
 local verdicts = {}
 local priorities = {}  -- Levels: each job's `priority` field
+local fair_keys = {}  -- Fair share: each job's `fair_key` field
 for i = 1, #ARGV - 2 do
     local index = 4 + 2 * i
     local found = redis.call('TYPE', KEYS[index]).ok
     if found == 'hash' then
         local fields = redis.call('HMGET', KEYS[index], 'state', 'finished_at', 'ttl',
-            'priority')
+            'priority', 'fair_key')
         priorities[i] = fields[4]
+        fair_keys[i] = fields[5]
         local ttl = fields[3]
         local verdict = kept_verdict(fields[1], fields[2], kept_state, moment)
         if verdict then
             verdicts[i] = verdict
         elseif ttl and #ttl <= 12 and string.find(ttl, '^%d+$') and tonumber(ttl) > 0 then
             verdicts[i] = tonumber(ttl)
+            -- Fair share: the key list it goes back to, checked now (in no KEYS).
+            local keyed = level_list(priorities[i], KEYS[2], high_list, low_list) == KEYS[2]
+                and fair_home(ring, fair_keys[i])
+            local wrong = keyed and fair_home_refusal(ring, keyed)
+            if wrong then
+                return wrong
+            end
         else
             return corrupt(index, 'field ttl of the job does not parse: ' .. shown(ttl))
         end
@@ -103,9 +124,17 @@ for i = 1, #ARGV - 2 do
         redis.call('DEL', KEYS[5 + 2 * i])
         redis.call('ZADD', KEYS[3], expires_at, job_id)
         local list = level_list(priorities[i], KEYS[2], high_list, low_list)
-        redis.call('LPUSH', list, job_id)
-        if list ~= KEYS[2] then
+        local keyed = list == KEYS[2] and fair_home(ring, fair_keys[i])
+        if keyed then
+            -- Fair share: at the back of its key's list, as an enqueue puts it there.
+            fair_joined(ring, fair_keys[i], redis.call('LPUSH', keyed, job_id), 1,
+                string.format('%d', now))
             wake_idle(KEYS[2], 1)
+        else
+            redis.call('LPUSH', list, job_id)
+            if list ~= KEYS[2] then
+                wake_idle(KEYS[2], 1)
+            end
         end
         redis.call('ZADD', KEYS[5], now, job_id)
         codes[i] = 1

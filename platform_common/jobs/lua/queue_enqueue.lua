@@ -23,10 +23,11 @@
 -- ARGV[9+5n] optional: the priority level of every job of the call, "h" (high) or "l"
 --           (low); absent or "" is normal (queue/priority.py). Then KEYS[10+3n] is that
 --           level's list (and KEYS[8+3n], KEYS[9+3n] are given too; see Levels)
--- ARGV[10+5n] optional: each job's fairness values (include/fair_keys.lua fair_keys_of: its
---           tenant, orchestrator_id and session_id, each "<bytes>:<value>"); then
---           KEYS[11+3n] is the limits hash and KEYS[12+3n] the ring (keys.py `fair`),
---           and ARGV[8+5n], ARGV[9+5n], KEYS[8+3n..10+3n] are given too (see Fair share)
+-- ARGV[10+5n] optional: each job's fairness values (include/fair_keys.lua fair_keys_of:
+--           its tenant, orchestrator_id and session_id, each "<bytes>:<value>"), for
+--           a call of normal jobs, scheduled or not; then KEYS[11+3n] is the limits
+--           hash and KEYS[12+3n] the ring (keys.py `fair`), and ARGV[8+5n], ARGV[9+5n],
+--           KEYS[8+3n..10+3n] are given too (see Fair share)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -52,14 +53,16 @@
 -- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
 -- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
 -- normal call reads and writes nothing more than before levels existed.
--- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal jobs due
--- now reads the limits' `fair_by` (one HGET); when it names a field, each job that has
+-- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal
+-- jobs reads the limits' `fair_by` (one HGET); when it names a field, each job that has
 -- that field waits on its key's list instead of the queue list (never in deadline order:
 -- it gets its expiry bucket entry, as a level's job does), its key joins the ring if its
 -- list was empty, a wake marker goes on the queue list while that is empty, and the
 -- stats field `fair_keyed` counts the jobs (the claim reads the ring only once it is
--- above 0). Jobs without the field, scheduled ones and those of a level go where they
--- went before. A fairness value that does not parse is refused before any write.
+-- above 0). A scheduled one keeps its key in its job hash (`fair_key`), for the
+-- promoter, which queues it on its key's list, and is counted in `fair_keyed` now. Jobs
+-- without the field and those of a level go where they went before. A fairness value
+-- that does not parse is refused before any write.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -173,10 +176,10 @@ local function leveled_problem()
 end
 
 -- Fair share: each job's fairness key ({[i] = key}, the jobs without one absent), when
--- the limits name a field and the call is of normal jobs due now; else nil.
+-- the limits name a field and the call is of normal jobs; else nil.
 local fair_keys = nil
 local fair_values = ARGV[10 + 5 * n]
-if fair_values and fair_values ~= '' and not level and not (schedule and schedule ~= '') then
+if fair_values and fair_values ~= '' and not level then
     local by = redis.pcall('HGET', KEYS[11 + 3 * n], 'fair_by')
     if type(by) == 'table' then
         return wrong_type(11 + 3 * n, 'hash') or by
@@ -219,6 +222,13 @@ if schedule and schedule ~= '' then
             jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
         end
     end
+    -- Fair share: the jobs of this call that keep a key (for the promoter).
+    local keyed = 0
+    for _, job in ipairs(jobs) do
+        if fair_keys and fair_keys[job[1]] then
+            keyed = keyed + 1
+        end
+    end
     if #jobs == 0 then
         return {'ok', 0}
     end
@@ -227,7 +237,7 @@ if schedule and schedule ~= '' then
     end
     local delayed, expiry = 8 + 3 * n, 9 + 3 * n
     local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
-        or (level and leveled_problem())
+        or (level and leveled_problem()) or (keyed > 0 and counter_problem('fair_keyed'))
     if problem then
         return problem
     end
@@ -248,6 +258,9 @@ if schedule and schedule ~= '' then
     if level then
         redis.call('HINCRBY', KEYS[2], 'leveled', #jobs)  -- checked above
     end
+    if keyed > 0 then
+        redis.call('HINCRBY', KEYS[2], 'fair_keyed', keyed)  -- checked above
+    end
     local now_text, due_text = string.format('%d', now), string.format('%d', due)
     local dues, deadlines = {}, {}
     for _, job in ipairs(jobs) do
@@ -263,6 +276,10 @@ if schedule and schedule ~= '' then
         if trace_context ~= '' then
             fields[#fields + 1] = 'trace_context'
             fields[#fields + 1] = trace_context
+        end
+        if fair_keys and fair_keys[i] then  -- Fair share: for the promoter, as `priority`
+            fields[#fields + 1] = 'fair_key'
+            fields[#fields + 1] = fair_keys[i]
         end
         redis.call('HSET', KEYS[5 + 3 * i], unpack(fields))
         dues[#dues + 1] = due_text
@@ -387,12 +404,12 @@ if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
 problem = problem or (level and leveled_problem())
-local fair_joining_keys = nil  -- (Fair share: the keys whose lists were empty)
 if fair_count > 0 and not problem then
     local ring = KEYS[12 + 3 * n]
     problem = wrong_type(12 + 3 * n, 'list') or counter_problem('fair_keyed')
     if not problem then
-        fair_joining_keys, problem = fair_joining(ring, fair_order)
+        local _
+        _, problem = fair_joining(ring, fair_order)
     end
 end
 if problem then
@@ -471,8 +488,7 @@ end
 if fair_count > 0 then
     -- Fair share: the ids on their keys' lists, each new key into the ring; a wake
     -- marker while the queue list is empty (an idle worker blocks there).
-    fair_push(KEYS[12 + 3 * n], fair_ids, fair_order, fair_joining_keys,
-        string.format('%d', now))
+    fair_push(KEYS[12 + 3 * n], fair_ids, fair_order, string.format('%d', now))
     wake_idle(KEYS[1], fair_count)
 end
 return {'ok', written}

@@ -15,6 +15,13 @@
 -- KEYS[14] cancels hash    (optional, after 11 to 13: job id -> reason of a cancel
 --                          request; absent: no cancel fence. The Python worker and
 --                          reaper always pass it)
+-- KEYS[15] fair share's ring (optional, after 11 to 14; keys.py `fair`): a job given back
+--                          to the queue whose job hash keeps a `fair_key` (the claim
+--                          wrote it: started from that key's list) and is of priority
+--                          normal goes back on its key's list, `<ring>:q:<key>`, the key
+--                          into the ring if its list was empty, a wake marker on the
+--                          queue list while that is empty (include/fair_keys.lua).
+--                          Absent: on the queue list, as before fair share.
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -40,7 +47,8 @@
 -- All-or-nothing: every key's type, the counters this call may bump and ARGV[10] are
 -- checked before the first write. A key of another type or a counter that is not an
 -- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>"
--- (nothing written; the lease stays, so the reaper tries again once it lapses).
+-- (nothing written; the lease stays, so the reaper tries again once it lapses); the key
+-- list a job goes back to, in no KEYS, with "CORRUPT 0 <key> <problem>".
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
 -- Cancel (queue/cancel.py): an attempt of a job with a cancel request (its entry in the
@@ -56,12 +64,13 @@
 -- @include numbers
 -- @include key_types
 -- @include levels
+-- @include fair_keys
 local job_id = ARGV[1]
 local mode = ARGV[2]
 
 local kinds = {'list', 'zset', 'zset', 'list', 'list', 'zset', 'hash', 'hash', nil, 'zset',
-    'list', 'list', 'list', 'hash'}
-for i = 1, 14 do
+    'list', 'list', 'list', 'hash', 'list'}
+for i = 1, 15 do
     local refusal = kinds[i] and KEYS[i] and wrong_type(i, kinds[i])
     if refusal then
         return refusal
@@ -123,9 +132,9 @@ end
 
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[8], 'state', 'token', 'attempts', 'max_attempts', 'ttl',
-    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority')
+    'worker', 'started_at', 'history', 'expires_at', 'trace_context', 'priority', 'fair_key')
 -- Cancel: the request, if the caller passed the cancels hash (its type checked above).
-f[12] = KEYS[14] and redis.call('HGET', KEYS[14], job_id) or nil
+f[13] = KEYS[14] and redis.call('HGET', KEYS[14], job_id) or nil
 local state = f[1]
 if f[9] and not state then
     state = 'queued'  -- enqueue writes no 'state' field
@@ -136,8 +145,23 @@ local function drop_lease()
     redis.call('ZREM', KEYS[2], job_id)
 end
 
--- Back on the queue (its consuming end): Levels, on its level's list.
-local function back_to_its_level()
+-- Back on the queue (its consuming end): Levels, on its level's list; Fair share, a
+-- normal job with a `fair_key` on its key's list (KEYS[15] passed). The key list (nil:
+-- none) and its refusal (it holds another type) are read before the first write.
+local function its_key_list()
+    if level_list(f[11], KEYS[5], KEYS[12], KEYS[13]) ~= KEYS[5] then
+        return nil, nil
+    end
+    local keyed = fair_home(KEYS[15], f[12])
+    return keyed, keyed and fair_home_refusal(KEYS[15], keyed)
+end
+local function back_to_its_level(keyed)
+    if keyed then
+        fair_joined(KEYS[15], f[12], redis.call('RPUSH', keyed, job_id), 1,
+            string.format('%d', now))
+        wake_idle(KEYS[5], 1)
+        return
+    end
     local list = level_list(f[11], KEYS[5], KEYS[12], KEYS[13])
     redis.call('RPUSH', list, job_id)
     if list ~= KEYS[5] then
@@ -161,7 +185,7 @@ local function end_cancelled()
     redis.call('HSET', KEYS[8], 'state', 'cancelled', 'finished_at', now)
     redis.call('PEXPIRE', KEYS[8], string.format('%d', keep * 1000))
     redis.call('SET', KEYS[9], '{"status":"cancelled","result":null,"error":'
-        .. cjson.encode(f[12] ~= '' and f[12] or 'cancelled') .. '}', 'EX', keep)
+        .. cjson.encode(f[13] ~= '' and f[13] or 'cancelled') .. '}', 'EX', keep)
     redis.call('HINCRBY', KEYS[7], 'cancelled', 1)
     redis.call('HDEL', KEYS[14], job_id)
     redis.call('PUBLISH', ARGV[5], job_id)
@@ -179,8 +203,12 @@ if mode == 'lost' then
     end
     if state == 'queued' or state == 'retrying' then
         -- Taken with BLMOVE by a worker that died before claiming it: not an attempt.
+        local keyed, refusal = its_key_list()
+        if refusal then
+            return refusal
+        end
         drop_lease()
-        back_to_its_level()
+        back_to_its_level(keyed)
         redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'requeued'}
     end
@@ -188,7 +216,7 @@ if mode == 'lost' then
         drop_lease()
         return {'skip'}
     end
-    if f[12] then
+    if f[13] then
         return end_cancelled()  -- cancel
     end
     -- The stale worker must not be able to complete, fail or replay this attempt.
@@ -200,10 +228,14 @@ else
     if state ~= 'running' then
         return {'replay', state}
     end
-    if f[12] then
+    if f[13] then
         return end_cancelled()  -- cancel
     end
     if mode == 'release' then
+        local keyed, refusal = its_key_list()
+        if refusal then
+            return refusal
+        end
         drop_lease()
         -- HSET of the parsed value, not HINCRBY: HINCRBY refuses a field int() reads
         -- ("007", "-0") and would fail after drop_lease's writes.
@@ -212,7 +244,7 @@ else
         end
         redis.call('HSET', KEYS[8], 'state', 'queued')
         redis.call('HDEL', KEYS[8], 'token')
-        back_to_its_level()
+        back_to_its_level(keyed)
         redis.call('ZADD', KEYS[10], 'NX', now, job_id)
         return {'released'}
     end

@@ -202,7 +202,8 @@ class DeadLetters:
         *,
         levels: bool = False,
     ) -> ActedOn:
-        """`levels`: the script takes the high and low lists after the jobs' keys."""
+        """`levels`: the script takes the high and low lists after the jobs' keys, then
+        fair share's ring."""
         outcome = ActedOn()
         for start in range(0, len(job_ids), BATCH):
             chunk = list(job_ids[start : start + BATCH])
@@ -210,7 +211,7 @@ class DeadLetters:
             for job_id in chunk:
                 script_keys += [wire(keys.job(job_id)), wire(keys.result(job_id))]
             if levels:
-                script_keys += keys.level_queues
+                script_keys += [*keys.level_queues, keys.fair_ring]
             args = [self._state.value, "" if as_of is None else str(as_of)]
             codes = await self._connection.run_script(
                 script, script_keys, [*args, *(wire(j) for j in chunk)]

@@ -63,8 +63,8 @@ class _ScriptKeys:
         self.fair = [keys.delayed, keys.expiry, keys.level_queue("high"), keys.limits]
         self.fair.append(keys.fair_ring)
         """The keys a call with fairness values adds after every job's own (the scheduled
-        and level slots given, unused): the limits hash, whose fair_by the script reads,
-        and fair share's ring."""
+        slots, used by a scheduled call, and the level's, unused): the limits hash, whose
+        fair_by the script reads, and fair share's ring."""
         self.job = keys.job("")
         self.result = keys.result("")
         self.bucket = keys.expiring_bucket(0).removesuffix("0")
@@ -182,13 +182,14 @@ class Producer:
             # Levels: the schedule's slots (given, even unused), then the level's list.
             script_keys += [*type_keys.scheduled, *type_keys.levels[level]]
             args += [context, schedule.argument if schedule else "", priority_code(level)]
+        elif prepared.fairness:
+            # Fair share: the script routes the job by its limits' fair_by (one HGET); a
+            # scheduled one keeps its key for the promoter.
+            script_keys += type_keys.fair
+            args += [context, schedule.argument if schedule else "", "", prepared.fairness]
         elif schedule is not None:
             script_keys += type_keys.scheduled
             args += [context, schedule.argument]
-        elif prepared.fairness:
-            # Fair share: the script routes the job by its limits' fair_by (one HGET).
-            script_keys += type_keys.fair
-            args += [context, "", "", prepared.fairness]
         elif context:  # none at all is no argument (the script keeps none either way)
             args.append(context)
         # Eager: a lone enqueue goes out from this task at once (the script recognises
@@ -381,14 +382,14 @@ class Producer:
             if level != DEFAULT_PRIORITY:
                 script_keys += [*type_keys.scheduled, *type_keys.levels[level]]
                 args += [schedule.argument if schedule else "", priority_code(level)]
-            elif schedule is not None:
-                script_keys += type_keys.scheduled
-                args.append(schedule.argument)
             elif any(job.fairness for _, job in chunk):
                 # Fair share: every job's values, "" read as none each (0: per field).
                 script_keys += type_keys.fair
                 fairness = (job.fairness or _NO_FAIRNESS for _, job in chunk)
-                args += ["", "", "".join(fairness)]
+                args += [schedule.argument if schedule else "", "", "".join(fairness)]
+            elif schedule is not None:
+                script_keys += type_keys.scheduled
+                args.append(schedule.argument)
             yield script_keys, args
 
     def _type_keys(self, agent_type: str) -> _ScriptKeys:

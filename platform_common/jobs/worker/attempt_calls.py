@@ -320,7 +320,7 @@ class AttemptCalls:
         error_class = error_class or error_class_of(error, mode)
         return (
             [*self._fail_keys, keys.job(job_id), keys.result(job_id), keys.waiting, keys.failed,
-             *keys.level_queues, keys.cancels],
+             *keys.level_queues, keys.cancels, keys.fair_ring],
             [job_id, mode, token, error, keys.channel, *self._backoff, traceback, self._retention,
              error_class, MAX_ERROR_CLASSES],
         )  # fmt: skip

@@ -124,7 +124,7 @@ class Chores:
         return int(
             await self._connection.run_script(
                 self._connection.scripts.promote,
-                [keys.delayed, keys.queue, keys.waiting, *keys.level_queues],
+                [keys.delayed, keys.queue, keys.waiting, *keys.level_queues, keys.fair_ring],
                 [PROMOTE_BATCH, keys.job("")],
             )
         )
