@@ -40,6 +40,7 @@ from platform_common.jobs.keys import (
     QueueKeys,
     latency_bucket_field,
 )
+from platform_common.jobs.queue.payload import fairness_values
 from platform_common.jobs.redis.script import assemble, lua_source
 from tests.support.redis_server import RedisServer
 from tests.support.sync_redis import sync_reply
@@ -107,18 +108,28 @@ def git_reader(ref: str) -> Callable[[str], str]:
     return read
 
 
+FAIRNESS = fairness_values(
+    {"session_id": "0b7e6f4a-session", "orchestrator_id": "orch-123", "tenant": "acme"}
+)
+"""The fairness values the producer sends with the bench's job (queue/payload.py)."""
+
+
 def enqueue_call(job_id: str, now_ms: int) -> tuple[list[str], list[Any]]:
     expires = now_ms + 3_600_000
     keys = [
         KEYS.queue, KEYS.stats, KEYS.queued, KEYS.expiring, KEYS.arrivals, KEYS.arrived,
         KEYS.deadline_mark, KEYS.job(job_id), KEYS.result(job_id),
         KEYS.expiring_bucket(expires - expires % EXPIRY_BUCKET_MS),
+        # As the producer sends a job with fairness values (every job has a session_id):
+        # the schedule's and level's slots unused, the limits (fair_by read: none set)
+        # and the ring. A release before fair share ignores them.
+        KEYS.delayed, KEYS.expiry, KEYS.level_queues[0], KEYS.limits, KEYS.fair_ring,
     ]  # fmt: skip
     # Accepted from now - SKEW_MS, refused from the job's deadline (the producer's checks).
     args: list[Any] = [uuid.uuid4().hex, 1, now_ms - SKEW_MS, expires, EXPIRY_BUCKET_MS]
     trace_context = f'{{"traceparent":"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}}'
     args += [ARRIVAL_BUCKET_MS, job_id, PAYLOAD, 3600, now_ms, 3, trace_context]
-    return keys, args
+    return keys, [*args, "", "", FAIRNESS]
 
 
 def complete_call(job_id: str, token: str) -> tuple[list[str], list[Any]]:
@@ -143,7 +154,7 @@ def take_call(
         KEYS.processing, KEYS.leases, KEYS.stats, KEYS.expiry, KEYS.queue, KEYS.waiting,
         KEYS.queued, KEYS.arrivals, KEYS.arrived, *([KEYS.paused] if paused else []),
         KEYS.take(token), KEYS.take(previous),
-        *((*KEYS.level_queues, KEYS.limits, KEYS.rate) if levels else ()),
+        *((*KEYS.level_queues, KEYS.limits, KEYS.rate, KEYS.fair_ring) if levels else ()),
     ]  # fmt: skip
     args: list[Any] = [LEASE_MS, "bench-worker", KEYS.channel, ARRIVAL_BUCKET_MS, 1]
     args += [KEYS.job(""), KEYS.result(""), token]
