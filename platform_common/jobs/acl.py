@@ -383,6 +383,9 @@ _OPERATOR_READS = (
     Grant(("get",), (_queue("result:*"), _queue("paused"))),
     # The type's limits (JobQueue.limits, agentjobs limits show).
     Grant(("hgetall",), (_queue("limits"),)),
+    # Fair share's waits (agentjobs limits show): the keys waiting and since when, read
+    # whole or, past 10,000 keys, sampled.
+    Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
     # When Redis drops an ended job's record and result (job show's "kept until").
     Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
     # The types Redis has seen, read as the exporter reads them (the operator tools show

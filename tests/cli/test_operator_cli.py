@@ -283,7 +283,28 @@ def test_limits_set_and_show_as_a_table_and_in_json(agentjobs: Any, client: Sync
         "agent_type": "dining", "fair_by": "tenant", "rate": None, "burst": 5,
         "max_running": 8, "max_running_per_key": 2,
     }  # fmt: skip
-    assert agentjobs("limits", "show", "dining", "-o", "json").json() == lifted.json()
+    shown = agentjobs("limits", "show", "dining", "-o", "json").json()
+    assert shown.pop("fair_share") == {"keys_waiting": 0, "longest": [], "sampled": False}
+    assert shown == lifted.json()
+
+
+def test_limits_show_names_the_keys_waiting_longest(agentjobs: Any, client: SyncClient) -> None:
+    """Fair share's waits, read from the ring's since hash (keys.py): on-call sees which
+    tenant starves, without a per-tenant metric."""
+    client.hset(DINING.limits, "fair_by", "tenant")
+    seconds, _ = sync_reply(client.time())
+    now_ms = int(seconds) * 1000
+    client.hset(
+        DINING.fair_since,
+        mapping={"tenant-a": now_ms - 600_000, "tenant-b": now_ms - 2_000, "c": now_ms},
+    )
+    table = agentjobs("limits", "show", "dining").out
+    assert "fair share: 3 key(s) with jobs waiting\n" in table
+    rows = table.split("waiting longest without a start:\n")[1].splitlines()
+    assert [row.split()[-1] for row in rows] == ["tenant-a", "tenant-b", "c"]
+    assert 600 <= float(rows[0].split()[0]) < 700
+    waits = agentjobs("limits", "show", "dining", "-o", "json").json()["fair_share"]
+    assert waits["keys_waiting"] == 3 and waits["longest"][0]["key"] == "tenant-a"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import typer
 
 from ..operations import operator_queue
 from ..queue import Limits
-from ..queue.limits import FAIR_BY_KEYS, KEEP
+from ..queue.limits import FAIR_BY_KEYS, KEEP, FairWaits
 from .job_command import AgentTypeArgument
 from .operator_output import Output, OutputOption, RedisUrlOption, command, print_json
 
@@ -34,8 +34,15 @@ def show(
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Show an agent type's limits: the key fair share goes by, the rate of job starts and
-    its burst, and the caps on jobs running at once (per type and per key)."""
-    _emit(_run(redis_url, agent_type, None), output)
+    its burst, and the caps on jobs running at once (per type and per key); with fair
+    share, how many keys have jobs waiting and the ones waiting longest without a start."""
+
+    async def run() -> tuple[Limits, FairWaits]:
+        async with operator_queue(redis_url) as queue:
+            return await queue.limits(agent_type), await queue.fair_waits(agent_type)
+
+    limits, waits = asyncio.run(run())
+    _emit(limits, output, waits)
 
 
 @command(app, "set")
@@ -108,9 +115,12 @@ def _run(redis_url: str | None, agent_type: str, changes: dict[str, Any] | None)
     return asyncio.run(run())
 
 
-def _emit(limits: Limits, output: Output) -> None:
+def _emit(limits: Limits, output: Output, waits: FairWaits | None = None) -> None:
     if output == Output.JSON:
-        print_json(limits.as_dict())
+        shown_json = limits.as_dict()
+        if waits is not None:
+            shown_json["fair_share"] = waits.as_dict()
+        print_json(shown_json)
         return
     shown = limits.as_dict()
     print(f"{limits.agent_type}: " + ("limits" if limits.any else "no limits (plain FIFO)"))
@@ -121,3 +131,10 @@ def _emit(limits: Limits, output: Output) -> None:
         if name == "burst" and value is None and limits.rate is not None:
             text = f"{_LIFT} (the rate's count, {limits.rate.count})"
         print(f"  {name:<20} {text}")
+    if waits is not None and (waits.keys_waiting or limits.fair_by):
+        print(f"fair share: {waits.keys_waiting:,} key(s) with jobs waiting")
+        if waits.longest:
+            sample = " (of a random sample)" if waits.sampled else ""
+            print(f"  waiting longest without a start{sample}:")
+        for key, age in waits.longest:
+            print(f"  {age:>10.1f} s  {key}")

@@ -21,7 +21,17 @@ from .connection import QueueConnection
 from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
-from .limits import KEEP, Keep, Limits, Rate, limit_changes, read_limits, write_limits
+from .limits import (
+    KEEP,
+    FairWaits,
+    Keep,
+    Limits,
+    Rate,
+    limit_changes,
+    read_fair_waits,
+    read_limits,
+    write_limits,
+)
 from .pausing import PauseState, read_pause, set_paused
 from .priority import Priority
 from .producer import Job, Producer
@@ -216,6 +226,13 @@ class JobQueue:
         for `set_limits`, and CorruptQueueState for a stored value that does not parse."""
         with backend_errors(self.settings.redis):
             return await read_limits(self.connection, agent_type)
+
+    async def fair_waits(self, agent_type: str, top: int = 5) -> FairWaits:
+        """Fair share now: how many fairness keys of `agent_type` have jobs waiting, and
+        the `top` that have waited longest without a start (a key held at its
+        max_running_per_key waits too). Plain reads; errors as for `limits`."""
+        with backend_errors(self.settings.redis):
+            return await read_fair_waits(self.connection, agent_type, top)
 
     async def cancel(self, agent_type: str, job_id: str, reason: str | None = None) -> CancelReport:
         """Cancel one job (see queue.cancel): a waiting one now (it never starts), a

@@ -21,14 +21,17 @@ from .connection import QueueConnection
 
 __all__ = [
     "FAIR_BY_KEYS",
+    "FAIR_WAITS_READ",
     "KEEP",
     "LIMIT_FIELDS",
     "MAX_LIMIT",
+    "FairWaits",
     "Keep",
     "Limits",
     "Rate",
     "limit_changes",
     "parse_rate",
+    "read_fair_waits",
     "read_limits",
     "write_limits",
 ]
@@ -113,6 +116,59 @@ class Limits:
             "max_running": self.max_running,
             "max_running_per_key": self.max_running_per_key,
         }
+
+
+FAIR_WAITS_READ: Final = 10_000
+"""Most fairness keys read_fair_waits reads whole; past it, a random sample of this many."""
+
+
+@dataclass(frozen=True, slots=True)
+class FairWaits:
+    """Fair share now: how many keys have jobs waiting, and the ones waiting longest
+    without a start (key, seconds), longest first."""
+
+    keys_waiting: int
+    longest: list[tuple[str, float]]
+    sampled: bool = False
+    """Whether `longest` comes from a random sample of FAIR_WAITS_READ keys (more wait)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "keys_waiting": self.keys_waiting,
+            "longest": [{"key": key, "waited_seconds": round(age, 3)} for key, age in self.longest],
+            "sampled": self.sampled,
+        }
+
+
+async def read_fair_waits(connection: QueueConnection, agent_type: str, top: int) -> FairWaits:
+    """The fairness keys of `agent_type` with jobs waiting and the `top` that have waited
+    longest without a start (the ring's since hash, keys.py; Redis' clock), plain reads.
+    CorruptQueueState if the hash holds another type."""
+    keys = await connection.seen_keys(agent_type)
+    count, now = await connection.execute_many([("HLEN", keys.fair_since), ("TIME",)])
+    if isinstance(count, ResponseError):
+        raise await connection.refusal(count, [keys.fair_since]) from count
+    for reply in (count, now):
+        if isinstance(reply, Exception):
+            raise reply
+    if not count:
+        return FairWaits(0, [])
+    sampled = count > FAIR_WAITS_READ
+    command = (
+        ("HRANDFIELD", keys.fair_since, FAIR_WAITS_READ, "WITHVALUES")
+        if sampled
+        else ("HGETALL", keys.fair_since)
+    )
+    [stored] = await connection.execute_many([command])
+    if isinstance(stored, Exception):
+        raise stored
+    now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+    ages = []
+    for key, since in _pairs(stored).items():
+        if since.isascii() and since.isdigit():
+            ages.append((key, max(0.0, (now_ms - int(since)) / 1000)))
+    ages.sort(key=lambda item: (-item[1], item[0]))
+    return FairWaits(int(count), ages[:top], sampled)
 
 
 def parse_rate(text: object) -> Rate:
