@@ -404,6 +404,62 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
             12,
             8,
         ),
+        *_fair_share_panels(sel),
+    ]
+
+
+def _fair_share_panels(sel: q.Selector) -> list[Placed]:
+    """Fair share (agentjobs limits set --fair-by): how many keys wait, whether one of
+    them waits far longer than the rest, and what max_running_per_key holds back."""
+    return [
+        (
+            timeseries(
+                P.FAIR_KEYS_WAITING,
+                PANEL_TITLES[P.FAIR_KEYS_WAITING],
+                "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
+                "with jobs waiting, per agent type. 0 and no line: fair share is off or "
+                "nothing waits.",
+                by_key("fair_keys_waiting").unit,
+                [_by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting")],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAIR_KEY_WAIT,
+                PANEL_TITLES[P.FAIR_KEY_WAIT],
+                "The longest any key's oldest waiting job has waited, and the median of "
+                "every key's. Close together: the keys take turns. Oldest far above the "
+                "median: one key is starved (QueueFairKeyStarving), often by its "
+                "max_running_per_key; with --fair-key-top set, queue_fair_key_backlog "
+                "names the largest keys.",
+                by_key("fair_key_oldest_wait").unit,
+                [
+                    _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),
+                    _by_type(q.gauge_by_type(sel, "fair_key_median_wait"), " median key"),
+                ],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAIR_HELD_BACK,
+                PANEL_TITLES[P.FAIR_HELD_BACK],
+                "Job starts per second held back because their key was at the type's "
+                "max_running_per_key (no line for the limit: no cap). Steady while the "
+                "key's jobs age: raise it (agentjobs limits set TYPE "
+                "--max-running-per-key N).",
+                "short",
+                [
+                    _by_type(q.rate_by_type(sel, "held_back_max_running_per_key"), " held back/s"),
+                    _by_type(q.gauge_by_type(sel, "max_running_per_key_limit"), " per-key cap"),
+                ],
+            ),
+            8,
+            8,
+        ),
     ]
 
 

@@ -7,11 +7,13 @@ type_reads.type_commands: so in the steady state a scrape costs one round trip (
 node on a cluster) whatever the number of types or jobs. A scrape that discovers a new
 type reads it in a second round trip at once (never a stale or missing number).
 
-No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly these
-commands on exactly these keys (and the keyless INFO), so it can neither read a job
-(payloads are personal data) nor run Lua that could hold Redis busy. The oldest
+Plain reads, and one script: the exporter's ACL user (platform_common.jobs.acl) may
+run exactly these commands on exactly these keys (and the keyless INFO). The oldest
 waiting job's age comes from the queue's `waiting` set (job id -> arrival time), never
-from a job hash.
+from a job hash. The script is fair share's scan (fair_share.py, read only and bounded),
+run only for the types whose ring holds entries, in one more round trip for all of them:
+no per-key age is kept, so it reads each fairness key's oldest waiting job's enqueue
+time from `queued` or its job hash, inside Redis (the reply holds no payload).
 
 On a single server (or Sentinel's master) the request is sent by wire.py, packed once
 per type and kept; a cluster goes through redis-py's cluster pipeline, which routes by
@@ -21,7 +23,7 @@ slot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -41,6 +43,7 @@ from platform_common.jobs.redis.script import Command, Replies, Send, run_batch,
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.type_registry import registry_reads, select_from_replies
 
+from .fair_share import fair_scan_call, parse_fair_scan
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, type_snapshot, within_clock_tolerance
@@ -110,6 +113,9 @@ class SnapshotReader:
             more = await self._run([("TIME",)], todo)
             round_trips += more.round_trips
             malformed += self._take(todo, more[1:], _now_ms(_ok(more[0])), results).malformed
+        fair_trips, fair_malformed = await self._scan_fair(results)
+        round_trips += fair_trips
+        malformed += fair_malformed
         self._previous = selection.types
         self._forget(selection.types)
         return Snapshot(
@@ -152,6 +158,29 @@ class SnapshotReader:
         request = b"".join([pack(head), *map(self._packed_type, agent_types), pack(tail)])
         count = len(head) + len(agent_types) * TYPE_COMMAND_COUNT + len(tail)
         return Replies(await send_and_read(client, request, count))
+
+    async def _scan_fair(self, results: dict[str, TypeSnapshot]) -> tuple[int, int]:
+        """Scan the fair share ring of each type in `results` that has entries, in one
+        pipeline, and put what it says in its snapshot -> (round trips, malformed). A
+        refused scan (CORRUPT: the ring or `queued` of another type; NOPERM: an ACL
+        user of an older release) leaves that type without fair share numbers, counted."""
+        scanned = [t for t in results.values() if t.fair_ring_length > 0]
+        if not scanned:
+            return 0, 0
+        prefix = self._settings.queue_prefix
+        calls = [fair_scan_call(QueueKeys(t.agent_type, prefix)) for t in scanned]
+        replies = await run_pipelined(self._client, calls)
+        malformed = 0
+        for snapshot, reply in zip(scanned, replies, strict=True):
+            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                raise reply  # connection trouble: the whole scrape is "Redis down"
+            if isinstance(reply, ResponseError):
+                malformed += 1
+                continue
+            fair, bad = parse_fair_scan(reply, self._settings.fair_key_top)
+            malformed += bad
+            results[snapshot.agent_type] = replace(snapshot, fair=fair)
+        return replies.round_trips, malformed
 
     def _packed_type(self, agent_type: str) -> bytes:
         packed = self._packed.get(agent_type)
@@ -216,6 +245,7 @@ class SnapshotReader:
             snapshot, bad = type_snapshot(
                 agent_type, now_ms, depths, stats, active, newest, oldest, beats,
                 read.worker_jobs, read.paused, read.limits, read.level_depths,
+                read.fair_ring_length,
             )  # fmt: skip
             results[agent_type] = snapshot
             step.malformed += bad

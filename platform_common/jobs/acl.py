@@ -235,6 +235,8 @@ _STORE_READS = ("exists", "hget", "hgetall", "hmget", "zrangebylex", "zrevrangeb
 # EVALSHA, and EVAL for the one re-run after NOSCRIPT (flush, restart, failover). EVAL
 # accepts any Lua source: see "What Redis ACLs cannot express" in docs/operations.md.
 _SCRIPTING = ("evalsha", "eval")
+# The read-only forms (ScriptCall readonly=True): Redis refuses any write inside them.
+_READ_ONLY_SCRIPTING = ("evalsha_ro", "eval_ro")
 
 
 def _store_grant(*scripts: str) -> Grant:
@@ -539,10 +541,11 @@ ROLES: dict[str, AclRole] = {
             summary=(
                 "reads depths, counters, heartbeats and each worker's jobs in progress of "
                 "every agent type and discovers the types, with plain read commands on "
-                "those keys only; writes nothing, "
-                "reads no job, payload or result, runs no script"
+                "those keys only, and runs fair share's read-only scan, which reads the "
+                "enqueue time of each fairness key's oldest waiting job (HGET of the "
+                "queued hash and of job hashes); writes nothing, reads no result"
             ),
-            scripts=(),
+            scripts=("queue_fair_scan",),
             keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
@@ -561,6 +564,17 @@ ROLES: dict[str, AclRole] = {
                 Grant(("get",), (_queue("paused"),)),
                 # Its configured rate and cap (queue_rate_limit_per_second, ...).
                 Grant(("hmget",), (_queue("limits"),)),
+                # Fair share's ring: its length every scrape, and the scan
+                # (queue_fair_scan.lua, read only) of a type whose ring holds entries,
+                # with what that reads: each key's list, and its oldest waiting job's
+                # enqueue time, which only the job's packed value in `queued` or its job
+                # hash holds. So HGET there, on the payload's keys (docs/operations.md).
+                Grant(("llen",), (_queue("fair"),)),
+                Grant(_READ_ONLY_SCRIPTING, (_queue("fair"), _queue("queued"))),
+                Grant(("type", "lpos", "lrange"), (_queue("fair"),)),
+                Grant(("type", "llen", "lrange"), (_queue("fair:q:*"),)),
+                Grant(("type", "hget"), (_queue("queued"),)),
+                Grant(("hget",), (_queue("job:*"),)),
             ),
             channels="none",
             scoped=False,

@@ -86,7 +86,7 @@ async def test_depths_counters_and_histogram_match_redis(
     assert dict(dining.counters) == {
         "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
         "retried": 5, "dead_lettered": 3, "expired": 2, "held_back_rate": 0,
-        "held_back_max_running": 0, "cancelled": 1,
+        "held_back_max_running": 0, "cancelled": 1, "held_back_max_running_per_key": 0,
     }  # fmt: skip
     assert dining.latency is not None
     cumulative = dict(dining.latency.buckets)
@@ -179,7 +179,7 @@ async def test_the_depth_leaves_out_stale_ids_of_expired_jobs(
 
 
 async def test_a_script_flush_changes_nothing(admin: redis.Redis, exporter: Exporter) -> None:
-    # The exporter runs no script (its ACL user may not): a flush costs no round trip.
+    # A type without fair share's ring runs no script: a flush costs no round trip.
     seed_type(admin, "dining", waiting=5)
     await exporter.scrape()
     admin.script_flush()

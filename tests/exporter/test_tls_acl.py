@@ -13,6 +13,7 @@ from platform_common.jobs import acl
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.exporter_data import of, parse, seed_type
+from tests.support.fair_share_data import Waiting, seed_fair
 from tests.support.redis_server import RedisServer
 
 ADMIN_PASSWORD = "admin-pw-0451"
@@ -72,6 +73,23 @@ async def test_tls_and_read_only_acl_user(admin: redis.Redis, tls_acl_redis: Red
     assert of(samples, "dead_letter_depth", agent_type="dining") == 2
     assert of(samples, "active_workers", agent_type="dining") == 1
     assert EXPORTER_PASSWORD not in text
+
+
+async def test_the_exporter_user_runs_the_fair_share_scan(
+    admin: redis.Redis, tls_acl_redis: RedisServer
+) -> None:
+    # Both forms a waiting job's enqueue time is read from, and a stray at a list's tail.
+    seed_fair(admin, "dining", {
+        "acme": [Waiting("a0", 0, "stray"), Waiting("a1", 120_000)],
+        "globex": [Waiting("g1", 5_000, "hash")],
+    })  # fmt: skip
+    admin.script_flush()  # the first call is refused NOSCRIPT, the second sends EVAL_RO
+    text, _ = await scrape_text(tls_acl_redis.url_for("exporter", EXPORTER_PASSWORD))
+    samples = parse(text)
+    assert of(samples, "queue_fair_keys_waiting", agent_type="dining") == 2
+    oldest = of(samples, "queue_fair_key_oldest_wait_seconds", agent_type="dining")
+    assert oldest is not None and oldest >= 120
+    assert of(samples, "queue_exporter_malformed_values_total") == 0
 
 
 def test_the_exporter_user_cannot_write(admin: redis.Redis, tls_acl_redis: RedisServer) -> None:

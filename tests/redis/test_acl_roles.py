@@ -163,6 +163,13 @@ def cancel(keys: QueueKeys, job_id: str) -> Step:
     )
 
 
+def fair_scan(keys: QueueKeys) -> Step:
+    """Fair share's scan as the exporter sends it after NOSCRIPT (EVAL_RO, by source)."""
+    source = Script.named("queue_fair_scan").source
+    args = [keys.fair_ring, keys.queued, 100, keys.fair_list(""), keys.job(""), 10]
+    return lambda client: client.execute_command("EVAL_RO", source, 2, *args)  # type: ignore[no-untyped-call]
+
+
 def store_create(keys: StoreKeys, job_id: str) -> Step:
     return script("store_create", [keys.record(job_id)], ["pending", "{}", 60, "", job_id])
 
@@ -209,10 +216,18 @@ OPERATIONS = (
     Operation("Register an agent type (SADD jobs:types)",
               (command("SADD", QueueKeys.types_key(), "dining"),),
               "allowed", "allowed", "refused", "refused", "refused"),
-    Operation("Read a job: state and payload (HGETALL, HMGET, HGET of the job hash)",
-              (command("HGETALL", OWN.job("q1")), command("HMGET", OWN.job("q1"), "state"),
-               command("HGET", OWN.job("q1"), "payload")),
+    Operation("Read a job: state and payload (HGETALL, HMGET of the job hash)",
+              (command("HGETALL", OWN.job("q1")), command("HMGET", OWN.job("q1"), "state")),
               "allowed", "allowed", "refused", "allowed", "allowed"),
+    Operation("Read one field of a job hash, its payload too (HGET)",
+              (command("HGET", OWN.job("q1"), "payload"),),
+              "allowed", "allowed", "gap", "allowed", "allowed", note=6),
+    Operation("Read a waiting job's packed value, its payload too (HGET of the queued hash)",
+              (command("HGET", OWN.queued, "p1"),),
+              "allowed", "allowed", "gap", "allowed", "allowed", note=6),
+    Operation("Read how fair share's keys wait (fair share scan, EVAL_RO)",
+              (fair_scan(OWN),),
+              "refused", "refused", "allowed", "refused", "refused"),
     Operation("Read a result (GET)", (command("GET", OWN.result("done1")),),
               "allowed", "allowed", "refused", "allowed", "allowed"),
     Operation("Read depths and counters (HLEN of the queued hash, ZCARD, LLEN, HGETALL of "
@@ -388,10 +403,11 @@ OPERATIONS = (
     Operation("Run any Lua (EVAL; an endless loop makes Redis answer BUSY to everyone)",
               (command("EVAL", "return 1", 0),),
               "gap", "gap", "refused", "refused", "gap", note=2),
-    Operation("Run read-only Lua or a function (EVAL_RO, EVALSHA_RO, FCALL_RO)",
-              (command("EVAL_RO", "return 1", 0),
-               command("EVALSHA_RO", Script.named("queue_enqueue").sha, 0),
-               command("FCALL_RO", "snapshot", 0)),
+    Operation("Run any read-only Lua (EVAL_RO; it writes nothing, but an endless loop "
+              "makes Redis answer BUSY)",
+              (command("EVAL_RO", "return 1", 0),),
+              "refused", "refused", "gap", "refused", "refused", note=2),
+    Operation("Run a read-only function (FCALL_RO)", (command("FCALL_RO", "snapshot", 0),),
               "refused", "refused", "refused", "refused", "refused"),
     Operation("Load a script or a function (SCRIPT LOAD, FUNCTION LOAD)",
               (command("SCRIPT", "LOAD", "return 1"),
@@ -533,6 +549,11 @@ async def _seed(admin: aioredis.Redis) -> None:
         )
         await admin.hset(keys.job("d1"), mapping={**job, "state": "dead", "attempts": 3})
         await admin.lpush(keys.queue, "q1", "p1")
+        # Fair share: a key whose tail is a stray then q1 (a job hash), one whose is p1
+        # (packed), and the shared entry: the scan reads both forms.
+        await admin.lpush(keys.fair_list("acme"), "s0", "q1")
+        await admin.lpush(keys.fair_list("globex"), "p1")
+        await admin.lpush(keys.fair_ring, "acme", "globex", "")
         # p1 waits packed (queue/envelope.py); the matrix only needs the field there.
         await admin.hset(keys.queued, "p1", f"{NOW_MS},{deadline},60,3,\n\n{{}}")
         await admin.lpush(keys.processing, "r1")
