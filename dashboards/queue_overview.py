@@ -20,7 +20,7 @@ from platform_common.jobs.dashboard_ids import (
 )
 from platform_common.jobs.dashboard_ids import QueueOverviewPanel as P
 from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
-from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE, by_key
+from platform_common.jobs.metric_catalogue import FAIR_BY, FAIR_KEY, MAX_WORKERS_PER_TYPE, by_key
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.slo import BURN_RATE_PAIRS, SloKind
@@ -417,10 +417,21 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
                 P.FAIR_KEYS_WAITING,
                 PANEL_TITLES[P.FAIR_KEYS_WAITING],
                 "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
-                "with jobs waiting, per agent type. 0 and no line: fair share is off or "
-                "nothing waits.",
+                "with jobs waiting, per agent type; the line at 1 names the field fair "
+                "share goes by (none: it is off). With the exporter's --fair-key-top N, "
+                "the jobs waiting on each of the N keys with the largest backlog.",
                 by_key("fair_keys_waiting").unit,
-                [_by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting")],
+                [
+                    _by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting"),
+                    (
+                        f"max by ({q.BY_TYPE}, {FAIR_BY}) ({sel.series('fair_share_by')})",
+                        "{{agent_type}} fair by {{fair_by}}",
+                    ),
+                    (
+                        f"max by ({q.BY_TYPE}, {FAIR_KEY}) ({sel.series('fair_key_backlog')})",
+                        "{{agent_type}} {{fair_key}} backlog",
+                    ),
+                ],
             ),
             8,
             8,
