@@ -3,9 +3,12 @@
     .venv/bin/python -m bench.cost [--jobs 50000] [--sizes 200,512,2048,16384]
         [--concurrency 32] [--rounds 5] [--enqueue-rounds R] [--write-docs]
     .venv/bin/python -m bench.cost --levels [--jobs N] [--rounds R]
+    .venv/bin/python -m bench.cost --fair [--jobs N] [--rounds R]
 
 --levels measures only the drain with priority levels (bench/cost_levels.py): three
-levels in use against one, side by side; exits 1 past its target.
+levels in use against one, side by side; exits 1 past its target. --fair measures only
+fair share (bench/cost_fair.py): the drain, memory per queued job and enqueue one by one
+with fair share on at 1 and at 1,000 keys against FIFO; exits 1 past its targets.
 
 Starts its own redis-server (no persistence) and, in one run, with N jobs per
 measurement (FLUSHALL between measurements, memory read once other clients are gone and
@@ -58,6 +61,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bench.cost_fair import measure_fair, render_fair
 from bench.cost_levels import LEVELS_TARGET, measure_levels, render_levels
 from bench.cost_probes import RedisProbe, WorkerDrain, drain_with_worker, stats_delta
 from bench.cost_readings import BATCH, CostReport, CpuCost, MemoryCost, Reading, Rounds
@@ -461,7 +465,24 @@ def main(argv: list[str] | None = None) -> int:
         "--levels", action="store_true",
         help="only the drain on three priority levels against one (bench/cost_levels.py)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fair", action="store_true",
+        help="only fair share at 1 and 1,000 keys against FIFO (bench/cost_fair.py)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.fair:
+        with RedisServer() as server:
+            probe = RedisProbe(server.url)
+            try:
+                fair = measure_fair(
+                    probe, payload_jobs(args.jobs, CPU_SIZE), agent_type=AGENT_TYPE,
+                    handler=NOOP_HANDLER, concurrency=args.concurrency, rounds=args.rounds,
+                    progress=_progress,
+                )  # fmt: skip
+            finally:
+                probe.close()
+        print(render_fair(fair))
+        return 0 if fair.met() else 1
     if args.levels:
         with RedisServer() as server:
             probe = RedisProbe(server.url)

@@ -28,6 +28,7 @@ __all__ = [
     "CommandCost",
     "RedisProbe",
     "WorkerDrain",
+    "WorkerProcess",
     "command_costs",
     "drain_with_worker",
     "process_cpu_seconds",
@@ -190,11 +191,19 @@ class _WorkerCpu:
         return _ticks_cpu(self.pid) - self.ticks
 
 
-class _WorkerProcess:
-    """One `python -m platform_common.jobs.worker` child, its log read on a thread."""
+class WorkerProcess:
+    """One `python -m platform_common.jobs.worker` child, its log read on a thread;
+    `env`: variables for it beyond this process's (a bench handler's settings)."""
 
-    def __init__(self, url: str, agent_type: str, handler: str, concurrency: int) -> None:
-        env = dict(os.environ, QUEUE_REDIS_URL=url, PYTHONPATH=str(ROOT))
+    def __init__(
+        self,
+        url: str,
+        agent_type: str,
+        handler: str,
+        concurrency: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        env = dict(os.environ, **(env or {}), QUEUE_REDIS_URL=url, PYTHONPATH=str(ROOT))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "platform_common.jobs.worker", "--agent-type", agent_type,
              "--handler", handler, "--concurrency", str(concurrency)],
@@ -248,10 +257,10 @@ def drain_with_worker(
     # Redis's readings start before the processes do: whatever it costs Redis to start
     # a worker (a few commands) is the drain's.
     redis_before, stats_before = probe.cpu_seconds(), probe.command_stats()
-    workers: list[_WorkerProcess] = []
+    workers: list[WorkerProcess] = []
     try:
         for _ in range(processes):
-            workers.append(_WorkerProcess(probe.url, agent_type, handler, concurrency))
+            workers.append(WorkerProcess(probe.url, agent_type, handler, concurrency))
         for worker in workers:
             if not worker.ready.wait(60):
                 raise RuntimeError("worker did not start: " + worker.log_tail())

@@ -10,7 +10,16 @@ import redis.asyncio as aioredis
 
 from platform_common.jobs.queue import JobPayload
 
-__all__ = ["CANCEL_SEEN_KEY", "NAP_SECONDS", "BenchFailure", "always_fails", "naps", "waits"]
+__all__ = [
+    "CANCEL_SEEN_KEY",
+    "NAP_MS_VARIABLE",
+    "NAP_SECONDS",
+    "BenchFailure",
+    "always_fails",
+    "naps",
+    "naps_for",
+    "waits",
+]
 
 CANCEL_SEEN_KEY = "bench:cancel:seen"
 """Hash: job id -> the wall-clock time (s) its handler saw its cancel (bench.cancel)."""
@@ -20,6 +29,8 @@ _client: aioredis.Redis | None = None
 
 NAP_SECONDS = 0.02
 """How long `naps` takes: workers stay busy while a backlog waits."""
+NAP_MS_VARIABLE = "BENCH_NAP_MS"
+"""The worker process's environment variable `naps_for` reads: milliseconds per job."""
 
 
 class BenchFailure(Exception):
@@ -35,6 +46,12 @@ async def always_fails(job: JobPayload) -> None:
 async def naps(job: JobPayload) -> None:
     """Takes NAP_SECONDS, doing nothing (bench.pause: jobs run while it pauses)."""
     await asyncio.sleep(NAP_SECONDS)
+
+
+async def naps_for(job: JobPayload) -> None:
+    """Takes NAP_MS_VARIABLE's milliseconds (the bench sets it in the worker's
+    environment: bench.fairness --handler-ms), doing nothing."""
+    await asyncio.sleep(float(os.environ[NAP_MS_VARIABLE]) / 1000)
 
 
 async def waits(job: JobPayload) -> None:

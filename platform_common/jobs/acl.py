@@ -282,7 +282,7 @@ _WORKER_READS = (
 _WORKER_WRITES = (
     # Take (BLMOVE, the claim's LMOVE): one command spans both lists. `queue:*` are the
     # priority levels' lists (keys.py), taken, pushed and expired as the queue list is.
-    Grant(("blmove", "lmove"), _written("queue", "queue:*", "processing")),
+    Grant(("blmove", "lmove"), _written("queue", "queue:*", "processing", "fair:q:*")),
     # Entries leave processing (claim, complete, fail, expiry, reaper), the dead and failed
     # lists (requeue, purge, pruning) and the queue list (its tail's expiry scan).
     Grant(("lrem",), _written("queue", "queue:*", "processing", "dead", "failed")),
@@ -291,6 +291,21 @@ _WORKER_WRITES = (
     Grant(("lpush",), _written("queue", "queue:*", "dead", "failed")),
     Grant(("rpush",), _written("queue", "queue:*", "expiring:*")),
     Grant(("ltrim",), _written("expiring:*")),
+    # Fair share (lua/include/fair_keys.lua, fair_turns.lua): a job onto its key's list, a key
+    # into the ring (enqueue, retry); the ring's turn order rewritten (LTRIM, LPUSH) and the ring
+    # gone with its last key (claim); a key's running set (claim: ZADD, a day's PEXPIRE, ZREM of
+    # entries whose lease is gone).
+    Grant(("lpush", "rpush"), _written("fair", "fair:q:*")),
+    # (One DEL takes the ring and its `since` hash: one selector must hold both.)
+    Grant(("ltrim",), _written("fair")),
+    Grant(("del",), _written("fair", "fair:since")),
+    Grant(("hset", "hdel"), _written("fair:since")),
+    Grant(("zadd", "zrem", "pexpire"), _written("fair:r:*")),
+    # Its reads: a key's running set, whose members still leased (ZMSCORE of the leases),
+    # and whether only the queue list's turn is left in the ring.
+    Grant(("zrange",), (_queue("fair:r:*"),)),
+    Grant(("zmscore",), (_queue("leases"),)),
+    Grant(("lindex",), (_queue("fair"),)),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
     # worker's jobs in progress and concurrency (heartbeat).
@@ -447,6 +462,11 @@ ROLES: dict[str, AclRole] = {
                         _queue("expiring:*", write=True),
                         _queue("delayed", write=True),
                         _queue("expiry", write=True),
+                        # Fair share: its fair_by (HGET below). EVALSHA checks its keys as
+                        # written; the script's own commands are checked one by one, and
+                        # the producer has no write command on the limits hash.
+                        _queue("limits", write=True),
+                        _queue("fair", write=True),  # fair share's ring
                     ),
                 ),
                 *_CANCEL_GRANTS,
@@ -455,6 +475,12 @@ ROLES: dict[str, AclRole] = {
                 # queue list (and in its expiry bucket when out of deadline order), a count
                 # of its arrival second, and the deadline mark (keys.py).
                 Grant(("lpush",), _written("queue", "queue:*")),
+                # Fair share: a job onto its key's list, a new key into the ring (and its
+                # length read first), the type's fair_by read.
+                Grant(("lpush",), _written("fair", "fair:q:*")),
+                Grant(("hset",), _written("fair:since")),
+                Grant(("llen", "type"), (_queue("fair"), _queue("fair:q:*"), _queue("fair:since"))),
+                Grant(("hget",), (_queue("limits"),)),
                 Grant(("get", "set"), _written("deadline_mark")),
                 Grant(("rpush",), _written("expiring:*")),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)

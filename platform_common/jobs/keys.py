@@ -130,6 +130,12 @@ Queue (one set per agent type), prefix default "jobs":
                                      that expired or was cancelled while it waited, which
                                      the claim drops. Retries, scheduled and requeued
                                      jobs wait on `queue` (the ring's shared turn).
+    jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) it has waited since
+                                     without a start: written when it joins the ring and
+                                     each time the claim serves it, deleted when it leaves
+                                     (and with the ring). Its HLEN is the number of keys
+                                     with jobs waiting; the exporter reads the ages here
+                                     (a key starving waits far longer than the median).
     jobs:{type}:fair:r:<key>  ZSET   job id -> start time (ms) of the jobs the claim started
                                      from that key's list while max_running_per_key is set;
                                      an entry counts while the job holds a lease (the
@@ -350,6 +356,7 @@ _QUEUE_KEY_TYPES = {
     "worker_jobs": "hash",
     "worker_concurrency": "hash",
     "fair": "list",
+    "fair:since": "hash",
 }
 
 
@@ -569,6 +576,11 @@ class QueueKeys:
     def fair_ring(self) -> str:
         """Fair share's ring of fairness keys with jobs waiting (see the layout)."""
         return f"{self.base}:fair"
+
+    @property
+    def fair_since(self) -> str:
+        """Since when each fairness key in the ring has waited without a start (ms)."""
+        return f"{self.base}:fair:since"
 
     def fair_list(self, key: str) -> str:
         """The list fairness key `key`'s jobs wait on (the claim derives it from the ring)."""

@@ -105,6 +105,37 @@ def test_a_sigkilled_worker_leaks_no_slot_of_max_running(
 
 
 @pytest.mark.single_node(ONE_SLOT)
+def test_a_sigkilled_worker_leaks_no_slot_of_max_running_per_key(
+    redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
+) -> None:
+    """Fair share by tenant with max_running_per_key 1 (include/fair_turns.lua): a worker
+    SIGKILLed with tenant A's job holds A's slot only as long as its lease; meanwhile B's
+    job runs, and after the reaper takes the lease back A's jobs run one at a time."""
+    client.hset(DINING.limits, mapping={"fair_by": "tenant", "max_running_per_key": "1"})
+    doomed = group.start(concurrency=4)
+    a_jobs = [make_job(tenant="a", constraints=behaviour("sleep", seconds=1.0)) for _ in range(2)]
+    enqueue(redis_url, a_jobs, tmp_path)
+    wait_until(lambda: run_log(client))
+    doomed.kill()
+    assert len(run_log(client)) == 1  # A's cap: one of its two started
+    b_job = make_job(tenant="b")
+    enqueue(redis_url, [b_job], tmp_path)
+    survivor = group.start(concurrency=4)
+    assert wait_until(lambda: status(client, b_job["job_id"])) == "succeeded"
+    for job in a_jobs:
+        assert wait_until(lambda job=job: status(client, job["job_id"])) == "succeeded"
+    a_ids = {job["job_id"] for job in a_jobs}
+    after = [entry for entry in run_log(client)[1:] if entry[0] in a_ids]
+    assert [(pid, event) for _, pid, _, event in after] == [
+        (survivor.pid, "start"), (survivor.pid, "finish"),
+        (survivor.pid, "start"), (survivor.pid, "finish"),
+    ]  # fmt: skip
+    assert after[0][0] == after[1][0] and after[2][0] == after[3][0]  # never two of A's at once
+    assert client.zcard(DINING.leases) == 0
+    assert not client.exists(DINING.fair_ring)  # every key drained
+
+
+@pytest.mark.single_node(ONE_SLOT)
 def test_a_paused_workers_stale_completion_is_refused(
     redis_url: str, client: SyncClient, group: WorkerGroup, tmp_path: Path
 ) -> None:

@@ -72,6 +72,16 @@
 -- there) and the count of the jobs held back (the stats hash's held_back_rate or
 -- held_back_max_running, checked before). A replay of a take hands back what its first
 -- run took, as ever.
+-- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS after the
+-- limits' two is the type's ring (keys.py `fair`), read once the stats field
+-- `fair_keyed` (jobs ever enqueued on a fairness key's list) is above 0. While it holds
+-- entries, the normal level's jobs come from it round robin, one job a turn: a key's
+-- next job from its list, the queue list's next on its shared turn; high and low jobs
+-- are taken by level as ever, before (and, on the fair turns, after) the ring's.
+-- max_running_per_key (the limits hash) skips a key whose running set holds that many
+-- leased jobs; a take that finds only such keys (and nothing else waiting) starts none
+-- and replies {"capped"}, its passes counted in held_back_max_running_per_key. Given
+-- jobs while the ring holds entries go back as for Levels ({"levels"}: the worker takes).
 -- All-or-nothing: a shared key of another type, a job key that is not a hash, or a
 -- `started`/`expired` counter of the stats hash (or an `arrived` count) that is not an
 -- integer in Redis' own text (HINCRBY refuses "007" and "-0" too) is refused with
@@ -86,6 +96,7 @@
 -- @include packed_header
 -- @include levels
 -- @include limits
+-- @include fair_turns
 local now = now_ms()
 -- Written as text, formatted once: Redis formats each number argument of a command
 -- with printf, which costs more than the rest of some commands.
@@ -150,7 +161,8 @@ if failed(left) then
     return wrong_type(5, 'list') or left
 end
 -- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
-local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled')
+-- (`fair_keyed`: jobs ever enqueued on a fairness key's list; see Fair share)
+local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled', 'fair_keyed')
 if failed(counters) then
     return wrong_type(3, 'hash') or counters
 end
@@ -187,6 +199,34 @@ if #KEYS >= fixed_keys + 2 and counters[3] and counters[3] ~= '0' then
         levels[l] = {KEYS[at], length}
     end
 end
+-- Fair share: the ring (the KEYS after the limits'), read once the type has ever had a job
+-- on a key's list (the stats field `fair_keyed`, which the HMGET above read anyway), and
+-- then the limits too, for max_running_per_key (the limits check below reads them again
+-- otherwise).
+local limits_index, rate_index, ring_index = fixed_keys + 3, fixed_keys + 4, fixed_keys + 5
+local limits, limits_read = nil, false
+local ring_len = 0
+if #KEYS >= ring_index and counters[4] and counters[4] ~= '0' then
+    ring_len = redis.pcall('LLEN', KEYS[ring_index])
+    if failed(ring_len) then
+        return wrong_type(ring_index, 'list') or ring_len
+    end
+    if ring_len > 0 then
+        local refusal
+        limits, refusal = read_limits(limits_index)
+        if refusal then
+            return refusal
+        end
+        limits_read = true
+        if not levels then  -- (no high or low job ever: their lists are not read)
+            levels = {{KEYS[fixed_keys + 1], 0}, {KEYS[5], left}, {KEYS[fixed_keys + 2], 0}}
+        end
+    end
+end
+local fair = ring_len > 0
+local fair_state = nil  -- the take's plan (include/fair_turns.lua fair_plan)
+local queue_window = nil  -- the queue list's window, for the ring's shared turns
+local slot_level = {}  -- the level each slot of a take was filled from
 -- The jobs of this call: given (moved by the worker's BLMOVE), or the oldest `take` of
 -- the queue list, read here and moved below, after the checks.
 local ids, tokens, job_keys, result_keys = {}, {}, {}, {}
@@ -223,7 +263,7 @@ else
         for job_id in string.gmatch(taken, '[^\n]+') do
             ids[#ids + 1] = job_id
         end
-    elseif not levels or level_waiting == 0 then
+    elseif not fair and (not levels or level_waiting == 0) then
         local tail = redis.call('LRANGE', KEYS[5], -take, -1)
         local marked = false
         for i = #tail, 1, -1 do
@@ -273,6 +313,31 @@ else
             end
             return nil
         end
+        if fair then
+            -- Fair share: the normal level's jobs are the ring's picks, in turn order; the
+            -- queue list's window serves the ring's shared turns.
+            queue_window = entries[2]
+            local shared_used = 0
+            local function shared_next()
+                while shared_used < #queue_window do
+                    shared_used = shared_used + 1
+                    if queue_window[shared_used] ~= WAKE_MARKER then
+                        return queue_window[shared_used]
+                    end
+                end
+                return nil
+            end
+            local refusal
+            fair_state, refusal = fair_plan(KEYS[ring_index], ring_len, take, shared_next,
+                limits and limits.max_running_per_key, KEYS[2])
+            if not fair_state then
+                return refusal
+            end
+            entries[2], used[2] = {}, 0
+            for p, pick in ipairs(fair_state.picks) do
+                entries[2][p] = pick[1]
+            end
+        end
         local ahead = {}  -- the next job of each level, read ahead
         for l = 1, 3 do
             ahead[l] = next_job(l)
@@ -301,6 +366,7 @@ else
                 l = second
             end
             ids[#ids + 1] = ahead[l]
+            slot_level[#ids] = l
             ahead[l] = next_job(l)
         end
         for l = 1, 3 do
@@ -310,7 +376,7 @@ else
             if ahead[l] then
                 consumed = consumed - 1
             end
-            if consumed > 0 then
+            if consumed > 0 and not (fair and l == 2) then  -- (Fair: include/fair_turns.lua's)
                 local window = {}
                 for i = 1, consumed do
                     window[i] = entries[l][i]
@@ -356,9 +422,10 @@ if paused then
     give_back()
     return {'paused'}
 end
--- Levels: given jobs while a high or low job waits go back, and the worker takes (a
--- wake marker given is dropped: it did its work, this worker is awake).
-if take == 0 and level_waiting > 0 then
+-- Levels: given jobs while a high or low job waits (or fair share's ring holds entries) go
+-- back, and the worker takes (a wake marker given is dropped: it did its work, this
+-- worker is awake).
+if take == 0 and (level_waiting > 0 or fair) then
     for i = n, 1, -1 do
         redis.call('LREM', KEYS[1], 1, ids[i])
         redis.call('RPUSH', KEYS[5], ids[i])
@@ -367,6 +434,23 @@ if take == 0 and level_waiting > 0 then
         redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
     end
     return {'levels'}
+end
+if n == 0 and fair_state then
+    -- Fair share: no job to start. The keys passed go to the ring's back (so the next take
+    -- looks further on), a key whose list is empty leaves it; when keys with jobs were
+    -- passed at their max_running_per_key, the reply is {"capped"} and they are counted.
+    if fair_state.capped > 0 then
+        local refusal = held_back_counts(3)
+        if refusal then
+            return refusal
+        end
+    end
+    local _, write = fair_commit(fair_state, 0, {}, KEYS[5], queue_window)
+    write(now_text)
+    if fair_state.capped > 0 then
+        redis.call('HINCRBY', KEYS[3], 'held_back_max_running_per_key', fair_state.capped)
+        return {'capped'}
+    end
 end
 if n == 0 then
     -- (Only wake markers were given, or met on the lists' tails: dropped here.)
@@ -392,15 +476,16 @@ end
 -- queue list with the writes below. The jobs held back are counted in the stats hash
 -- (held_back_rate, _max_running). The limits' keys follow the levels' (see the header);
 -- a caller that passes neither applies none.
-local limits_index, rate_index = fixed_keys + 3, fixed_keys + 4
-local limits, spend, bound
+local spend, bound
 local held_count = 0
 local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)
 if #KEYS >= rate_index then
     local refusal
-    limits, refusal = read_limits(limits_index)
-    if refusal then
-        return refusal
+    if not limits_read then
+        limits, refusal = read_limits(limits_index)
+        if refusal then
+            return refusal
+        end
     end
     if limits then
         local allowed, held
@@ -449,6 +534,24 @@ if #KEYS >= rate_index then
     end
 end
 -- ---- end of the limits check ----------------------------------------------------------
+-- Fair share: the windows of the ring's picks that start (the limits may have cut them),
+-- and the ring's next order, written with the writes below.
+local fair_jobs, fair_write = nil, nil
+if fair_state then
+    if fair_state.capped > 0 then
+        local refusal = held_back_counts(3)
+        if refusal then
+            return refusal
+        end
+    end
+    local kept = 0
+    for i = 1, n do
+        if slot_level[i] == 2 then
+            kept = kept + 1
+        end
+    end
+    fair_jobs, fair_write = fair_commit(fair_state, kept, windows, KEYS[5], queue_window)
+end
 local packed = redis.pcall('HMGET', KEYS[7], unpack(ids))
 if failed(packed) then
     return wrong_type(7, 'hash') or packed
@@ -601,6 +704,8 @@ for _ = 1, markers do
 end
 local dropped = 0  -- wake markers taken off the queue list here
 local from_levels = 0  -- jobs taken off the high and low lists here
+local from_keys = 0  -- jobs taken off fairness keys' lists here (Fair share)
+local ring_left = 0  -- the ring's entries after the take (Fair share)
 if take > 0 then
     -- The take: the ids read above, moved into processing one by one as the worker's
     -- LMOVE would (a take of several with LTRIM is a command no worker may run); each
@@ -617,15 +722,23 @@ if take > 0 then
                     dropped = dropped + 1
                 else
                     redis.call('LMOVE', window[1], KEYS[1], 'RIGHT', 'LEFT')
-                    if window[1] ~= KEYS[5] then
+                    if levels and (window[1] == levels[1][1] or window[1] == levels[3][1]) then
                         from_levels = from_levels + 1
+                    elseif window[1] ~= KEYS[5] then
+                        from_keys = from_keys + 1
                     end
                 end
             end
         end
     end
-    -- Levels: high or low jobs still waiting wake the next idle worker (see the header).
-    if level_waiting > from_levels then
+    -- Fair share: the ring's next order (include/fair_turns.lua).
+    if fair_write then
+        fair_write(now_text)
+        ring_left = redis.call('LLEN', KEYS[ring_index])
+    end
+    -- Levels: high or low jobs (or the ring's keys) still waiting wake the next idle
+    -- worker (see the header).
+    if level_waiting > from_levels or ring_left > 0 then
         wake_idle(KEYS[5], 1)
     end
 end
@@ -740,7 +853,7 @@ if take > 0 then
     if KEYS[12] ~= KEYS[11] then
         redis.call('HDEL', KEYS[12], 'ids')
     end
-    left = left + level_waiting - n - dropped
+    left = left + level_waiting - (n - from_keys) - dropped + ring_left
 end
 if #unqueued > 0 then
     redis.call('HDEL', KEYS[7], unpack(unqueued))
@@ -776,6 +889,21 @@ end
 spend_rate(spend, started, now, rate_index)
 if held_count > 0 then
     redis.call('HINCRBY', KEYS[3], bound, held_count)
+end
+-- Fair share: the jobs started from a key's list join its running set (while a cap is
+-- set), and the passes of keys at their cap are counted.
+if fair_state then
+    local started_keys = {}
+    for i = 1, n do
+        local entry = out[i + 1]
+        if fair_jobs[ids[i]] and (entry[2] == 'run' or entry[2] == 'corrupt') then
+            started_keys[ids[i]] = fair_jobs[ids[i]]
+        end
+    end
+    fair_running(fair_state, started_keys, now_text)
+    if fair_state.capped > 0 then
+        redis.call('HINCRBY', KEYS[3], 'held_back_max_running_per_key', fair_state.capped)
+    end
 end
 if expired > 0 then
     redis.call('HINCRBY', KEYS[3], 'expired', expired)

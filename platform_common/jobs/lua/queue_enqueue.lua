@@ -23,6 +23,10 @@
 -- ARGV[9+5n] optional: the priority level of every job of the call, "h" (high) or "l"
 --           (low); absent or "" is normal (queue/priority.py). Then KEYS[10+3n] is that
 --           level's list (and KEYS[8+3n], KEYS[9+3n] are given too; see Levels)
+-- ARGV[10+5n] optional: each job's fairness values (include/fair_keys.lua fair_keys_of: its
+--           tenant, orchestrator_id and session_id, each "<bytes>:<value>"); then
+--           KEYS[11+3n] is the limits hash and KEYS[12+3n] the ring (keys.py `fair`),
+--           and ARGV[8+5n], ARGV[9+5n], KEYS[8+3n..10+3n] are given too (see Fair share)
 -- A job is written packed into one field of the queued hash (queue/envelope.py):
 --   <enqueued_at>,<expires_at>,<ttl>,<max_attempts>,<nonce>[,o]\n<trace context>\n<payload>
 -- plus its id on the queue list and a count in its arrival second: no key of its own
@@ -48,6 +52,14 @@
 -- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
 -- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
 -- normal call reads and writes nothing more than before levels existed.
+-- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal jobs due
+-- now reads the limits' `fair_by` (one HGET); when it names a field, each job that has
+-- that field waits on its key's list instead of the queue list (never in deadline order:
+-- it gets its expiry bucket entry, as a level's job does), its key joins the ring if its
+-- list was empty, a wake marker goes on the queue list while that is empty, and the
+-- stats field `fair_keyed` counts the jobs (the claim reads the ring only once it is
+-- above 0). Jobs without the field, scheduled ones and those of a level go where they
+-- went before. A fairness value that does not parse is refused before any write.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -61,6 +73,7 @@
 -- @include key_types
 -- @include packed_header
 -- @include levels
+-- @include fair_keys
 local nonce = ARGV[1]
 local n = tonumber(ARGV[2])
 local trace_context = ARGV[7 + 5 * n] or ''
@@ -142,17 +155,42 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
--- Levels: the stats field `leveled` must take this call's HINCRBY (checked before the
--- first write; its hash's type is checked by the first write itself).
-local function leveled_problem()
-    local value = redis.pcall('HGET', KEYS[2], 'leveled')
+-- Levels: the stats field `leveled` (Fair share: `fair_keyed`) must take this call's
+-- HINCRBY (checked before the first write; its hash's type is checked by the first
+-- write itself).
+local function counter_problem(field)
+    local value = redis.pcall('HGET', KEYS[2], field)
     if type(value) == 'table' then
         return wrong_type(2, 'hash') or value
     end
     if value and not count(value) then
-        return corrupt(2, 'field leveled is not an integer: ' .. shown(value))
+        return corrupt(2, 'field ' .. field .. ' is not an integer: ' .. shown(value))
     end
     return nil
+end
+local function leveled_problem()
+    return counter_problem('leveled')
+end
+
+-- Fair share: each job's fairness key ({[i] = key}, the jobs without one absent), when
+-- the limits name a field and the call is of normal jobs due now; else nil.
+local fair_keys = nil
+local fair_values = ARGV[10 + 5 * n]
+if fair_values and fair_values ~= '' and not level and not (schedule and schedule ~= '') then
+    local by = redis.pcall('HGET', KEYS[11 + 3 * n], 'fair_by')
+    if type(by) == 'table' then
+        return wrong_type(11 + 3 * n, 'hash') or by
+    end
+    if by and FAIR_FIELDS[by] then
+        local problem
+        fair_keys, problem = fair_keys_of(fair_values, n, FAIR_FIELDS[by])
+        if not fair_keys then
+            return redis.error_reply('ERR queue_enqueue: ' .. problem)
+        end
+        if next(fair_keys) == nil then
+            fair_keys = nil
+        end
+    end
 end
 
 -- Scheduled: job hashes in the delayed and expiry sets (see the header).
@@ -258,7 +296,9 @@ local stored_mark = mark
 -- the first write.
 local bucket_ms = tonumber(ARGV[5])
 local packed = {}
-local pushed = any_replayed and {} or ids
+-- The ids for the queue list (all, in the usual call), and (Fair share) for keys' lists.
+local pushed = (any_replayed or fair_keys) and {} or ids
+local fair_ids, fair_order, fair_count = {}, {}, 0
 local buckets = {}  -- of the jobs out of deadline order: {position in KEYS, start, ids}
 local by_key = nil
 for i = 1, n do
@@ -275,8 +315,10 @@ for i = 1, n do
         -- and %d writes it in integer digits.
         local expires_at = created + ttl * 1000
         local header = string.format('%d,%d,%d,%d,%s', now, expires_at, ttl, attempts, nonce)
-        -- (Levels: a high or low job waits on its own list, never in deadline order.)
-        local ordered = not level and (not mark or expires_at >= mark - bucket_ms)
+        -- (Levels: a high or low job waits on its own list, never in deadline order; so
+        -- does a job of a fairness key.)
+        local fair_key = fair_keys and fair_keys[i]
+        local ordered = not level and not fair_key and (not mark or expires_at >= mark - bucket_ms)
         if ordered then
             if not mark or expires_at > mark then
                 mark = expires_at
@@ -295,12 +337,20 @@ for i = 1, n do
         packed[#packed + 1] = ids[i]
         local suffix = ordered and ',o\n' or (level and (',' .. level .. '\n') or '\n')
         packed[#packed + 1] = header .. suffix .. trace_context .. '\n' .. ARGV[base + 2]
-        if any_replayed then
+        if fair_key then
+            fair_count = fair_count + 1
+            if not fair_ids[fair_key] then
+                fair_ids[fair_key] = {}
+                fair_order[#fair_order + 1] = fair_key
+            end
+            local on_key = fair_ids[fair_key]
+            on_key[#on_key + 1] = ids[i]
+        elseif any_replayed or fair_keys then
             pushed[#pushed + 1] = ids[i]
         end
     end
 end
-local written = #pushed
+local written = #pushed + fair_count
 if written == 0 then
     return {'ok', 0}
 end
@@ -337,6 +387,14 @@ if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
 problem = problem or (level and leveled_problem())
+local fair_joining_keys = nil  -- (Fair share: the keys whose lists were empty)
+if fair_count > 0 and not problem then
+    local ring = KEYS[12 + 3 * n]
+    problem = wrong_type(12 + 3 * n, 'list') or counter_problem('fair_keyed')
+    if not problem then
+        fair_joining_keys, problem = fair_joining(ring, fair_order)
+    end
+end
 if problem then
     return problem
 end
@@ -386,6 +444,9 @@ end
 if level then
     redis.call('HINCRBY', KEYS[2], 'leveled', written)  -- checked above
 end
+if fair_count > 0 then
+    redis.call('HINCRBY', KEYS[2], 'fair_keyed', fair_count)  -- checked above
+end
 redis.call('HSET', KEYS[3], unpack(packed))
 if new_mark then
     redis.call('SET', KEYS[7], new_mark, 'PXAT', new_mark + bucket_ms)
@@ -404,5 +465,14 @@ if level_key then
     wake_idle(KEYS[1], written)
     return {'ok', written}
 end
-redis.call('LPUSH', KEYS[1], unpack(pushed))
+if #pushed > 0 then
+    redis.call('LPUSH', KEYS[1], unpack(pushed))
+end
+if fair_count > 0 then
+    -- Fair share: the ids on their keys' lists, each new key into the ring; a wake
+    -- marker while the queue list is empty (an idle worker blocks there).
+    fair_push(KEYS[12 + 3 * n], fair_ids, fair_order, fair_joining_keys,
+        string.format('%d', now))
+    wake_idle(KEYS[1], fair_count)
+end
 return {'ok', written}

@@ -79,8 +79,15 @@ def is_script_error(exc: BaseException) -> bool:
 
 
 def corrupt_reply(text: str, keys: Sequence[str]) -> CorruptQueueState:
-    """The error a script's `CORRUPT <n> <problem>` reply stands for."""
+    """The error a script's `CORRUPT <n> <problem>` reply stands for; n 0 names a key in
+    no KEYS (a job key a take reads, a fairness key's list): `CORRUPT 0 <key> <problem>`,
+    the problem starting "holds a" (a fairness key may hold spaces)."""
     position, _, problem = text[len(CORRUPT_REPLY) :].partition(" ")
+    if position == "0":
+        key, holds, rest = problem.partition(" holds a ")
+        if not holds:
+            key, _, rest = problem.partition(" ")
+        return CorruptQueueState(key, holds.strip() + " " + rest if holds else rest)
     index = int(position) - 1 if position.isdigit() else -1
     key = keys[index] if 0 <= index < len(keys) else ""
     return CorruptQueueState(key, problem)

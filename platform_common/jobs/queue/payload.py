@@ -242,6 +242,27 @@ class PreparedJob(NamedTuple):
     """The payload's JSON in UTF-8, as stored."""
     created_at_ms: int
     ttl_seconds: int
+    fairness: str = ""
+    """The job's fairness values as the enqueue script reads them (fairness_values), or
+    "" when it has none of the fields."""
+
+
+FAIRNESS_FIELDS = ("tenant", "orchestrator_id", "session_id")
+"""The payload fields fair share can go by (queue/limits.py FAIR_BY_KEYS), in the order
+the enqueue script reads them (lua/include/fair_keys.lua)."""
+
+
+def fairness_values(data: Mapping[str, Any]) -> str:
+    """What the enqueue script reads of a valid payload's fairness fields: each field's
+    value as "<length in UTF-8 bytes>:<value>" ("0:" when absent), or "" when none is set."""
+    values = [data.get(name) for name in FAIRNESS_FIELDS]
+    if not any(values):
+        return ""
+    parts = []
+    for value in values:
+        text = value if isinstance(value, str) else ""
+        parts.append(f"{len(text.encode())}:{text}")
+    return "".join(parts)
 
 
 def prepare_job(
@@ -269,7 +290,10 @@ def prepare_job(
         raise InvalidPayload(
             {"payload": f"{len(encoded)} bytes encoded, over the limit of {max_bytes}"}
         )
-    return PreparedJob(data["job_id"], data["agent_type"], encoded, created_ms, data["ttl_seconds"])
+    return PreparedJob(
+        data["job_id"], data["agent_type"], encoded, created_ms, data["ttl_seconds"],
+        fairness_values(data),
+    )  # fmt: skip
 
 
 def encode_payload(data: Mapping[str, Any]) -> bytes:

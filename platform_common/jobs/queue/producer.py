@@ -35,6 +35,8 @@ Job = Mapping[str, Any] | JobPayload
 
 _SKEW_MS = MAX_CLOCK_SKEW_SECONDS * 1000
 _BUCKETS = (EXPIRY_BUCKET_MS, ARRIVAL_BUCKET_MS)
+_NO_FAIRNESS = "0:0:0:"
+"""A job without fairness values, in a call where another has some."""
 
 
 def _shared_keys(keys: QueueKeys) -> list[str]:
@@ -50,7 +52,7 @@ class _ScriptKeys:
     prefixes each job's own keys are concatenated from (building them with QueueKeys's
     f-strings cost three times as much, for every job of a lone enqueue)."""
 
-    __slots__ = ("bucket", "job", "levels", "result", "scheduled", "shared")
+    __slots__ = ("bucket", "fair", "job", "levels", "result", "scheduled", "shared")
 
     def __init__(self, keys: QueueKeys) -> None:
         self.shared = _shared_keys(keys)
@@ -58,6 +60,11 @@ class _ScriptKeys:
         """The keys a scheduled call adds after every job's own."""
         self.levels = {level: [keys.level_queue(level)] for level in ("high", "low")}
         """The key a call of priority high or low adds after the scheduled ones."""
+        self.fair = [keys.delayed, keys.expiry, keys.level_queue("high"), keys.limits]
+        self.fair.append(keys.fair_ring)
+        """The keys a call with fairness values adds after every job's own (the scheduled
+        and level slots given, unused): the limits hash, whose fair_by the script reads,
+        and fair share's ring."""
         self.job = keys.job("")
         self.result = keys.result("")
         self.bucket = keys.expiring_bucket(0).removesuffix("0")
@@ -178,6 +185,10 @@ class Producer:
         elif schedule is not None:
             script_keys += type_keys.scheduled
             args += [context, schedule.argument]
+        elif prepared.fairness:
+            # Fair share: the script routes the job by its limits' fair_by (one HGET).
+            script_keys += type_keys.fair
+            args += [context, "", "", prepared.fairness]
         elif context:  # none at all is no argument (the script keeps none either way)
             args.append(context)
         # Eager: a lone enqueue goes out from this task at once (the script recognises
@@ -373,6 +384,11 @@ class Producer:
             elif schedule is not None:
                 script_keys += type_keys.scheduled
                 args.append(schedule.argument)
+            elif any(job.fairness for _, job in chunk):
+                # Fair share: every job's values, "" read as none each (0: per field).
+                script_keys += type_keys.fair
+                fairness = (job.fairness or _NO_FAIRNESS for _, job in chunk)
+                args += ["", "", "".join(fairness)]
             yield script_keys, args
 
     def _type_keys(self, agent_type: str) -> _ScriptKeys:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from ..errors import CorruptQueueState, LeaseLost
+from ..errors import LeaseLost
 from ..keys import ARRIVAL_BUCKET_MS, MAX_ERROR_CLASSES, QueueKeys, latency_bucket_field
 from ..queue.backend_errors import is_script_error
 from ..queue.connection import QueueConnection
@@ -130,7 +130,8 @@ class AttemptCalls:
             keys.queued, keys.arrivals, keys.arrived, keys.paused,
         )  # fmt: skip
         # The limits' keys come last, after the jobs' (queue_claim.lua: KEYS[#KEYS - 1..]).
-        self._limit_keys = (keys.limits, keys.rate)
+        # Then fair share's ring (queue_claim.lua, Fair share).
+        self._limit_keys = (keys.limits, keys.rate, keys.fair_ring)
         self._job_key_prefix = keys.job("")  # job key = prefix + id (a completion's hot path)
         self._result_key_prefix = keys.result("")
         self._fail_keys = [
@@ -214,10 +215,8 @@ class AttemptCalls:
             self._lease_ms, worker_id, keys.channel, ARRIVAL_BUCKET_MS, len(tokens),
             self._job_key_prefix, self._result_key_prefix, *tokens,
         ]  # fmt: skip
-        try:
-            reply = await self._run(self._scripts.claim, script_keys, args)
-        except CorruptQueueState as exc:
-            raise _named_refusal(exc) from None
+        # (A job key it reads is refused by name: backend_errors.corrupt_reply.)
+        reply = await self._run(self._scripts.claim, script_keys, args)
         if not isinstance(reply[0], int):
             _held_back(keys.agent_type, reply)
         return int(reply[0]), _claims_of(reply, expired, skipped)
@@ -454,14 +453,6 @@ def _int_or(value: Any, default: _D) -> int | _D:
         return int(value)
     except (TypeError, ValueError):
         return default
-
-
-def _named_refusal(exc: CorruptQueueState) -> CorruptQueueState:
-    """A take's refusal of a job key (in no KEYS: "CORRUPT 0 <key> <problem>"), naming it."""
-    if exc.key or " " not in exc.problem:
-        return exc
-    key, _, problem = exc.problem.partition(" ")
-    return CorruptQueueState(key, problem)
 
 
 def check_complete_reply(job_id: str, reply: Any) -> None:

@@ -8,25 +8,27 @@
 --   max_running        at most this many of the type's jobs running at once: its leases,
 --                      so a crashed worker's slots come back when the reaper takes its
 --                      leases back
--- (fair_by and max_running_per_key are kept in the same hash for fair share.)
+--   max_running_per_key  at most this many jobs of one fairness key running at once
+--                      (include/fair_turns.lua; fair_by, kept in the same hash, is read by
+--                      the enqueue)
 -- The rate is a GCRA: the rate key holds the theoretical arrival time (TAT, ms by Redis'
 -- clock, text) of the next start; a start moves it one step (interval_ms / rate) on, and
 -- a start is allowed while the TAT is at most `burst` steps ahead of now. One key, one
 -- GET and one SET per claim that starts jobs; it expires once the TAT has passed.
 
-local LIMIT_FIELDS = {'rate', 'interval_ms', 'burst', 'max_running'}
+local LIMIT_FIELDS = {'rate', 'interval_ms', 'burst', 'max_running', 'max_running_per_key'}
 local LIMIT_MAX = 1000000000  -- queue/limits.py refuses more; a hand edit may not
 
 -- The limits the claim applies, read from the hash KEYS[index]: nil when none is set
 -- (then the claim costs one HMGET of an absent key more than without limits), a table
--- {rate, interval_ms, burst, max_running} (each a number or nil), or nil and the
+-- {rate, interval_ms, burst, max_running, max_running_per_key} (each a number or nil), or nil and the
 -- refusal "CORRUPT <index> ..." of a value that does not parse (read before any write).
 local function read_limits(index)
     local f = redis.pcall('HMGET', KEYS[index], unpack(LIMIT_FIELDS))
     if failed(f) then
         return nil, wrong_type(index, 'hash') or f
     end
-    if not (f[1] or f[2] or f[3] or f[4]) then
+    if not (f[1] or f[2] or f[3] or f[4] or f[5]) then
         return nil
     end
     local limits = {}
@@ -106,8 +108,9 @@ end
 -- The held-back counters of the stats hash KEYS[index] (its type checked by the caller)
 -- read before any write, or the refusal of one that HINCRBY would refuse.
 local function held_back_counts(index)
-    local values = redis.call('HMGET', KEYS[index], 'held_back_rate', 'held_back_max_running')
-    for i, field in ipairs({'held_back_rate', 'held_back_max_running'}) do
+    local fields = {'held_back_rate', 'held_back_max_running', 'held_back_max_running_per_key'}
+    local values = redis.call('HMGET', KEYS[index], unpack(fields))
+    for i, field in ipairs(fields) do
         if values[i] and not count(values[i]) then
             return corrupt(index, 'field ' .. field .. ' is not an integer: ' .. shown(values[i]))
         end
