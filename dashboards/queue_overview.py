@@ -440,11 +440,11 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
             timeseries(
                 P.FAIR_KEY_WAIT,
                 PANEL_TITLES[P.FAIR_KEY_WAIT],
-                "The longest any key's oldest waiting job has waited, and the median of "
-                "every key's. Close together: the keys take turns. Oldest far above the "
-                "median: one key is starved (QueueFairKeyStarving), often by its "
-                "max_running_per_key; with --fair-key-top set, queue_fair_key_backlog "
-                "names the largest keys.",
+                "How long keys with jobs waiting have gone without a start: the longest, "
+                "and the median over keys. Close together: the keys take turns. Oldest "
+                "far above the median: one key is starved (QueueFairKeyStarving), often "
+                "held at its max_running_per_key; with --fair-key-top set, "
+                "queue_fair_key_backlog names the largest keys.",
                 by_key("fair_key_oldest_wait").unit,
                 [
                     _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),

@@ -65,10 +65,7 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
     "rate_limit": lambda t: t.rate_limit,
     "max_running_limit": lambda t: t.max_running_limit,
     "max_running_per_key_limit": lambda t: t.max_running_per_key_limit,
-    # No ring: 0. A ring whose scan was refused: unknown, no sample.
-    "fair_keys_waiting": lambda t: (
-        t.fair.keys_waiting if t.fair else (None if t.fair_ring_length else 0)
-    ),
+    "fair_keys_waiting": lambda t: t.fair_keys_waiting,  # HLEN: exact, 0 without fair share
     "fair_key_oldest_wait": lambda t: t.fair.oldest_wait_seconds if t.fair else None,
     "fair_key_median_wait": lambda t: t.fair.median_wait_seconds if t.fair else None,
     "oldest_age": lambda t: t.oldest_age_seconds,

@@ -1,100 +1,132 @@
-"""How fair share's keys wait: the scan the exporter runs for a type whose ring holds
-entries, and what its reply means.
+"""How fair share's keys wait: what the exporter reads for a type whose keys wait, and
+what the replies mean.
 
-The ring (keys.py, `jobs:{type}:fair`) holds every fairness key with jobs waiting; each
-key's list holds its job ids, oldest at the tail. Nothing keeps a per-key age, so the
-scan (lua/queue_fair_scan.lua, read only) reads each key's oldest waiting job's enqueue
-time, for at most FAIR_SCAN_KEYS keys: one script call per such type and scrape, in one
-more round trip for all of them. A type whose ring is empty or absent costs only the
-LLEN of type_reads.py, and gets no scan.
+The queue keeps, per type, the ring's `since` hash (keys.py, `jobs:{type}:fair:since`):
+fairness key -> the Redis time (ms) since which that key has waited without a start
+(set when the key joins the ring, reset each time the claim serves it, deleted when the
+key leaves). So a key's wait is read with plain commands, never from a job or its
+payload. Its HLEN (the keys waiting) is in every scrape's pipeline (type_reads.py); a
+type where it is above 0 costs one more round trip, shared by every such type:
+
+- TIME, then per type `HGETALL since` while at most FAIR_READ_ALL_KEYS keys wait, else
+  `HRANDFIELD since FAIR_SAMPLE_KEYS WITHVALUES` (a random sample: the oldest and the
+  median are then over the sample).
+- Only with --fair-key-top N above 0, one more round trip: `LLEN fair:q:<key>` of each
+  key read, to publish the N largest backlogs.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.metric_catalogue import FAIR_SCAN_KEYS
+from platform_common.jobs.metric_catalogue import FAIR_READ_ALL_KEYS, FAIR_SAMPLE_KEYS
 from platform_common.jobs.redis.replies import finite_number
-from platform_common.jobs.redis.script import Script, ScriptCall
 
 from .label_values import capped_label_value
 
-__all__ = ["FAIR_WALK_IDS", "FairShare", "fair_scan_call", "parse_fair_scan"]
-
-FAIR_WALK_IDS = 10
-"""Ids the scan walks per key from its list's tail past strays (jobs that expired or
-were cancelled while they waited) before it calls the key's age unknown."""
-
-# Script.named, not QueueScripts: the queue package imports the whole client (a quarter
-# second at start), and the exporter needs none of it. The same cached object.
-_FAIR_SCAN = Script.named("queue_fair_scan")
-
-_HEADER = 4
-"""Reply items before the per-key triples: ring length, TIME ms, shared entry, skipped."""
+__all__ = [
+    "FairShare",
+    "backlog_commands",
+    "fair_share",
+    "samples_keys",
+    "since_command",
+    "since_values",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class FairShare:
-    """One type's fair share keys as one scan read them."""
+    """One type's fairness keys with jobs waiting, as one scrape read them."""
 
     keys_waiting: int
-    """Fairness keys on the ring (its length, less the shared queue's own turn)."""
+    """Keys with jobs waiting: HLEN of the since hash, every key counted."""
     oldest_wait_seconds: float | None
-    """The longest wait of any read key's oldest waiting job; None when none is known."""
+    """The longest any key read has waited without a start; None when none was read."""
     median_wait_seconds: float | None
-    """The median over read keys of their oldest waiting job's wait; None likewise."""
+    """The median over the keys read of that wait; None likewise."""
+    sampled: bool = False
+    """Whether the keys read are a random sample (more than FAIR_READ_ALL_KEYS wait)."""
     top_backlogs: tuple[tuple[str, int], ...] = ()
-    """(key as a label value, jobs on its list) of the keys with the largest backlog, at
-    most the exporter's --fair-key-top, largest first."""
+    """(key as a label value, jobs on its list) of the read keys with the largest
+    backlog, at most the exporter's --fair-key-top, largest first."""
 
 
-def fair_scan_call(keys: QueueKeys) -> ScriptCall:
-    """The scan of `keys`' ring, read only (EVALSHA_RO: the exporter's ACL user)."""
-    return _FAIR_SCAN.call(
-        [keys.fair_ring, keys.queued],
-        [FAIR_SCAN_KEYS, keys.fair_list(""), keys.job(""), FAIR_WALK_IDS],
-        readonly=True,
-    )
+def samples_keys(keys_waiting: int) -> bool:
+    """Whether a type with `keys_waiting` keys has a random sample of them read."""
+    return keys_waiting > FAIR_READ_ALL_KEYS
 
 
-def parse_fair_scan(reply: object, top: int) -> tuple[FairShare | None, int]:
-    """(FairShare, malformed count) of a scan's reply; (None, 1) for a reply that is not
-    the scan's (malformed as a whole). A per-key list of another type, or an enqueue
-    time that is no number, counts as malformed and leaves that key out."""
-    if not isinstance(reply, list | tuple) or len(reply) < _HEADER:
-        return None, 1
-    length, now, shared, skipped = reply[:_HEADER]
-    rest = reply[_HEADER:]
-    if not all(type(v) is int for v in (length, now, shared, skipped)) or len(rest) % 3:
-        return None, 1
-    malformed = skipped
-    waits: list[float] = []
-    backlogs: list[tuple[int, str]] = []
-    for index in range(0, len(rest), 3):
-        key, backlog, enqueued = rest[index : index + 3]
-        name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
-        backlogs.append((int(backlog), name))
-        if enqueued is None:
-            continue  # only strays among the ids walked: its age is unknown
-        enqueued_ms = finite_number(enqueued.decode() if isinstance(enqueued, bytes) else enqueued)
-        if enqueued_ms is None:
+def since_command(keys: QueueKeys, keys_waiting: int) -> tuple[Any, ...]:
+    """The read of the since hash for a type with `keys_waiting` keys: all of it while
+    that is at most FAIR_READ_ALL_KEYS, else a random sample of FAIR_SAMPLE_KEYS
+    distinct keys (a positive count: no key twice)."""
+    if not samples_keys(keys_waiting):
+        return ("HGETALL", keys.fair_since)
+    return ("HRANDFIELD", keys.fair_since, FAIR_SAMPLE_KEYS, "WITHVALUES")
+
+
+def since_values(reply: object) -> tuple[dict[str, float], int]:
+    """(key -> since ms, malformed count) of `since_command`'s reply: HGETALL's (a flat
+    list raw or in RESP2, a dict in RESP3) or HRANDFIELD ... WITHVALUES' (flat in RESP2,
+    pairs in RESP3). A value that is no finite number is left out and counted."""
+    pairs: list[tuple[object, object]]
+    if isinstance(reply, Mapping):
+        pairs = list(reply.items())
+    elif isinstance(reply, list | tuple) and reply and isinstance(reply[0], list | tuple):
+        pairs = [(pair[0], pair[1]) for pair in reply]
+    elif isinstance(reply, list | tuple):
+        items = iter(reply)  # one shared iterator pairs them
+        pairs = list(zip(items, items, strict=False))
+    else:
+        return {}, 1
+    since: dict[str, float] = {}
+    malformed = 0
+    for raw_key, raw_value in pairs:
+        value = finite_number(_text(raw_value))
+        if value is None:
             malformed += 1
             continue
-        # A producer's clock may run ahead of Redis': never a negative wait.
-        waits.append(max(0.0, (now - enqueued_ms) / 1000.0))
-    fair = FairShare(
-        keys_waiting=max(0, length - shared),
+        since[_text(raw_key)] = value
+    return since, malformed
+
+
+def backlog_commands(keys: QueueKeys, fair_keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """LLEN of each key's list: its jobs waiting (with a stray id or two of jobs that
+    expired or were cancelled while they waited, which the claim drops)."""
+    return [("LLEN", keys.fair_list(key)) for key in fair_keys]
+
+
+def fair_share(
+    keys_waiting: int,
+    since: Mapping[str, float],
+    now_ms: int,
+    *,
+    sampled: bool,
+    backlogs: Mapping[str, int] | None = None,
+    top: int = 0,
+) -> FairShare:
+    """The FairShare of a type: `since` (key -> since ms) read at Redis time `now_ms`;
+    `backlogs` (key -> jobs on its list) when read, of which the `top` largest."""
+    # A key served after TIME was read has a since past it: it has not waited.
+    waits = [max(0.0, (now_ms - ms) / 1000.0) for ms in since.values()]
+    return FairShare(
+        keys_waiting=keys_waiting,
         oldest_wait_seconds=max(waits) if waits else None,
         median_wait_seconds=statistics.median(waits) if waits else None,
-        top_backlogs=_top(backlogs, top),
+        sampled=sampled,
+        top_backlogs=_top(backlogs or {}, top),
     )
-    return fair, malformed
 
 
-def _top(backlogs: Sequence[tuple[int, str]], top: int) -> tuple[tuple[str, int], ...]:
+def _top(backlogs: Mapping[str, int], top: int) -> tuple[tuple[str, int], ...]:
     """The `top` largest backlogs, ties by key (a stable set of series between scrapes)."""
-    ranked = sorted(backlogs, key=lambda pair: (-pair[0], pair[1]))[:top]
-    return tuple((capped_label_value(name), backlog) for backlog, name in ranked)
+    ranked = sorted(backlogs.items(), key=lambda pair: (-pair[1], pair[0]))[:top]
+    return tuple((capped_label_value(name), backlog) for name, backlog in ranked)
+
+
+def _text(raw: object) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)

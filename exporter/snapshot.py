@@ -93,11 +93,12 @@ class TypeSnapshot:
     fair_by: str | None = None
     """The payload field fair share goes by (queue/limits.py FAIR_BY_KEYS); None when
     fair share is off (or the field is none of them: counted)."""
-    fair_ring_length: int = 0
-    """Entries on fair share's ring (LLEN): a type with none is not scanned."""
+    fair_keys_waiting: int = 0
+    """Fair share's keys with jobs waiting (HLEN of the ring's since hash): a type with
+    none has no more of fair share read."""
     fair: FairShare | None = None
-    """Its fairness keys as the scan read them; None when not scanned (an empty ring,
-    or a scan refused: counted)."""
+    """How its fairness keys wait (fair_share.py); None when not read (no key waits, or
+    the read was refused: counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ def type_snapshot(
     paused: bool = False,
     limits: object = None,
     level_depths: tuple[object, object] | None = None,
-    fair_ring_length: object = 0,
+    fair_keys_waiting: object = 0,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -157,7 +158,7 @@ def type_snapshot(
     whether the type is paused; `limits`: HMGET of its limits hash (type_reads.LIMITS_READ;
     None: not read); `level_depths`: the high and low lists' lengths (None: not read),
     normal's being the depth less both (never below 0: the two reads are not one
-    transaction); `fair_ring_length`: LLEN of fair share's ring.
+    transaction); `fair_keys_waiting`: HLEN of fair share's since hash.
     """
     malformed = stats.malformed
     configured, bad_limits = _limits(limits)
@@ -199,7 +200,7 @@ def type_snapshot(
         depth_by_priority=_by_priority(depth, level_depths),
         max_running_per_key_limit=configured.max_running_per_key,
         fair_by=configured.fair_by,
-        fair_ring_length=_int(fair_ring_length),
+        fair_keys_waiting=_int(fair_keys_waiting),
     )
     return snapshot, malformed
 
@@ -280,6 +281,6 @@ def _heartbeat(raw: object) -> float | None:
 
 
 def _int(raw: object) -> int:
-    # LLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
+    # LLEN/HLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
     # reader's own: never malformed.
     return raw if type(raw) is int else int(str(raw))

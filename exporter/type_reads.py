@@ -55,9 +55,9 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
        low (queue/priority.py). Unlike the queue list, these lose an expired job's id
        when it expires, so each length is its level's depth; normal's is the depth
        less both.
-    14. `LLEN fair`: entries on fair share's ring (0 when absent). Only a type whose
-       ring holds entries is scanned (fair_share.py), in a round trip of its own: a
-       type without fair share pays this one command.
+    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent). Only a
+       type with keys waiting has their waits read (fair_share.py), in a round trip
+       shared by every such type: a type without fair share pays this one command.
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -76,7 +76,7 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
         ("GET", keys.paused),
         ("HMGET", keys.limits, *LIMITS_READ),
         *(("LLEN", level) for level in keys.level_queues),
-        ("LLEN", keys.fair_ring),
+        ("HLEN", keys.fair_since),
     ]
 
 
@@ -103,21 +103,21 @@ class TypeReplies(NamedTuple):
     """HMGET of the limits hash: LIMITS_READ's values, each nil when unset."""
     level_depths: tuple[Any, Any]
     """Jobs waiting at priority high and low (integers)."""
-    fair_ring_length: Any
-    """Entries on fair share's ring (an integer; 0 when it is absent)."""
+    fair_keys_waiting: Any
+    """Fair share's keys with jobs waiting (an integer; 0 when none)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
         """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
         An error reply of either part of the depth or the oldest job stands for both."""
         (waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived,
-         worker_jobs, paused, limits, high, low, fair_ring) = replies  # fmt: skip
+         worker_jobs, paused, limits, high, low, fair_keys) = replies  # fmt: skip
         depth = waiting
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
         return cls(depth, in_progress, delayed, dead, stats, heartbeats,
                    _older(oldest, arrived), worker_jobs, paused is not None,
-                   limits, (high, low), fair_ring)  # fmt: skip
+                   limits, (high, low), fair_keys)  # fmt: skip
 
 
 def _older(first: Any, second: Any) -> Any:

@@ -127,8 +127,8 @@ class MonitoringConfig:
     """QueueHeldAtRateLimit: an agent type's rate limit held starts back while its queue
     grew, this long."""
     fair_key_starving_ratio: float
-    """QueueFairKeyStarving: a fairness key's oldest waiting job has waited more than this
-    many times the median key's (over 1)."""
+    """QueueFairKeyStarving: a fairness key has gone without a start more than this many
+    times as long as the median key (over 1)."""
     fair_key_starving_floor_seconds: float
     """QueueFairKeyStarving: and longer than this (a few seconds against a median of
     one is no starvation)."""

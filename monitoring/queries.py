@@ -157,9 +157,9 @@ def held_at_rate_limit(sel: Selector) -> str:
 
 
 def fair_key_starving(sel: Selector, ratio: float) -> str:
-    """Per agent type, the longest wait of a fairness key's oldest waiting job, where it
-    is over `ratio` times the median key's: one key waits while the others take turns
-    (the alert appends the floor)."""
+    """Per agent type, the longest any fairness key with jobs waiting has gone without a
+    start, where it is over `ratio` times the median key's: one key waits while the
+    others take turns (the alert appends the floor)."""
     # Parenthesised: `and` binds looser than the comparison the alert appends.
     oldest = gauge_by_type(sel, "fair_key_oldest_wait")
     median = gauge_by_type(sel, "fair_key_median_wait")

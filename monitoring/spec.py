@@ -455,15 +455,15 @@ def alert_specs(
             severity="warning",
             action="unblock-fair-key",
             summary=(
-                "A fairness key of agent type $agent_type has had a job waiting $value, "
-                f"over {q.number(config.fair_key_starving_ratio)} times the median key's, "
-                "for $for_."
+                "A fairness key of agent type $agent_type has waited $value without a "
+                f"start, over {q.number(config.fair_key_starving_ratio)} times the median "
+                "key's, for $for_."
             ),
             description=(
                 "Fair share (agentjobs limits set --fair-by) gives each key of $agent_type "
-                "a turn, yet one key's oldest waiting job has waited far longer than the "
-                "median key's for $for_: that key is held back (its max_running_per_key too "
-                "low for slow jobs, a rate limit, every worker busy with other keys, or a "
+                "a turn, yet one key with jobs waiting has gone far longer without a start "
+                "than the median key for $for_: that key is held back (at its "
+                "max_running_per_key, a rate limit, every worker busy with other keys, or a "
                 "ring edited by hand). Its jobs age and expire when their TTL passes."
             ),
             panel=panel.FAIR_KEY_WAIT,

@@ -235,8 +235,6 @@ _STORE_READS = ("exists", "hget", "hgetall", "hmget", "zrangebylex", "zrevrangeb
 # EVALSHA, and EVAL for the one re-run after NOSCRIPT (flush, restart, failover). EVAL
 # accepts any Lua source: see "What Redis ACLs cannot express" in docs/operations.md.
 _SCRIPTING = ("evalsha", "eval")
-# The read-only forms (ScriptCall readonly=True): Redis refuses any write inside them.
-_READ_ONLY_SCRIPTING = ("evalsha_ro", "eval_ro")
 
 
 def _store_grant(*scripts: str) -> Grant:
@@ -567,11 +565,10 @@ ROLES: dict[str, AclRole] = {
             summary=(
                 "reads depths, counters, heartbeats and each worker's jobs in progress of "
                 "every agent type and discovers the types, with plain read commands on "
-                "those keys only, and runs fair share's read-only scan, which reads the "
-                "enqueue time of each fairness key's oldest waiting job (HGET of the "
-                "queued hash and of job hashes); writes nothing, reads no result"
+                "those keys only; writes nothing, "
+                "reads no job, payload or result, runs no script"
             ),
-            scripts=("queue_fair_scan",),
+            scripts=(),
             keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
@@ -590,17 +587,12 @@ ROLES: dict[str, AclRole] = {
                 Grant(("get",), (_queue("paused"),)),
                 # Its configured rate and cap (queue_rate_limit_per_second, ...).
                 Grant(("hmget",), (_queue("limits"),)),
-                # Fair share's ring: its length every scrape, and the scan
-                # (queue_fair_scan.lua, read only) of a type whose ring holds entries,
-                # with what that reads: each key's list, and its oldest waiting job's
-                # enqueue time, which only the job's packed value in `queued` or its job
-                # hash holds. So HGET there, on the payload's keys (docs/operations.md).
-                Grant(("llen",), (_queue("fair"),)),
-                Grant(_READ_ONLY_SCRIPTING, (_queue("fair"), _queue("queued"))),
-                Grant(("type", "lpos", "lrange"), (_queue("fair"),)),
-                Grant(("type", "llen", "lrange"), (_queue("fair:q:*"),)),
-                Grant(("type", "hget"), (_queue("queued"),)),
-                Grant(("hget",), (_queue("job:*"),)),
+                # Fair share: the keys waiting and since when each has had no start,
+                # all (HGETALL) or a sample of a large ring (HRANDFIELD): key -> ms, no
+                # job id or payload (exporter/fair_share.py).
+                Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+                # With --fair-key-top: a key's backlog. LLEN only, never its job ids.
+                Grant(("llen",), (_queue("fair:q:*"),)),
             ),
             channels="none",
             scoped=False,

@@ -179,7 +179,7 @@ async def test_the_depth_leaves_out_stale_ids_of_expired_jobs(
 
 
 async def test_a_script_flush_changes_nothing(admin: redis.Redis, exporter: Exporter) -> None:
-    # A type without fair share's ring runs no script: a flush costs no round trip.
+    # The exporter runs no script (its ACL user may not): a flush costs no round trip.
     seed_type(admin, "dining", waiting=5)
     await exporter.scrape()
     admin.script_flush()

@@ -33,7 +33,7 @@ from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
 from tests.support.exporter_process import ExporterProcess
-from tests.support.fair_share_data import Waiting, seed_fair
+from tests.support.fair_share_data import enqueue_keyed, plant_waits
 from tests.support.prometheus import PrometheusError, PrometheusServer
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.redis_server import RedisServer
@@ -85,19 +85,17 @@ async def _enqueue(redis_url: str, jobs: list[dict[str, Any]]) -> None:
         # Limits that never bind this workload: the Limits row's lines have data.
         await queue.set_limits("flights", rate="1000/s", max_running=50)
         # Fair share on a type no worker runs, its keys waiting as the enqueue leaves
-        # them (_seed_fair_keys): the fair share panels have data.
+        # them (their waits planted by _plant_fair_waits): the fair share panels have data.
         await queue.set_limits(FAIR, fair_by="tenant", max_running_per_key=2)
+        await enqueue_keyed(queue, FAIR, {"acme": 2, "globex": 1, "initech": 1})
         await queue.enqueue_many(jobs)
 
 
-def _seed_fair_keys(redis_url: str) -> None:
+def _plant_fair_waits(redis_url: str) -> None:
+    """acme has gone a minute without a start, the others a second or two."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        seed_fair(client, FAIR, {
-            "acme": [Waiting("acme-1", 60_000), Waiting("acme-2")],
-            "globex": [Waiting("globex-1", 2_000)],
-            "initech": [Waiting("initech-1", 1_000, "hash")],
-        })  # fmt: skip
+        plant_waits(client, FAIR, {"acme": 60_000, "globex": 2_000, "initech": 1_000})
     finally:
         client.close()
 
@@ -146,7 +144,7 @@ def live(redis_server: RedisServer) -> Iterator[Live]:
             flights.start(concurrency=2)
             jobs = _workload()
             asyncio.run(_enqueue(redis_url, jobs))
-            _seed_fair_keys(redis_url)
+            _plant_fair_waits(redis_url)
             wait_until(lambda: _finished(redis_url, len(jobs)), timeout=60, interval=0.2)
             # Prometheus has scraped the final state (dead letters, completions), and
             # every counter of every type often enough for rate() to have two samples.
@@ -246,7 +244,7 @@ def test_queries_show_what_the_workload_did(live: Live) -> None:
     assert {s.labels["agent_type"]: s.value for s in workers} == {
         "dining": 1, "flights": 1, BACKLOG: 0, FAIR: 0,
     }  # fmt: skip
-    # Fair share: three keys waiting, acme's oldest job the longest (a minute at least).
+    # Fair share: three keys waiting, acme the longest without a start (a minute at least).
     oldest = live.prometheus.query(f"max(queue_fair_key_oldest_wait_seconds{{{sel}}})")
     assert oldest[0].value >= 60
     keys = live.prometheus.query(f'max(queue_fair_keys_waiting{{{sel}, agent_type="{FAIR}"}})')

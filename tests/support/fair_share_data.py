@@ -1,31 +1,20 @@
-"""Fair share's waiting state written by hand, the way the enqueue writes it (keys.py):
-each key's job ids LPUSHed on its list `fair:q:<key>` (the oldest at the tail), the key
-once on the ring `fair`, plus FAIR_SHARED_ENTRY; each job packed in `queued`
-(queue/envelope.py) or, once it has one, in its job hash's `enqueued_at`."""
+"""Fair share's waiting state as the queue writes it: jobs enqueued by the real JobQueue
+on a type whose limits set fair_by (each job with the field on its key's list, the key
+on the ring and in the ring's since hash, keys.py), then each key's time in the since
+hash planted, so that a test chooses how long each key has gone without a start."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
 
 import redis
 
-from platform_common.jobs.keys import FAIR_SHARED_ENTRY, QueueKeys
-from tests.support.stored_jobs import pack_queued
+from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
+from tests.support.queue_handlers import make_job
 from tests.support.sync_redis import sync_reply
 
-__all__ = ["Waiting", "redis_now_ms", "seed_fair"]
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """One id on a key's list: a job waiting `age_ms`, packed or with a job hash, or a
-    stray (its job expired or was cancelled: the id alone is left)."""
-
-    job_id: str
-    age_ms: int = 0
-    form: Literal["packed", "hash", "stray"] = "packed"
+__all__ = ["enqueue_keyed", "plant_waits", "redis_now_ms"]
 
 
 def redis_now_ms(client: redis.Redis) -> int:
@@ -33,36 +22,29 @@ def redis_now_ms(client: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def seed_fair(
-    client: redis.Redis,
-    agent_type: str,
-    lists: Mapping[str, Sequence[Waiting]],
-    *,
-    shared: bool = True,
-) -> None:
-    """Write `lists` (fairness key -> its ids, the oldest first) and the ring holding
-    each key, then the shared entry when `shared`. Pipelined: a test seeds 10,000 keys."""
-    keys = QueueKeys(agent_type)
+async def enqueue_keyed(
+    queue: JobQueue, agent_type: str, jobs_per_key: Mapping[str, int], *, by: str = "tenant"
+) -> dict[str, list[str]]:
+    """Enqueue `jobs_per_key` (fairness key -> jobs) of `agent_type`, whose limits must
+    already set fair_by=`by`, in one enqueue_many -> key -> its job ids. The jobs live an
+    hour (no expiry while a test looks)."""
+    order = [key for key, count in jobs_per_key.items() for _ in range(count)]
+    jobs = [make_job(agent_type, **{by: key}, ttl_seconds=3600) for key in order]
+    ids = await queue.enqueue_many(jobs) if jobs else []
+    by_key: dict[str, list[str]] = {key: [] for key in jobs_per_key}
+    for key, job_id in zip(order, ids, strict=True):
+        by_key[key].append(job_id)
+    return by_key
+
+
+def plant_waits(client: redis.Redis, agent_type: str, waits_ms: Mapping[str, int]) -> int:
+    """Set each key's since time to Redis' now less its wait (ms) -> that now (ms).
+    Pipelined: a test plants 10,000 keys."""
+    since = QueueKeys(agent_type).fair_since
     now_ms = redis_now_ms(client)
     pipe = client.pipeline(transaction=False)
-    pipe.sadd(QueueKeys.types_key(), agent_type)
-    for key, jobs in lists.items():
-        for job in jobs:
-            enqueued = now_ms - job.age_ms
-            if job.form == "packed":
-                packed = pack_queued(
-                    payload=f'{{"tenant": "{key}"}}',
-                    enqueued_at_ms=enqueued,
-                    expires_at_ms=enqueued + 3_600_000,
-                    ttl_seconds=3600,
-                )
-                pipe.hset(keys.queued, job.job_id, packed)
-            elif job.form == "hash":
-                fields = {"enqueued_at": enqueued, "state": "queued"}
-                pipe.hset(keys.job(job.job_id), mapping=fields)
-        if jobs:
-            pipe.lpush(keys.fair_list(key), *[job.job_id for job in jobs])
-        pipe.lpush(keys.fair_ring, key)
-    if shared:
-        pipe.lpush(keys.fair_ring, FAIR_SHARED_ENTRY)
+    items = list(waits_ms.items())
+    for start in range(0, len(items), 1_000):
+        pipe.hset(since, mapping={key: now_ms - wait for key, wait in items[start : start + 1_000]})
     pipe.execute()
+    return now_ms

@@ -30,4 +30,3 @@ class QueueScripts:
     limits = Script.named("queue_limits")
     cancel = Script.named("queue_cancel")
     session_scan = Script.named("queue_session_scan")
-    fair_scan = Script.named("queue_fair_scan")  # the exporter's (exporter/fair_share.py)
