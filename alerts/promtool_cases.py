@@ -94,6 +94,20 @@ def humanize_percentage(value: float) -> str:
     return f"{value * 100:.4g}%"
 
 
+def humanize_duration(value: float) -> str:
+    """Prometheus' `humanizeDuration` for a value of one second or more."""
+    whole = int(value)
+    days, hours = whole // 86_400, whole // 3600 % 24
+    minutes, secs = whole // 60 % 60, whole % 60
+    if days:
+        return f"{days}d {hours}h {minutes}m {secs}s"
+    if hours:
+        return f"{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{value:.4g}s"
+
+
 class _Builder:
     """Series literals for one config: `name{labels}` from the catalogue."""
 
@@ -319,6 +333,29 @@ def _held_at_rate_limit_case(b: _Builder) -> BoundaryCase:
     return BoundaryCase(60, firing, quiet)
 
 
+def _fair_key_starving_case(b: _Builder) -> BoundaryCase:
+    """The oldest key's wait over both the ratio times the median key's and the floor.
+    Quiet exactly at each edge: the oldest equal to ratio x median (the product is
+    computed as PromQL does, in doubles), and equal to the floor."""
+    ratio, floor = b.config.fair_key_starving_ratio, b.config.fair_key_starving_floor_seconds
+    median = math.ceil((floor + 1) / ratio) + 1  # ratio x median is past the floor
+
+    def scenario(oldest: float, median: float) -> tuple[Series, ...]:
+        return (
+            b.depth(1),
+            b.series("fair_key_oldest_wait", f"{q.number(oldest)}x{SAMPLES}"),
+            b.series("fair_key_median_wait", f"{q.number(median)}x{SAMPLES}"),
+        )
+
+    at_ratio = ratio * median
+    firing = Scenario(scenario(at_ratio + 1, median), b.by_type, humanize_duration(at_ratio + 1))
+    quiet = (
+        Scenario(scenario(at_ratio, median), b.by_type),
+        Scenario(scenario(floor, floor / (2 * ratio)), b.by_type),
+    )
+    return BoundaryCase(0, firing, quiet)
+
+
 NODE = "queue-redis:6379"
 
 
@@ -377,5 +414,6 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         ),
         "QueuePausedTooLong": _gauge_case("paused", 1, 0, humanize),
         "QueueHeldAtRateLimit": _held_at_rate_limit_case,
+        "QueueFairKeyStarving": _fair_key_starving_case,
     }
     return {name: build(b) for name, build in builders.items()}

@@ -20,7 +20,7 @@ from platform_common.jobs.dashboard_ids import (
 )
 from platform_common.jobs.dashboard_ids import QueueOverviewPanel as P
 from platform_common.jobs.keys import MAX_ERROR_CLASSES, OTHER_ERROR_CLASS
-from platform_common.jobs.metric_catalogue import MAX_WORKERS_PER_TYPE, by_key
+from platform_common.jobs.metric_catalogue import FAIR_BY, FAIR_KEY, MAX_WORKERS_PER_TYPE, by_key
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
 from platform_common.jobs_monitoring.slo import BURN_RATE_PAIRS, SloKind
@@ -402,6 +402,73 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
                 ],
             ),
             12,
+            8,
+        ),
+        *_fair_share_panels(sel),
+    ]
+
+
+def _fair_share_panels(sel: q.Selector) -> list[Placed]:
+    """Fair share (agentjobs limits set --fair-by): how many keys wait, whether one of
+    them waits far longer than the rest, and what max_running_per_key holds back."""
+    return [
+        (
+            timeseries(
+                P.FAIR_KEYS_WAITING,
+                PANEL_TITLES[P.FAIR_KEYS_WAITING],
+                "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
+                "with jobs waiting, per agent type; the line at 1 names the field fair "
+                "share goes by (none: it is off). With the exporter's --fair-key-top N, "
+                "the jobs waiting on each of the N keys with the largest backlog.",
+                by_key("fair_keys_waiting").unit,
+                [
+                    _by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting"),
+                    (
+                        f"max by ({q.BY_TYPE}, {FAIR_BY}) ({sel.series('fair_share_by')})",
+                        "{{agent_type}} fair by {{fair_by}}",
+                    ),
+                    (
+                        f"max by ({q.BY_TYPE}, {FAIR_KEY}) ({sel.series('fair_key_backlog')})",
+                        "{{agent_type}} {{fair_key}} backlog",
+                    ),
+                ],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAIR_KEY_WAIT,
+                PANEL_TITLES[P.FAIR_KEY_WAIT],
+                "How long keys with jobs waiting have gone without a start: the longest, "
+                "and the median over keys. Close together: the keys take turns. Oldest "
+                "far above the median: one key is starved (QueueFairKeyStarving), often "
+                "held at its max_running_per_key; with --fair-key-top set, "
+                "queue_fair_key_backlog names the largest keys.",
+                by_key("fair_key_oldest_wait").unit,
+                [
+                    _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),
+                    _by_type(q.gauge_by_type(sel, "fair_key_median_wait"), " median key"),
+                ],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                P.FAIR_HELD_BACK,
+                PANEL_TITLES[P.FAIR_HELD_BACK],
+                "Job starts per second held back because their key was at the type's "
+                "max_running_per_key (no line for the limit: no cap). Steady while the "
+                "key's jobs age: raise it (agentjobs limits set TYPE "
+                "--max-running-per-key N).",
+                "short",
+                [
+                    _by_type(q.rate_by_type(sel, "held_back_max_running_per_key"), " held back/s"),
+                    _by_type(q.gauge_by_type(sel, "max_running_per_key_limit"), " per-key cap"),
+                ],
+            ),
+            8,
             8,
         ),
     ]

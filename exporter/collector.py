@@ -64,6 +64,10 @@ _TYPE_GAUGES: dict[str, Callable[[TypeSnapshot], float | None]] = {
     "paused": lambda t: 1 if t.paused else 0,
     "rate_limit": lambda t: t.rate_limit,
     "max_running_limit": lambda t: t.max_running_limit,
+    "max_running_per_key_limit": lambda t: t.max_running_per_key_limit,
+    "fair_keys_waiting": lambda t: t.fair_keys_waiting,  # HLEN: exact, 0 without fair share
+    "fair_key_oldest_wait": lambda t: t.fair.oldest_wait_seconds if t.fair else None,
+    "fair_key_median_wait": lambda t: t.fair.median_wait_seconds if t.fair else None,
     "oldest_age": lambda t: t.oldest_age_seconds,
     "active_workers": lambda t: t.active_workers,
     "last_heartbeat": lambda t: t.last_heartbeat_seconds,
@@ -150,6 +154,11 @@ def value_series(metric: catalogue.Metric, result: ScrapeResult) -> list[Series]
     if key == "depth_by_priority":
         return [((t.agent_type, level), count) for t in snapshot.types
                 for level, count in t.depth_by_priority.items()]  # fmt: skip
+    if key == "fair_share_by":
+        return [((t.agent_type, t.fair_by), 1) for t in snapshot.types if t.fair_by]
+    if key == "fair_key_backlog":
+        return [((t.agent_type, fair_key), backlog) for t in snapshot.types if t.fair
+                for fair_key, backlog in t.fair.top_backlogs]  # fmt: skip
     if key == "worker_heartbeat_age":
         return [((t.agent_type, beat.worker), beat.age_seconds) for t in snapshot.types
                 for beat in t.workers]  # fmt: skip

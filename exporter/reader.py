@@ -11,7 +11,9 @@ No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly th
 commands on exactly these keys (and the keyless INFO), so it can neither read a job
 (payloads are personal data) nor run Lua that could hold Redis busy. The oldest
 waiting job's age comes from the queue's `waiting` set (job id -> arrival time), never
-from a job hash.
+from a job hash. Fair share's key waits come from the ring's since hash (fair_share.py),
+read only for the types with keys waiting, in one more round trip for all of them (and
+one for their backlogs, with --fair-key-top).
 
 On a single server (or Sentinel's master) the request is sent by wire.py, packed once
 per type and kept; a cluster goes through redis-py's cluster pipeline, which routes by
@@ -21,7 +23,7 @@ slot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -41,6 +43,13 @@ from platform_common.jobs.redis.script import Command, Replies, Send, run_batch,
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.type_registry import registry_reads, select_from_replies
 
+from .fair_share import (
+    backlog_commands,
+    fair_share,
+    samples_keys,
+    since_command,
+    since_values,
+)
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, type_snapshot, within_clock_tolerance
@@ -110,6 +119,9 @@ class SnapshotReader:
             more = await self._run([("TIME",)], todo)
             round_trips += more.round_trips
             malformed += self._take(todo, more[1:], _now_ms(_ok(more[0])), results).malformed
+        fair_trips, fair_malformed = await self._read_fair(results)
+        round_trips += fair_trips
+        malformed += fair_malformed
         self._previous = selection.types
         self._forget(selection.types)
         return Snapshot(
@@ -152,6 +164,54 @@ class SnapshotReader:
         request = b"".join([pack(head), *map(self._packed_type, agent_types), pack(tail)])
         count = len(head) + len(agent_types) * TYPE_COMMAND_COUNT + len(tail)
         return Replies(await send_and_read(client, request, count))
+
+    async def _read_fair(self, results: dict[str, TypeSnapshot]) -> tuple[int, int]:
+        """Read how the fairness keys wait of each type in `results` with keys waiting,
+        in one pipeline (fair_share.py), then, with --fair-key-top, their backlogs in
+        one more; put what they say in its snapshot -> (round trips, malformed). A read
+        refused (WRONGTYPE: the since hash, or a key's list, holds another type; NOPERM:
+        an ACL user of an older release) leaves that type's or that key's numbers out,
+        counted."""
+        waiting = [t for t in results.values() if t.fair_keys_waiting > 0]
+        if not waiting:
+            return 0, 0
+        prefix = self._settings.queue_prefix
+        keys = {t.agent_type: QueueKeys(t.agent_type, prefix) for t in waiting}
+        commands = [since_command(keys[t.agent_type], t.fair_keys_waiting) for t in waiting]
+        replies = await self._run([("TIME",), *commands], ())
+        round_trips = replies.round_trips
+        now_ms = _now_ms(_ok(replies[0]))
+        malformed = 0
+        read: dict[str, dict[str, float]] = {}
+        for snapshot, reply in zip(waiting, replies[1:], strict=True):
+            if _refused(reply):
+                malformed += 1
+                continue
+            read[snapshot.agent_type], bad = since_values(reply)
+            malformed += bad
+        top = self._settings.fair_key_top
+        backlogs: dict[str, dict[str, int]] = {t: {} for t in read}
+        lists = [(t, key) for t, since in read.items() for key in since] if top else []
+        if lists:
+            more = await self._run(
+                [c for t, since in read.items() for c in backlog_commands(keys[t], list(since))],
+                (),
+            )
+            round_trips += more.round_trips
+            for (agent_type, key), reply in zip(lists, more, strict=True):
+                if _refused(reply):
+                    malformed += 1
+                    continue
+                backlogs[agent_type][key] = _int_reply(reply)
+        for agent_type, since in read.items():
+            snapshot = results[agent_type]
+            fair = fair_share(
+                snapshot.fair_keys_waiting, since, now_ms,
+                sampled=samples_keys(snapshot.fair_keys_waiting),
+                backlogs=backlogs[agent_type], top=top,
+            )  # fmt: skip
+            results[agent_type] = replace(snapshot, fair=fair)
+        return round_trips, malformed
 
     def _packed_type(self, agent_type: str) -> bytes:
         packed = self._packed.get(agent_type)
@@ -216,6 +276,7 @@ class SnapshotReader:
             snapshot, bad = type_snapshot(
                 agent_type, now_ms, depths, stats, active, newest, oldest, beats,
                 read.worker_jobs, read.paused, read.limits, read.level_depths,
+                read.fair_keys_waiting,
             )  # fmt: skip
             results[agent_type] = snapshot
             step.malformed += bad
@@ -294,3 +355,15 @@ def _ok(reply: Any) -> Any:
     if isinstance(reply, Exception):
         raise reply
     return reply
+
+
+def _refused(reply: Any) -> bool:
+    """Whether `reply` is an error reply (WRONGTYPE, NOPERM); connection trouble raises:
+    the whole scrape is "Redis down"."""
+    if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+        raise reply
+    return isinstance(reply, ResponseError)
+
+
+def _int_reply(reply: Any) -> int:
+    return reply if type(reply) is int else int(str(reply))

@@ -36,6 +36,7 @@ from platform_common.jobs.env import (
 )
 from platform_common.jobs.errors import ConfigurationError
 from platform_common.jobs.keys import DEFAULT_LATENCY_BUCKETS, QUEUE_PREFIX
+from platform_common.jobs.metric_catalogue import MAX_FAIR_KEY_TOP
 from platform_common.jobs.redis.url import DEFAULT_REDIS_URL, RedisSettings
 from platform_common.jobs.type_registry import MAX_AGENT_TYPES
 
@@ -85,6 +86,10 @@ def _max_agent_types(value: str, name: str) -> int:
 
 def _agent_types(value: str, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parse_list(value, name, parse_name)))  # deduplicated, in order
+
+
+def _fair_key_top(value: str, name: str) -> int:
+    return parse_int(value, name, minimum=0, maximum=MAX_FAIR_KEY_TOP)
 
 
 def _namespace(value: str, name: str) -> str:
@@ -147,6 +152,11 @@ class ExporterSettings:
         variable=LATENCY_BUCKETS_VARIABLE, deprecated_variable="EXPORTER_LATENCY_BUCKETS",
         help="the queue's latency bucket bounds, comma-separated seconds, so that empty "
         "buckets are exported as 0")
+    fair_key_top: int = setting(
+        0, _fair_key_top, flag="--fair-key-top", variable="EXPORTER_FAIR_KEY_TOP",
+        help="publish queue_fair_key_backlog{fair_key} for this many fairness keys with the "
+        f"largest backlog per agent type, at most {MAX_FAIR_KEY_TOP}; 0 = none (a label "
+        "per tenant, which may name a customer)")
     log_level: str = setting(
         "info", _log_level, flag="--log-level", variable="EXPORTER_LOG_LEVEL",
         help="critical..debug")

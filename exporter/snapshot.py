@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from platform_common.jobs.keys import FAIR_BY_KEYS
 from platform_common.jobs.metric_catalogue import (
     HEARTBEAT_CLOCK_TOLERANCE_MS,
     MAX_WORKERS_PER_TYPE,
@@ -16,12 +17,14 @@ from platform_common.jobs.metric_catalogue import (
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
+from .fair_share import FairShare
 from .label_values import capped_label_value
 from .server_stats import ServerStats
 from .stats_hash import LatencyHistogram, StatsReading
 
 __all__ = [
     "HEARTBEAT_CLOCK_TOLERANCE_MS",
+    "FairShare",
     "LatencyHistogram",
     "Snapshot",
     "TypeSnapshot",
@@ -84,6 +87,18 @@ class TypeSnapshot:
     """Its cap on jobs running at once; None when unset (or malformed: counted)."""
     depth_by_priority: Mapping[str, int] = field(default_factory=dict)
     """queue_depth by priority level (high, normal, low); empty when not read."""
+    max_running_per_key_limit: int | None = None
+    """Its cap on jobs of one fairness key running at once; None when unset (or
+    malformed: counted)."""
+    fair_by: str | None = None
+    """The payload field fair share goes by (queue/limits.py FAIR_BY_KEYS); None when
+    fair share is off (or the field is none of them: counted)."""
+    fair_keys_waiting: int = 0
+    """Fair share's keys with jobs waiting (HLEN of the ring's since hash): a type with
+    none has no more of fair share read."""
+    fair: FairShare | None = None
+    """How its fairness keys wait (fair_share.py); None when not read (no key waits, or
+    the read was refused: counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +146,7 @@ def type_snapshot(
     paused: bool = False,
     limits: object = None,
     level_depths: tuple[object, object] | None = None,
+    fair_keys_waiting: object = 0,
 ) -> tuple[TypeSnapshot, int]:
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
@@ -139,13 +155,13 @@ def type_snapshot(
     `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
     arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
     HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
-    whether the type is paused; `limits`: HMGET of its limits hash (rate, interval_ms,
-    max_running; None: not read); `level_depths`: the high and low lists' lengths (None:
-    not read), normal's being the depth less both (never below 0: the two reads are not
-    one transaction).
+    whether the type is paused; `limits`: HMGET of its limits hash (type_reads.LIMITS_READ;
+    None: not read); `level_depths`: the high and low lists' lengths (None: not read),
+    normal's being the depth less both (never below 0: the two reads are not one
+    transaction); `fair_keys_waiting`: HLEN of fair share's since hash.
     """
     malformed = stats.malformed
-    rate_limit, max_running_limit, bad_limits = _limits(limits)
+    configured, bad_limits = _limits(limits)
     malformed += bad_limits
     workers, errors = _workers(beats, now_ms, hash_fields(worker_jobs))
     malformed += errors
@@ -179,23 +195,34 @@ def type_snapshot(
         last_heartbeat_seconds=None if newest is None else _heartbeat(newest),
         workers=workers,
         paused=paused,
-        rate_limit=rate_limit,
-        max_running_limit=max_running_limit,
+        rate_limit=configured.rate,
+        max_running_limit=configured.max_running,
         depth_by_priority=_by_priority(depth, level_depths),
+        max_running_per_key_limit=configured.max_running_per_key,
+        fair_by=configured.fair_by,
+        fair_keys_waiting=_int(fair_keys_waiting),
     )
     return snapshot, malformed
 
 
-def _limits(reply: object) -> tuple[float | None, int | None, int]:
-    """(starts per second, max running, malformed count) of HMGET rate interval_ms
-    max_running; a value that is not a whole number from 1 is skipped and counted, as
-    the claim refuses it."""
-    if not isinstance(reply, list | tuple) or len(reply) != 3:
-        return None, None, 0
+@dataclass(frozen=True, slots=True)
+class _Configured:
+    rate: float | None = None
+    max_running: int | None = None
+    max_running_per_key: int | None = None
+    fair_by: str | None = None
+
+
+def _limits(reply: object) -> tuple[_Configured, int]:
+    """(the limits, malformed count) of HMGET type_reads.LIMITS_READ; a number that is not
+    a whole number from 1, or a fair_by that is none of FAIR_BY_KEYS, is skipped and
+    counted, as the claim refuses it."""
+    if not isinstance(reply, list | tuple) or len(reply) != 5:
+        return _Configured(), 0
+    texts = [raw.decode(errors="replace") if isinstance(raw, bytes) else raw for raw in reply]
     parsed: list[int | None] = []
     malformed = 0
-    for raw in reply:
-        text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    for text in texts[:4]:
         if text is None:
             parsed.append(None)
         elif isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 15:
@@ -204,9 +231,15 @@ def _limits(reply: object) -> tuple[float | None, int | None, int]:
         else:
             parsed.append(None)
             malformed += 1
-    count, interval, max_running = parsed
+    count, interval, max_running, per_key = parsed
+    fair_by = texts[4]
+    if fair_by == "":  # queue_limits.lua deletes the field; an empty one is off too
+        fair_by = None
+    if fair_by is not None and fair_by not in FAIR_BY_KEYS:
+        fair_by = None
+        malformed += 1
     rate = None if count is None or interval is None else count * 1000 / interval
-    return rate, max_running, malformed
+    return _Configured(rate, max_running, per_key, fair_by), malformed
 
 
 def _by_priority(depth: int, level_depths: tuple[object, object] | None) -> dict[str, int]:
@@ -248,6 +281,6 @@ def _heartbeat(raw: object) -> float | None:
 
 
 def _int(raw: object) -> int:
-    # LLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
+    # LLEN/HLEN/ZCARD/TIME arrive as integers from Redis itself, the worker count is the
     # reader's own: never malformed.
     return raw if type(raw) is int else int(str(raw))

@@ -15,7 +15,10 @@ from typing import Any, NamedTuple
 from platform_common.jobs.keys import QueueKeys
 from platform_common.jobs.redis.replies import first_score
 
-__all__ = ["TYPE_COMMAND_COUNT", "TypeReplies", "type_commands"]
+__all__ = ["LIMITS_READ", "TYPE_COMMAND_COUNT", "TypeReplies", "type_commands"]
+
+LIMITS_READ = ("rate", "interval_ms", "max_running", "max_running_per_key", "fair_by")
+"""The fields of the limits hash the exporter reads, in its HMGET's order."""
 
 
 def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
@@ -45,12 +48,16 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
        its heartbeat last wrote it: flat in RESP2, a dict in RESP3. Pruned with the
        heartbeats, so as small as the fleet; no job hash is read for it.
     10. `GET paused`: the moment the type was paused (a string), or nil while it runs.
-    11. `HMGET limits rate interval_ms max_running`: the type's configured rate (starts
-        per interval_ms) and cap on running jobs (queue/limits.py), each nil when not set.
+    11. `HMGET limits rate interval_ms max_running max_running_per_key fair_by`: the
+        type's configured rate (starts per interval_ms), caps on running jobs and the
+        field fair share goes by (queue/limits.py), each nil when not set.
     12, 13. `LLEN queue:high`, `LLEN queue:low`: the jobs waiting at priority high and
        low (queue/priority.py). Unlike the queue list, these lose an expired job's id
        when it expires, so each length is its level's depth; normal's is the depth
        less both.
+    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent). Only a
+       type with keys waiting has their waits read (fair_share.py), in a round trip
+       shared by every such type: a type without fair share pays this one command.
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -67,8 +74,9 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
         ("ZRANGE", keys.arrivals, 0, 0, "WITHSCORES"),
         ("HGETALL", keys.worker_jobs),
         ("GET", keys.paused),
-        ("HMGET", keys.limits, "rate", "interval_ms", "max_running"),
+        ("HMGET", keys.limits, *LIMITS_READ),
         *(("LLEN", level) for level in keys.level_queues),
+        ("HLEN", keys.fair_since),
     ]
 
 
@@ -92,22 +100,24 @@ class TypeReplies(NamedTuple):
     paused: bool
     """Whether the type is paused (its pause key holds a value)."""
     limits: Any
-    """HMGET of the limits hash: [rate, interval_ms, max_running], each nil when unset."""
+    """HMGET of the limits hash: LIMITS_READ's values, each nil when unset."""
     level_depths: tuple[Any, Any]
     """Jobs waiting at priority high and low (integers)."""
+    fair_keys_waiting: Any
+    """Fair share's keys with jobs waiting (an integer; 0 when none)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
         """`replies` to type_commands, in their order (exactly TYPE_COMMAND_COUNT).
         An error reply of either part of the depth or the oldest job stands for both."""
         (waiting, in_progress, delayed, dead, stats, heartbeats, oldest, packed, arrived,
-         worker_jobs, paused, limits, high, low) = replies  # fmt: skip
+         worker_jobs, paused, limits, high, low, fair_keys) = replies  # fmt: skip
         depth = waiting
         if isinstance(waiting, int) and not isinstance(waiting, bool):
             depth = packed if isinstance(packed, BaseException) else waiting + int(packed)
         return cls(depth, in_progress, delayed, dead, stats, heartbeats,
                    _older(oldest, arrived), worker_jobs, paused is not None,
-                   limits, (high, low))  # fmt: skip
+                   limits, (high, low), fair_keys)  # fmt: skip
 
 
 def _older(first: Any, second: Any) -> Any:

@@ -50,6 +50,7 @@ DURATION_FIELDS = (
     "malformed_values_for",
     "queue_paused_too_long_for",
     "held_at_rate_limit_for",
+    "fair_key_starving_for",
 )
 """Fields holding a Prometheus duration (`5m`, `1h30m`): each alert's `for` and the interval."""
 
@@ -125,6 +126,13 @@ class MonitoringConfig:
     held_at_rate_limit_for: str
     """QueueHeldAtRateLimit: an agent type's rate limit held starts back while its queue
     grew, this long."""
+    fair_key_starving_ratio: float
+    """QueueFairKeyStarving: a fairness key has gone without a start more than this many
+    times as long as the median key (over 1)."""
+    fair_key_starving_floor_seconds: float
+    """QueueFairKeyStarving: and longer than this (a few seconds against a median of
+    one is no starvation)."""
+    fair_key_starving_for: str
 
     slo_availability: Objective
     """The default availability SLO: completed jobs out of finished ones (slo.py)."""
@@ -177,6 +185,12 @@ class MonitoringConfig:
             **{f"job_ttl_overrides[{k}]": v for k, v in self.job_ttl_overrides.items()},
             **{f"latency_slo_overrides[{k}]": v for k, v in self.latency_slo_overrides.items()},
         }
+        positive["fair_key_starving_floor_seconds"] = self.fair_key_starving_floor_seconds
+        if not is_finite_number(self.fair_key_starving_ratio) or self.fair_key_starving_ratio <= 1:
+            raise ConfigurationError(
+                "fair_key_starving_ratio",
+                f"must be a number above 1, got {self.fair_key_starving_ratio!r}",
+            )
         for name, value in positive.items():
             if not is_finite_number(value) or value <= 0:
                 raise ConfigurationError(name, f"must be a positive number, got {value!r}")

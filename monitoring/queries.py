@@ -156,6 +156,16 @@ def held_at_rate_limit(sel: Selector) -> str:
     return f"({held} and on ({BY_TYPE}) ({growing}))"
 
 
+def fair_key_starving(sel: Selector, ratio: float) -> str:
+    """Per agent type, the longest any fairness key with jobs waiting has gone without a
+    start, where it is over `ratio` times the median key's: one key waits while the
+    others take turns (the alert appends the floor)."""
+    # Parenthesised: `and` binds looser than the comparison the alert appends.
+    oldest = gauge_by_type(sel, "fair_key_oldest_wait")
+    median = gauge_by_type(sel, "fair_key_median_wait")
+    return f"({oldest} and on ({BY_TYPE}) ({oldest} > {number(ratio)} * {median}))"
+
+
 def idle_activity(sel: Selector, idle_for: str) -> str:
     """Per agent type, what happened in the last `idle_for`: jobs enqueued and started,
     plus the most that waited, waited for a retry or ran at any scrape. 0 means idle for

@@ -446,6 +446,31 @@ def alert_specs(
             expect_data=False,
             unit="ops",
         ),
+        AlertSpec(
+            name="QueueFairKeyStarving",
+            query=q.fair_key_starving(sel, config.fair_key_starving_ratio),
+            op="gt",
+            threshold=config.fair_key_starving_floor_seconds,
+            for_=config.fair_key_starving_for,
+            severity="warning",
+            action="unblock-fair-key",
+            summary=(
+                "A fairness key of agent type $agent_type has waited $value without a "
+                f"start, over {q.number(config.fair_key_starving_ratio)} times the median "
+                "key's, for $for_."
+            ),
+            description=(
+                "Fair share (agentjobs limits set --fair-by) gives each key of $agent_type "
+                "a turn, yet one key with jobs waiting has gone far longer without a start "
+                "than the median key for $for_: that key is held back (at its "
+                "max_running_per_key, a rate limit, every worker busy with other keys, or a "
+                "ring edited by hand). Its jobs age and expire when their TTL passes."
+            ),
+            panel=panel.FAIR_KEY_WAIT,
+            value_format="humanizeDuration",
+            expect_data=False,
+            unit="s",
+        ),
     )
     generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:

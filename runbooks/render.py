@@ -20,7 +20,7 @@ from platform_common.jobs.dashboard_ids import (
     QUEUE_OVERVIEW_UID,
 )
 from platform_common.jobs.keys import QueueKeys
-from platform_common.jobs.metric_catalogue import CATALOGUE
+from platform_common.jobs.metric_catalogue import CATALOGUE, FAIR_READ_ALL_KEYS, FAIR_SAMPLE_KEYS
 from platform_common.jobs_monitoring import outputs
 from platform_common.jobs_monitoring import queries as q
 from platform_common.jobs_monitoring.config import MonitoringConfig
@@ -121,6 +121,8 @@ def _context(config: MonitoringConfig) -> dict[str, Any]:
         "dashboard_url": config.dashboard_url(QUEUE_OVERVIEW_UID),
         "grafana_file": outputs.GRAFANA_ALERT_RULES,
         "keys": QueueKeys(SHELL_AGENT_TYPE),
+        "fair_read_all_keys": FAIR_READ_ALL_KEYS,
+        "fair_sample_keys": FAIR_SAMPLE_KEYS,
         "names": {metric.key: metric.full_name(config.namespace) for metric in CATALOGUE},
         "prometheus_file": outputs.PROMETHEUS_RULES,
         "q": _diagnosis_queries(config),

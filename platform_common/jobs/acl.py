@@ -590,6 +590,12 @@ ROLES: dict[str, AclRole] = {
                 Grant(("get",), (_queue("paused"),)),
                 # Its configured rate and cap (queue_rate_limit_per_second, ...).
                 Grant(("hmget",), (_queue("limits"),)),
+                # Fair share: the keys waiting and since when each has had no start,
+                # all (HGETALL) or a sample of a large ring (HRANDFIELD): key -> ms, no
+                # job id or payload (exporter/fair_share.py).
+                Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+                # With --fair-key-top: a key's backlog. LLEN only, never its job ids.
+                Grant(("llen",), (_queue("fair:q:*"),)),
             ),
             channels="none",
             scoped=False,

@@ -58,6 +58,9 @@ class QueueOverviewPanel(IntEnum):
     ROW_LIMITS = 80
     LIMITS_STARTS = 81
     LIMITS_RUNNING = 82
+    FAIR_KEYS_WAITING = 83
+    FAIR_KEY_WAIT = 84
+    FAIR_HELD_BACK = 85
 
 
 _P = QueueOverviewPanel
@@ -102,6 +105,9 @@ PANEL_TITLES: Mapping[QueueOverviewPanel, str] = MappingProxyType(
         _P.ROW_LIMITS: "Limits",
         _P.LIMITS_STARTS: "Job starts vs the rate limit",
         _P.LIMITS_RUNNING: "Jobs running vs max_running",
+        _P.FAIR_KEYS_WAITING: "Fair share: keys with jobs waiting",
+        _P.FAIR_KEY_WAIT: "Fair share: oldest vs median key wait",
+        _P.FAIR_HELD_BACK: "Fair share: starts held back per key",
     }
 )
 """Title of every panel but the alert stats (each titled by its alert's name). The

@@ -202,6 +202,9 @@ the transition; so they are exact across any number of processes):
                    max_running) held back (queue/limits.py): each claim adds the jobs it
                    asked for and did not start, so a job that waits through several
                    claims counts at each. Written only while the type has limits.
+    held_back_max_running_per_key
+                   job starts held back because their fairness key (fair share) was at
+                   its max_running_per_key, counted as the two above.
     leveled        jobs enqueued at priority high or low (queue/priority.py); not
                    exported: the claim reads the levels' lists only once it is above 0,
                    so a type that uses only "normal" pays no command for them.
@@ -232,6 +235,7 @@ __all__ = [
     "ERROR_CLASS_PREFIX",
     "EXEMPLAR_FIELD_FORMAT",
     "EXPIRY_BUCKET_MS",
+    "FAIR_BY_KEYS",
     "FAIR_SHARED_ENTRY",
     "HISTORY_DEPTHS",
     "HISTORY_MINUTES",
@@ -278,6 +282,7 @@ STATS_COUNTERS = (
     "held_back_rate",
     "held_back_max_running",
     "cancelled",
+    "held_back_max_running_per_key",
 )
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
@@ -308,6 +313,10 @@ them: queued counts the packed jobs and those waiting with a job hash)."""
 PRIORITY_LEVELS = ("high", "normal", "low")
 """The priority levels, highest first (queue/priority.py); "normal" is the default and
 waits on the `queue` list itself, the others on `queue:<level>`."""
+
+FAIR_BY_KEYS = ("tenant", "orchestrator_id", "session_id")
+"""The payload fields fair share can go by (queue/limits.py; None, or "none", is plain
+FIFO): here, data only, so that the exporter names them without importing the queue."""
 
 FAIR_SHARED_ENTRY = ""
 """The entry of fair share's ring that stands for the `queue` list's turn (a fairness key

@@ -19,7 +19,12 @@ __all__ = [
     "AGENT_TYPE",
     "CATALOGUE",
     "ERROR_CLASS",
+    "FAIR_BY",
+    "FAIR_KEY",
+    "FAIR_READ_ALL_KEYS",
+    "FAIR_SAMPLE_KEYS",
     "HEARTBEAT_CLOCK_TOLERANCE_MS",
+    "MAX_FAIR_KEY_TOP",
     "MAX_WORKERS_PER_TYPE",
     "NODE",
     "POLICY",
@@ -52,6 +57,22 @@ PRIORITY = "priority"
 NODE = "node"
 """A Redis server (host:port; each primary of a cluster), for what Redis reports itself."""
 POLICY = "policy"
+FAIR_BY = "fair_by"
+"""The payload field fair share goes by (keys.FAIR_BY_KEYS): three values."""
+FAIR_KEY = "fair_key"
+"""A fairness key (a tenant, orchestrator or session id), only on queue_fair_key_backlog,
+which the exporter publishes for its --fair-key-top keys alone (off by default: one
+series per tenant is unbounded, and may name a customer); a capped label value
+(label_values.MAX_LABEL_VALUE_BYTES)."""
+FAIR_READ_ALL_KEYS = 10_000
+"""Up to this many fairness keys waiting, the exporter reads every key's wait (HGETALL of
+the ring's since hash, keys.py) per agent type and scrape; beyond, a random sample of
+FAIR_SAMPLE_KEYS (HRANDFIELD): a bound on the read's cost whatever the number of
+tenants. queue_fair_keys_waiting counts them all (HLEN)."""
+FAIR_SAMPLE_KEYS = 1_000
+"""Keys the exporter samples when more than FAIR_READ_ALL_KEYS wait."""
+MAX_FAIR_KEY_TOP = 50
+"""Most keys --fair-key-top may publish a backlog series for, per agent type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +120,14 @@ CATALOGUE: tuple[Metric, ...] = (
     _m("max_running_limit", "queue_max_running_limit", "gauge", "Most jobs of the agent type that may run at once across every worker (agentjobs limits set --max-running); no sample when it has none.", "short"),
     _m("held_back_rate", "jobs_held_back_by_rate_total", "counter", "Job starts the agent type's rate limit held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
     _m("held_back_max_running", "jobs_held_back_by_max_running_total", "counter", "Job starts the agent type's max_running held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
+    # Fair share (agentjobs limits set --fair-by): how its keys wait (exporter/fair_share.py).
+    _m("held_back_max_running_per_key", "jobs_held_back_by_max_running_per_key_total", "counter", "Job starts held back because their fairness key was at the agent type's max_running_per_key: each claim adds the jobs it asked for and did not start.", "short"),
+    _m("max_running_per_key_limit", "queue_max_running_per_key_limit", "gauge", "Most jobs of one fairness key that may run at once (agentjobs limits set --max-running-per-key); no sample when it has none.", "short"),
+    _m("fair_share_by", "queue_fair_share_by", "gauge", "1, labelled with the payload field fair share goes by (tenant, orchestrator_id or session_id); no sample when fair share is off.", "short", (AGENT_TYPE, FAIR_BY)),
+    _m("fair_keys_waiting", "queue_fair_keys_waiting", "gauge", "Fairness keys with jobs waiting (the keys on fair share's ring; 0 without fair share).", "short"),
+    _m("fair_key_oldest_wait", "queue_fair_key_oldest_wait_seconds", "gauge", "The longest any fairness key with jobs waiting has gone without a start: since it joined the ring, or since the claim last started one of its jobs (a key held at max_running_per_key ages too). Over every key up to " f"{FAIR_READ_ALL_KEYS} keys waiting, over a random sample of {FAIR_SAMPLE_KEYS} beyond; no sample when none waits.", "s"),
+    _m("fair_key_median_wait", "queue_fair_key_median_wait_seconds", "gauge", "The median over fairness keys with jobs waiting of how long each has gone without a start (the keys as for queue_fair_key_oldest_wait_seconds); far below that oldest, one key is starved. No sample when none waits.", "s"),
+    _m("fair_key_backlog", "queue_fair_key_backlog", "gauge", "Jobs waiting on each of the fairness keys with the largest backlog, for the exporter's --fair-key-top keys (default 0: no series), among the keys read (a random " f"{FAIR_SAMPLE_KEYS} beyond {FAIR_READ_ALL_KEYS} keys waiting).", "short", (AGENT_TYPE, FAIR_KEY)),
     _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
     _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
     _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),

@@ -12,9 +12,11 @@ import redis
 from redis.asyncio.connection import Connection
 
 from platform_common.jobs.keys import QueueKeys
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs_exporter.reader import make_exporter_client
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
+from tests.support.fair_share_data import enqueue_keyed
 from tests.support.redis_cluster import RedisClusterNodes
 
 # The five default types land on all three shards of a default 3-master cluster
@@ -90,3 +92,36 @@ async def test_exact_numbers_and_one_round_trip_per_node(
     assert all(count == 1 for count in NodeCountingConnection.sends.values()), (
         NodeCountingConnection.sends
     )
+
+
+async def test_fair_share_read_on_the_shards_of_its_types(
+    admin: redis.RedisCluster, cluster_url: str, redis_cluster: RedisClusterNodes
+) -> None:
+    # Two fair types on two shards, enqueued by the real JobQueue; their since hashes and
+    # key lists read in the cluster pipeline, each routed to its type's shard.
+    fair = ("dining", "flights")
+    shards = {redis_cluster.master_for_key(QueueKeys(t).fair_since).port for t in fair}
+    assert len(shards) == 2
+    queue = await JobQueue.connect(cluster_url)
+    try:
+        for agent_type in fair:
+            await queue.set_limits(agent_type, fair_by="tenant")
+            await enqueue_keyed(queue, agent_type, {"acme": 3, "globex": 1})
+    finally:
+        await queue.aclose()
+    admin.hset(QueueKeys("flights").fair_since, "acme", "1")  # waiting since 1970
+    settings = ExporterSettings.from_args(["--redis-url", cluster_url, "--fair-key-top", "1"])
+    exporter = Exporter(settings)
+    try:
+        result = await exporter.scrape()
+    finally:
+        await exporter.aclose()
+    assert result.snapshot is not None and result.snapshot.malformed == 0
+    by_type = {t.agent_type: t.fair for t in result.snapshot.types}
+    for agent_type in fair:
+        shown = by_type[agent_type]
+        assert shown is not None and shown.keys_waiting == 2
+        assert shown.top_backlogs == (("acme", 3),)
+    flights = by_type["flights"]
+    assert flights is not None and flights.oldest_wait_seconds is not None
+    assert flights.oldest_wait_seconds > 1_700_000_000  # seconds since 1970: the planted 1 ms

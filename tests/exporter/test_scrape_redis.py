@@ -86,7 +86,7 @@ async def test_depths_counters_and_histogram_match_redis(
     assert dict(dining.counters) == {
         "enqueued": 30, "started": 25, "completed": 17, "failed": 3,
         "retried": 5, "dead_lettered": 3, "expired": 2, "held_back_rate": 0,
-        "held_back_max_running": 0, "cancelled": 1,
+        "held_back_max_running": 0, "cancelled": 1, "held_back_max_running_per_key": 0,
     }  # fmt: skip
     assert dining.latency is not None
     cumulative = dict(dining.latency.buckets)

@@ -10,9 +10,11 @@ import pytest
 import redis
 
 from platform_common.jobs import acl
+from platform_common.jobs.queue import JobQueue
 from platform_common.jobs_exporter.service import Exporter
 from platform_common.jobs_exporter.settings import ExporterSettings
 from tests.support.exporter_data import of, parse, seed_type
+from tests.support.fair_share_data import enqueue_keyed, plant_waits
 from tests.support.redis_server import RedisServer
 
 ADMIN_PASSWORD = "admin-pw-0451"
@@ -51,8 +53,10 @@ def admin(tls_acl_redis: RedisServer) -> Iterator[redis.Redis]:
         client.close()
 
 
-async def scrape_text(url: str) -> tuple[str, Exporter]:
-    exporter = Exporter(ExporterSettings.from_args(["--redis-url", url, "--redis-timeout", "2"]))
+async def scrape_text(url: str, *flags: str) -> tuple[str, Exporter]:
+    exporter = Exporter(
+        ExporterSettings.from_args(["--redis-url", url, "--redis-timeout", "2", *flags])
+    )
     try:
         result = await exporter.scrape()
         return exporter.render(result, None)[0].decode(), exporter
@@ -72,6 +76,29 @@ async def test_tls_and_read_only_acl_user(admin: redis.Redis, tls_acl_redis: Red
     assert of(samples, "dead_letter_depth", agent_type="dining") == 2
     assert of(samples, "active_workers", agent_type="dining") == 1
     assert EXPORTER_PASSWORD not in text
+
+
+async def test_the_exporter_user_reads_fair_share_with_plain_reads(
+    admin: redis.Redis, tls_acl_redis: RedisServer
+) -> None:
+    # The real enqueue (as the admin) writes the ring, the lists and the since hash; the
+    # exporter user reads HLEN and HGETALL of the since hash and, with --fair-key-top,
+    # LLEN of each key's list: no refusal, so nothing counted as malformed.
+    queue = await JobQueue.connect(tls_acl_redis.url_for("default", ADMIN_PASSWORD))
+    try:
+        await queue.set_limits("dining", fair_by="tenant")
+        await enqueue_keyed(queue, "dining", {"acme": 2, "globex": 1})
+    finally:
+        await queue.aclose()
+    plant_waits(admin, "dining", {"acme": 120_000, "globex": 5_000})
+    url = tls_acl_redis.url_for("exporter", EXPORTER_PASSWORD)
+    text, _ = await scrape_text(url, "--fair-key-top", "1")
+    samples = parse(text)
+    assert of(samples, "queue_fair_keys_waiting", agent_type="dining") == 2
+    oldest = of(samples, "queue_fair_key_oldest_wait_seconds", agent_type="dining")
+    assert oldest is not None and oldest >= 120  # planted before the scrape read TIME
+    assert of(samples, "queue_fair_key_backlog", agent_type="dining", fair_key="acme") == 2
+    assert of(samples, "queue_exporter_malformed_values_total") == 0
 
 
 def test_the_exporter_user_cannot_write(admin: redis.Redis, tls_acl_redis: RedisServer) -> None:

@@ -90,6 +90,7 @@ def expected(kinds: dict[str, int]) -> dict[str, int]:
         "held_back_rate": 0,  # (no limits)
         "held_back_max_running": 0,
         "cancelled": 0,
+        "held_back_max_running_per_key": 0,
     }  # fmt: skip
 
 

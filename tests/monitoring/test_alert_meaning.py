@@ -31,7 +31,7 @@ OLDEST_GRAFANA_THRESHOLDS = {"gt", "lt"}
 """Threshold types every Grafana since 9 accepts; eq/ne/gte/lte arrived in 2025."""
 NEW_ALERTS = (
     "JobsExpiring", "QueueExporterDroppingAgentTypes", "QueueExporterMalformedValues",
-    "QueuePausedTooLong", "QueueHeldAtRateLimit",
+    "QueuePausedTooLong", "QueueHeldAtRateLimit", "QueueFairKeyStarving",
 )  # fmt: skip
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
@@ -142,6 +142,11 @@ def test_new_alerts_fire_just_above_and_stay_silent_at_their_threshold(
         ("QueueExporterMalformedValues", {"malformed_values_for": "4m"}),
         ("QueuePausedTooLong", {"queue_paused_too_long_for": "40m"}),
         ("QueueHeldAtRateLimit", {"held_at_rate_limit_for": "20m"}),
+        # The firing case is just over ratio x median and over the floor: either moved up
+        # a little, or a longer `for`, must not fire on it.
+        ("QueueFairKeyStarving", {"fair_key_starving_ratio": 11}),
+        ("QueueFairKeyStarving", {"fair_key_starving_floor_seconds": 330}),
+        ("QueueFairKeyStarving", {"fair_key_starving_for": "15m"}),
     ],
 )
 def test_boundary_cases_catch_a_moved_threshold_or_for(

@@ -29,7 +29,7 @@ PER_TYPE = {
     "OldestJobOlderThanTTL", "QueueDepthHigh", "QueueIdle", "QueueNoActiveWorkers",
     "JobAvailabilityBudgetBurnFast", "JobAvailabilityBudgetBurnSlow",
     "JobLatencyBudgetBurnFast", "JobLatencyBudgetBurnSlow",
-    "QueuePausedTooLong", "QueueHeldAtRateLimit",
+    "QueuePausedTooLong", "QueueHeldAtRateLimit", "QueueFairKeyStarving",
 }  # fmt: skip
 """The alerts that fire per agent type (the others are about the exporter or Redis)."""
 

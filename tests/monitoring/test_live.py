@@ -33,6 +33,7 @@ from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import alert_specs
 from tests.support.alertmanager import AlertmanagerServer, WebhookReceiver
 from tests.support.exporter_process import ExporterProcess
+from tests.support.fair_share_data import enqueue_keyed, plant_waits
 from tests.support.prometheus import PrometheusError, PrometheusServer
 from tests.support.queue_handlers import behaviour, make_job
 from tests.support.redis_server import RedisServer
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = "queue-exporter"  # PrometheusServer's job name, and the alerts' default selector
 WORKED = ("dining", "flights")
 BACKLOG = "transportation"  # no worker ever runs for it: the end-to-end test fills it
+FAIR = "experiences"  # no worker either: fair share's keys wait there
 HANDLER = "tests.support.queue_handlers:behave"
 # Grafana's values for the variables: "All" is the allValue `.+`.
 VARIABLES = {"$__rate_interval": "1m", "$job": JOB, "$instance": ".+", "$agent_type": ".+"}
@@ -82,7 +84,20 @@ async def _enqueue(redis_url: str, jobs: list[dict[str, Any]]) -> None:
     async with await JobQueue.connect(redis_url) as queue:
         # Limits that never bind this workload: the Limits row's lines have data.
         await queue.set_limits("flights", rate="1000/s", max_running=50)
+        # Fair share on a type no worker runs, its keys waiting as the enqueue leaves
+        # them (their waits planted by _plant_fair_waits): the fair share panels have data.
+        await queue.set_limits(FAIR, fair_by="tenant", max_running_per_key=2)
+        await enqueue_keyed(queue, FAIR, {"acme": 2, "globex": 1, "initech": 1})
         await queue.enqueue_many(jobs)
+
+
+def _plant_fair_waits(redis_url: str) -> None:
+    """acme has gone a minute without a start, the others a second or two."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        plant_waits(client, FAIR, {"acme": 60_000, "globex": 2_000, "initech": 1_000})
+    finally:
+        client.close()
 
 
 def _finished(redis_url: str, expected: int) -> bool:
@@ -105,8 +120,9 @@ def live(redis_server: RedisServer) -> Iterator[Live]:
     redis_url = redis_server.url
     directory = Path(tempfile.mkdtemp(prefix="pcj-monitoring-"))
     exporter = ExporterProcess(
-        "--redis-url", redis_url, "--agent-types", ",".join([*WORKED, BACKLOG])
-    )
+        "--redis-url", redis_url, "--agent-types", ",".join([*WORKED, BACKLOG, FAIR]),
+        "--fair-key-top", "2",
+    )  # fmt: skip
     config = replace(load_config(), job=JOB, runbook_base_url=f"{exporter.url}/runbooks/")
     rules = directory / "rules.yml"
     rules.write_text(yaml.safe_dump(rule_file(config.test_settings(for_="2s", interval="1s"))))
@@ -128,6 +144,7 @@ def live(redis_server: RedisServer) -> Iterator[Live]:
             flights.start(concurrency=2)
             jobs = _workload()
             asyncio.run(_enqueue(redis_url, jobs))
+            _plant_fair_waits(redis_url)
             wait_until(lambda: _finished(redis_url, len(jobs)), timeout=60, interval=0.2)
             # Prometheus has scraped the final state (dead letters, completions), and
             # every counter of every type often enough for rate() to have two samples.
@@ -225,8 +242,13 @@ def test_queries_show_what_the_workload_did(live: Live) -> None:
     assert {s.labels["agent_type"]: s.value for s in dead}["dining"] == 2
     workers = live.prometheus.query(f"max by (agent_type) (active_workers{{{sel}}})")
     assert {s.labels["agent_type"]: s.value for s in workers} == {
-        "dining": 1, "flights": 1, BACKLOG: 0,
+        "dining": 1, "flights": 1, BACKLOG: 0, FAIR: 0,
     }  # fmt: skip
+    # Fair share: three keys waiting, acme the longest without a start (a minute at least).
+    oldest = live.prometheus.query(f"max(queue_fair_key_oldest_wait_seconds{{{sel}}})")
+    assert oldest[0].value >= 60
+    keys = live.prometheus.query(f'max(queue_fair_keys_waiting{{{sel}, agent_type="{FAIR}"}})')
+    assert keys[0].value == 3
     buckets = f'job_latency_seconds_bucket{{{sel}, agent_type="dining"}}'
     [p95] = live.prometheus.query(f"histogram_quantile(0.95, max by (le) ({buckets}))")
     assert 0 < p95.value < 30  # quick jobs, one retry: far below the 30 s default SLO

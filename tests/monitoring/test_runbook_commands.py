@@ -40,6 +40,7 @@ from platform_common.jobs_monitoring import outputs
 from platform_common.jobs_monitoring.alerts.prometheus_rules import rule_file
 from platform_common.jobs_monitoring.site import load_config
 from platform_common.jobs_monitoring.spec import AlertSpec, alert_specs
+from tests.support.fair_share_data import enqueue_keyed, plant_waits
 from tests.support.prometheus import PrometheusServer
 from tests.support.queue_handlers import make_job
 from tests.support.queue_runtime import eventually, fast_settings, running_worker
@@ -253,6 +254,16 @@ async def held_at_rate(queue: JobQueue, client: redis.Redis) -> None:
     client.hset(DINING.stats, "held_back_rate", "40")
 
 
+async def fair_key_starving(queue: JobQueue, client: redis.Redis) -> None:
+    """Fair share by tenant, one job per key at most, and three keys waiting: acme
+    without a start for 20 minutes, the others for seconds."""
+    await _backlog(queue, 5)
+    await queue.set_limits(AGENT_TYPE, fair_by="tenant", max_running_per_key=1)
+    await enqueue_keyed(queue, AGENT_TYPE, {"acme": 2, "globex": 1, "initech": 1})
+    plant_waits(client, AGENT_TYPE, {"acme": 1_200_000, "globex": 5_000, "initech": 3_000})
+    client.hset(DINING.stats, "held_back_max_running_per_key", "12")
+
+
 async def malformed_counter(queue: JobQueue, client: redis.Redis) -> None:
     await _run_through(queue, 2, _succeed)
     client.hset(DINING.stats, "completed", "not-a-number")
@@ -309,6 +320,11 @@ STATES: dict[str, State] = {
         held_at_rate,
         shows=("  rate                 1/m", "40", "  rate                 200/s"),
         env={"NEW_RATE": "200/s"},
+    ),
+    "QueueFairKeyStarving": State(
+        fair_key_starving,
+        shows=("  max_running_per_key  1", "acme\t", "12", "  max_running_per_key  4"),
+        env={"FAIR_KEY": "acme", "NEW_MAX_PER_KEY": "4"},
     ),
 }
 

@@ -228,6 +228,16 @@ OPERATIONS = (
     Operation("Read each worker's jobs in progress (HGETALL of the worker_jobs hash)",
               (command("HGETALL", OWN.worker_jobs),),
               "refused", "allowed", "allowed", "refused", "refused"),
+    Operation("Read fair share's keys waiting and since when each has had no start (HLEN, "
+              "HGETALL of the ring's since hash)",
+              (command("HLEN", OWN.fair_since), command("HGETALL", OWN.fair_since)),
+              "refused", "allowed", "allowed", "refused", "refused"),
+    Operation("Read a sample of those keys (HRANDFIELD of the since hash)",
+              (command("HRANDFIELD", OWN.fair_since, 1000, "WITHVALUES"),),
+              "refused", "refused", "allowed", "refused", "refused"),
+    Operation("Read a fair share key's backlog (LLEN of its list)",
+              (command("LLEN", OWN.fair_list("acme")),),
+              "allowed", "allowed", "allowed", "refused", "refused"),
     Operation("Send a heartbeat with its jobs in progress and concurrency (heartbeat script)",
               (script("queue_heartbeat", [OWN.workers, OWN.worker_jobs, OWN.worker_concurrency],
                       ["w2", "beat", 60_000, 3, 8]),),
@@ -543,6 +553,9 @@ async def _seed(admin: aioredis.Redis) -> None:
         await admin.set(keys.result("done1"), '{"status":"succeeded","result":1,"error":null}')
         await admin.zadd(keys.workers, {"w1": NOW_MS})
         await admin.hset(keys.worker_jobs, mapping={"w1": 1})
+        # Fair share: a key waiting on its list, since when it has had no start.
+        await admin.lpush(keys.fair_list("acme"), "f1")
+        await admin.hset(keys.fair_since, "acme", str(NOW_MS))
         # A sample of long ago: the history script of the matrix writes its own after it.
         await admin.xadd(keys.history, {"at": 60_000, "enqueued": 3}, id="60000-0")
         await admin.sadd(QueueKeys.types_key(), keys.agent_type)

@@ -17,6 +17,7 @@ from typing import Any, Final
 from redis.exceptions import ResponseError
 
 from ..errors import CorruptQueueState, ValidationError
+from ..keys import FAIR_BY_KEYS
 from .connection import QueueConnection
 
 __all__ = [
@@ -35,9 +36,6 @@ __all__ = [
     "read_limits",
     "write_limits",
 ]
-
-FAIR_BY_KEYS: Final = ("tenant", "orchestrator_id", "session_id")
-"""The payload fields fair share can go by (None, or "none", is plain FIFO)."""
 
 MAX_LIMIT: Final = 1_000_000_000
 """Largest rate count, burst and cap (the claim script refuses a stored value above it)."""
