@@ -36,3 +36,27 @@ async def test_a_corrupt_limits_key_is_named_on_the_page(
     assert "<strong>Limits unreadable</strong>" in response.text
     assert f"corrupt queue state at {DINING.limits}: field max_running" in response.text
     assert "<b>0</b>" not in response.text  # escaped, never markup
+
+
+async def test_the_type_page_names_the_keys_waiting_longest(
+    queue: JobQueue, client: httpx.AsyncClient
+) -> None:
+    """Fair share's waits (JobQueue.fair_waits): the keys with jobs waiting, the ones gone
+    longest without a start first; a key's name is text, never markup."""
+    await queue.set_limits("dining", fair_by="session_id")
+    page = (await client.get(PAGE)).text
+    assert "Fair share: 0 key(s) with jobs waiting" in page
+    redis = queue.connection.client
+    seconds, _ = await redis.time()
+    now_ms = int(seconds) * 1000
+    await redis.hset(
+        DINING.fair_since, mapping={"<i>x</i>": now_ms - 90_000, "acme": now_ms - 1_000}
+    )
+    page = (await client.get(PAGE)).text
+    assert "Fair share: 2 key(s) with jobs waiting; waiting longest without a start:" in page
+    assert page.index("&lt;i&gt;x&lt;/i&gt;") < page.index("<code>acme</code>")
+    assert "<i>x</i>" not in page
+    await redis.delete(DINING.fair_since)
+    await redis.set(DINING.fair_since, "planted")
+    page = (await client.get(PAGE)).text
+    assert "<strong>Fair share unreadable</strong>" in page

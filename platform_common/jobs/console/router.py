@@ -63,6 +63,7 @@ from ..operations.overview import heartbeat_window
 from ..operations.recorded_history import HistoryReader
 from ..operations.session import redis_now
 from ..queue import JobQueue, Limits
+from ..queue.limits import FairWaits
 from .cancel_forms import CancelForms
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
@@ -296,10 +297,15 @@ def console_router(
             stats = await queue.stats(agent_type)
             pause = await queue.pause_state(agent_type)
             limits: Limits | str
+            waits: FairWaits | str | None = None
             try:
                 limits = await queue.limits(agent_type)
             except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
                 limits = str(exc)
+            try:  # fair share: which keys have gone longest without a start
+                waits = await queue.fair_waits(agent_type)
+            except CorruptQueueState as exc:
+                waits = str(exc)
             counts = {
                 JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
                 JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
@@ -308,7 +314,7 @@ def console_router(
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
                 counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
-                limits=limits,
+                limits=limits, waits=waits,
             )  # fmt: skip
 
         return await respond(request, build)
