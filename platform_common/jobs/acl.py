@@ -687,8 +687,10 @@ ROLES: dict[str, AclRole] = {
                 Grant(("del",), _written("job:*", "result:*")),
                 # The pause: its moment written, or the key deleted to resume.
                 Grant(("set", "del"), _written("paused")),
-                # The limits (queue_limits.lua): fields set or lifted, HGETALL read back.
+                # The limits (queue_limits.lua): fields set or lifted, HGETALL read back,
+                # fair share's key weights counted (HKEYS).
                 Grant(("hset", "hdel"), _written("limits")),
+                Grant(("hkeys",), (_queue("limits"),)),
                 *_CANCEL_GRANTS,
                 Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),

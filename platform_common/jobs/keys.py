@@ -113,8 +113,11 @@ Queue (one set per agent type), prefix default "jobs":
                                      rate + interval_ms (at most `rate` starts per
                                      interval_ms across every worker), burst,
                                      max_running (jobs of the type running at once),
-                                     fair_by and max_running_per_key. The claim reads
-                                     it with one HMGET (lua/include/limits.lua).
+                                     fair_by and max_running_per_key; fair share's key
+                                     weights, fields weight:<key>, and their count,
+                                     `weights` (kept by the script). The claim reads
+                                     it with one HMGET (lua/include/limits.lua), and a
+                                     key's weight on its first turn while `weights` > 0.
     jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): each
                                      fairness key (the payload's tenant, orchestrator_id
                                      or session_id) with jobs waiting on its list, once,

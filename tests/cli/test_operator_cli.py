@@ -281,11 +281,40 @@ def test_limits_set_and_show_as_a_table_and_in_json(agentjobs: Any, client: Sync
     lifted = agentjobs("limits", "set", "dining", "--rate", "none", "--burst", "5", "-o", "json")
     assert lifted.json() == {
         "agent_type": "dining", "fair_by": "tenant", "rate": None, "burst": 5,
-        "max_running": 8, "max_running_per_key": 2,
+        "max_running": 8, "max_running_per_key": 2, "key_weights": {},
     }  # fmt: skip
     shown = agentjobs("limits", "show", "dining", "-o", "json").json()
     assert shown.pop("fair_share") == {"keys_waiting": 0, "longest": [], "sampled": False}
     assert shown == lifted.json()
+
+
+def test_key_weights_are_set_shown_and_lifted(agentjobs: Any, client: SyncClient) -> None:
+    done = agentjobs("limits", "set", "dining", "--key-weight", "acme=4", "--key-weight", "b=2")
+    assert done.code == 0, done.err
+    assert "  key_weights          acme=4, b=2\n" in done.out
+    assert sync_reply(client.hget(DINING.limits, "weight:acme")) == "4"
+    shown = agentjobs("limits", "show", "dining", "-o", "json").json()
+    assert shown["key_weights"] == {"acme": 4, "b": 2}
+    lifted = agentjobs("limits", "set", "dining", "--key-weight", "acme=none", "-o", "json")
+    assert lifted.json()["key_weights"] == {"b": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--key-weight", "acme"], "key_weights: 'acme' is not KEY=W"),
+        (["--key-weight", "acme=0"], "key_weights: the weight of 'acme' must be a whole number "
+         "from 1 to 1000 (or None), got 0"),
+        (["--key-weight", "acme=2", "--rate", "fast"], "rate: 'fast' is not a rate such as "
+         "'100/s', '5/m', '1000/h' or '3/10s'"),
+    ],
+)  # fmt: skip
+def test_a_bad_key_weight_is_one_line_and_nothing_is_written(
+    agentjobs: Any, client: SyncClient, args: list[str], error: str
+) -> None:
+    done = agentjobs("limits", "set", "dining", *args)
+    assert (done.code, done.out, done.err) == (2, "", f"error: {error}\n")
+    assert not client.exists(DINING.limits)
 
 
 def test_limits_show_names_the_keys_waiting_longest(agentjobs: Any, client: SyncClient) -> None:

@@ -25,6 +25,10 @@ async def test_the_type_page_shows_its_limits(queue: JobQueue, client: httpx.Asy
     assert "<dt>burst</dt><dd>the rate's count (30)</dd>" in page
     assert "<dt>max_running</dt><dd>4</dd>" in page
     assert "<dt>max_running_per_key</dt><dd>none</dd>" in page
+    assert "key weights" not in page
+    await queue.set_key_weights("dining", {"acme": 3, "<b>": 2})
+    page = (await client.get(PAGE)).text
+    assert "<dt>key weights</dt><dd><code>&lt;b&gt;</code> 2, <code>acme</code> 3</dd>" in page
 
 
 async def test_a_corrupt_limits_key_is_named_on_the_page(

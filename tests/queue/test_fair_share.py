@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from platform_common.jobs.errors import CorruptQueueState, InvalidPayload
+from platform_common.jobs.errors import CorruptQueueState, InvalidPayload, ValidationError
 from platform_common.jobs.keys import FAIR_SHARED_ENTRY, WAKE_MARKER
+from platform_common.jobs.queue import Limits, Rate
 from platform_common.jobs.queue.payload import prepare_job
 from platform_common.jobs.worker.attempt_calls import TypeHeldBack, TypePaused
 from tests.queue import test_script_faults as faults
@@ -581,3 +582,60 @@ async def test_a_since_hash_of_another_type_is_refused_on_the_way_back(env: Env)
     await faults.refused(
         env, lambda: env.queue.dead_letters.requeue("dining", [dead]), DINING.fair_since
     )
+
+
+# -- key weights ------------------------------------------------------------------------
+async def test_a_key_of_weight_w_takes_w_jobs_in_a_row_on_its_turn(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    assert await env.queue.set_key_weights("dining", {"tenant-a": 3}) == {"tenant-a": 3}
+    a = await keyed(env, "tenant-a", 6)
+    b = await keyed(env, "tenant-b", 3)
+    assert await taken(env, 8) == [*a[:3], b[0], *a[3:6], b[1]]
+    # Live: lifted, tenant-a is one job a turn again.
+    assert await env.queue.set_key_weights("dining", {"tenant-a": None}) == {}
+    assert await env.raw.hget(DINING.limits, "weights") is None
+    assert await taken(env, 8, "worker-2") == [b[2]]
+
+
+async def test_a_weight_stays_within_the_keys_cap(env: Env) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant", max_running_per_key=2)
+    await env.queue.set_key_weights("dining", {"tenant-a": 5})
+    a = await keyed(env, "tenant-a", 5)
+    b = await keyed(env, "tenant-b", 1)
+    assert await taken(env, 8) == [a[0], a[1], b[0]]
+
+
+async def test_weights_are_kept_beside_the_limits(env: Env) -> None:
+    await env.queue.set_limits("dining", rate="10/s")
+    await env.queue.set_key_weights("dining", {"acme": 4, "beta 2": 2})
+    assert await env.queue.key_weights("dining") == {"acme": 4, "beta 2": 2}
+    assert await env.queue.limits("dining") == Limits("dining", rate=Rate(10, 1000))
+    assert await env.raw.hget(DINING.limits, "weights") == "2"
+    await env.queue.set_limits("dining", rate=None)
+    assert await env.queue.key_weights("dining") == {"acme": 4, "beta 2": 2}
+    await env.queue.set_key_weights("dining", {"acme": None, "beta 2": None})
+    assert not await env.raw.exists(DINING.limits)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [{}, {"acme": 0}, {"acme": 1001}, {"acme": 2.5}, {"acme": True}, {"": 2}, {" ": 2},
+     {"k" * 201: 2}, {"acme": "3"}, ["acme"]],
+)  # fmt: skip
+async def test_a_bad_weight_is_named_and_nothing_is_written(env: Env, weights: Any) -> None:
+    before = await env.snapshot()
+    with pytest.raises(ValidationError) as info:
+        await env.queue.set_key_weights("dining", weights)
+    assert info.value.field == "key_weights"
+    assert await env.snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "x", "007", "1.5"])
+async def test_a_stored_weight_that_does_not_parse_is_refused_before_any_write(
+    env: Env, value: str
+) -> None:
+    await env.queue.set_limits("dining", fair_by="tenant")
+    await env.queue.set_key_weights("dining", {"tenant-a": 2})
+    await keyed(env, "tenant-a", 2)
+    await env.raw.hset(DINING.limits, "weight:tenant-a", value)
+    await faults.refused(env, lambda: taken(env, 2), DINING.limits)

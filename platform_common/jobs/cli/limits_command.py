@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import ValidationError
 from ..operations import operator_queue
 from ..queue import Limits
-from ..queue.limits import FAIR_BY_KEYS, KEEP, FairWaits
+from ..queue.limits import FAIR_BY_KEYS, KEEP, MAX_KEY_WEIGHT, FairWaits, weight_changes
 from .job_command import AgentTypeArgument
 from .operator_output import Output, OutputOption, RedisUrlOption, command, print_json
 
@@ -37,12 +38,13 @@ def show(
     its burst, and the caps on jobs running at once (per type and per key); with fair
     share, how many keys have jobs waiting and the ones waiting longest without a start."""
 
-    async def run() -> tuple[Limits, FairWaits]:
+    async def run() -> tuple[Limits, dict[str, int], FairWaits]:
         async with operator_queue(redis_url) as queue:
-            return await queue.limits(agent_type), await queue.fair_waits(agent_type)
+            limits, weights = await queue.limits(agent_type), await queue.key_weights(agent_type)
+            return limits, weights, await queue.fair_waits(agent_type)
 
-    limits, waits = asyncio.run(run())
-    _emit(limits, output, waits)
+    limits, weights, waits = asyncio.run(run())
+    _emit(limits, weights, waits, output=output)
 
 
 @command(app, "set")
@@ -77,6 +79,15 @@ def set_(
         str | None,
         _option("--max-running-per-key", "N", "At most N running at once per fair-share key."),
     ] = None,
+    key_weight: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key-weight",
+            metavar="KEY=W",
+            help="Fair share: key KEY starts up to W jobs in a row on its turn (1 to "
+            f"{MAX_KEY_WEIGHT}; default 1). Repeat for more keys; `KEY={_LIFT}` lifts it.",
+        ),
+    ] = None,
     output: OutputOption = Output.TABLE,
     redis_url: RedisUrlOption = None,
 ) -> None:
@@ -90,7 +101,35 @@ def set_(
         "max_running": _value(max_running),
         "max_running_per_key": _value(max_running_per_key),
     }
-    _emit(_run(redis_url, agent_type, changes), output)
+    weights = _weights(key_weight or [])
+    if weights and all(value is KEEP for value in changes.values()):
+        changes = {}  # only weights: the limits are read, not written
+
+    async def run() -> tuple[Limits, dict[str, int]]:
+        async with operator_queue(redis_url) as queue:
+            if weights:
+                weight_changes(weights)  # every value checked before anything is written
+            limits = await (
+                queue.set_limits(agent_type, **changes) if changes or not weights
+                else queue.limits(agent_type)
+            )  # fmt: skip
+            if weights:
+                return limits, await queue.set_key_weights(agent_type, weights)
+            return limits, await queue.key_weights(agent_type)
+
+    _emit(*asyncio.run(run()), output=output)
+
+
+def _weights(given: list[str]) -> dict[str, int | None]:
+    """`--key-weight KEY=W` options as set_key_weights takes them (a value that is no
+    number stays text, which set_key_weights names as bad)."""
+    weights: dict[str, Any] = {}
+    for item in given:
+        key, equals, value = item.rpartition("=")
+        if not equals:
+            raise ValidationError("key_weights", f"{item[:60]!r} is not KEY=W")
+        weights[key] = _value(value)
+    return weights
 
 
 def _value(given: str | None, *, text: bool = False) -> Any:
@@ -105,19 +144,16 @@ def _value(given: str | None, *, text: bool = False) -> Any:
     return given
 
 
-def _run(redis_url: str | None, agent_type: str, changes: dict[str, Any] | None) -> Limits:
-    async def run() -> Limits:
-        async with operator_queue(redis_url) as queue:
-            if changes is None:
-                return await queue.limits(agent_type)
-            return await queue.set_limits(agent_type, **changes)
-
-    return asyncio.run(run())
-
-
-def _emit(limits: Limits, output: Output, waits: FairWaits | None = None) -> None:
+def _emit(
+    limits: Limits,
+    weights: dict[str, int],
+    waits: FairWaits | None = None,
+    *,
+    output: Output,
+) -> None:
     if output == Output.JSON:
         shown_json = limits.as_dict()
+        shown_json["key_weights"] = weights
         if waits is not None:
             shown_json["fair_share"] = waits.as_dict()
         print_json(shown_json)
@@ -131,6 +167,9 @@ def _emit(limits: Limits, output: Output, waits: FairWaits | None = None) -> Non
         if name == "burst" and value is None and limits.rate is not None:
             text = f"{_LIFT} (the rate's count, {limits.rate.count})"
         print(f"  {name:<20} {text}")
+    if weights:
+        shown_weights = ", ".join(f"{key}={weight}" for key, weight in sorted(weights.items()))
+        print(f"  {'key_weights':<20} {shown_weights}")
     if waits is not None and (waits.keys_waiting or limits.fair_by):
         print(f"fair share: {waits.keys_waiting:,} key(s) with jobs waiting")
         if waits.longest:

@@ -298,8 +298,10 @@ def console_router(
             pause = await queue.pause_state(agent_type)
             limits: Limits | str
             waits: FairWaits | str | None = None
+            weights: dict[str, int] = {}
             try:
                 limits = await queue.limits(agent_type)
+                weights = await queue.key_weights(agent_type)
             except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
                 limits = str(exc)
             try:  # fair share: which keys have gone longest without a start
@@ -314,7 +316,7 @@ def console_router(
             return render(
                 request, "agent_type.html", agent_type=agent_type, page=page,
                 counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
-                limits=limits, waits=waits,
+                limits=limits, waits=waits, weights=weights,
             )  # fmt: skip
 
         return await respond(request, build)

@@ -332,7 +332,8 @@ else
             end
             local refusal
             fair_state, refusal = fair_plan(KEYS[ring_index], ring_len, take, shared_next,
-                limits and limits.max_running_per_key, KEYS[2])
+                limits and limits.max_running_per_key, KEYS[2],
+                limits and limits.weights and limits_index)
             if not fair_state then
                 return refusal
             end

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +29,10 @@ from .limits import (
     Rate,
     limit_changes,
     read_fair_waits,
+    read_key_weights,
     read_limits,
+    weight_changes,
+    write_key_weights,
     write_limits,
 )
 from .pausing import PauseState, read_pause, set_paused
@@ -226,6 +229,23 @@ class JobQueue:
         for `set_limits`, and CorruptQueueState for a stored value that does not parse."""
         with backend_errors(self.settings.redis):
             return await read_limits(self.connection, agent_type)
+
+    async def set_key_weights(
+        self, agent_type: str, weights: Mapping[str, int | None]
+    ) -> dict[str, int]:
+        """Give fairness keys of `agent_type` a weight (queue.limits): on its turn in fair
+        share's round, a key of weight w starts up to w jobs in a row (default 1), within
+        its max_running_per_key. None lifts a key's weight. Live, as set_limits. Returns
+        every key's weight now. ValidationError naming `key_weights` (nothing written);
+        CorruptQueueState (nothing written) if the limits key holds another type."""
+        pairs = weight_changes(weights)
+        with backend_errors(self.settings.redis):
+            return await write_key_weights(self.connection, agent_type, pairs)
+
+    async def key_weights(self, agent_type: str) -> dict[str, int]:
+        """The fairness keys of `agent_type` given a weight, and their weights."""
+        with backend_errors(self.settings.redis):
+            return await read_key_weights(self.connection, agent_type)
 
     async def fair_waits(self, agent_type: str, top: int = 5) -> FairWaits:
         """Fair share now: how many fairness keys of `agent_type` have jobs waiting, and

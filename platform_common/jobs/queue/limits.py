@@ -11,6 +11,7 @@ and the docs name them so."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,15 +26,20 @@ __all__ = [
     "FAIR_WAITS_READ",
     "KEEP",
     "LIMIT_FIELDS",
+    "MAX_KEY_WEIGHT",
     "MAX_LIMIT",
     "FairWaits",
     "Keep",
     "Limits",
     "Rate",
+    "key_weights_of",
     "limit_changes",
     "parse_rate",
     "read_fair_waits",
+    "read_key_weights",
     "read_limits",
+    "weight_changes",
+    "write_key_weights",
     "write_limits",
 ]
 
@@ -42,6 +48,15 @@ MAX_LIMIT: Final = 1_000_000_000
 
 MAX_INTERVAL_SECONDS: Final = 86_400
 """Longest rate interval: a day."""
+
+MAX_KEY_WEIGHT: Final = 1000
+"""Largest weight of a fairness key: that many of its jobs in a row on its turn."""
+
+WEIGHT_PREFIX: Final = "weight:"
+"""A key's weight is the limits hash's field `weight:<key>` (lua/include/fair_turns.lua)."""
+
+MAX_FAIR_KEY_LENGTH: Final = 200
+"""Longest fairness key (the payload's tenant, orchestrator_id and session_id)."""
 
 LIMIT_FIELDS: Final = ("fair_by", "rate", "burst", "max_running", "max_running_per_key")
 """The limits a type can have, as set_limits, `agentjobs limits set` (--fair-by, --rate,
@@ -246,6 +261,44 @@ def limit_changes(
     return pairs
 
 
+def weight_changes(weights: object) -> list[str]:
+    """The limits hash's field, value pairs that give each fairness key of `weights` (a
+    mapping key -> whole number from 1 to MAX_KEY_WEIGHT, or None to lift it) its
+    weight, every one checked first: ValidationError naming `key_weights`, nothing to
+    write."""
+    if not isinstance(weights, Mapping) or not weights:
+        raise ValidationError("key_weights", "give at least one key and its weight")
+    pairs: list[str] = []
+    for key, weight in weights.items():
+        if not (isinstance(key, str) and key.strip() and len(key) <= MAX_FAIR_KEY_LENGTH):
+            raise ValidationError(
+                "key_weights",
+                f"a key must be text of 1 to {MAX_FAIR_KEY_LENGTH} characters, got {key!r:.60}",
+            )
+        if weight is None:
+            pairs += [WEIGHT_PREFIX + key, ""]
+        elif _whole(weight) and 1 <= weight <= MAX_KEY_WEIGHT:
+            pairs += [WEIGHT_PREFIX + key, str(weight)]
+        else:
+            raise ValidationError(
+                "key_weights",
+                f"the weight of {key!r:.60} must be a whole number from 1 to {MAX_KEY_WEIGHT} "
+                f"(or None), got {weight!r:.60}",
+            )
+    return pairs
+
+
+def key_weights_of(stored: Mapping[str, str]) -> dict[str, int]:
+    """The fairness keys' weights a limits hash holds (its `weight:<key>` fields), by key;
+    a value that does not parse is left out (the claim refuses it, naming it)."""
+    return {
+        name[len(WEIGHT_PREFIX) :]: int(value)
+        for name, value in stored.items()
+        if name.startswith(WEIGHT_PREFIX) and value.isascii() and value.isdigit()
+        and 1 <= int(value) <= MAX_KEY_WEIGHT
+    }  # fmt: skip
+
+
 async def write_limits(connection: QueueConnection, agent_type: str, pairs: list[str]) -> Limits:
     """Write checked `pairs` (limit_changes) to the type's limits hash; the limits as they
     are now. CorruptQueueState, nothing written, if the key holds another type."""
@@ -254,16 +307,36 @@ async def write_limits(connection: QueueConnection, agent_type: str, pairs: list
     return _limits_of(agent_type, keys.limits, _pairs(stored))
 
 
+async def write_key_weights(
+    connection: QueueConnection, agent_type: str, pairs: list[str]
+) -> dict[str, int]:
+    """Write checked `pairs` (weight_changes) to the type's limits hash; every key's weight
+    as it is now. CorruptQueueState, nothing written, if the key holds another type."""
+    keys = await connection.seen_keys(agent_type)
+    stored = await connection.run_script(connection.scripts.limits, [keys.limits], pairs)
+    return key_weights_of(_pairs(stored))
+
+
 async def read_limits(connection: QueueConnection, agent_type: str) -> Limits:
     """The limits of `agent_type` (configured, or seen by Redis). CorruptQueueState if the
     key holds another type or a value the claim would refuse."""
     keys = await connection.seen_keys(agent_type)
-    [stored] = await connection.execute_many([("HGETALL", keys.limits)])
+    return _limits_of(agent_type, keys.limits, await _stored(connection, keys.limits))
+
+
+async def read_key_weights(connection: QueueConnection, agent_type: str) -> dict[str, int]:
+    """The fairness keys of `agent_type` given a weight, and their weights."""
+    keys = await connection.seen_keys(agent_type)
+    return key_weights_of(await _stored(connection, keys.limits))
+
+
+async def _stored(connection: QueueConnection, key: str) -> dict[str, str]:
+    [stored] = await connection.execute_many([("HGETALL", key)])
     if isinstance(stored, ResponseError):  # WRONGTYPE: named as the claim would name it
-        raise await connection.refusal(stored, [keys.limits]) from stored
+        raise await connection.refusal(stored, [key]) from stored
     if isinstance(stored, Exception):
         raise stored
-    return _limits_of(agent_type, keys.limits, _pairs(stored))
+    return _pairs(stored)
 
 
 def _pairs(stored: Any) -> dict[str, str]:

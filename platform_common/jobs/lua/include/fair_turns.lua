@@ -1,5 +1,6 @@
 -- Fair share's turns, as the claim takes them (include/fair_keys.lua says how jobs wait):
--- the ring is served round robin, one job a turn.
+-- the ring is served round robin, one job a turn, or `w` jobs in a row for a key of
+-- weight w (the limits hash's field `weight:<key>`, 1 to FAIR_MAX_WEIGHT; queue/limits.py).
 -- @include fair_keys
 
 -- Ring entries one take may pass over without a job (a key at its max_running_per_key,
@@ -8,13 +9,16 @@
 -- looks further on.
 local FAIR_MAX_PASSES = 64
 local FAIR_RUNNING_TTL_MS = 86400000  -- keys.py: a key's running set, a day after a start
+local FAIR_MAX_WEIGHT = 1000  -- queue/limits.py MAX_KEY_WEIGHT
 
 -- Claim: the plan of a take of up to `want` jobs of the normal level, round robin over
 -- the ring `ring` (of `ring_len` entries). `shared_next()` gives the queue list's next
--- job (or nil); `cap` is max_running_per_key (or nil), `leases` the leases zset. Reads
--- only. Returns the plan, {picks = {{job id, entry}...} in turn order, ...} for
--- fair_commit, or nil and the refusal of a key of another type.
-local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
+-- job (or nil); `cap` is max_running_per_key (or nil), `leases` the leases zset;
+-- `weights`, when the limits hold any (their count), the position in KEYS of the limits
+-- hash, whose `weight:<key>` field each key's first turn reads. Reads only. Returns the
+-- plan, {picks = {{job id, entry}...} in turn order, ...} for fair_commit, or nil and the
+-- refusal of a key of another type or of a weight that does not parse.
+local function fair_plan(ring, ring_len, want, shared_next, cap, leases, weights)
     local plan = {picks = {}, entries = {}, visits = {}, state = {}, passed = 0,
         capped = 0, ring = ring, ring_len = ring_len, cap = cap, since = ring .. ':since'}
     local refusal = fair_wrong_type(plan.since, 'hash')
@@ -50,6 +54,17 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
             return s
         end
         s.list = ring .. ':q:' .. entry  -- (its type checked by its first read, key_next)
+        if weights then
+            local raw = redis.call('HGET', KEYS[weights], 'weight:' .. entry)
+            if raw then
+                local w = int(raw)
+                if not w or w < 1 or w > FAIR_MAX_WEIGHT or not string.find(raw, '^[1-9]') then
+                    return nil, corrupt(weights, 'field weight:' .. entry
+                        .. ' is not a whole number from 1 to ' .. FAIR_MAX_WEIGHT .. ': ' .. shown(raw))
+                end
+                s.weight = w
+            end
+        end
         if cap then
             s.running = ring .. ':r:' .. entry
             local members = redis.pcall('ZRANGE', s.running, 0, -1)
@@ -115,25 +130,42 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases)
         if not s then
             return nil, refusal
         end
-        local job = nil
+        plan.visits[#plan.visits + 1] = at
+        local visit, served = #plan.visits, 0
         if entry == FAIR_SHARED then
-            job = shared_next()
-        elseif s.room and s.room <= 0 then
-            if s.used < #s.window or not s.ended then
-                plan.capped = plan.capped + 1  -- a key with jobs, held at its cap
+            local job = shared_next()
+            if job then
+                plan.picks[#plan.picks + 1] = {job, entry, visit}
+                served = 1
             end
         else
-            job, refusal = key_next(s)
-            if refusal then
-                return nil, refusal
-            end
-            if job and s.room then
-                s.room = s.room - 1
+            -- A key's turn: up to its weight of jobs in a row, within its cap's room.
+            for _ = 1, s.weight or 1 do
+                if #plan.picks >= want then
+                    break
+                end
+                if s.room and s.room <= 0 then
+                    if served == 0 and (s.used < #s.window or not s.ended) then
+                        plan.capped = plan.capped + 1  -- a key with jobs, held at its cap
+                    end
+                    break
+                end
+                local job
+                job, refusal = key_next(s)
+                if refusal then
+                    return nil, refusal
+                end
+                if not job then
+                    break
+                end
+                if s.room then
+                    s.room = s.room - 1
+                end
+                plan.picks[#plan.picks + 1] = {job, entry, visit}
+                served = served + 1
             end
         end
-        plan.visits[#plan.visits + 1] = at
-        if job then
-            plan.picks[#plan.picks + 1] = {job, entry, #plan.visits}
+        if served > 0 then
             yielded = true
         else
             plan.passed = plan.passed + 1

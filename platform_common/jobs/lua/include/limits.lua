@@ -16,19 +16,23 @@
 -- a start is allowed while the TAT is at most `burst` steps ahead of now. One key, one
 -- GET and one SET per claim that starts jobs; it expires once the TAT has passed.
 
-local LIMIT_FIELDS = {'rate', 'interval_ms', 'burst', 'max_running', 'max_running_per_key'}
+-- (`weights`: how many `weight:<key>` fields the hash holds, kept by lua/queue_limits.lua;
+-- fair share reads a key's weight only while it is above 0)
+local LIMIT_FIELDS = {'rate', 'interval_ms', 'burst', 'max_running', 'max_running_per_key',
+    'weights'}
 local LIMIT_MAX = 1000000000  -- queue/limits.py refuses more; a hand edit may not
 
 -- The limits the claim applies, read from the hash KEYS[index]: nil when none is set
 -- (then the claim costs one HMGET of an absent key more than without limits), a table
--- {rate, interval_ms, burst, max_running, max_running_per_key} (each a number or nil), or nil and the
+-- {rate, interval_ms, burst, max_running, max_running_per_key, weights} (each a number or
+-- nil), or nil and the
 -- refusal "CORRUPT <index> ..." of a value that does not parse (read before any write).
 local function read_limits(index)
     local f = redis.pcall('HMGET', KEYS[index], unpack(LIMIT_FIELDS))
     if failed(f) then
         return nil, wrong_type(index, 'hash') or f
     end
-    if not (f[1] or f[2] or f[3] or f[4] or f[5]) then
+    if not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6]) then
         return nil
     end
     local limits = {}
