@@ -319,7 +319,9 @@ waits on the `queue` list itself, the others on `queue:<level>`."""
 
 FAIR_BY_KEYS = ("tenant", "orchestrator_id", "session_id")
 """The payload fields fair share can go by (queue/limits.py; None, or "none", is plain
-FIFO): here, data only, so that the exporter names them without importing the queue."""
+FIFO), in the order the producer sends their values and the enqueue script reads them
+(queue/payload.py fairness_values, lua/include/fair_keys.lua): here, data only, so that
+the exporter names them without importing the queue."""
 
 FAIR_SHARED_ENTRY = ""
 """The entry of fair share's ring that stands for the `queue` list's turn (a fairness key

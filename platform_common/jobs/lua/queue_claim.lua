@@ -245,8 +245,7 @@ local function job_refusal(i)
     if take == 0 then
         return wrong_type(given_at[i], 'hash')
     end
-    return redis.error_reply('CORRUPT 0 ' .. job_keys[i] .. ' holds a '
-        .. redis.call('TYPE', job_keys[i]).ok .. ', where the queue keeps a hash')
+    return named_wrong_type(job_keys[i], 'hash')
 end
 if take == 0 then
     for i = 1, (#ARGV - 5) / 2 do

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..errors import InvalidJobId, InvalidPayload
+from ..keys import FAIR_BY_KEYS
 from ..validation import MAX_TTL_SECONDS, validate_job_id
 from .payload_fields import MAX_TEXT_LENGTH, PAYLOAD_FIELDS, Kind
 
@@ -247,15 +248,11 @@ class PreparedJob(NamedTuple):
     "" when it has none of the fields."""
 
 
-FAIRNESS_FIELDS = ("tenant", "orchestrator_id", "session_id")
-"""The payload fields fair share can go by (queue/limits.py FAIR_BY_KEYS), in the order
-the enqueue script reads them (lua/include/fair_keys.lua)."""
-
-
 def fairness_values(data: Mapping[str, Any]) -> str:
     """What the enqueue script reads of a valid payload's fairness fields: each field's
     value as "<length in UTF-8 bytes>:<value>" ("0:" when absent), or "" when none is set."""
-    values = [data.get(name) for name in FAIRNESS_FIELDS]
+    # (keys.py FAIR_BY_KEYS: the order the enqueue script reads them in)
+    values = [data.get(name) for name in FAIR_BY_KEYS]
     if not any(values):
         return ""
     parts = []

@@ -35,17 +35,6 @@ local function fair_keys_of(blob, n, by)
     return keys
 end
 
--- The refusal of a key a fair script derives (in no KEYS: "CORRUPT 0 <key> <problem>")
--- that holds another type than `kind`, else nil (a missing key is none).
-local function fair_wrong_type(key, kind)
-    local found = redis.call('TYPE', key).ok
-    if found ~= kind and found ~= 'none' then
-        return redis.error_reply('CORRUPT 0 ' .. key .. ' holds a ' .. found
-            .. ', where the queue keeps a ' .. kind)
-    end
-    return nil
-end
-
 -- The keys of `order` whose lists are empty (they join the ring), or nil and the
 -- refusal of a list or of the ring's `since` hash (keys.py) holding another type. Reads.
 local function fair_joining(ring, order)
@@ -53,12 +42,12 @@ local function fair_joining(ring, order)
     for _, key in ipairs(order) do
         local length = redis.pcall('LLEN', ring .. ':q:' .. key)
         if failed(length) then
-            return nil, fair_wrong_type(ring .. ':q:' .. key, 'list') or length
+            return nil, named_wrong_type(ring .. ':q:' .. key, 'list') or length
         end
         joining[key] = length == 0
     end
     if next(order) then
-        local refusal = fair_wrong_type(ring .. ':since', 'hash')
+        local refusal = named_wrong_type(ring .. ':since', 'hash')
         if refusal then
             return nil, refusal
         end
@@ -70,7 +59,7 @@ end
 -- another type, or nil: what a script that puts a job back on its key's list checks
 -- before its first write.
 local function fair_home_refusal(ring, keyed)
-    return fair_wrong_type(keyed, 'list') or fair_wrong_type(ring .. ':since', 'hash')
+    return named_wrong_type(keyed, 'list') or named_wrong_type(ring .. ':since', 'hash')
 end
 
 -- After `pushed` ids went onto key `key`'s list (LPUSH at the back, as an enqueue; RPUSH at

@@ -21,7 +21,7 @@ local FAIR_MAX_WEIGHT = 1000  -- queue/limits.py MAX_KEY_WEIGHT
 local function fair_plan(ring, ring_len, want, shared_next, cap, leases, weights)
     local plan = {picks = {}, entries = {}, visits = {}, state = {}, passed = 0,
         capped = 0, ring = ring, ring_len = ring_len, cap = cap, since = ring .. ':since'}
-    local refusal = fair_wrong_type(plan.since, 'hash')
+    local refusal = named_wrong_type(plan.since, 'hash')
     if refusal then
         return nil, refusal
     end
@@ -69,7 +69,7 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases, weights
             s.running = ring .. ':r:' .. entry
             local members = redis.pcall('ZRANGE', s.running, 0, -1)
             if failed(members) then
-                return nil, fair_wrong_type(s.running, 'zset') or members
+                return nil, named_wrong_type(s.running, 'zset') or members
             end
             local live = 0
             s.stale = {}
@@ -102,7 +102,7 @@ local function fair_plan(ring, ring_len, want, shared_next, cap, leases, weights
             local size = #s.window == 0 and first or want
             local chunk = redis.pcall('LRANGE', s.list, -(#s.window + size + 1), -(#s.window + 1))
             if failed(chunk) then
-                return nil, fair_wrong_type(s.list, 'list') or chunk
+                return nil, named_wrong_type(s.list, 'list') or chunk
             end
             for i = #chunk, 1, -1 do
                 s.window[#s.window + 1] = chunk[i]

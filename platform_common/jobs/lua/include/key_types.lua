@@ -21,3 +21,15 @@ local function wrong_types(expected)
     end
     return nil
 end
+
+-- The refusal of `key`, a key in no KEYS (a job key a take reads, a fairness key's list),
+-- when it holds another type than `kind` (a missing key is none), else nil: "CORRUPT 0
+-- <key> holds a ...", which the client reads by the key's name (backend_errors.py).
+local function named_wrong_type(key, kind)
+    local found = redis.call('TYPE', key).ok
+    if found ~= kind and found ~= 'none' then
+        return redis.error_reply('CORRUPT 0 ' .. key .. ' holds a ' .. found
+            .. ', where the queue keeps a ' .. kind)
+    end
+    return nil
+end
