@@ -111,12 +111,14 @@ def fair_share(
 ) -> FairShare:
     """The FairShare of a type: `since` (key -> since ms) read at Redis time `now_ms`;
     `backlogs` (key -> jobs on its list) when read, of which the `top` largest."""
-    # A key served after TIME was read has a since past it: it has not waited.
-    waits = [max(0.0, (now_ms - ms) / 1000.0) for ms in since.values()]
+    # A key served after TIME was read has a since past it: it has not waited. The waits
+    # stay in ms until the one division into seconds, so the median of two is exactly
+    # their mean in ms over 1,000 (no rounding of each wait first).
+    waits = [max(0.0, now_ms - ms) for ms in since.values()]
     return FairShare(
         keys_waiting=keys_waiting,
-        oldest_wait_seconds=max(waits) if waits else None,
-        median_wait_seconds=statistics.median(waits) if waits else None,
+        oldest_wait_seconds=max(waits) / 1000 if waits else None,
+        median_wait_seconds=statistics.median(waits) / 1000 if waits else None,
         sampled=sampled,
         top_backlogs=_top(backlogs or {}, top),
     )
