@@ -318,10 +318,7 @@ class Settlement:
             return QueueState.SUCCEEDED
 
         try:
-            with attempt.trace.settle("complete") as settle:
-                recorded = await self._settle(attempt, complete)
-                if recorded is not None:
-                    settle.outcome(recorded)
+            recorded = await self._settle_traced(attempt, "complete", complete)
         except TRANSIENT as exc:  # only a script error gets here (_settle retries the rest)
             # The complete script could not read the job's record: a stored field is
             # corrupt. Retrying cannot help; record that instead of letting the lease lapse.
@@ -354,10 +351,7 @@ class Settlement:
             )
 
         try:
-            with attempt.trace.settle("fail") as settle:
-                outcome = await self._settle(attempt, fail)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "fail", fail)
         except CorruptQueueState as refusal:
             self._unrecorded(attempt, refusal, f"its attempt failed with {error}")
             return
@@ -366,16 +360,7 @@ class Settlement:
             return
         if outcome is not None:
             self._count(outcome)
-        self.attempt_log.failed(
-            job_id=claim.job_id,
-            agent_type=self.agent_type,
-            attempt=claim.attempt or None,
-            max_attempts=claim.max_attempts or None,
-            outcome=str(outcome) if outcome is not None else "unrecorded",
-            error=error,
-            exc=exc,
-            trace=attempt.trace.log_fields(),
-        )
+        self._log_failed(attempt, str(outcome) if outcome is not None else "unrecorded", error, exc)
 
     async def _release(self, attempt: Attempt) -> None:
         """Give the attempt back uncounted (the worker stops before the job finished)."""
@@ -386,10 +371,7 @@ class Settlement:
             return await self.calls.fail(claim.job_id, claim.token, error, mode="release")
 
         try:
-            with attempt.trace.settle("release") as settle:
-                outcome = await self._settle(attempt, release)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "release", release)
         except CorruptQueueState as exc:
             self._unrecorded(attempt, exc, "the worker stops before it finished")
             return
@@ -413,10 +395,7 @@ class Settlement:
             )
 
         try:
-            with attempt.trace.settle("cancel") as settle:
-                outcome = await self._settle(attempt, cancel)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "cancel", cancel)
         except CorruptQueueState as exc:
             self._unrecorded(attempt, exc, "it was cancelled")
             return
@@ -458,19 +437,8 @@ class Settlement:
             if expired is None:
                 return
             if expired:
-                self.counts[QueueState.EXPIRED] += 1
-                error = TTL_PASSED
                 settle.outcome(QueueState.EXPIRED)
-                attempt.trace.outcome(QueueState.EXPIRED, error=error)
-                self.attempt_log.failed(
-                    job_id=claim.job_id,
-                    agent_type=self.agent_type,
-                    attempt=claim.attempt,
-                    max_attempts=claim.max_attempts,
-                    outcome=QueueState.EXPIRED,
-                    error=error,
-                    trace=attempt.trace.log_fields(),
-                )
+                self._expired(attempt, TTL_PASSED)
                 return
             # Not expired by this call: already settled elsewhere (another worker's
             # cleanup), or Redis's clock has not reached the TTL yet (it stepped back).
@@ -512,6 +480,16 @@ class Settlement:
         if outcome in self.counts:
             self.counts[outcome] += 1
 
+    async def _settle_traced(
+        self, attempt: Attempt, name: str, operation: Callable[[], Awaitable[Any]]
+    ) -> Any | None:
+        """_settle under the attempt's `name` settle span, which records the outcome."""
+        with attempt.trace.settle(name) as settle:
+            outcome = await self._settle(attempt, operation)
+            if outcome is not None:
+                settle.outcome(outcome)
+        return outcome
+
     async def _settle(
         self, attempt: Attempt, operation: Callable[[], Awaitable[Any]]
     ) -> Any | None:
@@ -549,6 +527,28 @@ class Settlement:
             self.health.ok()
             return result
 
+    def _expired(self, attempt: Attempt, error: str) -> None:
+        """Count, trace and log the attempt's job as expired (`error` says by whom)."""
+        self.counts[QueueState.EXPIRED] += 1
+        attempt.trace.outcome(QueueState.EXPIRED, error=error)
+        self._log_failed(attempt, QueueState.EXPIRED, error)
+
+    def _log_failed(
+        self, attempt: Attempt, outcome: str, error: str, exc: BaseException | None = None
+    ) -> None:
+        """One failed-attempt line (rate-limited: AttemptLog.failed)."""
+        claim = attempt.claim
+        self.attempt_log.failed(
+            job_id=claim.job_id,
+            agent_type=self.agent_type,
+            attempt=claim.attempt or None,  # (0: a claim whose fields did not parse)
+            max_attempts=claim.max_attempts or None,
+            outcome=outcome,
+            error=error,
+            exc=exc,
+            trace=attempt.trace.log_fields(),
+        )
+
     def _job_fields(self, attempt: Attempt) -> dict[str, Any]:
         """The `extra=` fields of a log line about one attempt (JSON logs show them)."""
         claim = attempt.claim
@@ -565,18 +565,7 @@ class Settlement:
         worker's cleanup, while this worker's loop was held up) ended as Redis counted
         it, expired: the expiry line then, as for an expiry of this worker's own."""
         if state == QueueState.EXPIRED:
-            self.counts[QueueState.EXPIRED] += 1
-            attempt.trace.outcome(QueueState.EXPIRED, error=EXPIRED_ELSEWHERE)
-            claim = attempt.claim
-            self.attempt_log.failed(
-                job_id=claim.job_id,
-                agent_type=self.agent_type,
-                attempt=claim.attempt or None,
-                max_attempts=claim.max_attempts or None,
-                outcome=QueueState.EXPIRED,
-                error=EXPIRED_ELSEWHERE,
-                trace=attempt.trace.log_fields(),
-            )
+            self._expired(attempt, EXPIRED_ELSEWHERE)
             return
         self.counts[AttemptOutcome.LOST] += 1
         attempt.trace.outcome(AttemptOutcome.LOST)
