@@ -19,6 +19,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptQueueState, LeaseLost
@@ -125,44 +126,26 @@ _RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 new one per call)."""
 
 
+@dataclass(kw_only=True, eq=False)
 class Settlement:
     """Runs and settles the attempts of one worker (see the module's docstring)."""
 
-    def __init__(
-        self,
-        *,
-        settings: QueueSettings,
-        agent_type: str,
-        handler: Handler,
-        handler_is_async: bool,
-        worker_id: str,
-        connection: QueueConnection,
-        calls: AttemptCalls,
-        keeper: LeaseKeeper,
-        threads: HandlerThreads | None,
-        tracing: QueueTracing,
-        counts: dict[str, int],
-        attempt_log: AttemptLog,
-        health: RedisHealth,
-        stopping: asyncio.Event,
-        on_handler_end: Callable[[Attempt], None],
-    ) -> None:
-        self.settings = settings
-        self.agent_type = agent_type
-        self.handler = handler
-        self.handler_is_async = handler_is_async
-        self.worker_id = worker_id
-        self.connection = connection
-        self.calls = calls
-        self.keeper = keeper
-        self.threads = threads
-        self.tracing = tracing
-        self.counts = counts
-        """How attempts ended, as Redis recorded them (the worker's counts)."""
-        self.attempt_log = attempt_log
-        self.health = health
-        self.stopping = stopping
-        self._on_handler_end = on_handler_end
+    settings: QueueSettings
+    agent_type: str
+    handler: Handler
+    handler_is_async: bool
+    worker_id: str
+    connection: QueueConnection
+    calls: AttemptCalls
+    keeper: LeaseKeeper
+    threads: HandlerThreads | None
+    tracing: QueueTracing
+    counts: dict[str, int]
+    """How attempts ended, as Redis recorded them (the worker's counts)."""
+    attempt_log: AttemptLog
+    health: RedisHealth
+    stopping: asyncio.Event
+    on_handler_end: Callable[[Attempt], None]
 
     async def run(self, attempt: Attempt) -> None:
         claim = attempt.claim
@@ -245,7 +228,7 @@ class Settlement:
             threads=self.threads,
             # What the loop monitor names when this call blocks the event loop.
             name=f"job={claim.job_id} attempt={claim.attempt}/{claim.max_attempts}",
-            on_end=lambda: self._on_handler_end(attempt),
+            on_end=lambda: self.on_handler_end(attempt),
         )
         timer = loop.call_at(attempt.deadline, wake, waiter)
         try:
@@ -272,14 +255,9 @@ class Settlement:
             state = await self._lost_state(attempt)
             self._lost(attempt, f"renewal refused (job is {state}); handler cancelled", state)
             return
-        if reason == SHUTDOWN:
-            await self._release(attempt)
-            return
-        if reason == TTL:
-            await self._expire(attempt)
-            return
-        if reason == CANCEL:
-            await self._cancel(attempt)
+        ended_by_worker = {SHUTDOWN: self._release, TTL: self._expire, CANCEL: self._cancel}
+        if reason in ended_by_worker:
+            await ended_by_worker[reason](attempt)
             return
         assert outcome is not None
         if isinstance(outcome, Raised):
