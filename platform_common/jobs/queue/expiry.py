@@ -196,7 +196,9 @@ async def expire_in_order(
         ids = await _read_one(read, refusal, keys.queue, "LRANGE", *tail)
         if not ids:
             break
-        reply = await run_script(script, _tail_keys(keys, ids), _tail_args(keys, offset, ids))
+        # No result TTL for a value that does not parse: the walk keeps such a job.
+        args = [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
+        reply = await run_script(script, _tail_keys(keys, ids), args)
         if reply and reply[0] == "moved":
             break
         done, trimmed, stopped, carried = reply
@@ -233,11 +235,6 @@ def _tail_keys(keys: QueueKeys, ids: Sequence[str]) -> list[str]:
     for job_id in ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     return script_keys
-
-
-def _tail_args(keys: QueueKeys, offset: int, ids: Sequence[str]) -> list[Any]:
-    # No result TTL for a value that does not parse: the walk keeps such a job.
-    return [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
 
 
 async def expire_due(
