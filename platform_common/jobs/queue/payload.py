@@ -98,7 +98,7 @@ class JobPayload:
         except orjson.JSONDecodeError:
             # What orjson refuses and the standard library reads (integers past 64 bits,
             # NaN, escaped lone surrogates, from another producer) is still read; what
-            # neither reads raises json's own error, as before.
+            # neither reads raises json's own error.
             data = json.loads(text)
         return cls._trusted(data)
 

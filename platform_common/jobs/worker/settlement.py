@@ -395,7 +395,6 @@ class Settlement:
             extra=self._job_fields(attempt),
         )  # fmt: skip
 
-    # ---- end cancel ---------------------------------------------------------------------
     async def _expire(self, attempt: Attempt) -> None:
         """Expire the job at its TTL (the handler was cancelled, or its thread left to
         finish on its own). The script decides by Redis TIME, like the deadline did."""
