@@ -30,7 +30,7 @@ from ..queue.log_text import bounded, describe, format_traceback
 from ..queue.payload import JobPayload
 from ..queue.queue_settings import QueueSettings
 from ..queue.results import ResultTooLarge
-from ..queue.tracing import NO_TRACE, QueueTracing, Settle
+from ..queue.tracing import NO_TRACE, JobTrace, QueueTracing, Settle
 from ..status import AttemptOutcome, QueueState
 from .attempt_calls import LOST_EXPIRED, MAX_ERROR_LENGTH, AttemptCalls, Claim
 from .attempt_log import AttemptLog, log
@@ -54,37 +54,32 @@ class CorruptJob(Exception):
     """The stored job cannot be run (its payload or a field does not parse)."""
 
 
+@dataclass(eq=False, slots=True)
 class Attempt:
     """One attempt this worker runs: its claim, its handler call and how it ended."""
 
-    __slots__ = (
-        "cancel_reason", "claim", "context", "deadline", "end_waiter", "ended", "handler",
-        "holds_slot", "reason", "settled", "task", "trace", "waiter",
-    )  # fmt: skip
-
-    def __init__(self, claim: Claim, deadline: float) -> None:
-        self.claim = claim
-        self.deadline = deadline
-        """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
-        self.reason: str | None = None
-        self.ended = False
-        """The handler call really returned."""
-        self.end_waiter: asyncio.Future[None] | None = None
-        """Done when it does, for a worker that waits for that (see Settlement._linger)."""
-        self.handler: asyncio.Future[Outcome] | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        """Done when the handler returned, the attempt was aborted or its TTL passed."""
-        self.holds_slot = False
-        """One of the worker's `concurrency` slots is this attempt's until its handler
-        returned (or, when none was started, until the attempt ended)."""
-        self.settled = False
-        self.task: asyncio.Task[None] | None = None
-        self.trace = NO_TRACE
-        """Its process span and the trace ids its log lines carry (see queue.tracing)."""
-        self.context: JobContext | None = None
-        """What its handler reads with current_job() (set when the handler starts)."""
-        self.cancel_reason: str | None = None
-        """The reason of a cancel request that reached this attempt (CANCEL)."""
+    claim: Claim
+    deadline: float
+    """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
+    reason: str | None = None
+    ended: bool = False
+    """The handler call really returned."""
+    end_waiter: asyncio.Future[None] | None = None
+    """Done when it does, for a worker that waits for that (see Settlement._linger)."""
+    handler: asyncio.Future[Outcome] | None = None
+    waiter: asyncio.Future[None] | None = None
+    """Done when the handler returned, the attempt was aborted or its TTL passed."""
+    holds_slot: bool = False
+    """One of the worker's `concurrency` slots is this attempt's until its handler
+    returned (or, when none was started, until the attempt ended)."""
+    settled: bool = False
+    task: asyncio.Task[None] | None = None
+    trace: JobTrace = NO_TRACE
+    """Its process span and the trace ids its log lines carry (see queue.tracing)."""
+    context: JobContext | None = None
+    """What its handler reads with current_job() (set when the handler starts)."""
+    cancel_reason: str | None = None
+    """The reason of a cancel request that reached this attempt (CANCEL)."""
 
     def cancel(self, reason: str) -> None:
         """The job was cancelled: a sync handler sees current_job().cancel_requested, an
