@@ -97,12 +97,11 @@ class Settle:
     """A settle span (a no-op one without tracing): `outcome()` names it after what
     the script did; an exception leaving the `with` block is recorded on it."""
 
-    __slots__ = ("_agent_type", "_job", "span")
+    __slots__ = ("_job", "span")
 
-    def __init__(self, span: Span, job: JobTrace | None = None, agent_type: str = "") -> None:
+    def __init__(self, span: Span, job: JobTrace | None = None) -> None:
         self.span = span
         self._job = job
-        self._agent_type = agent_type
 
     def outcome(self, outcome: str) -> None:
         if self._job is None:
@@ -111,7 +110,7 @@ class Settle:
         self._job.outcome(outcome)
         operation = _SETTLED_AS.get(outcome)
         if operation is not None:
-            self.span.update_name(f"{operation} {self._agent_type}")
+            self.span.update_name(f"{operation} {self._job.agent_type}")
             self.span.set_attribute("messaging.operation.name", operation)
         self.span.set_attribute("job.outcome", outcome)
 
@@ -219,8 +218,7 @@ class JobTrace:
         """A settle span (child of the process span) around recording the outcome."""
         if self._tracing is None:
             return _NO_SETTLE
-        span = self._tracing.start_settle(self, operation)
-        return Settle(span, self, self.agent_type)
+        return Settle(self._tracing.start_settle(self, operation), self)
 
     def end(self) -> None:
         if self._tracing is not None and not self._ended:
