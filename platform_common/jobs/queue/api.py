@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import builtins
+import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from opentelemetry.trace import TracerProvider
 
@@ -18,7 +18,7 @@ from .backend_errors import backend_errors
 from .cancel import CancelReport, cancel_jobs, cancel_session
 from .completions import OUTAGE_TIMEOUT, Completions
 from .connection import QueueConnection
-from .dead_letters import BATCH, ActedOn, DeadLetter, DeadLetters
+from .dead_letters import DeadLetters
 from .envelope import queued_record_fields
 from .expiry import expire_due
 from .limits import (
@@ -44,6 +44,9 @@ from .queue_settings import QueueSettings
 from .results import JobResult, get_result, parse_result
 
 __all__ = ["JobQueue", "QueueStats"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,45 +363,28 @@ class JobQueue:
         await self.aclose()
 
 
+def _translated(
+    method: Callable[Concatenate[DeadLetters, _P], Coroutine[Any, Any, _T]],
+) -> Callable[Concatenate[DeadLetters, _P], Coroutine[Any, Any, _T]]:
+    """`method` with its Redis failures turned into the package's errors (see JobQueue)."""
+
+    async def translated(self: DeadLetters, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with backend_errors(self._connection.settings.redis):
+            return await method(self, *args, **kwargs)
+
+    functools.update_wrapper(translated, method)  # its name and docstring
+    return translated
+
+
 class _DeadLetters(DeadLetters):
     """DeadLetters whose Redis failures are the package's errors (see JobQueue)."""
 
-    async def count(self, agent_type: str) -> int:
-        with backend_errors(self._connection.settings.redis):
-            return await super().count(agent_type)
-
-    async def list(self, agent_type: str, *, start: int = 0, count: int = 100) -> list[DeadLetter]:
-        with backend_errors(self._connection.settings.redis):
-            return await super().list(agent_type, start=start, count=count)
-
-    async def requeue(
-        self,
-        agent_type: str,
-        job_ids: Sequence[str] | None = None,
-        *,
-        limit: int = BATCH,
-        as_of: int | None = None,
-    ) -> builtins.list[str]:
-        with backend_errors(self._connection.settings.redis):
-            return await super().requeue(agent_type, job_ids, limit=limit, as_of=as_of)
-
-    async def purge(
-        self, agent_type: str, job_ids: Sequence[str] | None = None, *, as_of: int | None = None
-    ) -> int:
-        with backend_errors(self._connection.settings.redis):
-            return await super().purge(agent_type, job_ids, as_of=as_of)
-
-    async def requeue_each(
-        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
-    ) -> ActedOn:
-        with backend_errors(self._connection.settings.redis):
-            return await super().requeue_each(agent_type, job_ids, as_of=as_of)
-
-    async def purge_each(
-        self, agent_type: str, job_ids: Sequence[str], *, as_of: int | None = None
-    ) -> ActedOn:
-        with backend_errors(self._connection.settings.redis):
-            return await super().purge_each(agent_type, job_ids, as_of=as_of)
+    count = _translated(DeadLetters.count)
+    list = _translated(DeadLetters.list)
+    requeue = _translated(DeadLetters.requeue)
+    purge = _translated(DeadLetters.purge)
+    requeue_each = _translated(DeadLetters.requeue_each)
+    purge_each = _translated(DeadLetters.purge_each)
 
 
 _ENDED_WITH_ERROR = frozenset({QueueState.FAILED, QueueState.DEAD})

@@ -211,17 +211,14 @@ class RedisHealth:
                 self._since = self._clock() if last is None else last
                 self._condition = condition
                 self.outages += 1
-        if starting and condition == _OUT_OF_MEMORY:
-            self.logger.warning(
-                "Redis at %s is out of memory (%s: %s); retrying quietly until memory "
-                "is freed",
-                self.where, activity, describe(exc),
-                extra={"redis": self.where, "activity": activity, "error": describe(exc)},
+        if starting:
+            state, until = (
+                ("is out of memory", "memory is freed") if condition == _OUT_OF_MEMORY
+                else ("unreachable", "it answers")
             )  # fmt: skip
-        elif starting:
             self.logger.warning(
-                "Redis at %s unreachable (%s: %s); retrying quietly until it answers",
-                self.where, activity, describe(exc),
+                "Redis at %s %s (%s: %s); retrying quietly until %s",
+                self.where, state, activity, describe(exc), until,
                 extra={"redis": self.where, "activity": activity, "error": describe(exc)},
             )  # fmt: skip
         else:

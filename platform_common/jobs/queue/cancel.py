@@ -1,14 +1,12 @@
-"""Cancelling jobs: one job by id, or every job of a user session, whatever its type.
+"""Cancelling jobs: one job by id, or every job of a user session, whatever its type
+(docs/user-guide.md, "Cancel", says what a caller sees).
 
 A job that waits (queued, scheduled, or delayed for a retry) is cancelled on the spot by
 lua/queue_cancel.lua and never starts. A running job is asked to stop: the request is
 stored in its type's cancels hash (job id -> reason) and sent on its type's control
-stream (keys.py, `cancels` and `control`), which
-every worker process reads; the worker cancels the handler's task (an async handler) or
-sets `current_job().cancel_requested` (a sync one). Whatever the handler does after
-that, the complete, fail and reaper scripts end the job cancelled: its result is never
-stored, a failure is not retried nor dead-lettered. Completion subscribers get the
-job's id as for any outcome, and its result reads `cancelled` with the reason."""
+stream (keys.py, `cancels` and `control`), which every worker process reads
+(worker/cancel_watch.py). Whatever the handler does after that, the complete, fail and
+reaper scripts end the job cancelled."""
 
 from __future__ import annotations
 
@@ -107,15 +105,9 @@ async def cancel_jobs(
         reply = await connection.run_script(
             connection.scripts.cancel,
             _script_keys(keys, chunk),
-            [
-                keys.channel,
-                stored_reason,
-                ARRIVAL_BUCKET_MS,
-                CANCEL_STREAM_MAX,
-                CORRUPT_RESULT_TTL_SECONDS,
-                *chunk,
-            ],
-        )
+            [keys.channel, stored_reason, ARRIVAL_BUCKET_MS, CANCEL_STREAM_MAX,
+             CORRUPT_RESULT_TTL_SECONDS, *chunk],
+        )  # fmt: skip
         reports.extend(_report(agent_type, entry) for entry in reply)
     return reports
 
@@ -152,16 +144,9 @@ async def cancel_session(
 
 def _script_keys(keys: QueueKeys, job_ids: Iterable[str]) -> list[str]:
     script_keys = [
-        keys.queued,
-        keys.waiting,
-        keys.delayed,
-        keys.expiry,
-        keys.stats,
-        keys.arrivals,
-        keys.arrived,
-        keys.control,
-        keys.cancels,
-    ]
+        keys.queued, keys.waiting, keys.delayed, keys.expiry, keys.stats, keys.arrivals,
+        keys.arrived, keys.control, keys.cancels,
+    ]  # fmt: skip
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     return script_keys

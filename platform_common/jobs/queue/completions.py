@@ -1,13 +1,9 @@
 """Completion events for the orchestrator, with none missed across a dropped connection.
 
-Pub/sub is at-most-once: a message published while the subscriber is disconnected is
-gone. So the subscriber subscribes to `agent:*:completed` FIRST, then re-reads the
-results of the jobs it waits for, and does that again every time the subscription is
-confirmed after a reconnect. A result is always stored before its event is published,
-so a job that finished in a gap is found by the re-read.
-
-Redis failures come out in the package's terms, as every stream of queue/subscription.py
-does: waited out until `outage_timeout`, then BackendUnavailable from `anext()`."""
+Each time its subscription to `agent:*:completed` is confirmed (first subscribe and every
+reconnect, queue/subscription.py), the stream re-reads the results of the jobs it waits
+for. A result is always stored before its event is published, so a job that finished in
+a gap is found by the re-read."""
 
 from __future__ import annotations
 

@@ -95,7 +95,8 @@ class DeadLetters:
 
     async def count(self, agent_type: str) -> int:
         """Entries of the list (one whose retention just passed counts until pruned)."""
-        return int(await self._connection.client.llen(self._list(agent_type)))  # type: ignore[misc]
+        kept = self._list_of(self._keys(agent_type))
+        return int(await self._connection.client.llen(kept))  # type: ignore[misc]
 
     async def list(self, agent_type: str, *, start: int = 0, count: int = 100) -> list[DeadLetter]:
         """Kept jobs newest first, `count` of them from position `start` (entries whose
@@ -225,10 +226,6 @@ class DeadLetters:
 
     def _keys(self, agent_type: str) -> QueueKeys:
         return self._connection.known_keys(agent_type)
-
-    def _list(self, agent_type: str) -> str:
-        key: str = self._list_of(self._keys(agent_type))
-        return key
 
 
 def _json_object(text: str) -> dict[str, Any]:

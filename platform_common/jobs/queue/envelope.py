@@ -7,11 +7,10 @@ which unpacks it, the expiry scripts and the enqueue's replay check):
 
 (one value: the line break after `[,o]` is only this page's).
 
-Why packed: a waiting job used to be a hash key of its own (payload, timestamps, nonce)
-plus two sorted-set entries. A payload over `hash-max-listpack-value` (64 bytes) turns
-that hash into a real hashtable, so a 0.5 KiB job cost 2.5-3x its payload in Redis
-memory. One field of one per-type hash costs the payload plus about 150 bytes. The claim
-turns it into the job hash every later step reads, so only waiting jobs use this form.
+Why packed: a hash of its own per waiting job, with a payload over
+`hash-max-listpack-value` (64 bytes), is a real hashtable: a 0.5 KiB job cost 2.5-3x its
+payload in Redis memory. One field of one per-type hash costs the payload plus about 150
+bytes. The claim turns it into the job hash every later step reads.
 
 A header ending in ",o" marks a job enqueued in deadline order (keys.py,
 `deadline_mark`): it has no expiry bucket entry, the cleanup expires it from the queue

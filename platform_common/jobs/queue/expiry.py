@@ -68,13 +68,8 @@ async def expire_jobs(
     if not job_ids:
         return ExpireReport()
     script_keys = [
-        keys.expiry,
-        keys.delayed,
-        keys.processing,
-        keys.leases,
-        keys.stats,
-        keys.waiting,
-    ]
+        keys.expiry, keys.delayed, keys.processing, keys.leases, keys.stats, keys.waiting,
+    ]  # fmt: skip
     for job_id in job_ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     # Levels: a waiting high or low job leaves its list; an expired job's cancel request goes.
@@ -121,23 +116,16 @@ async def expire_queued(
     traces: list[str] = []
     looked = 0
     while looked < limit:
-        (due,) = await read(
-            [("ZRANGEBYSCORE", keys.expiring, "-inf", now_ms - EXPIRY_BUCKET_MS, "LIMIT", 0, 16)]
-        )
-        if isinstance(due, ResponseError):
-            raise await refusal(due, [keys.expiring])
-        if isinstance(due, Exception):
-            raise due
+        due = await _read_one(
+            read, refusal, keys.expiring, "ZRANGEBYSCORE", "-inf", now_ms - EXPIRY_BUCKET_MS,
+            "LIMIT", 0, 16,
+        )  # fmt: skip
         if not due:
             break
         progressed = False
         for start in due:
             bucket = f"{keys.expiring}:{int(start)}"
-            (ids,) = await read([("LRANGE", bucket, 0, BUCKET_CHUNK - 1)])
-            if isinstance(ids, ResponseError):
-                raise await refusal(ids, [bucket])
-            if isinstance(ids, Exception):
-                raise ids
+            ids = await _read_one(read, refusal, bucket, "LRANGE", 0, BUCKET_CHUNK - 1)
             script_keys = [
                 keys.expiring, bucket, keys.queued, keys.stats, keys.arrivals, keys.arrived,
                 *(keys.result(job_id) for job_id in ids), *keys.level_queues,
@@ -204,14 +192,13 @@ async def expire_in_order(
     while looked < limit:
         wanted = min(size, limit - looked)
         size = min(size * 2, window)
-        (ids,) = await read([("LRANGE", keys.queue, -(offset + wanted), -(offset + 1))])
-        if isinstance(ids, ResponseError):
-            raise await refusal(ids, [keys.queue])
-        if isinstance(ids, Exception):
-            raise ids
+        tail = (-(offset + wanted), -(offset + 1))
+        ids = await _read_one(read, refusal, keys.queue, "LRANGE", *tail)
         if not ids:
             break
-        reply = await run_script(script, _tail_keys(keys, ids), _tail_args(keys, offset, ids))
+        # No result TTL for a value that does not parse: the walk keeps such a job.
+        args = [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
+        reply = await run_script(script, _tail_keys(keys, ids), args)
         if reply and reply[0] == "moved":
             break
         done, trimmed, stopped, carried = reply
@@ -223,6 +210,17 @@ async def expire_in_order(
         # Trimmed entries left the tail: the entries not trimmed are skipped next time.
         offset += len(ids) - int(trimmed)
     return ExpireReport(expired=tuple(expired), traces=tuple(traces))
+
+
+async def _read_one(read: Read, refusal: Refusal, key: str, command: str, *args: Any) -> Any:
+    """The reply of `command` on `key`, alone in its round trip; an error reply raised
+    (WRONGTYPE as the package's refusal naming `key`)."""
+    (reply,) = await read([(command, key, *args)])
+    if isinstance(reply, ResponseError):
+        raise await refusal(reply, [key])
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def _texts(values: Sequence[Any]) -> tuple[str, ...]:
@@ -237,11 +235,6 @@ def _tail_keys(keys: QueueKeys, ids: Sequence[str]) -> list[str]:
     for job_id in ids:
         script_keys += [keys.job(job_id), keys.result(job_id)]
     return script_keys
-
-
-def _tail_args(keys: QueueKeys, offset: int, ids: Sequence[str]) -> list[Any]:
-    # No result TTL for a value that does not parse: the walk keeps such a job.
-    return [keys.channel, offset, ARRIVAL_BUCKET_MS, *ids]
 
 
 async def expire_due(

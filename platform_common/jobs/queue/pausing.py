@@ -2,10 +2,7 @@
 
 The pause is one key per type (keys.py, `paused`), written by lua/queue_pause.lua and
 read by the claim script, so no worker starts a job of the type once `pause` has
-returned (a job a worker had already moved off the queue goes back to it). Running jobs
-finish; enqueue still accepts jobs, retries are still promoted, and TTLs keep running: a
-job still waiting when its TTL passes is expired as ever. Workers ask again once a
-second, so they take jobs again within about a second of `resume`."""
+returned. What goes on meanwhile: docs/user-guide.md, "Pausing an agent type"."""
 
 from __future__ import annotations
 
@@ -35,9 +32,8 @@ class PauseState:
 
 async def set_paused(connection: QueueConnection, agent_type: str, paused: bool) -> PauseState:
     """Pause (or resume) `agent_type`, a configured type or one Redis has seen (else
-    ValidationError); safe to
-    call twice, from anywhere. CorruptQueueState, nothing written, if the pause key
-    holds another type."""
+    ValidationError); safe to call twice, from anywhere. CorruptQueueState, nothing
+    written, if the pause key holds another type."""
     keys = await connection.seen_keys(agent_type)
     changed, since = await connection.run_script(
         connection.scripts.pause, [keys.paused], ["pause" if paused else "resume"]

@@ -61,33 +61,22 @@ _ABSENT = object()
 
 @dataclass(frozen=True, slots=True)
 class JobPayload:
-    """One job as the orchestrator sends it to an agent worker (job_payload.schema.json)."""
+    """One job as the orchestrator sends it to an agent worker (job_payload.schema.json).
+    Each field means what its entry in payload_fields.PAYLOAD_FIELDS says."""
 
     job_id: str
-    """Unique per agent type while the job lives: any id `validation.validate_job_id`
-    accepts (letters, digits and . _ : @ -; a UUID is one)."""
     session_id: str
-    """The user session the job serves."""
     orchestrator_id: str
-    """The orchestrator that sent the job, e.g. "orch-123"."""
     agent_type: str
-    """Which agent's queue the job goes to, e.g. "dining"."""
     task: str
-    """What to do, in words."""
     constraints: dict[str, Any] = field(default_factory=dict)
-    """Structured limits of the task (cuisines, price, ...); any JSON object."""
     curated_shortlist: list[str] = field(default_factory=list)
-    """Candidates the orchestrator already chose."""
     result_format: str = ""
-    """The type the result must have, e.g. "RestaurantOption[]"."""
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    """When the orchestrator made the job (timezone-aware); the TTL counts from here."""
+    """Timezone-aware."""
     ttl_seconds: int = 60
-    """Seconds after created_at when the job expires if not finished; also how long
-    its result is kept."""
     tenant: str | None = None
-    """Who the job is done for (an id by the job_id rules), when fair share or limits
-    per key go by tenant; None when the payload has none."""
+    """None when the payload has none."""
 
     @classmethod
     def from_dict(
@@ -109,7 +98,7 @@ class JobPayload:
         except orjson.JSONDecodeError:
             # What orjson refuses and the standard library reads (integers past 64 bits,
             # NaN, escaped lone surrogates, from another producer) is still read; what
-            # neither reads raises json's own error, as before.
+            # neither reads raises json's own error.
             data = json.loads(text)
         return cls._trusted(data)
 

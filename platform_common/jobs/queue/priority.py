@@ -1,19 +1,11 @@
 """Priorities: `enqueue(job, priority="high" | "normal" | "low")`.
 
 Each level waits on a list of its own (keys.py: `queue` is normal, `queue:high` and
-`queue:low` the others), so a type that uses only "normal", the default, costs what it
-did before levels existed. A claim takes from the highest level that has jobs waiting,
-except on its fair turns, which keep a lower level from starving under a flood of higher
-ones (lua/queue_claim.lua):
-
-    The claim numbers every job it starts (the type's `started` count). Job number k
-    with k % FAIR_TURN == 0 comes from the lowest level that has jobs waiting, and with
-    k % FAIR_TURN == FAIR_TURN // 2 from the level just below the highest one that has
-    jobs waiting; every other job from the highest.
-
-So while every level has jobs waiting, 8 of every 10 jobs started are high, 1 normal and
-1 low; while two have, the lower one gets 2 of every 10. A job keeps its level through
-retries, releases and the reaper (its packed header, then its job hash `priority`)."""
+`queue:low` the others), so a type that uses only "normal", the default, costs nothing
+more. A claim takes from the highest level that has jobs waiting, except on its fair
+turns (FAIR_TURN; lua/queue_claim.lua; docs/user-guide.md, "Priorities", gives the
+shares). A job keeps its level through retries, releases and the reaper (its packed
+header, then its job hash `priority`)."""
 
 from __future__ import annotations
 
@@ -28,9 +20,10 @@ Priority = str
 DEFAULT_PRIORITY = "normal"
 
 FAIR_TURN = 10
-"""Every FAIR_TURN-th job started comes from the lowest level with jobs waiting (and the
-one half way through from the level below the highest): the starvation bound. The claim
-script holds the same number."""
+"""The claim numbers every job it starts (the type's `started` count): job k with
+k % FAIR_TURN == 0 comes from the lowest level with jobs waiting, with k % FAIR_TURN ==
+FAIR_TURN // 2 from the level just below the highest one with jobs waiting; the
+starvation bound. The claim script holds the same number."""
 
 _CODES = {"high": "h", "low": "l"}
 """A level's code in the packed header and the scripts' arguments (normal has none)."""

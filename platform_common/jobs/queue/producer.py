@@ -39,14 +39,6 @@ _NO_FAIRNESS = "0:0:0:"
 """A job without fairness values, in a call where another has some."""
 
 
-def _shared_keys(keys: QueueKeys) -> list[str]:
-    """The enqueue script's keys shared by every job of a call."""
-    return [
-        keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived,
-        keys.deadline_mark,
-    ]  # fmt: skip
-
-
 class _ScriptKeys:
     """The enqueue script's keys of one agent type, built once: the shared ones, and the
     prefixes each job's own keys are concatenated from (building them with QueueKeys's
@@ -55,7 +47,11 @@ class _ScriptKeys:
     __slots__ = ("bucket", "fair", "job", "levels", "result", "scheduled", "shared")
 
     def __init__(self, keys: QueueKeys) -> None:
-        self.shared = _shared_keys(keys)
+        self.shared = [
+            keys.queue, keys.stats, keys.queued, keys.expiring, keys.arrivals, keys.arrived,
+            keys.deadline_mark,
+        ]  # fmt: skip
+        """The keys shared by every job of a call."""
         self.scheduled = [keys.delayed, keys.expiry]
         """The keys a scheduled call adds after every job's own."""
         self.levels = {level: [keys.level_queue(level)] for level in ("high", "low")}

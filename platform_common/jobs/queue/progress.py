@@ -3,10 +3,8 @@ before it is sent, and how the last one stored is read back.
 
 A handler reports with `await current_job().report_progress({...})` (queue.context);
 the worker stores the last report on the job hash (fields `progress`, `progress_at`,
-lua/queue_progress.lua) and publishes it on `agent:<type>:progress`. The stored report
-lives as long as the job's record: while the job runs and, once it ended, as long as
-Redis keeps the record (its TTL after success, the dead-letter retention after a
-failure), so the last report is still readable after the completion event."""
+lua/queue_progress.lua), where it lasts as the record does, and publishes it on
+`agent:<type>:progress`."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Progress events of one agent type, for the orchestrator: an async iterator over
-`agent:<type>:progress`, the way Completions iterates completions.
+`agent:<type>:progress`, re-subscribing and waiting out Redis failures as Completions
+does (queue/subscription.py).
 
-An event carries its report, so none is read back. Pub/sub is at-most-once: a report
-published while the subscriber is disconnected is gone, so for the jobs it watches the
-iterator re-reads their stored last report each time its subscription is confirmed
-(first subscribe and every reconnect) and yields the ones newer than it yielded: a
-watched job's newest progress is never missed, only reports in between. Redis failures
-come out as Completions' do: waited out (reconnect, re-subscribe, re-read) until
-`outage_timeout`, then BackendUnavailable from `anext()`; the next `anext()` goes on."""
+An event carries its report, so none is read back. At each confirmed subscription the
+stored last report of each watched job is re-read and yielded if newer than the one
+yielded: a watched job's newest progress is never missed, only reports in between."""
 
 from __future__ import annotations
 

@@ -219,10 +219,7 @@ class QueueSettings:
     def from_url(cls, url: str, **overrides: Any) -> QueueSettings:
         """Settings for the Redis at `url`; keyword arguments override the defaults
         (`pool_max` and `pool_timeout` override the URL's max_connections/pool_timeout)."""
-        _reject_unknown(overrides)
-        pool = {
-            _POOL_SETTINGS[name][0]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)
-        }
+        pool = _pool_overrides(overrides)
         return cls(redis=RedisSettings.from_url(url, **pool), **overrides)
 
     @classmethod
@@ -273,10 +270,7 @@ class QueueSettings:
     def with_overrides(self, **overrides: Any) -> QueueSettings:
         """A copy with `overrides`; `pool_max`/`pool_timeout` change the Redis settings'
         pool (a `redis=` override brings its own pool unless they are given too)."""
-        _reject_unknown(overrides)
-        pool = {
-            _POOL_SETTINGS[name][0]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)
-        }
+        pool = _pool_overrides(overrides)
         if pool:
             overrides["redis"] = replace(overrides.get("redis", self.redis), **pool)
         return replace(self, **overrides)
@@ -310,7 +304,10 @@ ENV_VARIABLES: frozenset[str] = frozenset(ENV_SETTINGS)
 """Every QUEUE_* variable from_env() reads; any other QUEUE_* name is refused."""
 
 
-def _reject_unknown(overrides: Mapping[str, Any]) -> None:
+def _pool_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Take `pool_max`/`pool_timeout` out of `overrides`, as the Redis settings' options;
+    ConfigurationError naming the first setting that is none of the queue's."""
     unknown = sorted(set(overrides) - _FIELD_NAMES - _POOL_NAMES)
     if unknown:
         raise ConfigurationError(unknown[0], "unknown queue setting")
+    return {_POOL_SETTINGS[name][0]: overrides.pop(name) for name in _POOL_NAMES & set(overrides)}

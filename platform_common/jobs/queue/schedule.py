@@ -1,12 +1,9 @@
 """Scheduled jobs: `enqueue(job, delay=...)` or `enqueue(job, run_at=...)`.
 
 A scheduled job waits as a retry does (keys.py): its job hash, its id in the delayed set
-with its due time, its deadline in the expiry set; the promoter queues it once it is
-due (lua/queue_promote.lua reads only the due entries: its cost grows with the jobs due,
-not with the jobs delayed). A `delay` counts from Redis' clock when the enqueue runs, a
-`run_at` is the instant given; either must come before the job's own expiry
-(created_at + ttl_seconds), or the job is refused: it would expire before it could run.
-A scheduled job's latency is counted from its due time, not from its enqueue."""
+with its due time, its deadline in the expiry set, until the promoter queues it
+(lua/queue_promote.lua). docs/user-guide.md, "Scheduled jobs", says the rest (when a
+schedule is refused, how latency counts)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Bounds on the trace context a job carries (queue.tracing stores and reads it).
-
-A producer stores at most W3C's limits of what its propagator wrote: `traceparent` of
-MAX_TRACEPARENT_LENGTH characters, `tracestate` of MAX_TRACESTATE_MEMBERS members and
-MAX_TRACESTATE_LENGTH characters (trimmed as W3C asks: members over
-MAX_TRACESTATE_MEMBER_LENGTH go first, then members from the end), `baggage` of
-MAX_BAGGAGE_BYTES (whole members from the start), and any other header only while the
-whole stored value stays within MAX_TRACE_CONTEXT_LENGTH. A worker reads a stored value
-only within MAX_TRACE_CONTEXT_LENGTH and only if it is a flat JSON object of strings (a
-nested value is never handed to the JSON parser), then applies the same limits. Tracing
-is best-effort: neither side refuses a job or fails an attempt for it. What is dropped
-is counted per cause (TraceContextDrops.counts) and logged, rate-limited per cause.
-"""
+"""Bounds on the trace context a job carries (queue.tracing stores and reads it): W3C's
+limits per header, MAX_TRACE_CONTEXT_LENGTH for the whole (docs/user-guide.md, "Tracing",
+gives them and the order of trimming). A producer stores at most that much of what its
+propagator wrote; a worker reads a stored value only within MAX_TRACE_CONTEXT_LENGTH and
+only if it is a flat JSON object of strings, then applies the same limits. Tracing is
+best-effort: neither side refuses a job or fails an attempt for it. What is dropped is
+counted per cause (TraceContextDrops.counts) and logged, rate-limited per cause."""
 
 from __future__ import annotations
 

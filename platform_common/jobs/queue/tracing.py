@@ -1,44 +1,24 @@
 """OpenTelemetry traces across the queue: a send span per enqueue call, a process span per
 attempt, a settle span per transition; the producer's trace context travels in the job.
+docs/user-guide.md, "Tracing", lists the spans, the stored context and its bounds.
 
-Only `opentelemetry-api` is used. Without an SDK (no tracer provider given and none set
-globally) a worker starts no span at all: an attempt gets NO_TRACE, or when its job
-carries a creation context, a JobTrace that parses it only if a log line asks for its ids.
-Names and attributes follow the OpenTelemetry messaging semantic conventions (v1.44.0,
-whose schema URL the tracer declares):
-
-    send {agent_type}         PRODUCER  one per enqueue / enqueue_many call
-    process {agent_type}      CONSUMER  one per attempt, around the handler (current in it)
-    {settle} {agent_type}     CLIENT    complete, retry, dead_letter, fail, release, expire
-
-    messaging.system = "platform_common.jobs"  (the conventions name no value for a queue
-        built on Redis lists; "redis" would name the storage, not the protocol)
-    messaging.destination.name = the agent type (one queue per agent type)
-    messaging.operation.type   = send | process | settle
-    messaging.message.id       = the job id; messaging.batch.message_count on batches
-    server.address, server.port = the Redis server of the settings (for a cluster or
-        sentinels, the first address configured: the conventions ask for the address the
-        client was given, without a lookup), on every span when known
-    messaging.client.id        = the worker id, on a worker's process and settle spans
-    job.attempt, job.max_attempts, job.outcome (the job.* names of the store's spans)
-
-The creation context (the send span's, else the caller's current one) is written by the
-API's propagator (W3C `traceparent`/`tracestate` by default) as a JSON object into the
-job record's TRACE_CONTEXT_FIELD, never into the payload, bounded to W3C's limits
-(queue.trace_context: what a propagator wrote beyond them is dropped, counted in
-`dropped` and logged; the job is never refused for it). It stays there through retries
-and dead-letter requeues. A worker reads a stored one only within the same bounds and
-only if it is a flat JSON object of strings; anything else is dropped the same way and
-the job runs without it. A job enqueued alone is processed as a child of its send span;
-a job of an enqueue_many batch starts a trace of its own, linked to the batch's send span
-(RELATION_KEY = "link"), so one batch does not make one trace of thousands of jobs. Every
-process span links to its creation context, as the conventions ask.
-"""
+Only `opentelemetry-api` is used. Without an SDK a worker starts no span at all: an
+attempt gets NO_TRACE, or when its job carries a creation context, a JobTrace that parses
+it only if a log line asks for its ids. Attributes follow the messaging conventions
+(v1.44.0, whose schema URL the tracer declares). `messaging.system` is
+"platform_common.jobs": the conventions name no value for a queue built on Redis lists,
+and "redis" would name the storage, not the protocol. `server.address`/`server.port` are
+the settings' Redis (for a cluster or sentinels the first address configured: the
+conventions ask for the address the client was given, without a lookup);
+`messaging.client.id` is the worker id, on a worker's spans. A job of an enqueue_many
+batch is processed in a trace of its own, linked to the batch's send span
+(RELATION_KEY = "link"), so one batch does not make one trace of thousands of jobs."""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
@@ -117,12 +97,11 @@ class Settle:
     """A settle span (a no-op one without tracing): `outcome()` names it after what
     the script did; an exception leaving the `with` block is recorded on it."""
 
-    __slots__ = ("_agent_type", "_job", "span")
+    __slots__ = ("_job", "span")
 
-    def __init__(self, span: Span, job: JobTrace | None = None, agent_type: str = "") -> None:
+    def __init__(self, span: Span, job: JobTrace | None = None) -> None:
         self.span = span
         self._job = job
-        self._agent_type = agent_type
 
     def outcome(self, outcome: str) -> None:
         if self._job is None:
@@ -131,7 +110,7 @@ class Settle:
         self._job.outcome(outcome)
         operation = _SETTLED_AS.get(outcome)
         if operation is not None:
-            self.span.update_name(f"{operation} {self._agent_type}")
+            self.span.update_name(f"{operation} {self._job.agent_type}")
             self.span.set_attribute("messaging.operation.name", operation)
         self.span.set_attribute("job.outcome", outcome)
 
@@ -202,10 +181,7 @@ class JobTrace:
 
     def log_fields(self) -> dict[str, str]:
         """`trace_id` and `span_id` (W3C hex) for a log line's `extra=`; empty without a trace."""
-        ids = self.span_context
-        if ids is None:
-            return {}
-        return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+        return _ids_fields(self.span_context)
 
     def log_text(self) -> str:
         """The same ids as ` trace_id=... span_id=...` for a text line ("" without a trace)."""
@@ -242,8 +218,7 @@ class JobTrace:
         """A settle span (child of the process span) around recording the outcome."""
         if self._tracing is None:
             return _NO_SETTLE
-        span = self._tracing.start_settle(self, operation)
-        return Settle(span, self, self.agent_type)
+        return Settle(self._tracing.start_settle(self, operation), self)
 
     def end(self) -> None:
         if self._tracing is not None and not self._ended:
@@ -440,10 +415,7 @@ class QueueTracing:
         written where no attempt of it runs (the reaper's); empty when it carries none
         (or one dropped: counted and logged as when an attempt reads it)."""
         about = _About(job_id, agent_type, "the line about it carries no trace ids")
-        ids = _creation_ids(stored, self.drops, about) if stored else None
-        if ids is None:
-            return {}
-        return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+        return _ids_fields(_creation_ids(stored, self.drops, about) if stored else None)
 
     def start_settle(self, job: JobTrace, operation: str) -> Span:
         return self._tracer.start_span(
@@ -461,21 +433,25 @@ class QueueTracing:
         )
 
 
+def _ids_fields(ids: SpanContext | None) -> dict[str, str]:
+    if ids is None:
+        return {}
+    return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
+
+
 def _records(provider: TracerProvider) -> bool:
     """Is `provider` an SDK's (not the API's stand-in for none, nor its no-op)?"""
     return not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider))
 
 
+@dataclass(frozen=True, slots=True)
 class _About:
     """Whose stored trace context is read, and what dropping it means there: for its
     drop's log line."""
 
-    __slots__ = ("agent_type", "consequence", "job_id")
-
-    def __init__(self, job_id: str, agent_type: str, consequence: str) -> None:
-        self.job_id = job_id
-        self.agent_type = agent_type
-        self.consequence = consequence
+    job_id: str
+    agent_type: str
+    consequence: str
 
     def dropped(self, drops: TraceContextDrops, cause: str, what: str, *, whole: bool) -> None:
         """Count and log a drop: of the `whole` context, or of `what` beyond the limits."""

@@ -192,16 +192,15 @@ class AttemptCalls:
     ) -> tuple[int, list[Claim]]:
         """Take up to len(tokens) jobs off the queue and claim them, in one script call
         (no LMOVE round trip before the claim): the i-th job taken gets tokens[i].
-        Returns what claim() does. Nothing is taken when the claim is refused
-        (CorruptQueueState), so no job waits for the reaper then.
+        Returns and raises what claim() does (a replay still hands back what its first
+        run took); nothing is taken when the claim is refused (CorruptQueueState), so no
+        job waits for the reaper then.
 
         Safe to call again with the same tokens after a lost reply (a dropped
         connection): the call's marker, named by tokens[0], makes the second call hand
         back the jobs the first took instead of taking more. `previous`: tokens[0] of
         this worker's last take whose reply came (its marker is deleted); `expired` and
-        `skipped` as for claim(). TypePaused while the type is paused, TypeHeldBack while
-        its limits allow no start: nothing was taken (a replay still hands back what its
-        first run took); the limits may take fewer than len(tokens)."""
+        `skipped` as for claim()."""
         keys = self.keys
         marker = self.take_marker(tokens[0])
         script_keys = [
@@ -246,7 +245,6 @@ class AttemptCalls:
         reply = await self._completions.submit((job_id, token, result_json))
         if reply[0] == AttemptOutcome.LOST:
             raise LeaseLost(job_id, lost_reason(await self.lost_state(job_id, reply[1])))
-        check_complete_reply(job_id, reply)
         return AttemptOutcome(reply[0])
 
     async def _complete_batch(self, jobs: list[tuple[str, str, str]]) -> list[Any]:
@@ -391,11 +389,7 @@ def _claims_of(
         elif kind == "skip" and skipped is not None:
             skipped.append(_text(entry[0]))
         elif kind == "expired" and expired is not None:
-            try:
-                carried = _decoded(entry[2]) if len(entry) > 2 else None
-            except UnicodeDecodeError:
-                carried = None  # tracing never stops a job, nor its log line
-            expired.append((_text(entry[0]), carried or ""))
+            expired.append((_text(entry[0]), _trace_context(entry, 2) or ""))
     return claims
 
 
@@ -419,10 +413,7 @@ def _claim_of(entry: list[Any]) -> Claim:
         shown = _text(numbers[bad]) if isinstance(numbers[bad], bytes) else numbers[bad]
         problem = f"stored field {bad!r} of the job does not parse: {shown!r:.60}"
         return Claim(job_id, token, 0, 0, 0, "", now_ms, problem)
-    try:
-        carried = _decoded(entry[8]) if len(entry) > 8 else None
-    except UnicodeDecodeError:
-        carried = None
+    carried = _trace_context(entry, 8)
     try:
         payload = _decoded(entry[6])
     except UnicodeDecodeError:
@@ -443,6 +434,14 @@ def _decoded(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _trace_context(entry: list[Any], index: int) -> Any:
+    """The trace context at `index` of a reply entry; None if absent or not UTF-8."""
+    try:
+        return _decoded(entry[index]) if len(entry) > index else None
+    except UnicodeDecodeError:
+        return None
+
+
 def _text(value: Any) -> str:
     """A reply value the script wrote itself (ids, kinds, problems) as text."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
@@ -453,8 +452,3 @@ def _int_or(value: Any, default: _D) -> int | _D:
         return int(value)
     except (TypeError, ValueError):
         return default
-
-
-def check_complete_reply(job_id: str, reply: Any) -> None:
-    if reply[0] == AttemptOutcome.LOST:
-        raise LeaseLost(job_id, lost_reason(reply[1]))

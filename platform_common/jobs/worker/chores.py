@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..errors import CorruptQueueState
@@ -91,31 +91,26 @@ class Chores:
             return ReapReport(requeued=int(given_back))
         calls = [self._leases.fail_call(job_id, "", LEASE_EXPIRED, "lost") for job_id in expired]
         replies = await self._connection.run_script_many(self._connection.scripts.fail, calls)
-        outcomes, carried = [], []
-        for reply in replies:
+        outcomes: list[str] = []
+        ended: list[tuple[str, str, str]] = []
+        cancelled: list[tuple[str, str]] = []
+        for job_id, reply in zip(expired, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
-            outcomes.append(reply[0])
-            # The ended attempt's replies end with the record's trace context (mode "lost").
-            ended_reply = reply[0] in (
-                AttemptOutcome.RETRYING, AttemptOutcome.DEAD, AttemptOutcome.CANCELLED
-            )  # fmt: skip
-            carried.append(str(reply[-1]) if ended_reply and len(reply) > 1 else "")
-        ended = (AttemptOutcome.RETRYING, AttemptOutcome.DEAD)
+            outcome = reply[0]
+            outcomes.append(outcome)
+            # An ended attempt's reply ends with the record's trace context (mode "lost").
+            carried = str(reply[-1]) if len(reply) > 1 else ""
+            if outcome in (AttemptOutcome.RETRYING, AttemptOutcome.DEAD):
+                ended.append((str(job_id), str(outcome), carried))
+            elif outcome == AttemptOutcome.CANCELLED:
+                cancelled.append((str(job_id), carried))
         return ReapReport(
             retried=outcomes.count(AttemptOutcome.RETRYING),
             dead=outcomes.count(AttemptOutcome.DEAD),
             requeued=int(given_back) + outcomes.count(AttemptOutcome.REQUEUED),
-            ended=tuple(
-                (str(job_id), str(outcome), trace_context)
-                for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
-                if outcome in ended
-            ),
-            cancelled=tuple(
-                (str(job_id), trace_context)
-                for job_id, outcome, trace_context in zip(expired, outcomes, carried, strict=True)
-                if outcome == AttemptOutcome.CANCELLED
-            ),
+            ended=tuple(ended),
+            cancelled=tuple(cancelled),
         )
 
     async def promote(self) -> int:
@@ -216,37 +211,24 @@ class RedisClock:
         return int((asyncio.get_running_loop().time() + self._offset) * 1000)
 
 
+@dataclass(eq=False)
 class ChoreLoop:
     """Runs each chore on its interval until `stopping` is set. Any number of workers
     run them at once: each step is safe to repeat (see Chores)."""
 
-    def __init__(
-        self,
-        chores: Chores,
-        settings: QueueSettings,
-        *,
-        worker_id: str,
-        health: RedisHealth,
-        attempt_log: AttemptLog,
-        tracing: QueueTracing,
-        stopping: asyncio.Event,
-        clock: RedisClock,
-        running: Callable[[], int],
-        on_expired: Callable[[str, str, str], None],
-        concurrency: int | None = None,
-    ) -> None:
-        self.chores = chores
-        self.settings = settings
-        self.worker_id = worker_id
-        self.health = health
-        self.attempt_log = attempt_log
-        self.tracing = tracing
-        self.stopping = stopping
-        self.clock = clock
-        self._running = running
-        self._concurrency = concurrency
-        self._on_expired = on_expired
-        """Logs one job the cleanup expired: (job_id, trace context, error)."""
+    chores: Chores
+    settings: QueueSettings
+    _: KW_ONLY
+    worker_id: str
+    health: RedisHealth
+    attempt_log: AttemptLog
+    tracing: QueueTracing
+    stopping: asyncio.Event
+    clock: RedisClock
+    running: Callable[[], int]
+    on_expired: Callable[[str, str, str], None]
+    """Logs one job the cleanup expired: (job_id, trace context, error)."""
+    concurrency: int | None = None
 
     def start(self, keeper: LeaseKeeper) -> list[asyncio.Task[None]]:
         settings, chores = self.settings, self.chores
@@ -264,27 +246,23 @@ class ChoreLoop:
 
     async def reap(self) -> None:
         report = await self.chores.reap()
+        agent_type = self.chores.keys.agent_type
         for job_id, outcome, trace_context in report.ended:
             self.attempt_log.failed(
                 job_id=job_id,
-                agent_type=self.chores.keys.agent_type,
+                agent_type=agent_type,
                 attempt=None,
                 max_attempts=None,
                 outcome=outcome,
                 error=LEASE_EXPIRED,
-                trace=self.tracing.creation_log_fields(
-                    trace_context, job_id, self.chores.keys.agent_type
-                ),
+                trace=self.tracing.creation_log_fields(trace_context, job_id, agent_type),
             )
         for job_id, trace_context in report.cancelled:
-            trace = self.tracing.creation_log_fields(
-                trace_context, job_id, self.chores.keys.agent_type
-            )
+            trace = self.tracing.creation_log_fields(trace_context, job_id, agent_type)
             log.info(
                 "cancelled job=%s agent_type=%s: its worker was gone (lease expired)%s",
-                job_id, self.chores.keys.agent_type,
-                "".join(f" {name}={value}" for name, value in trace.items()),
-                extra={"job_id": job_id, "agent_type": self.chores.keys.agent_type, **trace},
+                job_id, agent_type, "".join(f" {name}={value}" for name, value in trace.items()),
+                extra={"job_id": job_id, "agent_type": agent_type, **trace},
             )  # fmt: skip
         if report.requeued:
             log.info("reaper: %d job(s) taken but never claimed went back", report.requeued)
@@ -299,7 +277,7 @@ class ChoreLoop:
         the trace its producer started; rate-limited with the failed attempts' (a run may
         expire thousands; the run's count is never suppressed)."""
         for job_id, carried in zip(step.expired, step.traces, strict=False):
-            self._on_expired(job_id, carried, TTL_EXPIRED)
+            self.on_expired(job_id, carried, TTL_EXPIRED)
 
     async def record_history(self) -> float:
         """One history call; the seconds to wait before the next (just into the next
@@ -309,7 +287,7 @@ class ChoreLoop:
 
     async def heartbeat(self) -> None:
         redis_ms = await self.chores.heartbeat(
-            self.worker_id, self._running(), concurrency=self._concurrency
+            self.worker_id, self.running(), concurrency=self.concurrency
         )
         self.clock.saw(redis_ms, asyncio.get_running_loop().time())
         self.attempt_log.flush()
@@ -331,13 +309,9 @@ class ChoreLoop:
         return asyncio.create_task(self._repeat(interval, step, activity, always_writes, paced))
 
     async def _repeat(
-        self,
-        interval: float,
-        step: Callable[[], Awaitable[Any]],
-        activity: str,
-        always_writes: bool,
-        paced: bool,
-    ) -> None:
+        self, interval: float, step: Callable[[], Awaitable[Any]], activity: str,
+        always_writes: bool, paced: bool,
+    ) -> None:  # fmt: skip
         # A chore with nothing to do only reads, which Redis allows at maxmemory: only one
         # that always writes (the heartbeat) may say Redis accepts writes again.
         # A `paced` step returns the seconds to wait before its next run (the history's:

@@ -1,15 +1,10 @@
 """One attempt's progress reports: checked, rate-limited per job, stored fenced by the
 lease token (lua/queue_progress.lua).
 
-At most one report is stored per `progress_interval` (QUEUE_PROGRESS_INTERVAL, 0.1 s):
-a report made sooner after the last stored one is held, a later one replacing it (the
-last wins), and the one held is stored when the interval has passed. A handler that
-reports every 10 ms thus costs ten script calls a second, and its newest report is at
-most one interval old in Redis. When the handler returns (or raises) the one still held
-is stored before the outcome is recorded, so the last report is never lost to the
-window. A report is refused with LeaseLost once the lease is lost or the attempt ended,
-with InvalidProgress when it is not a small JSON object; a Redis outage does not reach
-the handler (the report is kept and tried again a window later)."""
+At most one report is stored per `progress_interval`: one made sooner is held (the last
+wins) and stored when the interval has passed, or before the outcome is recorded when
+the handler ends. docs/user-guide.md, "Progress", says what holds for a handler
+(refusals, LeaseLost, outages that never reach it)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptQueueState, LeaseLost
@@ -29,7 +30,7 @@ from ..queue.log_text import bounded, describe, format_traceback
 from ..queue.payload import JobPayload
 from ..queue.queue_settings import QueueSettings
 from ..queue.results import ResultTooLarge
-from ..queue.tracing import NO_TRACE, QueueTracing, Settle
+from ..queue.tracing import NO_TRACE, JobTrace, QueueTracing, Settle
 from ..status import AttemptOutcome, QueueState
 from .attempt_calls import LOST_EXPIRED, MAX_ERROR_LENGTH, AttemptCalls, Claim
 from .attempt_log import AttemptLog, log
@@ -53,37 +54,32 @@ class CorruptJob(Exception):
     """The stored job cannot be run (its payload or a field does not parse)."""
 
 
+@dataclass(eq=False, slots=True)
 class Attempt:
     """One attempt this worker runs: its claim, its handler call and how it ended."""
 
-    __slots__ = (
-        "cancel_reason", "claim", "context", "deadline", "end_waiter", "ended", "handler",
-        "holds_slot", "reason", "settled", "task", "trace", "waiter",
-    )  # fmt: skip
-
-    def __init__(self, claim: Claim, deadline: float) -> None:
-        self.claim = claim
-        self.deadline = deadline
-        """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
-        self.reason: str | None = None
-        self.ended = False
-        """The handler call really returned."""
-        self.end_waiter: asyncio.Future[None] | None = None
-        """Done when it does, for a worker that waits for that (see Settlement._linger)."""
-        self.handler: asyncio.Future[Outcome] | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        """Done when the handler returned, the attempt was aborted or its TTL passed."""
-        self.holds_slot = False
-        """One of the worker's `concurrency` slots is this attempt's until its handler
-        returned (or, when none was started, until the attempt ended)."""
-        self.settled = False
-        self.task: asyncio.Task[None] | None = None
-        self.trace = NO_TRACE
-        """Its process span and the trace ids its log lines carry (see queue.tracing)."""
-        self.context: JobContext | None = None
-        """What its handler reads with current_job() (set when the handler starts)."""
-        self.cancel_reason: str | None = None
-        """The reason of a cancel request that reached this attempt (CANCEL)."""
+    claim: Claim
+    deadline: float
+    """The job's TTL on the loop's (monotonic) clock, from the claim's Redis TIME."""
+    reason: str | None = None
+    ended: bool = False
+    """The handler call really returned."""
+    end_waiter: asyncio.Future[None] | None = None
+    """Done when it does, for a worker that waits for that (see Settlement._linger)."""
+    handler: asyncio.Future[Outcome] | None = None
+    waiter: asyncio.Future[None] | None = None
+    """Done when the handler returned, the attempt was aborted or its TTL passed."""
+    holds_slot: bool = False
+    """One of the worker's `concurrency` slots is this attempt's until its handler
+    returned (or, when none was started, until the attempt ended)."""
+    settled: bool = False
+    task: asyncio.Task[None] | None = None
+    trace: JobTrace = NO_TRACE
+    """Its process span and the trace ids its log lines carry (see queue.tracing)."""
+    context: JobContext | None = None
+    """What its handler reads with current_job() (set when the handler starts)."""
+    cancel_reason: str | None = None
+    """The reason of a cancel request that reached this attempt (CANCEL)."""
 
     def cancel(self, reason: str) -> None:
         """The job was cancelled: a sync handler sees current_job().cancel_requested, an
@@ -125,44 +121,26 @@ _RESULT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 new one per call)."""
 
 
+@dataclass(kw_only=True, eq=False)
 class Settlement:
     """Runs and settles the attempts of one worker (see the module's docstring)."""
 
-    def __init__(
-        self,
-        *,
-        settings: QueueSettings,
-        agent_type: str,
-        handler: Handler,
-        handler_is_async: bool,
-        worker_id: str,
-        connection: QueueConnection,
-        calls: AttemptCalls,
-        keeper: LeaseKeeper,
-        threads: HandlerThreads | None,
-        tracing: QueueTracing,
-        counts: dict[str, int],
-        attempt_log: AttemptLog,
-        health: RedisHealth,
-        stopping: asyncio.Event,
-        on_handler_end: Callable[[Attempt], None],
-    ) -> None:
-        self.settings = settings
-        self.agent_type = agent_type
-        self.handler = handler
-        self.handler_is_async = handler_is_async
-        self.worker_id = worker_id
-        self.connection = connection
-        self.calls = calls
-        self.keeper = keeper
-        self.threads = threads
-        self.tracing = tracing
-        self.counts = counts
-        """How attempts ended, as Redis recorded them (the worker's counts)."""
-        self.attempt_log = attempt_log
-        self.health = health
-        self.stopping = stopping
-        self._on_handler_end = on_handler_end
+    settings: QueueSettings
+    agent_type: str
+    handler: Handler
+    handler_is_async: bool
+    worker_id: str
+    connection: QueueConnection
+    calls: AttemptCalls
+    keeper: LeaseKeeper
+    threads: HandlerThreads | None
+    tracing: QueueTracing
+    counts: dict[str, int]
+    """How attempts ended, as Redis recorded them (the worker's counts)."""
+    attempt_log: AttemptLog
+    health: RedisHealth
+    stopping: asyncio.Event
+    on_handler_end: Callable[[Attempt], None]
 
     async def run(self, attempt: Attempt) -> None:
         claim = attempt.claim
@@ -245,7 +223,7 @@ class Settlement:
             threads=self.threads,
             # What the loop monitor names when this call blocks the event loop.
             name=f"job={claim.job_id} attempt={claim.attempt}/{claim.max_attempts}",
-            on_end=lambda: self._on_handler_end(attempt),
+            on_end=lambda: self.on_handler_end(attempt),
         )
         timer = loop.call_at(attempt.deadline, wake, waiter)
         try:
@@ -272,14 +250,9 @@ class Settlement:
             state = await self._lost_state(attempt)
             self._lost(attempt, f"renewal refused (job is {state}); handler cancelled", state)
             return
-        if reason == SHUTDOWN:
-            await self._release(attempt)
-            return
-        if reason == TTL:
-            await self._expire(attempt)
-            return
-        if reason == CANCEL:
-            await self._cancel(attempt)
+        ended_by_worker = {SHUTDOWN: self._release, TTL: self._expire, CANCEL: self._cancel}
+        if reason in ended_by_worker:
+            await ended_by_worker[reason](attempt)
             return
         assert outcome is not None
         if isinstance(outcome, Raised):
@@ -318,10 +291,7 @@ class Settlement:
             return QueueState.SUCCEEDED
 
         try:
-            with attempt.trace.settle("complete") as settle:
-                recorded = await self._settle(attempt, complete)
-                if recorded is not None:
-                    settle.outcome(recorded)
+            recorded = await self._settle_traced(attempt, "complete", complete)
         except TRANSIENT as exc:  # only a script error gets here (_settle retries the rest)
             # The complete script could not read the job's record: a stored field is
             # corrupt. Retrying cannot help; record that instead of letting the lease lapse.
@@ -354,10 +324,7 @@ class Settlement:
             )
 
         try:
-            with attempt.trace.settle("fail") as settle:
-                outcome = await self._settle(attempt, fail)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "fail", fail)
         except CorruptQueueState as refusal:
             self._unrecorded(attempt, refusal, f"its attempt failed with {error}")
             return
@@ -366,16 +333,7 @@ class Settlement:
             return
         if outcome is not None:
             self._count(outcome)
-        self.attempt_log.failed(
-            job_id=claim.job_id,
-            agent_type=self.agent_type,
-            attempt=claim.attempt or None,
-            max_attempts=claim.max_attempts or None,
-            outcome=str(outcome) if outcome is not None else "unrecorded",
-            error=error,
-            exc=exc,
-            trace=attempt.trace.log_fields(),
-        )
+        self._log_failed(attempt, str(outcome) if outcome is not None else "unrecorded", error, exc)
 
     async def _release(self, attempt: Attempt) -> None:
         """Give the attempt back uncounted (the worker stops before the job finished)."""
@@ -386,10 +344,7 @@ class Settlement:
             return await self.calls.fail(claim.job_id, claim.token, error, mode="release")
 
         try:
-            with attempt.trace.settle("release") as settle:
-                outcome = await self._settle(attempt, release)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "release", release)
         except CorruptQueueState as exc:
             self._unrecorded(attempt, exc, "the worker stops before it finished")
             return
@@ -413,10 +368,7 @@ class Settlement:
             )
 
         try:
-            with attempt.trace.settle("cancel") as settle:
-                outcome = await self._settle(attempt, cancel)
-                if outcome is not None:
-                    settle.outcome(outcome)
+            outcome = await self._settle_traced(attempt, "cancel", cancel)
         except CorruptQueueState as exc:
             self._unrecorded(attempt, exc, "it was cancelled")
             return
@@ -438,7 +390,6 @@ class Settlement:
             extra=self._job_fields(attempt),
         )  # fmt: skip
 
-    # ---- end cancel ---------------------------------------------------------------------
     async def _expire(self, attempt: Attempt) -> None:
         """Expire the job at its TTL (the handler was cancelled, or its thread left to
         finish on its own). The script decides by Redis TIME, like the deadline did."""
@@ -458,19 +409,8 @@ class Settlement:
             if expired is None:
                 return
             if expired:
-                self.counts[QueueState.EXPIRED] += 1
-                error = TTL_PASSED
                 settle.outcome(QueueState.EXPIRED)
-                attempt.trace.outcome(QueueState.EXPIRED, error=error)
-                self.attempt_log.failed(
-                    job_id=claim.job_id,
-                    agent_type=self.agent_type,
-                    attempt=claim.attempt,
-                    max_attempts=claim.max_attempts,
-                    outcome=QueueState.EXPIRED,
-                    error=error,
-                    trace=attempt.trace.log_fields(),
-                )
+                self._expired(attempt, TTL_PASSED)
                 return
             # Not expired by this call: already settled elsewhere (another worker's
             # cleanup), or Redis's clock has not reached the TTL yet (it stepped back).
@@ -512,6 +452,16 @@ class Settlement:
         if outcome in self.counts:
             self.counts[outcome] += 1
 
+    async def _settle_traced(
+        self, attempt: Attempt, name: str, operation: Callable[[], Awaitable[Any]]
+    ) -> Any | None:
+        """_settle under the attempt's `name` settle span, which records the outcome."""
+        with attempt.trace.settle(name) as settle:
+            outcome = await self._settle(attempt, operation)
+            if outcome is not None:
+                settle.outcome(outcome)
+        return outcome
+
     async def _settle(
         self, attempt: Attempt, operation: Callable[[], Awaitable[Any]]
     ) -> Any | None:
@@ -549,6 +499,28 @@ class Settlement:
             self.health.ok()
             return result
 
+    def _expired(self, attempt: Attempt, error: str) -> None:
+        """Count, trace and log the attempt's job as expired (`error` says by whom)."""
+        self.counts[QueueState.EXPIRED] += 1
+        attempt.trace.outcome(QueueState.EXPIRED, error=error)
+        self._log_failed(attempt, QueueState.EXPIRED, error)
+
+    def _log_failed(
+        self, attempt: Attempt, outcome: str, error: str, exc: BaseException | None = None
+    ) -> None:
+        """One failed-attempt line (rate-limited: AttemptLog.failed)."""
+        claim = attempt.claim
+        self.attempt_log.failed(
+            job_id=claim.job_id,
+            agent_type=self.agent_type,
+            attempt=claim.attempt or None,  # (0: a claim whose fields did not parse)
+            max_attempts=claim.max_attempts or None,
+            outcome=outcome,
+            error=error,
+            exc=exc,
+            trace=attempt.trace.log_fields(),
+        )
+
     def _job_fields(self, attempt: Attempt) -> dict[str, Any]:
         """The `extra=` fields of a log line about one attempt (JSON logs show them)."""
         claim = attempt.claim
@@ -565,18 +537,7 @@ class Settlement:
         worker's cleanup, while this worker's loop was held up) ended as Redis counted
         it, expired: the expiry line then, as for an expiry of this worker's own."""
         if state == QueueState.EXPIRED:
-            self.counts[QueueState.EXPIRED] += 1
-            attempt.trace.outcome(QueueState.EXPIRED, error=EXPIRED_ELSEWHERE)
-            claim = attempt.claim
-            self.attempt_log.failed(
-                job_id=claim.job_id,
-                agent_type=self.agent_type,
-                attempt=claim.attempt or None,
-                max_attempts=claim.max_attempts or None,
-                outcome=QueueState.EXPIRED,
-                error=EXPIRED_ELSEWHERE,
-                trace=attempt.trace.log_fields(),
-            )
+            self._expired(attempt, EXPIRED_ELSEWHERE)
             return
         self.counts[AttemptOutcome.LOST] += 1
         attempt.trace.outcome(AttemptOutcome.LOST)
