@@ -250,11 +250,12 @@ async def list_dead_letters(
             limited = True
             break
         wanted = min(PAGE, max_scan - scanned) if pattern else min(PAGE, limit - len(found))
-        lines = await _lines(queue, keys, kept, start + scanned, wanted)
+        lines = await _page(queue, keys, kept, start + scanned, wanted)
         if lines is None:
             complete = True
             break
-        for index, line in enumerate(lines):
+        for index, letter in enumerate(lines):
+            line = letter.line
             if line is not None and (pattern is None or pattern.search(line.last_error)):
                 found.append(line)
                 if len(found) == limit:
@@ -509,15 +510,6 @@ async def _page(
         line = DeadLetterLine(job_id, count_, stored_text(error), dead_at, unparsed)
         letters.append(_Letter(job_id, line, ms))
     return letters
-
-
-async def _lines(
-    queue: JobQueue, keys: QueueKeys, kept: KeptList, start: int, count: int
-) -> list[DeadLetterLine | None] | None:
-    """`count` letters from position `start` (None where the record is gone meanwhile);
-    None when the list has no entry there."""
-    page = await _page(queue, keys, kept, start, count)
-    return None if page is None else [letter.line for letter in page]
 
 
 async def _now_ms(queue: JobQueue) -> int:

@@ -21,6 +21,7 @@ __all__ = [
     "Recent",
     "RecentCounts",
     "TypeOverview",
+    "counter_increase",
     "heartbeat_window",
     "read_overview",
 ]
@@ -179,16 +180,16 @@ class RecentCounts:
             then = before.get(now.agent_type, now.totals)
             recent[now.agent_type] = Recent(
                 Counts(
-                    _increase(then.enqueued, now.totals.enqueued),
-                    _increase(then.completed, now.totals.completed),
-                    _increase(then.failed, now.totals.failed),
+                    counter_increase(then.enqueued, now.totals.enqueued),
+                    counter_increase(then.completed, now.totals.completed),
+                    counter_increase(then.failed, now.totals.failed),
                 ),
                 overview.read_at - baseline.read_at,
             )
         return recent
 
 
-def _increase(before: int, after: int) -> int:
+def counter_increase(before: int, after: int) -> int:
     # A counter below its earlier reading was reset (its stats hash deleted): as
     # Prometheus' increase(), count from zero.
     return after - before if after >= before else after

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS
 from ..queue import JobQueue
 from .overview import heartbeat_window
-from .session import PAGE, read, redis_now
+from .session import PAGE, read, redis_now, score_pairs
 
 __all__ = ["WorkerStatus", "WorkersReport", "host_of", "pid_of", "read_workers"]
 
@@ -107,13 +107,7 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
     cursor: int | str = 0
     while True:
         cursor, page = (await read(queue, [("ZSCAN", key, cursor, "COUNT", PAGE)]))[0]
-        items = list(page)
-        pairs = (
-            items
-            if items and isinstance(items[0], list | tuple)
-            else zip(items[::2], items[1::2], strict=True)
-        )
-        beats.update((str(member), float(score)) for member, score in pairs)
+        beats.update(score_pairs(page))
         if int(cursor) == 0:
             return beats
 
