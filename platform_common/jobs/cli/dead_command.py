@@ -4,7 +4,6 @@ the same commands on its jobs failed for good. One sub-app, built for each kept 
 # No `from __future__ import annotations`: typer reads the annotations of the commands,
 # defined inside kept_app, at runtime.
 
-import asyncio
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,10 +21,8 @@ from ..operations import (
     DeadLetterAction,
     DeadLetterLine,
     DeadLetterListing,
-    JobDetail,
     KeptList,
     list_dead_letters,
-    operator_queue,
     purge_dead_letters,
     requeue_dead_letters,
     select_dead_letters,
@@ -33,6 +30,7 @@ from ..operations import (
 )
 from ..operations import Progress as ProgressCallback
 from ..operations.stored import readable
+from ..queue import JobQueue
 from .exits import EXIT_USAGE, CliError
 from .job_command import AgentTypeArgument, JobIdArgument, emit, found
 from .operator_output import (
@@ -46,6 +44,7 @@ from .operator_output import (
     stdout,
     text,
     timestamp,
+    with_queue,
 )
 
 __all__ = ["app", "failed_app", "kept_app"]
@@ -132,14 +131,13 @@ def kept_app(kept: KeptList) -> typer.Typer:
         "next_start") says where a further search would start. `{name} requeue` and
         `{name} purge` with --error-matches always cover the whole list."""
 
-        async def read() -> DeadLetterListing:
-            async with operator_queue(redis_url) as queue:
-                return await list_dead_letters(
-                    queue, agent_type, limit=limit, error_matches=error_matches, start=start,
-                    max_scan=max_scan, kept=kept,
-                )  # fmt: skip
-
-        listing = asyncio.run(read())
+        listing = with_queue(
+            redis_url,
+            lambda queue: list_dead_letters(
+                queue, agent_type, limit=limit, error_matches=error_matches, start=start,
+                max_scan=max_scan, kept=kept,
+            ),
+        )  # fmt: skip
         if output == Output.JSON:
             print_json({**jsonable(listing), "next_start": listing.next_start})
             return
@@ -167,11 +165,10 @@ def kept_app(kept: KeptList) -> typer.Typer:
         """A {noun}'s attempts (errors with tracebacks), payload and result, as
         `job show`; exit 1 if the job is not a {noun}."""
 
-        async def read() -> JobDetail:
-            async with operator_queue(redis_url) as queue:
-                return await show_dead_letter(queue, agent_type, job_id, kept)
-
-        emit(found(read), output)
+        emit(
+            found(redis_url, lambda queue: show_dead_letter(queue, agent_type, job_id, kept)),
+            output,
+        )
 
     @command("requeue")
     def requeue(
@@ -270,25 +267,24 @@ def _caption(listing: DeadLetterListing, error_matches: str | None) -> str:
 def _act(
     action: str, asked: _Selection, dry_run: bool, confirmed: bool, redis_url: str | None
 ) -> DeadLetterAction:
-    async def act() -> DeadLetterAction:
-        async with operator_queue(redis_url) as queue:
-            with _progress("scanning") as scanned:
-                selection = await select_dead_letters(
-                    queue, asked.agent_type, job_ids=asked.job_ids or (), every=asked.every,
-                    error_matches=asked.error_matches, on_scan=scanned, kept=asked.kept,
-                )  # fmt: skip
-            if not dry_run and not confirmed and selection.count:
-                typer.confirm(
-                    f"{action.capitalize()} {selection.count:,} {asked.kept.noun}(s) of "
-                    f"{asked.agent_type!r} for good (record and result)?",
-                    abort=True,
-                    err=True,
-                )
-            run = requeue_dead_letters if action == "requeue" else purge_dead_letters
-            with _progress(action) as progress:
-                return await run(queue, selection, dry_run=dry_run, progress=progress)
+    async def act(queue: JobQueue) -> DeadLetterAction:
+        with _progress("scanning") as scanned:
+            selection = await select_dead_letters(
+                queue, asked.agent_type, job_ids=asked.job_ids or (), every=asked.every,
+                error_matches=asked.error_matches, on_scan=scanned, kept=asked.kept,
+            )  # fmt: skip
+        if not dry_run and not confirmed and selection.count:
+            typer.confirm(
+                f"{action.capitalize()} {selection.count:,} {asked.kept.noun}(s) of "
+                f"{asked.agent_type!r} for good (record and result)?",
+                abort=True,
+                err=True,
+            )
+        run = requeue_dead_letters if action == "requeue" else purge_dead_letters
+        with _progress(action) as progress:
+            return await run(queue, selection, dry_run=dry_run, progress=progress)
 
-    return asyncio.run(act())
+    return with_queue(redis_url, act)
 
 
 @contextmanager
