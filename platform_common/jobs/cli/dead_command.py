@@ -5,7 +5,7 @@ the same commands on its jobs failed for good. One sub-app, built for each kept 
 # defined inside kept_app, at runtime.
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -38,7 +38,7 @@ from .operator_output import (
     Output,
     OutputOption,
     RedisUrlOption,
-    help_text,
+    command,
     jsonable,
     print_json,
     stdout,
@@ -76,18 +76,9 @@ def kept_app(kept: KeptList) -> typer.Typer:
     options, confirmation rules and exit statuses for both lists, worded for this one."""
     app = typer.Typer(help=_SUMMARY[kept], no_args_is_help=True)
 
-    def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-        """`@app.command(name)` with the docstring as help, worded for the list: {name}
-        the command group, {noun}/{nouns} its entries, {ended} how one joined it."""
-
-        def register(function: Callable[..., None]) -> Callable[..., None]:
-            doc = (function.__doc__ or "").format(
-                name=kept.value, noun=kept.noun, nouns=kept.nouns, ended=kept.ended
-            )
-            return app.command(name, help=help_text(doc))(function)
-
-        return register
-
+    # The commands' docstrings, worded for the list: {name} the command group,
+    # {noun}/{nouns} its entries, {ended} how one joined it.
+    words = {"name": kept.value, "noun": kept.noun, "nouns": kept.nouns, "ended": kept.ended}
     ids_option = Annotated[
         list[str] | None,
         typer.Option(
@@ -97,7 +88,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
     ]  # fmt: skip
     all_option = Annotated[bool, typer.Option("--all", help=f"Every {kept.noun} of the type.")]
 
-    @command("list")
+    @command(app, "list", **words)
     def list_(
         agent_type: AgentTypeArgument,
         limit: Annotated[
@@ -155,7 +146,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
             )
         stdout().print(table)
 
-    @command("show")
+    @command(app, "show", **words)
     def show(
         agent_type: AgentTypeArgument,
         job_id: JobIdArgument,
@@ -170,7 +161,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
             output,
         )
 
-    @command("requeue")
+    @command(app, "requeue", **words)
     def requeue(
         agent_type: AgentTypeArgument,
         job_ids: ids_option = None,
@@ -188,7 +179,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
         report = _act("requeue", selection, dry_run, True, redis_url)
         _print_report(report, output)
 
-    @command("purge")
+    @command(app, "purge", **words)
     def purge(
         agent_type: AgentTypeArgument,
         job_ids: ids_option = None,

@@ -77,11 +77,15 @@ def help_text(doc: str | None) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-def command(app: typer.Typer, name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """`@app.command(name)` with the function's docstring as help_text."""
+def command(
+    app: typer.Typer, name: str, /, **words: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`@app.command(name)` with the function's docstring as help_text, its {word}s filled
+    in from `words` when given."""
 
     def register(function: Callable[..., None]) -> Callable[..., None]:
-        return app.command(name, help=help_text(function.__doc__))(function)
+        doc = function.__doc__ or ""
+        return app.command(name, help=help_text(doc.format(**words) if words else doc))(function)
 
     return register
 
