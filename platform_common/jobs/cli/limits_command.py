@@ -147,14 +147,11 @@ def _emit(
     *,
     output: Output,
 ) -> None:
-    if output == Output.JSON:
-        shown_json = limits.as_dict()
-        shown_json["key_weights"] = weights
-        if waits is not None:
-            shown_json["fair_share"] = waits.as_dict()
-        print_json(shown_json)
-        return
     shown = limits.as_dict()
+    if output == Output.JSON:
+        fair_share = {} if waits is None else {"fair_share": waits.as_dict()}
+        print_json({**shown, "key_weights": weights, **fair_share})
+        return
     print(f"{limits.agent_type}: " + ("limits" if limits.any else "no limits (plain FIFO)"))
     for name, value in shown.items():
         if name == "agent_type":

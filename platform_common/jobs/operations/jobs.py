@@ -193,7 +193,8 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
             None, result.error, (), None, result, record.noted(),
             kept_until=_drop_time(result_drop),
         )  # fmt: skip
-    state = _state(record.text("state"))
+    # No `state` field is QUEUED: enqueue's hot path writes none.
+    state = QueueState(record.text("state") or QueueState.QUEUED)
     return JobDetail(
         agent_type=agent_type,
         job_id=job_id,
@@ -244,11 +245,6 @@ def _packed_fields(keys: QueueKeys, job_id: str, packed: bytes) -> dict[str, byt
     text = packed.decode("utf-8", "surrogateescape")
     fields = queued_record_fields(keys, job_id, text)
     return {name: value.encode("utf-8", "surrogateescape") for name, value in fields.items()}
-
-
-def _state(raw: str) -> QueueState:
-    # No `state` field is QUEUED: enqueue's hot path writes none.
-    return QueueState(raw or QueueState.QUEUED)
 
 
 class _Record:
@@ -349,10 +345,6 @@ def _attempt(entry: dict[str, Any]) -> Attempt:
         ended_at=ms_seconds(entry.get("ended_at")),
         outcome=str(entry.get("outcome") or ""),
         error=str(entry.get("error") or ""),
-        traceback=_optional_text(entry.get("traceback")),
+        traceback=str(entry["traceback"]) if entry.get("traceback") else None,
         retry_at=ms_seconds(entry.get("retry_at")),
     )
-
-
-def _optional_text(value: Any) -> str | None:
-    return str(value) if value else None
