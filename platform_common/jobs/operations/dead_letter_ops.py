@@ -1,23 +1,19 @@
-"""`dead` and `failed` list/requeue/purge: the jobs kept on one of the two lists of an
-agent type (KeptList: the dead letters, or the jobs failed for good by a non-retryable
-error) listed, selected (ids, all, or by error) and requeued or purged in batches, with
-a dry run, reporting what was really done. One implementation for both lists: below,
-"letter" is an entry of either, and "dead-lettered" its time of ending on the list.
+"""`dead` and `failed` list/requeue/purge: the jobs kept on one of an agent type's two
+lists (KeptList) listed, selected (ids, all, or by error) and requeued or purged in
+batches, with a dry run, reporting what was really done. Below, "letter" is an entry of
+either list, and "dead-lettered" its time of joining it.
 
 Listing and matching read each letter's id, attempts, error and time (LRANGE + HMGET
-pages), never its payload or history: matching an error over 100k letters through
-DeadLetters.list would move every payload. A field that does not parse is listed as
-stored, an id that is not UTF-8 byte for byte (stored.py), so one damaged letter never
-hides the others. Requeue and purge go through the DeadLetters API, BATCH ids per
-call, and count what its scripts say became of each letter.
+pages), never its payload or history: matching an error over 100k letters must not move
+every payload. A field that does not parse is listed as stored (stored.py), so one
+damaged letter never hides the others. Requeue and purge go through the DeadLetters
+API, BATCH ids per call, and count what its scripts say became of each letter.
 
-A selection remembers its moment, `as_of`: the dead-lettered time of the newest letter
-it counted (the list's own clock; Redis' TIME when that time does not parse). An
-action on it touches only letters dead-lettered no later, so letters that arrive
-between the count an operator confirmed and the action are left alone, and a letter
-requeued and dead-lettered again meanwhile is a new one. A selection of every letter
-also remembers the newest letter by id, `newest`: the action stops there, which tells
-apart letters of the same millisecond."""
+A selection remembers its moment, `as_of` (the list's own clock): an action on it
+touches only letters dead-lettered no later, so letters that arrive between the count
+an operator confirmed and the action are left alone, and a letter requeued and
+dead-lettered again meanwhile is a new one. A selection of every letter also remembers
+the newest letter by id, `newest`, which tells apart letters of the same millisecond."""
 
 from __future__ import annotations
 
@@ -404,7 +400,7 @@ async def _act(
         return await run(agent_type, job_ids, as_of=selection.as_of)
 
     if selection.kind == SelectionKind.ALL:
-        acted = await _oldest_first(queue, selection, each, progress)
+        acted = await _oldest_first(queue, kept_key, selection, each, progress)
         # What the walk left is what was dead-lettered after the moment.
         (left,) = await read(queue, [("LLEN", kept_key)])
         newer = int(left)
@@ -419,12 +415,11 @@ async def _act(
 
 
 async def _oldest_first(
-    queue: JobQueue, selection: DeadSelection, each: Each, progress: Progress | None
+    queue: JobQueue, kept_key: str, selection: DeadSelection, each: Each, progress: Progress | None
 ) -> ActedOn:
     """Every letter of the list from its oldest end up to `newest` (while it is still
     there) or the first one dead-lettered after `as_of`, BATCH per call; never more
     than the count selected (and confirmed)."""
-    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     acted = ActedOn()
     while len(acted.done) < selection.count:
         size = min(BATCH, selection.count - len(acted.done))
