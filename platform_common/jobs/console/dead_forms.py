@@ -1,11 +1,8 @@
 """The forms of a kept list (the dead letters, or the failed jobs): requeue or purge the
 selected entries, or all those matching the filter, in two steps (confirm, then act),
 through the operations layer's selection and actions, so the page reports what Redis
-says was really done. One implementation for both lists (KeptList).
-
-The confirmation page carries the selection's moment (`as_of`, Redis ms) and, for all
-matching, the newest letter it counted: the act touches only letters dead-lettered no
-later, at most as many as were confirmed, and reports the rest as skipped."""
+says was really done. One implementation for both lists (KeptList). The confirmation
+page carries the selection's moment and newest letter (Confirmation) on to the act."""
 
 from __future__ import annotations
 

@@ -20,10 +20,6 @@ whose packed header was damaged 500 (a payload, history or result that does not 
 shown on the job's page as stored), an unreachable Redis 503: each an HTML page of the
 console with its security headers. A POST without a valid CSRF token is 403, and so is every POST of
 a read-only console and every POST whose Origin header names another site.
-
-Every link, form and the session cookie of a page belong to the mount that drew it (its
-route names are its own, so `url_for` finds this mount's routes, not those of another
-console_router in the same app), and a form token is good on that mount only.
 """
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
@@ -124,7 +120,8 @@ def console_router(
     the workers record in Redis, and for a type without one the minutes the console read).
 
     Call it once for each mount (each include_router): a page's links, forms and session
-    cookie belong to its own mount, and a form token of one mount is refused by another."""
+    cookie belong to its own mount (its route names are its own, so `url_for` finds this
+    mount's routes), and a form token of one mount is refused by another."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be 1 to {MAX_PAGE_SIZE}, got {page_size}")
     if refresh_seconds < 1:
