@@ -147,8 +147,9 @@ async def _serve(
             )
         )
         mode = "read-write" if read_write else "read-only"
+        url_host = f"[{host}]" if ":" in host else host
         print(
-            f"console ({mode}): http://{_url_host(host)}:{port}/ "
+            f"console ({mode}): http://{url_host}:{port}/ "
             f"(answers to Host {', '.join(sorted(hosts))})",
             file=sys.stderr,
             flush=True,
@@ -200,7 +201,3 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -240,7 +240,9 @@ async def _info(
             fallback = await _from_history(queue, reader, overview, window) or own
         if failed is None:
             return fallback
-        return _LastMinute({}, None, failed) if fallback is None else _with(fallback, failed)
+        if fallback is None:
+            return _LastMinute({}, None, failed)
+        return _LastMinute(fallback.counts, fallback.source, failed)
 
     async with operator_queue(redis_url) as queue:
         listed = await agent_types(queue, requested)
@@ -285,10 +287,6 @@ async def _info(
         finally:
             if live is not None:
                 live.stop()
-
-
-def _with(last: _LastMinute, problem: str) -> _LastMinute:
-    return _LastMinute(last.counts, last.source, problem)
 
 
 def _notes(listed: AgentTypes, before: AgentTypes | None) -> AgentTypes:
