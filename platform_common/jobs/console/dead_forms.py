@@ -37,7 +37,6 @@ class Confirmation:
     """What the confirmation page shows, and posts on to act."""
 
     kept: KeptList
-    """The list acted on."""
     action: str
     scope: str
     error: str

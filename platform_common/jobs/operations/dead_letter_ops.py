@@ -136,7 +136,6 @@ class DeadLetterListing:
     """A filtered scan stopped after `max_scan` letters with fewer than `limit` matches:
     more may match from `next_start` on."""
     kept: KeptList = KeptList.DEAD
-    """The list listed."""
 
     @property
     def next_start(self) -> int | None:
@@ -186,7 +185,6 @@ class DeadLetterAction:
     action: str
     """"requeue" or "purge"."""
     kind: SelectionKind
-    """How the dead letters were selected."""
     pattern: str | None
     """The --error-matches expression, if that was the selection."""
     dry_run: bool
@@ -208,7 +206,6 @@ class DeadLetterAction:
     as_of: int | None = None
     """The selection's moment (Redis ms): nothing dead-lettered later was touched."""
     kept: KeptList = KeptList.DEAD
-    """The list acted on."""
 
 
 async def list_dead_letters(

@@ -43,7 +43,6 @@ class Counts:
     enqueued: int
     """Entered the queue (enqueued, or requeued from the dead letters)."""
     completed: int
-    """Succeeded."""
     failed: int
     """Ended failed: dead-lettered, or a non-retryable error."""
 
@@ -60,7 +59,6 @@ class TypeOverview:
     delayed: int
     """Jobs waiting for a retry's backoff."""
     dead: int
-    """Dead letters."""
     active_workers: int
     """Workers whose last heartbeat is within heartbeat_window()."""
     oldest_waiting_seconds: float | None
