@@ -86,8 +86,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
         _lifetime(detail),
     ]
     rows += [("scheduled for", timestamp(detail.run_at))] if detail.run_at else []
-    retry_due = detail.retry_due_at
-    rows += [("retry due", timestamp(retry_due))] if retry_due else []
+    rows += [("retry due", timestamp(detail.retry_due_at))] if detail.retry_due_at else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
     if detail.cancel_requested is not None:

@@ -115,9 +115,8 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
 async def _concurrency(queue: JobQueue, agent_type: str) -> dict[str, int]:
     """Worker id -> its concurrency, from the hash its heartbeats write (one field a
     live worker: pruned with the heartbeats); a value that is not a number is left out."""
-    fields = (
-        await read(queue, [("HGETALL", queue.connection.keys(agent_type).worker_concurrency)])
-    )[0]
+    key = queue.connection.keys(agent_type).worker_concurrency
+    (fields,) = await read(queue, [("HGETALL", key)])
     slots = {}
     for worker_id, value in dict(fields).items():
         try:
@@ -133,7 +132,7 @@ async def _holders(queue: JobQueue, agent_type: str) -> dict[str, list[str]]:
     holders: dict[str, list[str]] = {}
     start = 0
     while True:
-        job_ids = (await read(queue, [("LRANGE", keys.processing, start, start + PAGE - 1)]))[0]
+        (job_ids,) = await read(queue, [("LRANGE", keys.processing, start, start + PAGE - 1)])
         if not job_ids:
             return holders
         # A taken job is claimed (state running, its worker set) in the claim script.
