@@ -12,7 +12,14 @@ from starlette.requests import Request
 from ..queue import JobQueue
 from .csrf import CsrfTokens
 
-__all__ = ["MAX_FORM_BYTES", "MAX_FORM_FIELDS", "ActionForms", "ConsoleError", "read_form"]
+__all__ = [
+    "MAX_FORM_BYTES",
+    "MAX_FORM_FIELDS",
+    "ActionForms",
+    "ConsoleError",
+    "FormError",
+    "read_form",
+]
 
 MAX_FORM_BYTES = 256 * 1024
 """A dead-letters form names at most a page of ids: far less than this."""
@@ -27,6 +34,10 @@ class ConsoleError(Exception):
         self.status = status
         self.problem = problem
         super().__init__(problem)
+
+
+FormError = ConsoleError
+"""The name this module exported for it before the router's error was the same class."""
 
 
 async def read_form(request: Request) -> dict[str, list[str]]:
