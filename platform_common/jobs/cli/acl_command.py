@@ -12,7 +12,7 @@ password: it is read from stdin, so it appears in no command line, history or `p
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -117,26 +117,16 @@ def acl(
             f"the {role} role uses no JobStore: --store-agents is for producer and worker",
             EXIT_USAGE,
         )
+    scope: dict[str, Any] = {
+        "queue_prefix": queue_prefix,
+        "store_prefix": store_prefix,
+        "agent_types": types,
+        "store_agents": agents,
+    }
     if user is None:
-        tokens = rules(
-            role,
-            queue_prefix=queue_prefix,
-            store_prefix=store_prefix,
-            agent_types=types,
-            store_agents=agents,
-        )
-        print(" ".join(tokens))
-        return
-    line = acl_file_line(
-        _username(user),
-        _password_from_stdin(),
-        role,
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=types,
-        store_agents=agents,
-    )
-    print(line)
+        print(" ".join(rules(role, **scope)))
+    else:
+        print(acl_file_line(_username(user), _password_from_stdin(), role, **scope))
 
 
 def _username(user: str) -> str:

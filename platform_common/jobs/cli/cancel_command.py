@@ -3,13 +3,10 @@ session (JobQueue.cancel / cancel_session)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import typer
 
-from ..operations import operator_queue
 from ..queue import CancelOutcome, CancelReport, JobQueue
 from .job_command import AgentTypeArgument, JobIdArgument
 from .operator_output import (
@@ -19,6 +16,7 @@ from .operator_output import (
     help_text,
     jsonable,
     print_json,
+    with_queue,
 )
 
 __all__ = ["CANCEL_HELP", "SESSION_CANCEL_HELP", "cancel_job", "cancel_session", "session_app"]
@@ -46,7 +44,7 @@ def cancel_job(
     cancelled, whatever its handler returns (its result is never stored). A job that
     had finished, or that is unknown, is left alone and said so. Safe to run twice.
     Needs the operator role in Redis (or the producer role for its own agent types)."""
-    reports = _run(redis_url, lambda queue: _one(queue, agent_type, job_id, reason))
+    reports = with_queue(redis_url, lambda queue: _one(queue, agent_type, job_id, reason))
     _emit(reports, output)
 
 
@@ -58,7 +56,7 @@ def cancel_session(
 ) -> None:
     """Cancel every job of a user session that has not finished, of every agent type
     (as `job cancel` does each), and say what happened to each. Needs the operator role."""
-    reports = _run(redis_url, lambda queue: queue.cancel_session(session_id, reason))
+    reports = with_queue(redis_url, lambda queue: queue.cancel_session(session_id, reason))
     _emit(reports, output)
 
 
@@ -78,16 +76,6 @@ async def _one(
     queue: JobQueue, agent_type: str, job_id: str, reason: str | None
 ) -> list[CancelReport]:
     return [await queue.cancel(agent_type, job_id, reason)]
-
-
-def _run(
-    redis_url: str | None, act: Callable[[JobQueue], Awaitable[list[CancelReport]]]
-) -> list[CancelReport]:
-    async def run() -> list[CancelReport]:
-        async with operator_queue(redis_url) as queue:
-            return await act(queue)
-
-    return asyncio.run(run())
 
 
 def _emit(reports: list[CancelReport], output: Output) -> None:

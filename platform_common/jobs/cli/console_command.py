@@ -19,6 +19,7 @@ import typer
 
 from ..operations import operator_queue
 from .exits import EXIT_FAILURE, EXIT_USAGE, PROMETHEUS_URL_ENV, CliError, MissingExtra
+from .info_command import MetricsNamespaceOption
 from .operator_output import RedisUrlOption, help_text
 
 __all__ = ["HELP", "console"]
@@ -79,13 +80,7 @@ def console(
             show_default=False,
         ),
     ] = None,
-    metrics_namespace: Annotated[
-        str,
-        typer.Option(
-            "--metrics-namespace",
-            help="The exporter's metric name prefix (its --namespace), for --prometheus-url.",
-        ),
-    ] = "",
+    metrics_namespace: MetricsNamespaceOption = "",
     redis_url: RedisUrlOption = None,
 ) -> None:
     """Serve the queue console (overview, agent types, jobs, dead letters) until Ctrl-C.
@@ -152,8 +147,9 @@ async def _serve(
             )
         )
         mode = "read-write" if read_write else "read-only"
+        url_host = f"[{host}]" if ":" in host else host
         print(
-            f"console ({mode}): http://{_url_host(host)}:{port}/ "
+            f"console ({mode}): http://{url_host}:{port}/ "
             f"(answers to Host {', '.join(sorted(hosts))})",
             file=sys.stderr,
             flush=True,
@@ -205,7 +201,3 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -4,9 +4,8 @@ the same commands on its jobs failed for good. One sub-app, built for each kept 
 # No `from __future__ import annotations`: typer reads the annotations of the commands,
 # defined inside kept_app, at runtime.
 
-import asyncio
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -22,10 +21,8 @@ from ..operations import (
     DeadLetterAction,
     DeadLetterLine,
     DeadLetterListing,
-    JobDetail,
     KeptList,
     list_dead_letters,
-    operator_queue,
     purge_dead_letters,
     requeue_dead_letters,
     select_dead_letters,
@@ -33,6 +30,7 @@ from ..operations import (
 )
 from ..operations import Progress as ProgressCallback
 from ..operations.stored import readable
+from ..queue import JobQueue
 from .exits import EXIT_USAGE, CliError
 from .job_command import AgentTypeArgument, JobIdArgument, emit, found
 from .operator_output import (
@@ -40,12 +38,13 @@ from .operator_output import (
     Output,
     OutputOption,
     RedisUrlOption,
-    help_text,
+    command,
     jsonable,
     print_json,
     stdout,
     text,
     timestamp,
+    with_queue,
 )
 
 __all__ = ["app", "failed_app", "kept_app"]
@@ -77,18 +76,9 @@ def kept_app(kept: KeptList) -> typer.Typer:
     options, confirmation rules and exit statuses for both lists, worded for this one."""
     app = typer.Typer(help=_SUMMARY[kept], no_args_is_help=True)
 
-    def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-        """`@app.command(name)` with the docstring as help, worded for the list: {name}
-        the command group, {noun}/{nouns} its entries, {ended} how one joined it."""
-
-        def register(function: Callable[..., None]) -> Callable[..., None]:
-            doc = (function.__doc__ or "").format(
-                name=kept.value, noun=kept.noun, nouns=kept.nouns, ended=kept.ended
-            )
-            return app.command(name, help=help_text(doc))(function)
-
-        return register
-
+    # The commands' docstrings, worded for the list: {name} the command group,
+    # {noun}/{nouns} its entries, {ended} how one joined it.
+    words = {"name": kept.value, "noun": kept.noun, "nouns": kept.nouns, "ended": kept.ended}
     ids_option = Annotated[
         list[str] | None,
         typer.Option(
@@ -98,7 +88,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
     ]  # fmt: skip
     all_option = Annotated[bool, typer.Option("--all", help=f"Every {kept.noun} of the type.")]
 
-    @command("list")
+    @command(app, "list", **words)
     def list_(
         agent_type: AgentTypeArgument,
         limit: Annotated[
@@ -132,14 +122,13 @@ def kept_app(kept: KeptList) -> typer.Typer:
         "next_start") says where a further search would start. `{name} requeue` and
         `{name} purge` with --error-matches always cover the whole list."""
 
-        async def read() -> DeadLetterListing:
-            async with operator_queue(redis_url) as queue:
-                return await list_dead_letters(
-                    queue, agent_type, limit=limit, error_matches=error_matches, start=start,
-                    max_scan=max_scan, kept=kept,
-                )  # fmt: skip
-
-        listing = asyncio.run(read())
+        listing = with_queue(
+            redis_url,
+            lambda queue: list_dead_letters(
+                queue, agent_type, limit=limit, error_matches=error_matches, start=start,
+                max_scan=max_scan, kept=kept,
+            ),
+        )  # fmt: skip
         if output == Output.JSON:
             print_json({**jsonable(listing), "next_start": listing.next_start})
             return
@@ -157,7 +146,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
             )
         stdout().print(table)
 
-    @command("show")
+    @command(app, "show", **words)
     def show(
         agent_type: AgentTypeArgument,
         job_id: JobIdArgument,
@@ -167,13 +156,12 @@ def kept_app(kept: KeptList) -> typer.Typer:
         """A {noun}'s attempts (errors with tracebacks), payload and result, as
         `job show`; exit 1 if the job is not a {noun}."""
 
-        async def read() -> JobDetail:
-            async with operator_queue(redis_url) as queue:
-                return await show_dead_letter(queue, agent_type, job_id, kept)
+        emit(
+            found(redis_url, lambda queue: show_dead_letter(queue, agent_type, job_id, kept)),
+            output,
+        )
 
-        emit(found(read), output)
-
-    @command("requeue")
+    @command(app, "requeue", **words)
     def requeue(
         agent_type: AgentTypeArgument,
         job_ids: ids_option = None,
@@ -191,7 +179,7 @@ def kept_app(kept: KeptList) -> typer.Typer:
         report = _act("requeue", selection, dry_run, True, redis_url)
         _print_report(report, output)
 
-    @command("purge")
+    @command(app, "purge", **words)
     def purge(
         agent_type: AgentTypeArgument,
         job_ids: ids_option = None,
@@ -270,25 +258,24 @@ def _caption(listing: DeadLetterListing, error_matches: str | None) -> str:
 def _act(
     action: str, asked: _Selection, dry_run: bool, confirmed: bool, redis_url: str | None
 ) -> DeadLetterAction:
-    async def act() -> DeadLetterAction:
-        async with operator_queue(redis_url) as queue:
-            with _progress("scanning") as scanned:
-                selection = await select_dead_letters(
-                    queue, asked.agent_type, job_ids=asked.job_ids or (), every=asked.every,
-                    error_matches=asked.error_matches, on_scan=scanned, kept=asked.kept,
-                )  # fmt: skip
-            if not dry_run and not confirmed and selection.count:
-                typer.confirm(
-                    f"{action.capitalize()} {selection.count:,} {asked.kept.noun}(s) of "
-                    f"{asked.agent_type!r} for good (record and result)?",
-                    abort=True,
-                    err=True,
-                )
-            run = requeue_dead_letters if action == "requeue" else purge_dead_letters
-            with _progress(action) as progress:
-                return await run(queue, selection, dry_run=dry_run, progress=progress)
+    async def act(queue: JobQueue) -> DeadLetterAction:
+        with _progress("scanning") as scanned:
+            selection = await select_dead_letters(
+                queue, asked.agent_type, job_ids=asked.job_ids or (), every=asked.every,
+                error_matches=asked.error_matches, on_scan=scanned, kept=asked.kept,
+            )  # fmt: skip
+        if not dry_run and not confirmed and selection.count:
+            typer.confirm(
+                f"{action.capitalize()} {selection.count:,} {asked.kept.noun}(s) of "
+                f"{asked.agent_type!r} for good (record and result)?",
+                abort=True,
+                err=True,
+            )
+        run = requeue_dead_letters if action == "requeue" else purge_dead_letters
+        with _progress(action) as progress:
+            return await run(queue, selection, dry_run=dry_run, progress=progress)
 
-    return asyncio.run(act())
+    return with_queue(redis_url, act)
 
 
 @contextmanager

@@ -97,10 +97,6 @@ def _read_environment() -> None:
         _DebugFlag.enabled = True
 
 
-def _debugging() -> bool:
-    return _DebugFlag.enabled
-
-
 def _one_line(text: str) -> str:
     # Some messages (YAML errors, exception groups) span lines; the report must not.
     return " ".join(text.split())
@@ -138,7 +134,7 @@ def guarded(command: Callable[[], int]) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         code, message = describe(exc)
-        if _debugging():
+        if _DebugFlag.enabled:
             traceback.print_exception(exc, file=sys.stderr)
         print(f"error: {message}", file=sys.stderr)
         return code

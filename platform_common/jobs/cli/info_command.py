@@ -227,28 +227,35 @@ async def _info(
 ) -> None:
     reader = HistoryReader()
 
-    async def without_prometheus(overview: Overview, own: _LastMinute | None) -> _LastMinute | None:
-        # A watch's own readings measure the last minute best; the history the rest.
+    async def counts(overview: Overview, own: _LastMinute | None) -> _LastMinute | None:
+        """Prometheus' counts; when it is not set or fails, the watch's own readings (the
+        last minute's best measure) or the history, with Prometheus' problem."""
+        last = await _from_prometheus(source, overview, window)
+        failed = None if last is None else last.problem
+        if last is not None and failed is None:
+            return last
         if own is not None and window is Window.MINUTE:
-            return own
-        return await _from_history(queue, reader, overview, window) or own
+            fallback: _LastMinute | None = own
+        else:
+            fallback = await _from_history(queue, reader, overview, window) or own
+        if failed is None:
+            return fallback
+        if fallback is None:
+            return _LastMinute({}, None, failed)
+        return _LastMinute(fallback.counts, fallback.source, failed)
 
     async with operator_queue(redis_url) as queue:
         listed = await agent_types(queue, requested)
         _notes(listed, None)
         if not watch:
             overview = await read_overview(queue, listed.names)
-            last = await _from_prometheus(source, overview, window)
-            if last is None or last.problem is not None:
-                problem = None if last is None else last.problem
-                last = await without_prometheus(overview, None)
-                if problem is not None:
-                    last = _LastMinute({}, None, problem) if last is None else _with(last, problem)
-                    _note(last)
+            shown = await counts(overview, None)
+            if shown is not None and shown.problem is not None:
+                _note(shown)
             if output == Output.JSON:
-                print_json(_document(overview, last, window))
+                print_json(_document(overview, shown, window))
             else:
-                stdout().print(_table(overview, last, window))
+                stdout().print(_table(overview, shown, window))
             return
         recent_counts = RecentCounts()
         console = stdout()
@@ -264,17 +271,11 @@ async def _info(
                 overview = await read_overview(queue, listed.names)
                 # The watch's own readings go on while Prometheus answers: the fallback.
                 own = _LastMinute(recent_counts.add(overview), WATCH)
-                last = await _from_prometheus(source, overview, window)
-                if last is not None and last.problem is not None:
-                    fallback = await without_prometheus(overview, own)
-                    assert fallback is not None
-                    if last.problem != problem:  # one note per new cause, not per refresh
-                        _note(_with(fallback, last.problem))
-                    problem = last.problem
-                    last = _with(fallback, last.problem)
-                else:
-                    problem = None
-                shown = await without_prometheus(overview, own) if last is None else last
+                shown = await counts(overview, own)
+                shown_problem = None if shown is None else shown.problem
+                if shown is not None and shown_problem not in (None, problem):
+                    _note(shown)  # one note per new cause, not per refresh
+                problem = shown_problem
                 if live is not None:
                     live.update(_table(overview, shown, window), refresh=True)
                 else:
@@ -286,10 +287,6 @@ async def _info(
         finally:
             if live is not None:
                 live.stop()
-
-
-def _with(last: _LastMinute, problem: str) -> _LastMinute:
-    return _LastMinute(last.counts, last.source, problem)
 
 
 def _notes(listed: AgentTypes, before: AgentTypes | None) -> AgentTypes:

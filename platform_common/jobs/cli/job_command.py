@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import JobNotFound
-from ..operations import JobDetail, Unparsed, operator_queue, show_job
+from ..operations import JobDetail, Unparsed, show_job
+from ..queue import JobQueue
 from .exits import CliError
 from .operator_output import (
     NONE,
@@ -26,6 +26,7 @@ from .operator_output import (
     stdout,
     text,
     timestamp,
+    with_queue,
 )
 
 __all__ = ["AgentTypeArgument", "JobIdArgument", "app", "emit", "found", "render_job"]
@@ -45,19 +46,14 @@ def show(
 ) -> None:
     """A job's state, attempts, each failed attempt's error and traceback, its payload and
     its result. Exit 1 if there is no such job (never enqueued, or gone with its TTL)."""
-
-    async def read() -> JobDetail:
-        async with operator_queue(redis_url) as queue:
-            return await show_job(queue, agent_type, job_id)
-
-    emit(found(read), output)
+    emit(found(redis_url, lambda queue: show_job(queue, agent_type, job_id)), output)
 
 
-def found(read: Callable[[], Coroutine[Any, Any, JobDetail]]) -> JobDetail:
-    """Run `read`; a job that is not there is a failure of the command (exit 1), in one
-    line, rather than an unexpected error."""
+def found(redis_url: str | None, read: Callable[[JobQueue], Awaitable[JobDetail]]) -> JobDetail:
+    """with_queue(redis_url, read); a job that is not there is a failure of the command
+    (exit 1), in one line, rather than an unexpected error."""
     try:
-        return asyncio.run(read())
+        return with_queue(redis_url, read)
     except JobNotFound as exc:
         raise CliError(str(exc)) from exc
 
@@ -90,8 +86,7 @@ def render_job(console: Console, detail: JobDetail) -> None:
         _lifetime(detail),
     ]
     rows += [("scheduled for", timestamp(detail.run_at))] if detail.run_at else []
-    retry_due = detail.retry_due_at
-    rows += [("retry due", timestamp(retry_due))] if retry_due else []
+    rows += [("retry due", timestamp(detail.retry_due_at))] if detail.retry_due_at else []
     rows += [("requeued", timestamp(detail.requeued_at))] if detail.requeued_at else []
     rows += [("last error", text(detail.last_error))] if detail.last_error else []
     if detail.cancel_requested is not None:

@@ -4,17 +4,15 @@ next claim on, without a restart."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import typer
 
 from ..errors import ValidationError
-from ..operations import operator_queue
-from ..queue import Limits
+from ..queue import JobQueue, Limits
 from ..queue.limits import FAIR_BY_KEYS, KEEP, MAX_KEY_WEIGHT, FairWaits, weight_changes
 from .job_command import AgentTypeArgument
-from .operator_output import Output, OutputOption, RedisUrlOption, command, print_json
+from .operator_output import Output, OutputOption, RedisUrlOption, command, print_json, with_queue
 
 __all__ = ["app"]
 
@@ -38,12 +36,11 @@ def show(
     its burst, and the caps on jobs running at once (per type and per key); with fair
     share, how many keys have jobs waiting and the ones waiting longest without a start."""
 
-    async def run() -> tuple[Limits, dict[str, int], FairWaits]:
-        async with operator_queue(redis_url) as queue:
-            limits, weights = await queue.limits(agent_type), await queue.key_weights(agent_type)
-            return limits, weights, await queue.fair_waits(agent_type)
+    async def read(queue: JobQueue) -> tuple[Limits, dict[str, int], FairWaits]:
+        limits, weights = await queue.limits(agent_type), await queue.key_weights(agent_type)
+        return limits, weights, await queue.fair_waits(agent_type)
 
-    limits, weights, waits = asyncio.run(run())
+    limits, weights, waits = with_queue(redis_url, read)
     _emit(limits, weights, waits, output=output)
 
 
@@ -105,19 +102,18 @@ def set_(
     if weights and all(value is KEEP for value in changes.values()):
         changes = {}  # only weights: the limits are read, not written
 
-    async def run() -> tuple[Limits, dict[str, int]]:
-        async with operator_queue(redis_url) as queue:
-            if weights:
-                weight_changes(weights)  # every value checked before anything is written
-            limits = await (
-                queue.set_limits(agent_type, **changes) if changes or not weights
-                else queue.limits(agent_type)
-            )  # fmt: skip
-            if weights:
-                return limits, await queue.set_key_weights(agent_type, weights)
-            return limits, await queue.key_weights(agent_type)
+    async def write(queue: JobQueue) -> tuple[Limits, dict[str, int]]:
+        if weights:
+            weight_changes(weights)  # every value checked before anything is written
+        limits = await (
+            queue.set_limits(agent_type, **changes) if changes or not weights
+            else queue.limits(agent_type)
+        )  # fmt: skip
+        if weights:
+            return limits, await queue.set_key_weights(agent_type, weights)
+        return limits, await queue.key_weights(agent_type)
 
-    _emit(*asyncio.run(run()), output=output)
+    _emit(*with_queue(redis_url, write), output=output)
 
 
 def _weights(given: list[str]) -> dict[str, int | None]:
@@ -151,14 +147,11 @@ def _emit(
     *,
     output: Output,
 ) -> None:
-    if output == Output.JSON:
-        shown_json = limits.as_dict()
-        shown_json["key_weights"] = weights
-        if waits is not None:
-            shown_json["fair_share"] = waits.as_dict()
-        print_json(shown_json)
-        return
     shown = limits.as_dict()
+    if output == Output.JSON:
+        fair_share = {} if waits is None else {"fair_share": waits.as_dict()}
+        print_json({**shown, "key_weights": weights, **fair_share})
+        return
     print(f"{limits.agent_type}: " + ("limits" if limits.any else "no limits (plain FIFO)"))
     for name, value in shown.items():
         if name == "agent_type":

@@ -1,22 +1,25 @@
-"""What the operator commands share: the --redis-url and --output options, JSON output,
-and how ages, times and untrusted text are drawn in rich tables."""
+"""What the operator commands share: the --redis-url and --output options, the queue they
+work on, JSON output, and how ages, times and untrusted text are drawn in rich tables."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from ..operations import operator_queue
 from ..operations.formatting import NONE, age, timestamp
 from ..operations.stored import readable
+from ..queue import JobQueue
 
 __all__ = [
     "NONE",
@@ -31,9 +34,10 @@ __all__ = [
     "stdout",
     "text",
     "timestamp",
+    "with_queue",
 ]
 
-"""A table cell with no value."""
+_T = TypeVar("_T")
 
 
 class Output(StrEnum):
@@ -56,6 +60,16 @@ OutputOption = Annotated[
 ]
 
 
+def with_queue(redis_url: str | None, act: Callable[[JobQueue], Awaitable[_T]]) -> _T:
+    """What `act` returns, run on the operator queue (opened, then closed)."""
+
+    async def run() -> _T:
+        async with operator_queue(redis_url) as queue:
+            return await act(queue)
+
+    return asyncio.run(run())
+
+
 def help_text(doc: str | None) -> str:
     """A docstring as typer's rich help shows it well: each paragraph one line (rich
     wraps it to the terminal), paragraphs apart."""
@@ -63,11 +77,15 @@ def help_text(doc: str | None) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-def command(app: typer.Typer, name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """`@app.command(name)` with the function's docstring as help_text."""
+def command(
+    app: typer.Typer, name: str, /, **words: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`@app.command(name)` with the function's docstring as help_text, its {word}s filled
+    in from `words` when given."""
 
     def register(function: Callable[..., None]) -> Callable[..., None]:
-        return app.command(name, help=help_text(function.__doc__))(function)
+        doc = function.__doc__ or ""
+        return app.command(name, help=help_text(doc.format(**words) if words else doc))(function)
 
     return register
 

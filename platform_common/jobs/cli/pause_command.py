@@ -3,14 +3,17 @@ start again (JobQueue.pause / resume)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
-from ..operations import operator_queue
 from ..operations.formatting import timestamp
-from ..queue import JobQueue, PauseState
+from ..queue import PauseState
 from .job_command import AgentTypeArgument
-from .operator_output import Output, OutputOption, RedisUrlOption, help_text, print_json
+from .operator_output import (
+    Output,
+    OutputOption,
+    RedisUrlOption,
+    help_text,
+    print_json,
+    with_queue,
+)
 
 __all__ = ["PAUSE_HELP", "RESUME_HELP", "pause", "resume"]
 
@@ -25,7 +28,7 @@ def pause(
     still enqueue, and waiting jobs keep their TTL (they expire if it passes). Pausing a
     paused type changes nothing and says since when it is paused. Needs the operator
     role in Redis."""
-    _emit(_run(redis_url, lambda queue: queue.pause(agent_type)), output)
+    _emit(with_queue(redis_url, lambda queue: queue.pause(agent_type)), output)
 
 
 def resume(
@@ -35,19 +38,11 @@ def resume(
 ) -> None:
     """Resume a paused agent type: its workers take jobs again within about a second.
     Resuming a type that is not paused changes nothing. Needs the operator role."""
-    _emit(_run(redis_url, lambda queue: queue.resume(agent_type)), output)
+    _emit(with_queue(redis_url, lambda queue: queue.resume(agent_type)), output)
 
 
 PAUSE_HELP = help_text(pause.__doc__)
 RESUME_HELP = help_text(resume.__doc__)
-
-
-def _run(redis_url: str | None, change: Callable[[JobQueue], Awaitable[PauseState]]) -> PauseState:
-    async def run() -> PauseState:
-        async with operator_queue(redis_url) as queue:
-            return await change(queue)
-
-    return asyncio.run(run())
 
 
 def _emit(state: PauseState, output: Output) -> None:

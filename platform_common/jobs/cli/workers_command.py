@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from ..operations import WorkersReport, agent_types, operator_queue, read_workers
+from ..operations import WorkersReport, agent_types, read_workers
+from ..queue import JobQueue
 from .operator_output import (
     NONE,
     Output,
@@ -20,6 +20,7 @@ from .operator_output import (
     print_json,
     stdout,
     text,
+    with_queue,
 )
 
 __all__ = ["HELP", "workers"]
@@ -45,14 +46,13 @@ def workers(
     given with --worker-id shows none.
     """
 
-    async def read() -> WorkersReport:
-        async with operator_queue(redis_url) as queue:
-            listed = await agent_types(queue, [agent_type] if agent_type else [])
-            for note in listed.notes():
-                print(f"note: {note}", file=sys.stderr)
-            return await read_workers(queue, listed.names)
+    async def read(queue: JobQueue) -> WorkersReport:
+        listed = await agent_types(queue, [agent_type] if agent_type else [])
+        for note in listed.notes():
+            print(f"note: {note}", file=sys.stderr)
+        return await read_workers(queue, listed.names)
 
-    report = asyncio.run(read())
+    report = with_queue(redis_url, read)
     if output == Output.JSON:
         print_json(report)
         return

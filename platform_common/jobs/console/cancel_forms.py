@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from ..queue import CancelReport
 from ..queue.cancel import MAX_REASON_LENGTH
-from .forms import ActionForms
+from .forms import ActionForms, ConsoleError
 
 __all__ = ["CancelForms"]
 
@@ -21,5 +21,5 @@ class CancelForms(ActionForms):
         await self._verify(request, form, agent_type)
         reason = (form.get("reason") or [""])[0].strip()
         if len(reason) > MAX_REASON_LENGTH:
-            raise self._refuse(400, f"reason: longer than {MAX_REASON_LENGTH} characters")
+            raise ConsoleError(400, f"reason: longer than {MAX_REASON_LENGTH} characters")
         return await self._queue.cancel(agent_type, job_id, reason or "cancelled in the console")

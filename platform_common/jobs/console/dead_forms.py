@@ -1,11 +1,8 @@
 """The forms of a kept list (the dead letters, or the failed jobs): requeue or purge the
 selected entries, or all those matching the filter, in two steps (confirm, then act),
 through the operations layer's selection and actions, so the page reports what Redis
-says was really done. One implementation for both lists (KeptList).
-
-The confirmation page carries the selection's moment (`as_of`, Redis ms) and, for all
-matching, the newest letter it counted: the act touches only letters dead-lettered no
-later, at most as many as were confirmed, and reports the rest as skipped."""
+says was really done. One implementation for both lists (KeptList). The confirmation
+page carries the selection's moment and newest letter (Confirmation) on to the act."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from ..operations import (
     requeue_dead_letters,
     select_dead_letters,
 )
-from .forms import ActionForms
+from .forms import ActionForms, ConsoleError
 
 __all__ = ["ACTIONS", "Confirmation", "DeadLetterForms"]
 
@@ -40,7 +37,6 @@ class Confirmation:
     """What the confirmation page shows, and posts on to act."""
 
     kept: KeptList
-    """The list acted on."""
     action: str
     scope: str
     error: str
@@ -93,10 +89,10 @@ class DeadLetterForms(ActionForms):
         asked = await self._checked(request, agent_type, kept, form)
         confirmed = _one(form, "count")
         if not _DIGITS.fullmatch(confirmed):
-            raise self._refuse(400, "count: the confirmed count is missing or not a number")
+            raise ConsoleError(400, "count: the confirmed count is missing or not a number")
         moment = _one(form, "as_of")
         if not (_DIGITS.fullmatch(moment) or (moment == "" and asked.scope == "selected")):
-            raise self._refuse(
+            raise ConsoleError(
                 400, "as_of: the confirmed moment is missing or not a number: confirm again"
             )
         newest = _one(form, "newest") or None
@@ -125,15 +121,15 @@ class DeadLetterForms(ActionForms):
         action, _, scope = _one(form, "do").partition(":")
         error = _one(form, "error")
         if action not in ACTIONS or scope not in SCOPES:
-            raise self._refuse(
+            raise ConsoleError(
                 400,
                 f"do: must be <{'|'.join(ACTIONS)}>:<{'|'.join(SCOPES)}>, got {_one(form, 'do')!r}",
             )
         if len(error) > MAX_FILTER:
-            raise self._refuse(400, f"error: a filter is at most {MAX_FILTER} characters")
+            raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
         job_ids = tuple(dict.fromkeys(j for j in form.get("ids", []) if j))
         if scope == "selected" and not job_ids:
-            raise self._refuse(400, f"no {kept.noun} selected: tick at least one")
+            raise ConsoleError(400, f"no {kept.noun} selected: tick at least one")
         return _Request(action, scope, error, job_ids)
 
     async def _select(

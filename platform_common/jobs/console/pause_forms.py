@@ -7,7 +7,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from ..queue import PauseState
-from .forms import ActionForms
+from .forms import ActionForms, ConsoleError
 
 __all__ = ["PAUSE_ACTIONS", "PauseForms"]
 
@@ -22,7 +22,7 @@ class PauseForms(ActionForms):
         await self._verify(request, form, agent_type)
         action = (form.get("do") or [""])[0]
         if action not in PAUSE_ACTIONS:
-            raise self._refuse(400, f"do: must be pause or resume, got {action[:40]!r}")
+            raise ConsoleError(400, f"do: must be pause or resume, got {action[:40]!r}")
         if action == "pause":
             return await self._queue.pause(agent_type)
         return await self._queue.resume(agent_type)

@@ -4,9 +4,7 @@ hour per minute, or the last day in bars of 24 minutes.
 Prometheus has scraped the exporter's counters all along, so it can fill every bar.
 Two range queries (`increase(<counter>[<bar>])` by agent type, one step a bar) through
 the operations layer's Prometheus client (operations/prometheus.py, shared with
-`agentjobs info`); when Prometheus is not set or does not answer, the chart falls back
-to the history the workers record in Redis (console/recorded_chart.py) and the page says
-which source it shows.
+`agentjobs info`); the fallbacks are console/recorded_chart.py's.
 """
 
 from __future__ import annotations

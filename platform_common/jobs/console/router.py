@@ -20,14 +20,11 @@ whose packed header was damaged 500 (a payload, history or result that does not 
 shown on the job's page as stored), an unreachable Redis 503: each an HTML page of the
 console with its security headers. A POST without a valid CSRF token is 403, and so is every POST of
 a read-only console and every POST whose Origin header names another site.
-
-Every link, form and the session cookie of a page belong to the mount that drew it (its
-route names are its own, so `url_for` finds this mount's routes, not those of another
-console_router in the same app), and a form token is good on that mount only.
 """
 
 # No `from __future__ import annotations`: FastAPI reads these annotations at runtime.
 
+import functools
 import itertools
 import re
 from collections.abc import Awaitable, Callable
@@ -67,7 +64,7 @@ from ..queue.limits import FairWaits
 from .cancel_forms import CancelForms
 from .csrf import SESSION_COOKIE, CsrfTokens, foreign_origin, queue_identity
 from .dead_forms import MAX_FILTER, DeadLetterForms
-from .forms import FormError
+from .forms import ConsoleError
 from .links import ConsoleLinks
 from .pause_forms import PauseForms
 from .prometheus_history import PrometheusSource
@@ -97,13 +94,7 @@ _ROUTERS = itertools.count(1)
 """Numbers each console_router's route names: two mounts in one app never share one."""
 
 
-class ConsoleError(Exception):
-    """A request the console answers with an error page of `status`."""
-
-    def __init__(self, status: int, problem: str) -> None:
-        self.status = status
-        self.problem = problem
-        super().__init__(problem)
+_Handler = Callable[..., Awaitable[Response]]
 
 
 class _IncludedTwice(Exception):
@@ -129,7 +120,8 @@ def console_router(
     the workers record in Redis, and for a type without one the minutes the console read).
 
     Call it once for each mount (each include_router): a page's links, forms and session
-    cookie belong to its own mount, and a form token of one mount is refused by another."""
+    cookie belong to its own mount (its route names are its own, so `url_for` finds this
+    mount's routes), and a form token of one mount is refused by another."""
     if not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be 1 to {MAX_PAGE_SIZE}, got {page_size}")
     if refresh_seconds < 1:
@@ -187,36 +179,43 @@ def console_router(
             )  # fmt: skip
         return response
 
-    async def respond(request: Request, build: Callable[[], Awaitable[Response]]) -> Response:
-        """`build()`'s page, or the error page its failure calls for."""
-        try:
-            mount_root(request)
-        except _IncludedTwice as exc:
-            # No page: its links and cookie would belong to the other path.
-            return PlainTextResponse(str(exc), 500, headers=_SECURITY_HEADERS)
-        try:
-            return await build()
-        except ConsoleError as exc:
-            status, problem = exc.status, exc.problem
-        except FormError as exc:
-            status, problem = exc.status, exc.problem
-        except JobNotFound as exc:
-            status, problem = 404, f"no job {exc.job_id!r} (never enqueued, or gone with its TTL)"
-        except ValidationError as exc:
-            status, problem = 400, str(exc)
-        except BackendUnavailable as exc:
-            status, problem = 503, f"Redis is unavailable: {exc}"
-        except CorruptQueueState as exc:
-            # A packed waiting job whose header was damaged by hand (a payload or a
-            # history that does not parse is shown on the job's page, as stored).
-            status = 500
-            problem = f"a stored record of the queue does not parse ({exc}); the lists "
-            problem += "of its agent type still show it, and a dead letter can be purged there"
-        except NoPermissionError as exc:
-            # The console's Redis user lacks a right (a read-only `reader` user behind a
-            # read-write console): Redis refused before writing anything.
-            status, problem = 403, f"Redis refused the console's user: {exc}"
-        return render(request, "error.html", status, code=status, problem=problem)
+    def page_route(handler: _Handler) -> _Handler:
+        """`handler` as a route: its page, or the error page its failure calls for (FastAPI
+        reads the parameters of `handler` itself, through functools.wraps)."""
+
+        @functools.wraps(handler)
+        async def route(request: Request, **params: Any) -> Response:
+            try:
+                mount_root(request)
+            except _IncludedTwice as exc:
+                # No page: its links and cookie would belong to the other path.
+                return PlainTextResponse(str(exc), 500, headers=_SECURITY_HEADERS)
+            try:
+                return await handler(request, **params)
+            except ConsoleError as exc:
+                status, problem = exc.status, exc.problem
+            except JobNotFound as exc:
+                status, problem = (
+                    404,
+                    f"no job {exc.job_id!r} (never enqueued, or gone with its TTL)",
+                )
+            except ValidationError as exc:
+                status, problem = 400, str(exc)
+            except BackendUnavailable as exc:
+                status, problem = 503, f"Redis is unavailable: {exc}"
+            except CorruptQueueState as exc:
+                # A packed waiting job whose header was damaged by hand (a payload or a
+                # history that does not parse is shown on the job's page, as stored).
+                status = 500
+                problem = f"a stored record of the queue does not parse ({exc}); the lists "
+                problem += "of its agent type still show it, and a dead letter can be purged there"
+            except NoPermissionError as exc:
+                # The console's Redis user lacks a right (a read-only `reader` user behind a
+                # read-write console): Redis refused before writing anything.
+                status, problem = 403, f"Redis refused the console's user: {exc}"
+            return render(request, "error.html", status, code=status, problem=problem)
+
+        return route
 
     async def known(agent_type: str) -> str:
         """A configured agent type, or one Redis has seen (else a 404 page)."""
@@ -226,9 +225,9 @@ def console_router(
             raise ConsoleError(404, f"unknown agent type {agent_type!r}") from None
         return agent_type
 
-    forms = DeadLetterForms(queue, tokens, read_only, ConsoleError, known)
-    pauses = PauseForms(queue, tokens, read_only, ConsoleError, known)
-    cancels = CancelForms(queue, tokens, read_only, ConsoleError, known)
+    forms = DeadLetterForms(queue, tokens, read_only, known)
+    pauses = PauseForms(queue, tokens, read_only, known)
+    cancels = CancelForms(queue, tokens, read_only, known)
 
     def same_origin(request: Request) -> None:
         """A form posted by a page of another site is refused, whatever it carries."""
@@ -245,39 +244,34 @@ def console_router(
         return int(raw)
 
     @router.get("/", name=named("console_overview"))
+    @page_route
     async def overview(request: Request, window: str = ChartWindow.HOUR) -> Response:
-        async def build() -> Response:
-            if window not in set(ChartWindow):
-                choices = ", ".join(ChartWindow)
-                raise ConsoleError(400, f"window: one of {choices}, got {window!r}")
-            listed = await agent_types(queue)
-            unreadable.clear()
-            unreadable.update(listed.unreadable)
-            read = await read_overview(queue, listed.names)
-            # Readings continue while another source answers: they are the last fallback.
-            readings = history.add(read)
-            chart = await overview_chart(
-                queue, recorded, prometheus, read, readings, ChartWindow(window)
-            )
-            minutes = chart.minutes
-            charts = {t: chart_bars(m) for t, m in minutes.items()}
-            totals = {
-                t: (
-                    sum(x.completed for x in m),
-                    sum(x.failed for x in m),
-                    sum(x.covered for x in m),
-                )
-                for t, m in minutes.items()
-            }
-            return render(
-                request, "overview.html", overview=read, charts=charts, totals=totals,
-                chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
-                left_out=listed.notes(), window=ChartWindow(window), windows=list(ChartWindow),
-            )  # fmt: skip
-
-        return await respond(request, build)
+        if window not in set(ChartWindow):
+            choices = ", ".join(ChartWindow)
+            raise ConsoleError(400, f"window: one of {choices}, got {window!r}")
+        listed = await agent_types(queue)
+        unreadable.clear()
+        unreadable.update(listed.unreadable)
+        read = await read_overview(queue, listed.names)
+        # Readings continue while another source answers: they are the last fallback.
+        readings = history.add(read)
+        chart = await overview_chart(
+            queue, recorded, prometheus, read, readings, ChartWindow(window)
+        )
+        minutes = chart.minutes
+        charts = {t: chart_bars(m) for t, m in minutes.items()}
+        totals = {
+            t: (sum(x.completed for x in m), sum(x.failed for x in m), sum(x.covered for x in m))
+            for t, m in minutes.items()
+        }
+        return render(
+            request, "overview.html", overview=read, charts=charts, totals=totals,
+            chart=chart, prometheus=prometheus, refresh_seconds=refresh_seconds,
+            left_out=listed.notes(), window=ChartWindow(window), windows=list(ChartWindow),
+        )  # fmt: skip
 
     @router.get("/types/{agent_type}", name=named("console_agent_type"))
+    @page_route
     async def agent_type_page(
         request: Request,
         agent_type: str,
@@ -286,168 +280,149 @@ def console_router(
     ) -> Response:
         # The query is read here, not by FastAPI's validation, so a bad one is a page of
         # the console (400) rather than a JSON reply that echoes the input.
-        async def build() -> Response:
-            if list_ not in set(JobList):
-                choices = ", ".join(JobList)
-                raise ConsoleError(400, f"list: one of {choices}, got {list_!r}")
-            at = position("cursor", cursor)
-            page = await list_jobs(
-                queue, await known(agent_type), JobList(list_), cursor=at, limit=page_size
-            )
-            stats = await queue.stats(agent_type)
-            pause = await queue.pause_state(agent_type)
-            limits: Limits | str
-            waits: FairWaits | str | None = None
-            weights: dict[str, int] = {}
-            try:
-                limits = await queue.limits(agent_type)
-                weights = await queue.key_weights(agent_type)
-            except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
-                limits = str(exc)
-            try:  # fair share: which keys have gone longest without a start
-                waits = await queue.fair_waits(agent_type)
-            except CorruptQueueState as exc:
-                waits = str(exc)
-            counts = {
-                JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
-                JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
-                JobList.FAILED: await queue.failed_jobs.count(agent_type),
-            }  # fmt: skip
-            return render(
-                request, "agent_type.html", agent_type=agent_type, page=page,
-                counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
-                limits=limits, waits=waits, weights=weights,
-            )  # fmt: skip
-
-        return await respond(request, build)
+        if list_ not in set(JobList):
+            choices = ", ".join(JobList)
+            raise ConsoleError(400, f"list: one of {choices}, got {list_!r}")
+        at = position("cursor", cursor)
+        page = await list_jobs(
+            queue, await known(agent_type), JobList(list_), cursor=at, limit=page_size
+        )
+        stats = await queue.stats(agent_type)
+        pause = await queue.pause_state(agent_type)
+        limits: Limits | str
+        waits: FairWaits | str | None = None
+        weights: dict[str, int] = {}
+        try:
+            limits = await queue.limits(agent_type)
+            weights = await queue.key_weights(agent_type)
+        except CorruptQueueState as exc:  # shown on the page: the claim refuses it too
+            limits = str(exc)
+        try:  # fair share: which keys have gone longest without a start
+            waits = await queue.fair_waits(agent_type)
+        except CorruptQueueState as exc:
+            waits = str(exc)
+        counts = {
+            JobList.WAITING: stats.queued, JobList.RUNNING: stats.in_progress,
+            JobList.DELAYED: stats.delayed, JobList.DEAD: stats.dead,
+            JobList.FAILED: await queue.failed_jobs.count(agent_type),
+        }  # fmt: skip
+        return render(
+            request, "agent_type.html", agent_type=agent_type, page=page,
+            counts=counts, lists=list(JobList), first_page=at is None, pause=pause,
+            limits=limits, waits=waits, weights=weights,
+        )  # fmt: skip
 
     # `:path`: a job id may hold "/" (links send it as %2F, which arrives decoded).
     @router.get("/types/{agent_type}/jobs/{job_id:path}", name=named("console_job"))
+    @page_route
     async def job_page(request: Request, agent_type: str, job_id: str) -> Response:
-        async def build() -> Response:
-            if not job_id or len(job_id) > _MAX_JOB_ID:
-                raise ConsoleError(404, "no such job")
-            detail = await show_job(queue, await known(agent_type), job_id)
-            now = await redis_now(queue)
-            return render(request, "job.html", agent_type=agent_type, job=detail, now=now)
-
-        return await respond(request, build)
+        if not job_id or len(job_id) > _MAX_JOB_ID:
+            raise ConsoleError(404, "no such job")
+        detail = await show_job(queue, await known(agent_type), job_id)
+        now = await redis_now(queue)
+        return render(request, "job.html", agent_type=agent_type, job=detail, now=now)
 
     def kept_routes(kept: KeptList) -> None:
         """The list page, confirmation and action of one kept list, at /types/{type}/<list>
         (route names console_<list>, console_<list>_confirm, console_<list>_act)."""
 
         @router.get(f"/types/{{agent_type}}/{kept}", name=named(f"console_{kept}"))
+        @page_route
         async def kept_page(
             request: Request,
             agent_type: str,
             error: str = "",
             start: str | None = None,
         ) -> Response:
-            async def build() -> Response:
-                if len(error) > MAX_FILTER:
-                    raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
-                first = position("start", start) or 0
-                listing = await list_dead_letters(
-                    queue, await known(agent_type), limit=page_size,
-                    error_matches=forms.pattern(error), start=first, kept=kept,
-                )  # fmt: skip
-                # A filtered page stops after MAX_SCAN entries (bounded however rare the
-                # match): "Older" then continues the search, even from an empty page.
-                return render(
-                    request, "dead.html", agent_type=agent_type, kept=kept, listing=listing,
-                    error=error, start=first, next_start=listing.next_start,
-                    listing_now=await redis_now(queue),
-                )  # fmt: skip
-
-            return await respond(request, build)
+            if len(error) > MAX_FILTER:
+                raise ConsoleError(400, f"error: a filter is at most {MAX_FILTER} characters")
+            first = position("start", start) or 0
+            listing = await list_dead_letters(
+                queue, await known(agent_type), limit=page_size,
+                error_matches=forms.pattern(error), start=first, kept=kept,
+            )  # fmt: skip
+            # A filtered page stops after MAX_SCAN entries (bounded however rare the
+            # match): "Older" then continues the search, even from an empty page.
+            return render(
+                request, "dead.html", agent_type=agent_type, kept=kept, listing=listing,
+                error=error, start=first, next_start=listing.next_start,
+                listing_now=await redis_now(queue),
+            )  # fmt: skip
 
         @router.post(f"/types/{{agent_type}}/{kept}/confirm", name=named(f"console_{kept}_confirm"))
+        @page_route
         async def kept_confirm(request: Request, agent_type: str) -> Response:
-            async def build() -> Response:
-                same_origin(request)
-                confirmation = await forms.confirm(request, agent_type, kept)
-                return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
-
-            return await respond(request, build)
+            same_origin(request)
+            confirmation = await forms.confirm(request, agent_type, kept)
+            return render(request, "confirm.html", agent_type=agent_type, c=confirmation)
 
         @router.post(f"/types/{{agent_type}}/{kept}/act", name=named(f"console_{kept}_act"))
+        @page_route
         async def kept_act(request: Request, agent_type: str) -> Response:
-            async def build() -> Response:
-                same_origin(request)
-                report = await forms.act(request, agent_type, kept)
-                return render(request, "done.html", agent_type=agent_type, report=report)
-
-            return await respond(request, build)
+            same_origin(request)
+            report = await forms.act(request, agent_type, kept)
+            return render(request, "done.html", agent_type=agent_type, report=report)
 
     for kept in KeptList:
         kept_routes(kept)
 
     @router.post("/types/{agent_type}/pause", name=named("console_pause"))
+    @page_route
     async def pause_action(request: Request, agent_type: str) -> Response:
-        async def build() -> Response:
-            same_origin(request)
-            state = await pauses.act(request, agent_type)
-            now = await redis_now(queue)
-            return render(request, "paused.html", agent_type=agent_type, state=state, now=now)
-
-        return await respond(request, build)
+        same_origin(request)
+        state = await pauses.act(request, agent_type)
+        now = await redis_now(queue)
+        return render(request, "paused.html", agent_type=agent_type, state=state, now=now)
 
     @router.get("/search", name=named("console_search"))
+    @page_route
     async def search(
         request: Request,
         job_id: Annotated[str, Query(alias="id")] = "",
         agent_type: Annotated[str, Query(alias="type")] = "",
     ) -> Response:
-        async def build() -> Response:
-            if not job_id:
-                raise ConsoleError(400, "id: give the id of the job to find")
-            if agent_type:
-                searched: tuple[str, ...] = (await known(agent_type),)
-            else:
-                searched = (await agent_types(queue)).names
-            try:
-                found = await find_job(queue, searched, job_id)
-            except InvalidJobId as exc:
-                # At most 80 characters of it back: a 10 kB "id" makes no 10 kB page.
-                shown = repr(job_id[:80]) + ("..." if len(job_id) > 80 else "")
-                raise ConsoleError(404, f"no such job: {shown} is no job id ({exc})") from None
-            if len(found) == 1:
-                page = request.url_for(
-                    named("console_job"), agent_type=found[0], job_id=path_segment(job_id)
-                )
-                return RedirectResponse(page.path, 303, headers=_SECURITY_HEADERS)
-            return render(
-                request, "search.html", 200 if found else 404, job_id=job_id, found=found,
-                searched=searched, searched_type=agent_type,
-            )  # fmt: skip
-
-        return await respond(request, build)
+        if not job_id:
+            raise ConsoleError(400, "id: give the id of the job to find")
+        if agent_type:
+            searched: tuple[str, ...] = (await known(agent_type),)
+        else:
+            searched = (await agent_types(queue)).names
+        try:
+            found = await find_job(queue, searched, job_id)
+        except InvalidJobId as exc:
+            # At most 80 characters of it back: a 10 kB "id" makes no 10 kB page.
+            shown = repr(job_id[:80]) + ("..." if len(job_id) > 80 else "")
+            raise ConsoleError(404, f"no such job: {shown} is no job id ({exc})") from None
+        if len(found) == 1:
+            page = request.url_for(
+                named("console_job"), agent_type=found[0], job_id=path_segment(job_id)
+            )
+            return RedirectResponse(page.path, 303, headers=_SECURITY_HEADERS)
+        return render(
+            request, "search.html", 200 if found else 404, job_id=job_id, found=found,
+            searched=searched, searched_type=agent_type,
+        )  # fmt: skip
 
     @router.get("/workers", name=named("console_workers"))
+    @page_route
     async def workers_page(request: Request) -> Response:
-        async def build() -> Response:
-            listed = await agent_types(queue)
-            report = await read_workers(queue, listed.names)
-            return render(
-                request, "workers.html", report=report,
-                workers=report.workers[:MAX_WORKERS_SHOWN], cap=MAX_WORKERS_SHOWN,
-                window=heartbeat_window(queue.settings), left_out=listed.notes(),
-                unclaimed={t: n for t, n in report.unclaimed.items() if n},
-            )  # fmt: skip
-
-        return await respond(request, build)
+        listed = await agent_types(queue)
+        report = await read_workers(queue, listed.names)
+        return render(
+            request, "workers.html", report=report,
+            workers=report.workers[:MAX_WORKERS_SHOWN], cap=MAX_WORKERS_SHOWN,
+            window=heartbeat_window(queue.settings), left_out=listed.notes(),
+            unclaimed={t: n for t, n in report.unclaimed.items() if n},
+        )  # fmt: skip
 
     @router.post("/types/{agent_type}/cancel/{job_id:path}", name=named("console_cancel"))
+    @page_route
     async def cancel_action(request: Request, agent_type: str, job_id: str) -> Response:
-        async def build() -> Response:
-            same_origin(request)
-            if not job_id or len(job_id) > _MAX_JOB_ID:
-                raise ConsoleError(404, "no such job")
-            report = await cancels.act(request, agent_type, job_id)
-            return render(request, "cancelled.html", agent_type=agent_type, report=report)
-
-        return await respond(request, build)
+        same_origin(request)
+        if not job_id or len(job_id) > _MAX_JOB_ID:
+            raise ConsoleError(404, "no such job")
+        report = await cancels.act(request, agent_type, job_id)
+        return render(request, "cancelled.html", agent_type=agent_type, report=report)
 
     stylesheet = resources.files(__package__).joinpath("static/console.css").read_text()
 

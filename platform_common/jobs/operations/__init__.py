@@ -1,22 +1,17 @@
 """What an operator does to the queue, as plain reads and actions returning typed
-dataclasses: the one layer under the `agentjobs` commands and the console.
-No rendering here: the CLI modules parse options and draw the results.
+dataclasses: the one layer under the `agentjobs` commands and the console (they import
+it, never the reverse). No rendering here: the CLI modules parse options and draw the
+results.
 
     info        overview.read_overview, RecentCounts (the last minute, while watching),
-                prometheus.last_minute (the last minute, hour or day from Prometheus,
-                shared with the console's chart: console and cli import this layer, never
-                the reverse), recorded_history (the same from the history the workers
-                record in Redis, when no Prometheus is set)
+                prometheus.last_minute, recorded_history (without a Prometheus)
     workers     workers.read_workers
     job show    jobs.show_job (dead show, failed show: show_dead_letter)
-    dead ...    dead_letter_ops: list (a filtered page looks at MAX_SCAN letters at most),
-    failed ...  select (ids | all | error matches: the whole list), requeue, purge; one
-                implementation for both kept lists (KeptList)
-    console     job_pages.list_jobs (a type's waiting/running/delayed/dead/failed, paged),
-                recorded_history (its chart without Prometheus), history.CounterHistory
-                (the last hour per minute while it reads, for a type with no history)
-    slo         slo_status.read_slos (the SLO recordings of the generated rule file, from
-                Prometheus)
+    dead ...    dead_letter_ops: list, select (ids | all | error matches), requeue,
+    failed ...  purge; one implementation for both kept lists (KeptList)
+    console     job_pages.list_jobs, job_search.find_job, and for its chart without a
+                Prometheus recorded_history and history.CounterHistory
+    slo         slo_status.read_slos
 
 Each works on a JobQueue (operator_queue opens one as the worker would) through its
 public API, and reads Redis directly only for what no API offers, in bounded pages.

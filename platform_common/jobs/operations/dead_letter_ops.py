@@ -1,23 +1,19 @@
-"""`dead` and `failed` list/requeue/purge: the jobs kept on one of the two lists of an
-agent type (KeptList: the dead letters, or the jobs failed for good by a non-retryable
-error) listed, selected (ids, all, or by error) and requeued or purged in batches, with
-a dry run, reporting what was really done. One implementation for both lists: below,
-"letter" is an entry of either, and "dead-lettered" its time of ending on the list.
+"""`dead` and `failed` list/requeue/purge: the jobs kept on one of an agent type's two
+lists (KeptList) listed, selected (ids, all, or by error) and requeued or purged in
+batches, with a dry run, reporting what was really done. Below, "letter" is an entry of
+either list, and "dead-lettered" its time of joining it.
 
 Listing and matching read each letter's id, attempts, error and time (LRANGE + HMGET
-pages), never its payload or history: matching an error over 100k letters through
-DeadLetters.list would move every payload. A field that does not parse is listed as
-stored, an id that is not UTF-8 byte for byte (stored.py), so one damaged letter never
-hides the others. Requeue and purge go through the DeadLetters API, BATCH ids per
-call, and count what its scripts say became of each letter.
+pages), never its payload or history: matching an error over 100k letters must not move
+every payload. A field that does not parse is listed as stored (stored.py), so one
+damaged letter never hides the others. Requeue and purge go through the DeadLetters
+API, BATCH ids per call, and count what its scripts say became of each letter.
 
-A selection remembers its moment, `as_of`: the dead-lettered time of the newest letter
-it counted (the list's own clock; Redis' TIME when that time does not parse). An
-action on it touches only letters dead-lettered no later, so letters that arrive
-between the count an operator confirmed and the action are left alone, and a letter
-requeued and dead-lettered again meanwhile is a new one. A selection of every letter
-also remembers the newest letter by id, `newest`: the action stops there, which tells
-apart letters of the same millisecond."""
+A selection remembers its moment, `as_of` (the list's own clock): an action on it
+touches only letters dead-lettered no later, so letters that arrive between the count
+an operator confirmed and the action are left alone, and a letter requeued and
+dead-lettered again meanwhile is a new one. A selection of every letter also remembers
+the newest letter by id, `newest`, which tells apart letters of the same millisecond."""
 
 from __future__ import annotations
 
@@ -140,7 +136,6 @@ class DeadLetterListing:
     """A filtered scan stopped after `max_scan` letters with fewer than `limit` matches:
     more may match from `next_start` on."""
     kept: KeptList = KeptList.DEAD
-    """The list listed."""
 
     @property
     def next_start(self) -> int | None:
@@ -190,7 +185,6 @@ class DeadLetterAction:
     action: str
     """"requeue" or "purge"."""
     kind: SelectionKind
-    """How the dead letters were selected."""
     pattern: str | None
     """The --error-matches expression, if that was the selection."""
     dry_run: bool
@@ -212,7 +206,6 @@ class DeadLetterAction:
     as_of: int | None = None
     """The selection's moment (Redis ms): nothing dead-lettered later was touched."""
     kept: KeptList = KeptList.DEAD
-    """The list acted on."""
 
 
 async def list_dead_letters(
@@ -250,11 +243,12 @@ async def list_dead_letters(
             limited = True
             break
         wanted = min(PAGE, max_scan - scanned) if pattern else min(PAGE, limit - len(found))
-        lines = await _lines(queue, keys, kept, start + scanned, wanted)
+        lines = await _page(queue, keys, kept, start + scanned, wanted)
         if lines is None:
             complete = True
             break
-        for index, line in enumerate(lines):
+        for index, letter in enumerate(lines):
+            line = letter.line
             if line is not None and (pattern is None or pattern.search(line.last_error)):
                 found.append(line)
                 if len(found) == limit:
@@ -403,7 +397,7 @@ async def _act(
         return await run(agent_type, job_ids, as_of=selection.as_of)
 
     if selection.kind == SelectionKind.ALL:
-        acted = await _oldest_first(queue, selection, each, progress)
+        acted = await _oldest_first(queue, kept_key, selection, each, progress)
         # What the walk left is what was dead-lettered after the moment.
         (left,) = await read(queue, [("LLEN", kept_key)])
         newer = int(left)
@@ -418,12 +412,11 @@ async def _act(
 
 
 async def _oldest_first(
-    queue: JobQueue, selection: DeadSelection, each: Each, progress: Progress | None
+    queue: JobQueue, kept_key: str, selection: DeadSelection, each: Each, progress: Progress | None
 ) -> ActedOn:
     """Every letter of the list from its oldest end up to `newest` (while it is still
     there) or the first one dead-lettered after `as_of`, BATCH per call; never more
     than the count selected (and confirmed)."""
-    kept_key = selection.kept.key(await queue.connection.seen_keys(selection.agent_type))
     acted = ActedOn()
     while len(acted.done) < selection.count:
         size = min(BATCH, selection.count - len(acted.done))
@@ -509,15 +502,6 @@ async def _page(
         line = DeadLetterLine(job_id, count_, stored_text(error), dead_at, unparsed)
         letters.append(_Letter(job_id, line, ms))
     return letters
-
-
-async def _lines(
-    queue: JobQueue, keys: QueueKeys, kept: KeptList, start: int, count: int
-) -> list[DeadLetterLine | None] | None:
-    """`count` letters from position `start` (None where the record is gone meanwhile);
-    None when the list has no entry there."""
-    page = await _page(queue, keys, kept, start, count)
-    return None if page is None else [letter.line for letter in page]
 
 
 async def _now_ms(queue: JobQueue) -> int:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .overview import Counts, Overview
+from .overview import Counts, Overview, counter_increase
 
 __all__ = ["CounterHistory", "Minute", "grouped"]
 
@@ -84,8 +84,8 @@ class CounterHistory:
             now = totals.get(agent_type)
             if now is not None and previous is not None:
                 measured[minute] = (
-                    _increase(previous.completed, now.completed),
-                    _increase(previous.failed, now.failed),
+                    counter_increase(previous.completed, now.completed),
+                    counter_increase(previous.failed, now.failed),
                 )
             previous = now
         minutes = []
@@ -93,9 +93,3 @@ class CounterHistory:
             completed, failed = measured.get(index, (0, 0))
             minutes.append(Minute(index * 60.0, completed, failed, index in measured))
         return tuple(minutes)
-
-
-def _increase(before: int, after: int) -> int:
-    # A counter below its earlier reading was reset (its stats hash deleted): as
-    # Prometheus' increase(), count from zero.
-    return after - before if after >= before else after

@@ -17,8 +17,8 @@ from ..keys import PRIORITY_LEVELS, WAKE_MARKER, QueueKeys
 from ..queue import JobQueue
 from ..queue.dead_letters import wire
 from ..queue.envelope import queued_record_fields
-from .session import read, read_undecoded, redis_now
-from .stored import shown_stored, stored_count, stored_id, stored_ms, stored_text
+from .session import read, read_undecoded, redis_now, score_pairs
+from .stored import ms_seconds, shown_stored, stored_count, stored_id, stored_ms, stored_text
 
 __all__ = ["MAX_PAGE_SIZE", "JobLine", "JobList", "JobPage", "list_jobs"]
 
@@ -130,7 +130,7 @@ async def list_jobs(
             queue,
             [("ZRANGEBYSCORE", key, "-inf", "+inf", "WITHSCORES", "LIMIT", start, end - start)],
         )
-        scored = _pairs(pairs)
+        scored = score_pairs(pairs)
         scored.reverse()
         job_ids = [job_id for job_id, _ in scored]
         scores = dict(scored)
@@ -187,7 +187,7 @@ async def list_jobs(
                 enqueued_at=times["enqueued_at"],
                 started_at=times["started_at"],
                 due_at=None if due is None else due / 1000,
-                lease_deadline=_seconds(lease),
+                lease_deadline=ms_seconds(lease),
                 finished_at=times["finished_at"],
                 last_error=stored_text(error) or None,
                 unparsed=unparsed,
@@ -221,19 +221,6 @@ def _ranges(segments: list[tuple[str, int]], start: int, end: int) -> list[tuple
         offset += length
     ranges.reverse()
     return ranges
-
-
-def _pairs(reply: object) -> list[tuple[str, float]]:
-    """A ZRANGEBYSCORE ... WITHSCORES reply (RESP2 flat or RESP3 pairs) as (member, score)."""
-    items = list(reply)  # type: ignore[call-overload]
-    if items and isinstance(items[0], list | tuple):
-        return [(str(m), float(s)) for m, s in items]
-    return [(str(m), float(s)) for m, s in zip(items[::2], items[1::2], strict=True)]
-
-
-def _seconds(raw_ms: object) -> float | None:
-    """Milliseconds (as the scripts write them) -> seconds; None when absent."""
-    return None if raw_ms in (None, "") else int(float(str(raw_ms))) / 1000
 
 
 def _packed_fields(keys: QueueKeys, job_id: str, packed: str) -> list[str | None]:

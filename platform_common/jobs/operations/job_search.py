@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from redis.exceptions import NoPermissionError
 
 from ..queue import JobQueue
-from ..queue.backend_errors import backend_errors
-from ..redis.script import pipeline_transport, run_batch
 from ..validation import validate_job_id
+from .session import replies_undecoded
 
 __all__ = ["find_job"]
 
@@ -35,11 +34,8 @@ async def find_job(queue: JobQueue, agent_types: Sequence[str], job_id: str) -> 
         ]
     if not commands:
         return []
-    with backend_errors(queue.settings.redis):
-        # As bytes: a stored value that is not UTF-8 still says the job is there.
-        replies = await run_batch(
-            pipeline_transport(queue.connection.client, lambda _: True), commands
-        )
+    # As bytes: a stored value that is not UTF-8 still says the job is there.
+    replies = await replies_undecoded(queue, commands)
     found = []
     for index, agent_type in enumerate(agent_types):
         job, packed, result_expiry = replies[3 * index : 3 * index + 3]

@@ -16,7 +16,7 @@ from ..queue.results import parse_result
 from ..status import QUEUE_ACTIVE
 from .dead_letter_ops import KeptList
 from .session import read_undecoded
-from .stored import stored_ms
+from .stored import ms_seconds, stored_ms, stored_text
 
 __all__ = ["Attempt", "JobDetail", "NotADeadLetter", "Unparsed", "show_dead_letter", "show_job"]
 
@@ -193,7 +193,8 @@ async def show_job(queue: JobQueue, agent_type: str, job_id: str) -> JobDetail:
             None, result.error, (), None, result, record.noted(),
             kept_until=_drop_time(result_drop),
         )  # fmt: skip
-    state = _state(record.text("state"))
+    # No `state` field is QUEUED: enqueue's hot path writes none.
+    state = QueueState(record.text("state") or QueueState.QUEUED)
     return JobDetail(
         agent_type=agent_type,
         job_id=job_id,
@@ -235,7 +236,7 @@ async def show_dead_letter(
 
 
 def _as_fields(reply: Any) -> dict[str, bytes]:
-    return {_text(k): bytes(v) for k, v in dict(reply or {}).items()}
+    return {stored_text(k): bytes(v) for k, v in dict(reply or {}).items()}
 
 
 def _packed_fields(keys: QueueKeys, job_id: str, packed: bytes) -> dict[str, bytes]:
@@ -244,18 +245,6 @@ def _packed_fields(keys: QueueKeys, job_id: str, packed: bytes) -> dict[str, byt
     text = packed.decode("utf-8", "surrogateescape")
     fields = queued_record_fields(keys, job_id, text)
     return {name: value.encode("utf-8", "surrogateescape") for name, value in fields.items()}
-
-
-def _text(raw: bytes | str | None) -> str:
-    """Stored bytes as text; bytes that are not UTF-8 as backslash escapes (\\xff)."""
-    if raw is None or isinstance(raw, str):
-        return raw or ""
-    return raw.decode("utf-8", "backslashreplace")
-
-
-def _state(raw: str) -> QueueState:
-    # No `state` field is QUEUED: enqueue's hot path writes none.
-    return QueueState(raw or QueueState.QUEUED)
 
 
 class _Record:
@@ -267,7 +256,7 @@ class _Record:
         self.unparsed: list[Unparsed] = []
 
     def _note(self, name: str, problem: str, raw: bytes) -> None:
-        self.unparsed.append(Unparsed(name, problem, _text(raw), len(raw)))
+        self.unparsed.append(Unparsed(name, problem, stored_text(raw), len(raw)))
 
     def noted(self) -> tuple[Unparsed, ...]:
         """What did not parse, the payload first, then the history and the result."""
@@ -275,7 +264,7 @@ class _Record:
         return tuple(sorted(self.unparsed, key=lambda u: order.get(u.field, 3)))
 
     def text(self, name: str) -> str:
-        return _text(self._fields.get(name))
+        return stored_text(self._fields.get(name))
 
     def number(self, name: str) -> int | None:
         raw = self._fields.get(name)
@@ -348,23 +337,14 @@ def _drop_time(reply: Any) -> float | None:
     return int(reply) / 1000 if int(reply) > 0 else None
 
 
-def _seconds(raw_ms: Any) -> float | None:
-    """Milliseconds (as the scripts write them) -> seconds; None when absent."""
-    return None if raw_ms in (None, "") else int(float(raw_ms)) / 1000
-
-
 def _attempt(entry: dict[str, Any]) -> Attempt:
     return Attempt(
         attempt=int(entry.get("attempt") or 0),
         worker=str(entry.get("worker") or ""),
-        started_at=_seconds(entry.get("started_at")),
-        ended_at=_seconds(entry.get("ended_at")),
+        started_at=ms_seconds(entry.get("started_at")),
+        ended_at=ms_seconds(entry.get("ended_at")),
         outcome=str(entry.get("outcome") or ""),
         error=str(entry.get("error") or ""),
-        traceback=_optional_text(entry.get("traceback")),
-        retry_at=_seconds(entry.get("retry_at")),
+        traceback=str(entry["traceback"]) if entry.get("traceback") else None,
+        retry_at=ms_seconds(entry.get("retry_at")),
     )
-
-
-def _optional_text(value: Any) -> str | None:
-    return str(value) if value else None

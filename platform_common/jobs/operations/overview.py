@@ -21,6 +21,7 @@ __all__ = [
     "Recent",
     "RecentCounts",
     "TypeOverview",
+    "counter_increase",
     "heartbeat_window",
     "read_overview",
 ]
@@ -42,7 +43,6 @@ class Counts:
     enqueued: int
     """Entered the queue (enqueued, or requeued from the dead letters)."""
     completed: int
-    """Succeeded."""
     failed: int
     """Ended failed: dead-lettered, or a non-retryable error."""
 
@@ -59,7 +59,6 @@ class TypeOverview:
     delayed: int
     """Jobs waiting for a retry's backoff."""
     dead: int
-    """Dead letters."""
     active_workers: int
     """Workers whose last heartbeat is within heartbeat_window()."""
     oldest_waiting_seconds: float | None
@@ -179,16 +178,16 @@ class RecentCounts:
             then = before.get(now.agent_type, now.totals)
             recent[now.agent_type] = Recent(
                 Counts(
-                    _increase(then.enqueued, now.totals.enqueued),
-                    _increase(then.completed, now.totals.completed),
-                    _increase(then.failed, now.totals.failed),
+                    counter_increase(then.enqueued, now.totals.enqueued),
+                    counter_increase(then.completed, now.totals.completed),
+                    counter_increase(then.failed, now.totals.failed),
                 ),
                 overview.read_at - baseline.read_at,
             )
         return recent
 
 
-def _increase(before: int, after: int) -> int:
+def counter_increase(before: int, after: int) -> int:
     # A counter below its earlier reading was reset (its stats hash deleted): as
     # Prometheus' increase(), count from zero.
     return after - before if after >= before else after

@@ -21,10 +21,9 @@ from redis.exceptions import ResponseError
 
 from ..keys import HISTORY_MINUTES, STATS_COUNTERS
 from ..queue import JobQueue
-from ..queue.backend_errors import backend_errors
-from ..redis.script import pipeline_transport, run_batch
 from .history import Minute
 from .overview import Counts, Recent
+from .session import replies_undecoded
 
 __all__ = ["HistoryReader", "Sample", "chart_minutes", "window_counts", "window_minutes"]
 
@@ -76,10 +75,7 @@ class HistoryReader:
         ]  # fmt: skip
         if not commands:
             return {}
-        with backend_errors(queue.settings.redis):
-            replies = await run_batch(
-                pipeline_transport(queue.connection.client, lambda _: True), commands
-            )
+        replies = await replies_undecoded(queue, commands)
         history: dict[str, dict[int, Sample]] = {}
         for agent_type, reply in zip(agent_types, replies, strict=True):
             samples: dict[int, Sample] = {}

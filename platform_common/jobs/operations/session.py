@@ -22,6 +22,8 @@ __all__ = [
     "read",
     "read_undecoded",
     "redis_now",
+    "replies_undecoded",
+    "score_pairs",
 ]
 
 PAGE = 500
@@ -111,19 +113,25 @@ async def read(queue: JobQueue, commands: Sequence[Command]) -> list[Any]:
     """Run read commands in one pipeline (one round trip per node); an error reply raised."""
     with backend_errors(queue.settings.redis):
         replies = await run_pipelined(queue.connection.client, commands)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return list(replies)
+    return _raised(replies)  # outside backend_errors: an error reply is no outage
 
 
 async def read_undecoded(queue: JobQueue, commands: Sequence[Command]) -> list[Any]:
     """read(), with every reply as Redis holds it (bytes): for values that may not be
     UTF-8 (a damaged record), which the decoding client would refuse as a whole."""
+    return _raised(await replies_undecoded(queue, commands))
+
+
+async def replies_undecoded(queue: JobQueue, commands: Sequence[Command]) -> list[Any]:
+    """read_undecoded() with an error reply left in its place, as its exception: for a
+    caller that tells some apart (a key of another type, a right this user lacks)."""
     with backend_errors(queue.settings.redis):
-        replies = await run_batch(
-            pipeline_transport(queue.connection.client, lambda _: True), commands
+        return list(
+            await run_batch(pipeline_transport(queue.connection.client, lambda _: True), commands)
         )
+
+
+def _raised(replies: Sequence[Any]) -> list[Any]:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
@@ -134,3 +142,11 @@ async def redis_now(queue: JobQueue) -> float:
     """Redis' clock (TIME), seconds: ages are measured against the clock the scripts use."""
     seconds, micros = (await read(queue, [("TIME",)]))[0]
     return int(seconds) + int(micros) / 1_000_000
+
+
+def score_pairs(reply: object) -> list[tuple[str, float]]:
+    """A sorted set's (member, score) reply, RESP2 flat or RESP3 pairs, as pairs."""
+    items = list(reply)  # type: ignore[call-overload]
+    if items and isinstance(items[0], list | tuple):
+        return [(str(m), float(s)) for m, s in items]
+    return [(str(m), float(s)) for m, s in zip(items[::2], items[1::2], strict=True)]

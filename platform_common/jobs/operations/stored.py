@@ -8,6 +8,7 @@ import math
 
 __all__ = [
     "MAX_SHOWN_STORED",
+    "ms_seconds",
     "readable",
     "shown_stored",
     "stored_count",
@@ -58,6 +59,12 @@ def stored_ms(raw: bytes | str | None) -> int | None:
     if not math.isfinite(value) or not 0 <= value <= _LAST_MS:
         return None
     return int(value)
+
+
+def ms_seconds(raw_ms: float | str | bytes | None) -> float | None:
+    """Milliseconds (as the scripts write them) -> seconds; None when absent. Trusted: a
+    value that is not a number raises ValueError."""
+    return None if raw_ms in (None, "") else int(float(raw_ms)) / 1000
 
 
 def shown_stored(raw: bytes | str | None) -> str:

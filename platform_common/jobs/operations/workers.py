@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS
 from ..queue import JobQueue
 from .overview import heartbeat_window
-from .session import PAGE, read, redis_now
+from .session import PAGE, read, redis_now, score_pairs
 
 __all__ = ["WorkerStatus", "WorkersReport", "host_of", "pid_of", "read_workers"]
 
@@ -107,13 +107,7 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
     cursor: int | str = 0
     while True:
         cursor, page = (await read(queue, [("ZSCAN", key, cursor, "COUNT", PAGE)]))[0]
-        items = list(page)
-        pairs = (
-            items
-            if items and isinstance(items[0], list | tuple)
-            else zip(items[::2], items[1::2], strict=True)
-        )
-        beats.update((str(member), float(score)) for member, score in pairs)
+        beats.update(score_pairs(page))
         if int(cursor) == 0:
             return beats
 
@@ -121,9 +115,8 @@ async def _heartbeats(queue: JobQueue, agent_type: str) -> dict[str, float]:
 async def _concurrency(queue: JobQueue, agent_type: str) -> dict[str, int]:
     """Worker id -> its concurrency, from the hash its heartbeats write (one field a
     live worker: pruned with the heartbeats); a value that is not a number is left out."""
-    fields = (
-        await read(queue, [("HGETALL", queue.connection.keys(agent_type).worker_concurrency)])
-    )[0]
+    key = queue.connection.keys(agent_type).worker_concurrency
+    (fields,) = await read(queue, [("HGETALL", key)])
     slots = {}
     for worker_id, value in dict(fields).items():
         try:
@@ -139,7 +132,7 @@ async def _holders(queue: JobQueue, agent_type: str) -> dict[str, list[str]]:
     holders: dict[str, list[str]] = {}
     start = 0
     while True:
-        job_ids = (await read(queue, [("LRANGE", keys.processing, start, start + PAGE - 1)]))[0]
+        (job_ids,) = await read(queue, [("LRANGE", keys.processing, start, start + PAGE - 1)])
         if not job_ids:
             return holders
         # A taken job is claimed (state running, its worker set) in the claim script.
