@@ -149,19 +149,12 @@ def _gauge_case(
     return build
 
 
-def _target_gauge_case(key: str, over: int, at: int) -> Callable[[_Builder], BoundaryCase]:
+def _target_case(key: str | None, over: int, at: int) -> Callable[[_Builder], BoundaryCase]:
+    """A per-target series (`up` when `key` is None) at `over`, firing, and at `at`."""
+
     def build(b: _Builder) -> BoundaryCase:
         firing = Scenario((b.series(key, f"{over}x{SAMPLES}"),), b.by_target, humanize(over))
         quiet = Scenario((b.series(key, f"{at}x{SAMPLES}"),), b.by_target)
-        return BoundaryCase(0, firing, (quiet,))
-
-    return build
-
-
-def _target_case(key: str | None) -> Callable[[_Builder], BoundaryCase]:
-    def build(b: _Builder) -> BoundaryCase:
-        firing = Scenario((b.series(key, f"0x{SAMPLES}"),), b.by_target, "0")
-        quiet = Scenario((b.series(key, f"1x{SAMPLES}"),), b.by_target)
         return BoundaryCase(0, firing, (quiet,))
 
     return build
@@ -397,9 +390,9 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "DeadLetterDepthHigh": _gauge_case(
             "dead_letter_depth", config.dead_letter_high + 1, config.dead_letter_high, humanize
         ),
-        "QueueExporterDown": _target_case(None),
+        "QueueExporterDown": _target_case(None, 0, 1),
         "QueueExporterAbsent": _absent_case,
-        "QueueRedisUnreachable": _target_case("redis_up"),
+        "QueueRedisUnreachable": _target_case("redis_up", 0, 1),
         "QueueNoActiveWorkers": _no_workers_case,
         "JobFailureRatioHigh": _failure_ratio_case,
         "OldestJobOlderThanTTL": _oldest_case,
@@ -408,7 +401,7 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "JobsExpiring": _rate_case(
             "expired", config.expired_rate_high, "expired_rate_high_for", lambda b: b.by_type
         ),
-        "QueueExporterDroppingAgentTypes": _target_gauge_case("types_dropped", 1, 0),
+        "QueueExporterDroppingAgentTypes": _target_case("types_dropped", 1, 0),
         "QueueExporterMalformedValues": _rate_case(
             "malformed", 0, "malformed_values_for", lambda b: b.by_target
         ),
