@@ -155,18 +155,8 @@ def deployment(workers: Workers, agent_type: str) -> dict[str, Any]:
         ],
         # Liveness: the worker's heartbeat in Redis is fresh (a wedged event loop or dead
         # chores fail it). Redis down or full passes: a restart would not help.
-        "startupProbe": {
-            "exec": {"command": probe_command},
-            "periodSeconds": 5,
-            "timeoutSeconds": 5,
-            "failureThreshold": 24,
-        },
-        "livenessProbe": {
-            "exec": {"command": probe_command},
-            "periodSeconds": 15,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
-        },
+        "startupProbe": _probe(probe_command, period=5, failures=24),
+        "livenessProbe": _probe(probe_command, period=15, failures=3),
         "resources": {
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
@@ -201,25 +191,27 @@ def deployment(workers: Workers, agent_type: str) -> dict[str, Any]:
                     "volumes": [
                         # Secret `redis-worker-<type>-auth`, key `password`: this type's
                         # worker ACL user (docs/operations.md, "Deploying").
-                        {
-                            "name": "redis-auth",
-                            "secret": {
-                                "secretName": f"redis-worker-{agent_type}-auth",
-                                "items": [{"key": "password", "path": "password"}],
-                            },
-                        },
-                        {
-                            "name": "redis-tls",
-                            "secret": {
-                                "secretName": "redis-tls-ca",
-                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                            },
-                        },
+                        _secret_volume("redis-auth", f"redis-worker-{agent_type}-auth", "password"),
+                        _secret_volume("redis-tls", "redis-tls-ca", "ca.crt"),
                     ],
                 },
             },
         },
     }
+
+
+def _probe(command: list[str], *, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": command},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _secret_volume(name: str, secret: str, key: str) -> dict[str, Any]:
+    """A volume of one key of Secret `secret`, as a file of the same name."""
+    return {"name": name, "secret": {"secretName": secret, "items": [{"key": key, "path": key}]}}
 
 
 def disruption_budget(workers: Workers, agent_type: str) -> dict[str, Any]:
