@@ -115,13 +115,14 @@ def _by_type(expr: str, suffix: str = "") -> tuple[str, str]:
 
 def _chart(
     panel: P,
-    size: tuple[int, int],
     description: str,
     unit: str,
     queries: Sequence[tuple[str, str]],
+    size: tuple[int, int] = (12, 8),
     **options: Any,
 ) -> Placed:
-    """The time series `panel`, titled from PANEL_TITLES, placed `size` (width, height)."""
+    """The time series `panel`, titled from PANEL_TITLES, placed `size` (width, height):
+    half a row wide unless it says otherwise."""
     return timeseries(panel, PANEL_TITLES[panel], description, unit, queries, **options), *size
 
 
@@ -130,7 +131,6 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.QUEUE_DEPTH,
-            (12, 8),
             "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
             "signal, and its breakdown by priority level (high, normal, low) for a type "
             "that uses levels. Dashed line: QueueDepthHigh threshold "
@@ -147,7 +147,6 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.DEAD_LETTER_DEPTH,
-            (12, 8),
             "Jobs that used their last attempt, per agent type. Dashed line: "
             f"DeadLetterDepthHigh threshold ({config.dead_letter_high}).",
             by_key("dead_letter_depth").unit,
@@ -156,7 +155,6 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.IN_FLIGHT,
-            (12, 8),
             "Jobs held by a worker (leased) and jobs in the delayed set waiting for "
             "their retry backoff.",
             by_key("in_progress").unit,
@@ -167,7 +165,6 @@ def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.OLDEST_JOB_AGE,
-            (12, 8),
             "Age of the oldest job still in the queue (0 when empty). Dashed line: the "
             f"default job TTL ({q.number(config.job_ttl_seconds)}s); past it jobs expire.",
             by_key("oldest_age").unit,
@@ -184,7 +181,6 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.THROUGHPUT,
-            (12, 8),
             "Jobs per second per agent type. Completed is the workers' throughput; "
             "failed counts jobs that failed for good.",
             "ops",
@@ -192,7 +188,6 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.RETRIES,
-            (12, 8),
             "Failed attempts scheduled for a retry, jobs moved to the dead-letter list, "
             "jobs dropped because their TTL passed and jobs cancelled on request, per "
             "second.",
@@ -201,14 +196,12 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.FAILURE_RATIO,
-            (12, 8),
             "Share of finished jobs that failed for good: failed / (completed + failed).",
             "percentunit",
             [_by_type(q.failure_ratio(sel))],
         ),
         _chart(
             P.FAILURES_BY_CLASS,
-            (12, 8),
             "Attempts per second that ended in an error (retried, dead-lettered or "
             "failed for good), by the exception's class. LeaseExpired: the worker "
             "stopped renewing (crashed or killed); CorruptJob: the stored job does not "
@@ -252,16 +245,15 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.LATENCY_QUANTILES,
-            (12, 9),
             "Quantiles of enqueue-to-completion latency per agent type, and each "
             "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it)." + TRACES_HINT,
             unit,
             [*quantiles, _by_type(slo, " p95 SLO")],
+            size=(12, 9),
             exemplars=True,
         ),
         _chart(
             P.WAIT_AND_RUN,
-            (24, 8),
             "Where a job's time goes, per agent type, for jobs that succeeded. Wait: "
             "from its becoming due (enqueued, or its retry's due time) to the start "
             "of the attempt that succeeded; high means too few workers. Run: that "
@@ -273,6 +265,7 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 for key in ("wait", "run")
                 for quantile, percent in ((0.5, 50), (0.95, 95))
             ],
+            size=(24, 8),
             exemplars=True,
         ),
     ]
@@ -282,21 +275,18 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.ACTIVE_WORKERS,
-            (12, 8),
             "Workers whose heartbeat is recent, per agent type.",
             by_key("active_workers").unit,
             [_by_type(q.gauge_by_type(sel, "active_workers"))],
         ),
         _chart(
             P.HEARTBEAT_AGE,
-            (12, 8),
             "Seconds since any worker of the agent type last sent a heartbeat.",
             "s",
             [_by_type(q.heartbeat_age(sel))],
         ),
         _chart(
             P.WORKER_HEARTBEATS,
-            (12, 8),
             "Seconds since each worker's last heartbeat (at most "
             f"{MAX_WORKERS_PER_TYPE} per agent type, the stalest). A worker whose line "
             "keeps climbing has stopped: its jobs in progress return to the queue when "
@@ -306,7 +296,6 @@ def _workers_row(sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.WORKER_JOBS,
-            (12, 8),
             "Jobs each worker is running, as its last heartbeat reported (the same "
             f"workers as {PANEL_TITLES[P.WORKER_HEARTBEATS]}). A worker whose heartbeat "
             "age climbs while it still shows jobs holds them until their leases lapse; "
@@ -323,7 +312,6 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.LIMITS_STARTS,
-            (12, 8),
             "Job starts per second per agent type, its rate limit (no line: no limit) "
             "and the starts it held back per second (claims that asked for more than "
             "the rate allowed). Starts on the limit while the queue depth grows: the "
@@ -338,7 +326,6 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.LIMITS_RUNNING,
-            (12, 8),
             "Jobs in progress per agent type, its max_running (no line: no cap) and the "
             "starts the cap held back per second. Workers start no job of a type at "
             "its cap until one ends.",
@@ -359,7 +346,6 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.FAIR_KEYS_WAITING,
-            (8, 8),
             "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
             "with jobs waiting, per agent type; the line at 1 names the field fair "
             "share goes by (none: it is off). With the exporter's --fair-key-top N, "
@@ -376,10 +362,10 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
                     "{{agent_type}} {{fair_key}} backlog",
                 ),
             ],
+            size=(8, 8),
         ),
         _chart(
             P.FAIR_KEY_WAIT,
-            (8, 8),
             "How long keys with jobs waiting have gone without a start: the longest, "
             "and the median over keys. Close together: the keys take turns. Oldest "
             "far above the median: one key is starved (QueueFairKeyStarving), often "
@@ -390,10 +376,10 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
                 _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),
                 _by_type(q.gauge_by_type(sel, "fair_key_median_wait"), " median key"),
             ],
+            size=(8, 8),
         ),
         _chart(
             P.FAIR_HELD_BACK,
-            (8, 8),
             "Job starts per second held back because their key was at the type's "
             "max_running_per_key (no line for the limit: no cap). Steady while the "
             "key's jobs age: raise it (agentjobs limits set TYPE "
@@ -403,6 +389,7 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
                 _by_type(q.rate_by_type(sel, "held_back_max_running_per_key"), " held back/s"),
                 _by_type(q.gauge_by_type(sel, "max_running_per_key_limit"), " per-key cap"),
             ],
+            size=(8, 8),
         ),
     ]
 
@@ -411,7 +398,6 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.EXPORTER_UP,
-            (8, 7),
             "1 = up. `up` is Prometheus reaching the exporter; Redis up is the "
             "exporter reading Redis on its last scrape.",
             by_key("redis_up").unit,
@@ -419,17 +405,17 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
                 (q.target_series(sel), "{{instance}} exporter up"),
                 (q.target_series(sel, "redis_up"), "{{instance}} Redis up"),
             ],
+            size=(8, 7),
         ),
         _chart(
             P.SCRAPE_DURATION,
-            (8, 7),
             "Time the exporter's last scrape took to read Redis (one pipelined round trip).",
             by_key("scrape_duration").unit,
             [(q.target_series(sel, "scrape_duration"), "{{instance}}")],
+            size=(8, 7),
         ),
         _chart(
             P.EXPORTER_ERRORS,
-            (8, 7),
             "Values in Redis the exporter could not parse (per second), and agent types "
             "left out because the exporter's type cap was reached. Both should be 0.",
             "short",
@@ -440,6 +426,7 @@ def _exporter_row(sel: q.Selector) -> list[Placed]:
                 ),
                 (q.target_series(sel, "types_dropped"), "{{instance}} agent types dropped"),
             ],
+            size=(8, 7),
         ),
     ]
 
@@ -451,7 +438,6 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     return [
         _chart(
             P.REDIS_MEMORY,
-            (16, 7),
             "Memory each Redis primary uses, and its maxmemory limit (0 when "
             "unlimited). At the limit, under noeviction, writes are refused (OOM); "
             f"QueueRedisMemoryHigh fires above {q.number(config.redis_memory_high)} of it.",
@@ -460,6 +446,7 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 (by_node("redis_memory_used"), "{{node}} used"),
                 (by_node("redis_memory_max"), "{{node}} maxmemory (0: none)"),
             ],
+            size=(16, 7),
         ),
         (
             stat(
@@ -477,7 +464,6 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         ),
         _chart(
             P.REDIS_CLIENTS,
-            (12, 7),
             "Client connections to each Redis primary, and those blocked in a waiting "
             "command (idle workers in BLMOVE). Connections near maxclients are refused.",
             by_key("redis_clients").unit,
@@ -485,14 +471,15 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
                 (q.redis_by_node(sel, "redis_clients"), "{{node}} connected"),
                 (q.redis_by_node(sel, "redis_blocked_clients"), "{{node}} blocked"),
             ],
+            size=(12, 7),
         ),
         _chart(
             P.REDIS_EVICTIONS,
-            (12, 7),
             "Keys each Redis primary's maxmemory policy deleted, per second. Must be 0: "
             "an eviction loses queued jobs, results or counters without an error.",
             "ops",
             [(q.redis_rate_by_node(sel, "redis_evicted_keys"), "{{node}} evicted keys/s")],
+            size=(12, 7),
             threshold_steps=steps((None, "green"), (0.001, "red")),
         ),
     ]
@@ -528,13 +515,13 @@ def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Pla
     )
     return _chart(
         _SLO_PANELS[kind][2],
-        (10, 8),
         f"How fast each agent type spends its {kind} error budget: the error ratio over "
         "a window divided by the budget (1 - the objective). At 1x (the objective) the "
         "budget lasts exactly the SLO window. The burn-rate alerts: "
         f"{pairs}, each over both windows. Dashed: 1x, 3x, 6x and 14.4x.",
         "short",
         [_by_type(slo.burn_rate(window), f" {window}") for window in _BURN_WINDOWS],
+        size=(10, 8),
         threshold_steps=lines,
     )
 
@@ -561,7 +548,6 @@ def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Plac
     measure = _MEASURES[kind].format(threshold=q.number(default.threshold_seconds or 0))
     return _chart(
         _SLO_PANELS[kind][0],
-        (10, 8),
         f"The {kind} SLI of each agent type over the last {_SLI_WINDOW}: {measure}; its "
         f"last value is the SLI now. Each type's objective is drawn beside it "
         f"({_objectives_text(config, kind)}); dashed: the default objective. Below the "
@@ -571,6 +557,7 @@ def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Plac
             _by_type(f"1 - {slo.error_ratio(_SLI_WINDOW)}", f" SLI ({_SLI_WINDOW})"),
             _by_type(slo.objective(), " objective"),
         ],
+        size=(10, 8),
         threshold_steps=steps((None, "red"), (default.target, "green")),
         value_min=None,
     )
@@ -605,16 +592,13 @@ def _slo_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     return placed
 
 
-def _titled_row(panel: P) -> Any:
-    return row(panel, PANEL_TITLES[panel])
-
-
-def _layout(sections: Sequence[tuple[Any, Sequence[Placed]]]) -> list[Any]:
+def _layout(sections: Sequence[tuple[P, Sequence[Placed]]]) -> list[Any]:
     """Rows stacked top to bottom; each row's panels fill 24 columns left to right."""
     out: list[Any] = []
     y = 0
     for row_panel, items in sections:
-        out.append(attr.evolve(row_panel, gridPos=GridPos(h=1, w=24, x=0, y=y)))
+        titled = row(row_panel, PANEL_TITLES[row_panel])
+        out.append(attr.evolve(titled, gridPos=GridPos(h=1, w=24, x=0, y=y)))
         y += 1
         x = line_height = 0
         for panel, width, height in items:
@@ -630,15 +614,15 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
     sel = q.Selector.dashboard(config.namespace)
     panels = _layout(
         [
-            (_titled_row(P.ROW_ALERTS), _alert_row(config)),
-            (_titled_row(P.ROW_SLO), _slo_row(config, sel)),
-            (_titled_row(P.ROW_QUEUE), _queue_row(config, sel)),
-            (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
-            (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),
-            (_titled_row(P.ROW_WORKERS), _workers_row(sel)),
-            (_titled_row(P.ROW_LIMITS), _limits_row(sel)),
-            (_titled_row(P.ROW_EXPORTER), _exporter_row(sel)),
-            (_titled_row(P.ROW_REDIS), _redis_row(config, sel)),
+            (P.ROW_ALERTS, _alert_row(config)),
+            (P.ROW_SLO, _slo_row(config, sel)),
+            (P.ROW_QUEUE, _queue_row(config, sel)),
+            (P.ROW_THROUGHPUT, _throughput_row(sel)),
+            (P.ROW_LATENCY, _latency_row(config, sel)),
+            (P.ROW_WORKERS, _workers_row(sel)),
+            (P.ROW_LIMITS, _limits_row(sel)),
+            (P.ROW_EXPORTER, _exporter_row(sel)),
+            (P.ROW_REDIS, _redis_row(config, sel)),
         ]
     )
     alert_list = f"/alerting/list?search=namespace%3A{config.grafana_folder}"
