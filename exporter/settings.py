@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -61,45 +62,28 @@ def _redis(value: str, name: str) -> RedisSettings:
     return RedisSettings.from_url(value, setting_name=name)
 
 
-def _port(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=1, maximum=65535)
-
-
 MAX_HEARTBEAT_WINDOW_SECONDS = 86_400.0
 """A day: far past any heartbeat interval, and small enough that the window in
 milliseconds stays an exact integer (1e308 s was accepted, then every scrape failed)."""
 MAX_REDIS_TIMEOUT_SECONDS = 300.0
 """Five minutes: above any Prometheus scrape timeout, and a socket timeout the OS takes."""
 
-
-def _heartbeat_window(value: str, name: str) -> float:
-    return parse_duration(value, name, maximum=MAX_HEARTBEAT_WINDOW_SECONDS)
-
-
-def _redis_timeout(value: str, name: str) -> float:
-    return parse_duration(value, name, maximum=MAX_REDIS_TIMEOUT_SECONDS)
-
-
-def _max_agent_types(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=1, maximum=100_000)
+_port = partial(parse_int, minimum=1, maximum=65535)
+_max_agent_types = partial(parse_int, minimum=1, maximum=100_000)
+_fair_key_top = partial(parse_int, minimum=0, maximum=MAX_FAIR_KEY_TOP)
+_heartbeat_window = partial(parse_duration, maximum=MAX_HEARTBEAT_WINDOW_SECONDS)
+_redis_timeout = partial(parse_duration, maximum=MAX_REDIS_TIMEOUT_SECONDS)
+_log_level = partial(parse_choice, choices=_LOG_LEVELS)
 
 
 def _agent_types(value: str, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parse_list(value, name, parse_name)))  # deduplicated, in order
 
 
-def _fair_key_top(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=0, maximum=MAX_FAIR_KEY_TOP)
-
-
 def _namespace(value: str, name: str) -> str:
     if not _NAMESPACE.fullmatch(value):
         raise ConfigurationError(name, f"{value!r} must match [a-zA-Z_][a-zA-Z0-9_]*")
     return value
-
-
-def _log_level(value: str, name: str) -> str:
-    return parse_choice(value, name, _LOG_LEVELS)
 
 
 @dataclass(frozen=True, slots=True)
