@@ -2,10 +2,9 @@
 says, as plain data.
 
 Never raises on bad data: a value that does not parse is skipped and counted in
-`malformed`. Every scrape parses every type's hash (~50 fields, 1,000 types), so the
-fields are sorted by what they are in one pass, with each field name's meaning kept
-(the same few dozen names in every hash); the reader also keeps each type's last
-reading and parses a hash again only when it changed.
+`malformed`. A scrape may parse ~1,000 hashes of ~50 fields, so the fields are sorted by
+what they are in one pass, each field name's meaning kept (the same few dozen names in
+every hash); the reader parses a type's hash again only when it changed.
 """
 
 from __future__ import annotations

@@ -81,30 +81,24 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
 
 
 class TypeReplies(NamedTuple):
-    """One type's replies to `type_commands`, by meaning."""
+    """One type's replies to `type_commands`, by meaning (as its docstring has them)."""
 
     queue_depth: Any
-    """Jobs waiting to be taken (an integer)."""
+    """Jobs waiting to be taken: replies 0 and 7 summed."""
     in_progress: Any
     delayed_depth: Any
     dead_letter_depth: Any
     stats: Any
-    """The stats hash: flat [field, value, ...] (RESP2) or a dict (RESP3)."""
     heartbeats: Any
-    """ZRANGE ... WITHSCORES of the heartbeats: flat (RESP2) or pairs (RESP3)."""
     oldest_waiting: Any
-    """ZRANGE ... WITHSCORES of at most one member: the oldest waiting job's arrival
-    (ms) is its score; empty when none waits."""
+    """Of replies 6 and 8, the one with the oldest arrival (ms, its score)."""
     worker_jobs: Any
-    """HGETALL of worker id -> jobs in progress: flat (RESP2) or a dict (RESP3)."""
     paused: bool
-    """Whether the type is paused (its pause key holds a value)."""
+    """Whether the type's pause key holds a value."""
     limits: Any
-    """HMGET of the limits hash: LIMITS_READ's values, each nil when unset."""
     level_depths: tuple[Any, Any]
-    """Jobs waiting at priority high and low (integers)."""
+    """Replies 12 and 13: jobs waiting at priority high and low."""
     fair_keys_waiting: Any
-    """Fair share's keys with jobs waiting (an integer; 0 when none)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:
