@@ -1,9 +1,8 @@
-"""Grafana file provisioning built directly (grafanalib writes the Ruler HTTP API's
-shape, which file provisioning refuses): alert rules, datasource, dashboards provider.
+"""Grafana file provisioning as plain dicts: alert rules, datasource, dashboards provider.
 
-grafanalib 0.7.1's alerting classes emit the Ruler HTTP-API shape, which file provisioning
-rejects, so the documents are plain dicts here. Each rule is A (instant Prometheus query)
--> B (reduce: last, non-numbers dropped) -> C (threshold), `condition: C`.
+grafanalib 0.7.1's alerting classes emit the Ruler HTTP API's shape, which file
+provisioning rejects. Each rule is A (instant Prometheus query) -> B (reduce: last,
+non-numbers dropped) -> C (threshold), `condition: C`.
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@ PodDisruptionBudget and its KEDA ScaledObject, plus one PrometheusRule (Promethe
 Operator) holding the alert rules of alerts/prometheus/.
 
 `render(workers, config)` returns file name -> YAML text; `agentjobs deploy render` writes
-them, and scripts/generate.py writes the repository's examples (deploy/kubernetes/workers/)
-with it. A composition root like `generate`: it joins the site settings (the same
-`MonitoringConfig` the bundle is made from, so the PrometheusRule carries exactly the
-rule file's groups and the scaler reads the exporter by the site's `job` and metric
-prefix) with the alert renderer. Each file is a complete set of objects, so tests/deploy
-validates exactly what `kubectl apply` receives.
+them, and scripts/generate.py the repository's examples (deploy/kubernetes/workers/). A
+composition root like `generate`: from the site's `MonitoringConfig`, the PrometheusRule
+carries exactly the rule file's groups and the scaler reads the exporter by the site's
+`job` and metric prefix. Each file is a complete set of objects, as `kubectl apply` takes.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 An alert is `query <op> threshold` held for `for_`. `query` is Grafana's query A (then
 B = reduce last, C = threshold), and `expr` the Prometheus rule's expression, so both
-systems compare the same number with the same threshold. `op` is `gt` or `lt` only:
-Grafana's `eq`/`ne`/`gte`/`lte` threshold types exist only since 2025, and every "is 0"
-condition here is on a whole number, so `< 1` (or `> 0`) says it exactly.
+systems compare the same number with the same threshold. `op` is `gt` or `lt` only (why:
+docs/monitoring.md, "Grafana 10.4 or newer").
 `summary` and `description` are `string.Template`s over `$agent_type`, `$instance`,
 `$job`, `$node`, `$policy`, `$value`, `$threshold` and `$for_`, rendered into each
 system's own templating by `render_text`, so a text can never state another threshold
@@ -25,14 +24,7 @@ from .config import MonitoringConfig
 from .slo import SLO_KINDS, BurnRatePair, Objective, SloKind, window_seconds
 from .slo_queries import SloQueries, burn_alert, pairs_of
 
-__all__ = [
-    "AlertSpec",
-    "Op",
-    "TemplateFlavour",
-    "alert_specs",
-    "render_concrete",
-    "render_text",
-]
+__all__ = ["AlertSpec", "Op", "TemplateFlavour", "alert_specs", "render_concrete", "render_text"]
 
 Op = Literal["gt", "lt"]
 PROMQL_OP: dict[Op, str] = {"gt": ">", "lt": "<"}
@@ -466,27 +458,25 @@ def _slo_specs(config: MonitoringConfig, sel: q.Selector) -> tuple[AlertSpec, ..
                     "At 1x the budget lasts exactly the window; faster, it runs out before "
                     "the window ends. Not urgent, but it will not stop by itself."
                 )
-            specs.append(
-                AlertSpec(
-                    name=f"Job{kind.title()}BudgetBurn{speed}",
-                    query=burn_alert(inline.burn_rate, pairs),
-                    rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
-                    op="gt",
-                    threshold=0,
-                    for_="0s",  # the short window is what ends it (the workbook's choice)
-                    severity="critical" if severity == "page" else "warning",
-                    action=action,
-                    summary=(
-                        f"$agent_type burns its {kind} error budget $value times as fast "
-                        "as its SLO allows."
-                    ),
-                    description=(
-                        f"{errors} has been more than {_pairs_text(pairs, objective)}. "
-                        f"{budget} $value is the burn rate over the short window. {consequence}"
-                    ),
-                    panel=panel,
-                    expect_data=False,
-                    slo=kind,
-                )
-            )
+            # As alert_specs' table; no `for`: the short window is what ends it (the
+            # workbook's choice).
+            # fmt: off
+            specs.append(AlertSpec(
+                name=f"Job{kind.title()}BudgetBurn{speed}", slo=kind,
+                query=burn_alert(inline.burn_rate, pairs),
+                rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
+                op="gt", threshold=0, for_="0s",
+                severity="critical" if severity == "page" else "warning", action=action,
+                panel=panel,
+                summary=(
+                    f"$agent_type burns its {kind} error budget $value times as fast "
+                    "as its SLO allows."
+                ),
+                description=(
+                    f"{errors} has been more than {_pairs_text(pairs, objective)}. "
+                    f"{budget} $value is the burn rate over the short window. {consequence}"
+                ),
+                expect_data=False,
+            ))
+            # fmt: on
     return tuple(specs)
