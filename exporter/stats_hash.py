@@ -69,8 +69,7 @@ class LatencyHistogram:
 
 @dataclass(frozen=True, slots=True)
 class StatsReading:
-    """What one stats hash says. Shared by the snapshots of the scrapes that read the
-    same hash: never mutated."""
+    """What one stats hash says (shared by the scrapes that read the same hash)."""
 
     counters: Mapping[str, int]
     """keys.STATS_COUNTERS name -> value; a missing one is 0, a malformed one absent."""
@@ -86,8 +85,8 @@ class StatsReading:
 def parse_stats(
     stats: object, bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS
 ) -> StatsReading:
-    """HGETALL's reply (flat [field, value, ...] or a dict) -> StatsReading.
-    `bucket_bounds` are the queue's configured latency buckets (see `_histogram`)."""
+    """HGETALL's reply (flat or a dict) -> StatsReading; `bucket_bounds` are the queue's
+    configured latency buckets (see `_histogram`)."""
     fields = hash_fields(stats)
     bounds = _configured_bounds(tuple(bucket_bounds))
     malformed = 0
@@ -147,11 +146,10 @@ def _histogram(
     cumulative `le` buckets.
 
     The queue only creates a bucket's field when an observation lands in it. Bounds
-    without a field are filled with 0 when every field found is one of the configured
-    bounds: then the `le` set is complete and stable from the first scrape (rate() and
-    histogram_quantile need that). A field outside the configured bounds means the
-    queue uses other buckets: then only the discovered ones are exported, which is
-    always correct (a missing bound's count is unknown, not 0).
+    without a field are filled with 0 when every field found is a configured bound: the
+    `le` set is then stable from the first scrape (rate() and histogram_quantile need
+    that). A field outside them means the queue uses other buckets: then only the found
+    ones are exported (a missing bound's count is unknown, not 0).
     """
     malformed = 0
     buckets: tuple[tuple[float, int], ...]

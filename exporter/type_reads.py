@@ -22,42 +22,35 @@ LIMITS_READ = ("rate", "interval_ms", "max_running", "max_running_per_key", "fai
 
 
 def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
-    """The read-only commands for one agent type, in the order of their replies:
+    """The read-only commands for one agent type, in the order of their replies (hashes
+    come flat in RESP2, as a dict in RESP3; ZRANGE WITHSCORES flat or as pairs):
 
     0. `ZCARD waiting`: jobs waiting to be taken that have a job hash (a retry, a
-       released or requeued job, one of the previous layout), an integer; with 7, the
-       queue depth. Not LLEN of the queue list: expiry is lazy, so an expired job's id
-       stays in the list until a worker pops and drops it, while these two hold exactly
-       the jobs that wait.
-    1. `LLEN processing`: jobs a worker has taken (an integer).
-    2. `ZCARD delayed`: jobs waiting for a retry (an integer).
-    3. `LLEN dead`: jobs in the dead-letter list (an integer).
-    4. `HGETALL stats`: the stats hash, counters and histograms (keys.py): a flat
-       [field, value, ...] list in RESP2, a dict in RESP3.
-    5. `ZRANGE workers 0 -1 WITHSCORES`: every worker's last heartbeat (worker id, ms).
-       The queue prunes silent workers, so this stays as small as the fleet.
+       released or requeued job, one of the previous layout); with 7, the queue depth.
+       Not LLEN of the queue list: expiry is lazy, so an expired job's id stays in the
+       list until a worker pops and drops it, while these two hold exactly the jobs
+       that wait.
+    1, 2, 3. `LLEN processing`, `ZCARD delayed`, `LLEN dead`: jobs a worker has taken,
+       waiting for a retry, dead-lettered.
+    4. `HGETALL stats`: the stats hash, counters and histograms (keys.py).
+    5. `ZRANGE workers 0 -1 WITHSCORES`: every worker's last heartbeat (worker id, ms);
+       the queue prunes silent workers, so this stays as small as the fleet.
     6. `ZRANGE waiting 0 0 WITHSCORES`: the oldest waiting job with a job hash (id,
-       arrival ms), or empty; the queue keeps this set beside the list precisely so
-       that no job hash is read for it.
+       arrival ms), or empty: kept beside the list so that no job hash is read for it.
     7. `HLEN queued`: jobs waiting to be taken for the first time, each packed in one
-       field of the `queued` hash (an integer; the values, which hold the payloads,
-       are never read).
+       field of the `queued` hash (the values, which hold the payloads, are never read).
     8. `ZRANGE arrivals 0 0 WITHSCORES`: the oldest second (ms) in which a job still
        packed in `queued` arrived, or empty.
     9. `HGETALL worker_jobs`: each worker's jobs in progress (worker id -> count), as
-       its heartbeat last wrote it: flat in RESP2, a dict in RESP3. Pruned with the
-       heartbeats, so as small as the fleet; no job hash is read for it.
-    10. `GET paused`: the moment the type was paused (a string), or nil while it runs.
-    11. `HMGET limits rate interval_ms max_running max_running_per_key fair_by`: the
-        type's configured rate (starts per interval_ms), caps on running jobs and the
-        field fair share goes by (queue/limits.py), each nil when not set.
+       its heartbeat last wrote it; pruned with the heartbeats.
+    10. `GET paused`: the moment the type was paused, or nil while it runs.
+    11. `HMGET limits` LIMITS_READ: the type's rate (starts per interval_ms), caps on
+        running jobs and fair share's field (queue/limits.py), each nil when not set.
     12, 13. `LLEN queue:high`, `LLEN queue:low`: the jobs waiting at priority high and
-       low (queue/priority.py). Unlike the queue list, these lose an expired job's id
-       when it expires, so each length is its level's depth; normal's is the depth
-       less both.
-    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent). Only a
-       type with keys waiting has their waits read (fair_share.py), in a round trip
-       shared by every such type: a type without fair share pays this one command.
+       low (queue/priority.py). These lose an expired job's id when it expires, so each
+       length is its level's depth; normal's is the depth less both.
+    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent); only a
+       type with keys waiting has their waits read (fair_share.py).
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
