@@ -135,13 +135,11 @@ class _Builder:
         return self.series("queue_depth", f"{q.number(value)}x{SAMPLES}")
 
 
-def _gauge_case(
-    key: str, over: float, at: float, fmt: Callable[[float], str]
-) -> Callable[[_Builder], BoundaryCase]:
+def _gauge_case(key: str, over: float, at: float) -> Callable[[_Builder], BoundaryCase]:
     def build(b: _Builder) -> BoundaryCase:
         extra = () if key == "queue_depth" else (b.depth(0),)
         firing = Scenario(
-            (b.series(key, f"{q.number(over)}x{SAMPLES}"), *extra), b.by_type, fmt(over)
+            (b.series(key, f"{q.number(over)}x{SAMPLES}"), *extra), b.by_type, humanize(over)
         )
         quiet = Scenario((b.series(key, f"{q.number(at)}x{SAMPLES}"), *extra), b.by_type)
         return BoundaryCase(0, firing, (quiet,))
@@ -382,14 +380,12 @@ def _redis_memory_case(b: _Builder) -> BoundaryCase:
 def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
     """One case per alert name of `alert_specs(config)`."""
     b = _Builder(config)
-    depth_high = config.queue_depth_high
+    depth_high, dead_high = config.queue_depth_high, config.dead_letter_high
     builders: dict[str, Callable[[_Builder], BoundaryCase]] = {
-        "QueueDepthHigh": _gauge_case("queue_depth", depth_high + 1, depth_high, humanize),
+        "QueueDepthHigh": _gauge_case("queue_depth", depth_high + 1, depth_high),
         "QueueIdle": _idle_case,
         "JobLatencyP95AboveSLO": _latency_case,
-        "DeadLetterDepthHigh": _gauge_case(
-            "dead_letter_depth", config.dead_letter_high + 1, config.dead_letter_high, humanize
-        ),
+        "DeadLetterDepthHigh": _gauge_case("dead_letter_depth", dead_high + 1, dead_high),
         "QueueExporterDown": _target_case(None, 0, 1),
         "QueueExporterAbsent": _absent_case,
         "QueueRedisUnreachable": _target_case("redis_up", 0, 1),
@@ -405,7 +401,7 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "QueueExporterMalformedValues": _rate_case(
             "malformed", 0, "malformed_values_for", lambda b: b.by_target
         ),
-        "QueuePausedTooLong": _gauge_case("paused", 1, 0, humanize),
+        "QueuePausedTooLong": _gauge_case("paused", 1, 0),
         "QueueHeldAtRateLimit": _held_at_rate_limit_case,
         "QueueFairKeyStarving": _fair_key_starving_case,
     }

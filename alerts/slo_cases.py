@@ -43,9 +43,9 @@ MARGIN = 0.05
 START = 1_000_000
 """Every counter's first value: rate() then extrapolates every series alike."""
 EVALUATION_MINUTES = 10
-"""The stories' evaluation interval. The burn-rate alerts have no `for`: each evaluation
-stands alone, so evaluating every tenth minute decides what every minute would, and the
-days-long ticket stories run in seconds. Every check falls on one."""
+"""The stories' evaluation interval, which every check falls on. The burn-rate alerts
+have no `for`, so evaluating every tenth minute decides what every minute would, and
+the days-long ticket stories run in seconds."""
 
 
 @dataclass(frozen=True, slots=True)

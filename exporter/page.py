@@ -245,8 +245,8 @@ def _histogram_text(
     histogram: LatencyHistogram,
     exemplars: dict[float, BucketExemplar] | None = None,
 ) -> str:
-    """The `_bucket` lines, then `_count` and `_sum`, of one histogram series;
-    `exemplars` (OpenMetrics) end the lines of their buckets."""
+    """The `_bucket`, `_count` and `_sum` lines of one histogram series; `exemplars`
+    (OpenMetrics) end the lines of their buckets."""
     bounds, counts = zip(*histogram.buckets, strict=True)
     small = set(map(type, counts)) == _JUST_INT and min(counts) >= 0 and max(counts) < 10**6
     if small and not exemplars:
@@ -302,9 +302,8 @@ def _exemplar(exemplar: BucketExemplar) -> str:
 
 
 def _number(value: float) -> str:
-    """floatToGoString's text, without its float() and repr() for a small count: an
-    integer below 1e6 is written `<n>.0`, as repr(float(n)) is (at 1e6 Go's exponent
-    form starts)."""
+    """floatToGoString's text, without its float() and repr() for an integer below 1e6
+    (where Go's exponent form starts): `<n>.0`, as repr(float(n)) writes it."""
     if type(value) is int and 0 <= value < 1_000_000:
         return f"{value}.0"
     return _go_float(value)

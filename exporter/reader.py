@@ -49,13 +49,10 @@ __all__ = ["SnapshotReader", "make_exporter_client", "type_commands"]
 
 
 def make_exporter_client(settings: ExporterSettings) -> RedisClient:
-    """A client whose every wait is bounded by the scrape timeout.
-
-    One immediate retry lets the first scrape after a Redis restart replace the dead
-    pooled connection and still succeed; no health-check PING, which would be an extra
-    round trip on an idle connection. Concurrent scrapes beyond the pool wait for a
-    connection (up to the scrape timeout) rather than report Redis down.
-    """
+    """A client whose every wait is bounded by the scrape timeout. One immediate retry
+    lets the first scrape after a Redis restart replace the dead pooled connection; no
+    health-check PING (an extra round trip); scrapes beyond the pool wait for a
+    connection rather than report Redis down."""
     timeout = settings.redis_timeout
     return settings.redis.make_client(
         socket_timeout=timeout,
@@ -125,9 +122,8 @@ class SnapshotReader:
     async def _with_memory(
         self, head: list[tuple[Any, ...]], agent_types: Sequence[str]
     ) -> tuple[Replies, list[str]]:
-        """Run `head` and the commands of `agent_types` with INFO (memory, clients,
-        stats) of every primary appended, in the same pipeline: the replies (the INFO
-        ones last) and the nodes they come from."""
+        """`head`, the commands of `agent_types`, then INFO of every primary, in one
+        pipeline -> the replies and the nodes the INFO ones come from."""
         client = self._client
         if not isinstance(client, RedisCluster):
             nodes = [server_name(self._settings.redis)]

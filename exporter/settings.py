@@ -63,8 +63,7 @@ def _redis(value: str, name: str) -> RedisSettings:
 
 
 MAX_HEARTBEAT_WINDOW_SECONDS = 86_400.0
-"""A day: far past any heartbeat interval, and small enough that the window in
-milliseconds stays an exact integer (1e308 s was accepted, then every scrape failed)."""
+"""A day: far past any heartbeat interval, and the window in ms stays an exact integer."""
 MAX_REDIS_TIMEOUT_SECONDS = 300.0
 """Five minutes: above any Prometheus scrape timeout, and a socket timeout the OS takes."""
 

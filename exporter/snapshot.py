@@ -97,14 +97,12 @@ class TypeSnapshot:
 @dataclass(frozen=True, slots=True)
 class WorkerBeat:
     worker: str
-    """The worker's id (host:pid:... as the worker names itself), as a label value:
-    capped (label_values.py)."""
+    """The worker's id as it names itself (host:pid:...), as a capped label value."""
     age_seconds: float
     """Seconds since its last heartbeat, by Redis TIME (never negative)."""
     jobs_in_progress: int | None = None
-    """Jobs it was running at that heartbeat (its own count, the worker_jobs hash);
-    None when unknown: a worker of a version that does not write it, or a malformed
-    value."""
+    """Jobs it was running at that heartbeat (the worker_jobs hash); None when unknown:
+    an older worker, or a malformed value."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,8 +52,7 @@ class BucketExemplar:
 
 @dataclass(frozen=True, slots=True)
 class LatencyHistogram:
-    """One duration histogram of one agent type (keys.STATS_HISTOGRAMS), in Prometheus'
-    shape."""
+    """One duration histogram of one agent type, in Prometheus' shape."""
 
     buckets: tuple[tuple[float, int], ...]
     """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
@@ -212,10 +211,9 @@ def _exemplar(raw: str, bound: float | None) -> BucketExemplar | None:
 
 
 def _error_classes(error_fields: Sequence[tuple[str, str]]) -> tuple[dict[str, int], int]:
-    """Failed attempts by class, from the hash's `error:<class>` fields. The queue caps the
-    classes; a hash holding more (written by hand) has the excess folded into `other`,
-    in field-name order, so the label stays bounded here too. A class name too long
-    for a label is capped (label_values.py)."""
+    """Failed attempts by (capped) class, from the hash's `error:<class>` fields. A hash
+    with more classes than the queue's cap (written by hand) has the excess folded into
+    `other`, in field-name order, so the label stays bounded here too."""
     malformed = 0
     counts: dict[str, int] = {}
     for name, raw in sorted(error_fields):

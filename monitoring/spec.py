@@ -78,8 +78,7 @@ class AlertSpec:
     @property
     def expr(self) -> str:
         """The Prometheus rule expression: the same query (or its recorded form) and threshold."""
-        query = self.query if self.rule_query is None else self.rule_query
-        return f"{query} {PROMQL_OP[self.op]} {q.number(self.threshold)}"
+        return f"{self.query if self.rule_query is None else self.rule_query} {self.condition}"
 
     @property
     def condition(self) -> str:
