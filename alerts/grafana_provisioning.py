@@ -49,7 +49,7 @@ def _query_model(spec: AlertSpec, config: MonitoringConfig) -> dict[str, Any]:
     }
 
 
-def _expression(ref_id: str, model: dict[str, Any]) -> dict[str, Any]:
+def _expression(ref_id: str, **model: Any) -> dict[str, Any]:
     return {
         "datasourceUid": EXPR_DATASOURCE,
         "model": {
@@ -79,21 +79,13 @@ def _rule(spec: AlertSpec, config: MonitoringConfig) -> dict[str, Any]:
                 "relativeTimeRange": {"from": QUERY_RANGE_SECONDS, "to": 0},
             },
             _expression(
-                "B",
-                {
-                    "expression": "A",
-                    "reducer": "last",
-                    "settings": {"mode": "dropNN"},
-                    "type": "reduce",
-                },
+                "B", expression="A", reducer="last", settings={"mode": "dropNN"}, type="reduce"
             ),
             _expression(
                 "C",
-                {
-                    "conditions": [{"evaluator": {"params": [spec.threshold], "type": spec.op}}],
-                    "expression": "B",
-                    "type": "threshold",
-                },
+                conditions=[{"evaluator": {"params": [spec.threshold], "type": spec.op}}],
+                expression="B",
+                type="threshold",
             ),
         ],
         "execErrState": "Error",

@@ -640,9 +640,6 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
         time=Time("now-6h", "now"),
         annotations=Annotations(list=[]),
         templating=_variables(config),
-        links=[
-            link("Alert rules", alert_list),
-            link("Runbooks", config.runbook_index_url),
-        ],
+        links=[link("Alert rules", alert_list), link("Runbooks", config.runbook_index_url)],
         panels=panels,
     )

@@ -137,7 +137,7 @@ class SnapshotReader:
     async def _run(
         self,
         head: list[tuple[Any, ...]],
-        agent_types: Sequence[str],
+        agent_types: Sequence[str] = (),
         tail: Sequence[tuple[Any, ...]] = (),
     ) -> Replies:
         """`head`, the commands of `agent_types`, then `tail`, in one pipeline."""
@@ -160,7 +160,7 @@ class SnapshotReader:
         prefix = self._settings.queue_prefix
         keys = {t.agent_type: QueueKeys(t.agent_type, prefix) for t in waiting}
         commands = [since_command(keys[t.agent_type], t.fair_keys_waiting) for t in waiting]
-        replies = await self._run([("TIME",), *commands], ())
+        replies = await self._run([("TIME",), *commands])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
         malformed = 0
@@ -176,8 +176,7 @@ class SnapshotReader:
         lists = [(t, key) for t, since in read.items() for key in since] if top else []
         if lists:
             more = await self._run(
-                [c for t, since in read.items() for c in backlog_commands(keys[t], list(since))],
-                (),
+                [c for t, since in read.items() for c in backlog_commands(keys[t], list(since))]
             )
             round_trips += more.round_trips
             for (agent_type, key), reply in zip(lists, more, strict=True):

@@ -228,9 +228,7 @@ def disruption_budget(workers: Workers, agent_type: str) -> dict[str, Any]:
 def scaler_query(config: MonitoringConfig, agent_type: str) -> str:
     """KEDA's query for one agent type, the one place its text is written: jobs waiting
     plus jobs running, per worker's concurrency, so a queue kept empty by busy workers
-    does not scale them away. Series by the site's metric prefix and exporter `job`.
-    `max by`, as the alerts: every exporter replica reports the whole queue, so a sum
-    would count it once per replica."""
+    does not scale them away. `max by`, as every query (queries.py)."""
     matchers = (f'job="{config.job}"', f'agent_type="{agent_type}"')
     sel = Selector(config.namespace, matchers, None, "")
     return (
