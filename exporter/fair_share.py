@@ -45,8 +45,7 @@ class FairShare:
     sampled: bool = False
     """Whether the keys read are a random sample (more than FAIR_READ_ALL_KEYS wait)."""
     top_backlogs: tuple[tuple[str, int], ...] = ()
-    """(key as a label value, jobs on its list) of the read keys with the largest
-    backlog, at most the exporter's --fair-key-top, largest first."""
+    """(key as a label value, jobs on its list) of the --fair-key-top largest, largest first."""
 
 
 def samples_keys(keys_waiting: int) -> bool:

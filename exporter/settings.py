@@ -87,12 +87,10 @@ def _namespace(value: str, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ExporterSettings:
-    """Everything the exporter needs; build it with `from_args()` or `from_env()`.
-
-    Each field is declared once with its flag, its variable and its help (`--help`
-    adds the default). The queue's key prefix and latency buckets are the queue's own
-    variables (QUEUE_PREFIX, QUEUE_LATENCY_BUCKETS) and parsers, so the exporter and
-    the queue cannot disagree."""
+    """Everything the exporter needs; build it with `from_args()` or `from_env()`. Each
+    field is declared once with its flag, variable and help (`--help` adds the default);
+    the queue's key prefix and latency buckets take the queue's own variables and
+    parsers, so the exporter and the queue cannot disagree."""
 
     # One statement per setting, its help on the lines after (ruff would give every
     # argument a line of its own).

@@ -173,21 +173,13 @@ def _histogram(
         malformed += 1
     if not exemplars:
         return LatencyHistogram(buckets, total), malformed
-    # Only a bucket that is exported, and has seen a job, can carry one.
-    seen = {bound for bound, count in _counts(buckets) if count}
+    # Only a bucket that is exported, and has seen a job (its cumulative count grew), can
+    # carry one.
+    before = [0, *(count for _, count in buckets[:-1])]
+    seen = {bound for (bound, count), was in zip(buckets, before, strict=True) if count > was}
     kept = tuple((bound, exemplars[bound]) for bound in sorted(exemplars) if bound in seen)
     malformed += len(exemplars) - len(kept)
     return LatencyHistogram(buckets, total, kept), malformed
-
-
-def _counts(buckets: tuple[tuple[float, int], ...]) -> list[tuple[float, int]]:
-    """Each bucket's own (NON-cumulative) count."""
-    previous = 0
-    counts = []
-    for bound, cumulative in buckets:
-        counts.append((bound, cumulative - previous))
-        previous = cumulative
-    return counts
 
 
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")

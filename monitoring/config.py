@@ -153,8 +153,8 @@ class MonitoringConfig:
             "job_ttl_seconds": self.job_ttl_seconds,
             **{f"job_ttl_overrides[{k}]": v for k, v in self.job_ttl_overrides.items()},
             **{f"latency_slo_overrides[{k}]": v for k, v in self.latency_slo_overrides.items()},
+            "fair_key_starving_floor_seconds": self.fair_key_starving_floor_seconds,
         }
-        positive["fair_key_starving_floor_seconds"] = self.fair_key_starving_floor_seconds
         if not is_finite_number(self.fair_key_starving_ratio) or self.fair_key_starving_ratio <= 1:
             raise ConfigurationError(
                 "fair_key_starving_ratio",

@@ -54,9 +54,8 @@ BY_TYPE = f"job, {AGENT_TYPE}"
 class Selector:
     """How queries select series: dashboards use template variables, alerts fixed labels.
 
-    `target_matchers` apply to every series (Prometheus attaches `job` and `instance`
-    to all of them); `agent_type_matcher` only to metrics that carry `agent_type`, so
-    the exporter's own metrics are not filtered away by it.
+    `target_matchers` apply to every series (Prometheus gives all `job` and `instance`);
+    `agent_type_matcher` only to metrics with `agent_type`, not to the exporter's own.
     """
 
     namespace: str

@@ -71,9 +71,8 @@ def le_text(bound: float) -> str:
 
 
 def type_groups(default: T, overrides: Mapping[str, T]) -> list[tuple[T, str | None]]:
-    """(value, `agent_type` matcher) per value: every agent type is in exactly one group,
-    the types whose override differs from `default` by name, every other type in the
-    default's (None: no matcher, when no type differs)."""
+    """(value, `agent_type` matcher) per value: the types whose override differs from
+    `default` by name, every other type in the default's (None: no type differs)."""
     differing = {name: value for name, value in sorted(overrides.items()) if value != default}
     by_value: dict[T, list[str]] = {}
     for name, value in differing.items():
