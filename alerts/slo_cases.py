@@ -6,12 +6,11 @@ minutes at which the alert must fire or stay silent. Per alert, each of its pair
 and stays silent, on its own (a burn just above and just below its factor, `MARGIN`);
 then the page's short outage and reset, and the ticket's slow burn (`_stories`).
 
-`expected_firing` is the workbook's condition computed here from the same counts (a
+`_Story.firing_pair` is the workbook's condition computed here from the same counts (a
 second, plain-Python statement of the math): generation fails if a story does not mean
 what it says. Every counter starts high, so rate() extrapolates the same for all of
-them, and each check reads windows that lie inside one phase where it matters (the
-value, a firing decision at the boundary): Prometheus 2 and 3, which differ on a
-window's left edge, agree on these numbers.
+them, and each check reads windows inside one phase where it matters: Prometheus 2 and
+3, which differ on a window's left edge, agree on these numbers.
 """
 
 from __future__ import annotations
