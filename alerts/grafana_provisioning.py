@@ -1,9 +1,8 @@
-"""Grafana file provisioning built directly (grafanalib writes the Ruler HTTP API's
-shape, which file provisioning refuses): alert rules, datasource, dashboards provider.
+"""Grafana file provisioning as plain dicts: alert rules, datasource, dashboards provider.
 
-grafanalib 0.7.1's alerting classes emit the Ruler HTTP-API shape, which file provisioning
-rejects, so the documents are plain dicts here. Each rule is A (instant Prometheus query)
--> B (reduce: last, non-numbers dropped) -> C (threshold), `condition: C`.
+grafanalib 0.7.1's alerting classes emit the Ruler HTTP API's shape, which file
+provisioning rejects. Each rule is A (instant Prometheus query) -> B (reduce: last,
+non-numbers dropped) -> C (threshold), `condition: C`.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ def _query_model(spec: AlertSpec, config: MonitoringConfig) -> dict[str, Any]:
     }
 
 
-def _expression(ref_id: str, model: dict[str, Any]) -> dict[str, Any]:
+def _expression(ref_id: str, **model: Any) -> dict[str, Any]:
     return {
         "datasourceUid": EXPR_DATASOURCE,
         "model": {
@@ -80,21 +79,13 @@ def _rule(spec: AlertSpec, config: MonitoringConfig) -> dict[str, Any]:
                 "relativeTimeRange": {"from": QUERY_RANGE_SECONDS, "to": 0},
             },
             _expression(
-                "B",
-                {
-                    "expression": "A",
-                    "reducer": "last",
-                    "settings": {"mode": "dropNN"},
-                    "type": "reduce",
-                },
+                "B", expression="A", reducer="last", settings={"mode": "dropNN"}, type="reduce"
             ),
             _expression(
                 "C",
-                {
-                    "conditions": [{"evaluator": {"params": [spec.threshold], "type": spec.op}}],
-                    "expression": "B",
-                    "type": "threshold",
-                },
+                conditions=[{"evaluator": {"params": [spec.threshold], "type": spec.op}}],
+                expression="B",
+                type="threshold",
             ),
         ],
         "execErrState": "Error",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from platform_common.jobs_monitoring.config import MonitoringConfig
@@ -96,46 +97,33 @@ def _input(scenario: Scenario) -> list[dict[str, str]]:
     return [{"series": series, "values": values} for series, values in scenario.series]
 
 
-def _tests_for(spec: AlertSpec, case: BoundaryCase, config: MonitoringConfig) -> list[Any]:
-    fires_at = case.onset + seconds(spec.for_)
-    firing = {
-        "input_series": _input(case.firing),
+def _test(
+    spec: AlertSpec,
+    config: MonitoringConfig,
+    scenario: Scenario,
+    checks: Iterable[tuple[int, bool]],
+) -> dict[str, Any]:
+    """One input of `scenario`, and at each (seconds, fires?) check what the alert shows."""
+    return {
+        "input_series": _input(scenario),
         "interval": "1m",
         "alert_rule_test": [
-            # One second short of `for`: pending, not firing.
-            {"alertname": spec.name, "eval_time": _duration(fires_at - 1), "exp_alerts": []},
             {
                 "alertname": spec.name,
-                "eval_time": _duration(fires_at),
-                "exp_alerts": [_expected(spec, config, case.firing)],
-            },
+                "eval_time": _duration(at),
+                "exp_alerts": [_expected(spec, config, scenario)] if fires else [],
+            }
+            for at, fires in checks
         ],
     }
-    quiet = [
-        {
-            "input_series": _input(scenario),
-            "interval": "1m",
-            "alert_rule_test": [
-                {"alertname": spec.name, "eval_time": _duration(fires_at + 60), "exp_alerts": []}
-            ],
-        }
-        for scenario in case.quiet
-    ]
-    timelines = [
-        {
-            "input_series": _input(timeline.scenario),
-            "interval": "1m",
-            "alert_rule_test": [
-                {
-                    "alertname": spec.name,
-                    "eval_time": _duration(at),
-                    "exp_alerts": [_expected(spec, config, timeline.scenario)] if fires else [],
-                }
-                for at, fires in timeline.checks
-            ],
-        }
-        for timeline in case.timelines
-    ]
+
+
+def _tests_for(spec: AlertSpec, case: BoundaryCase, config: MonitoringConfig) -> list[Any]:
+    fires_at = case.onset + seconds(spec.for_)
+    # One second short of `for`: pending, not firing.
+    firing = _test(spec, config, case.firing, ((fires_at - 1, False), (fires_at, True)))
+    quiet = [_test(spec, config, scenario, ((fires_at + 60, False),)) for scenario in case.quiet]
+    timelines = [_test(spec, config, t.scenario, t.checks) for t in case.timelines]
     return [firing, *quiet, *timelines]
 
 

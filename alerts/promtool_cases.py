@@ -135,13 +135,11 @@ class _Builder:
         return self.series("queue_depth", f"{q.number(value)}x{SAMPLES}")
 
 
-def _gauge_case(
-    key: str, over: float, at: float, fmt: Callable[[float], str]
-) -> Callable[[_Builder], BoundaryCase]:
+def _gauge_case(key: str, over: float, at: float) -> Callable[[_Builder], BoundaryCase]:
     def build(b: _Builder) -> BoundaryCase:
         extra = () if key == "queue_depth" else (b.depth(0),)
         firing = Scenario(
-            (b.series(key, f"{q.number(over)}x{SAMPLES}"), *extra), b.by_type, fmt(over)
+            (b.series(key, f"{q.number(over)}x{SAMPLES}"), *extra), b.by_type, humanize(over)
         )
         quiet = Scenario((b.series(key, f"{q.number(at)}x{SAMPLES}"), *extra), b.by_type)
         return BoundaryCase(0, firing, (quiet,))
@@ -149,19 +147,12 @@ def _gauge_case(
     return build
 
 
-def _target_gauge_case(key: str, over: int, at: int) -> Callable[[_Builder], BoundaryCase]:
+def _target_case(key: str | None, over: int, at: int) -> Callable[[_Builder], BoundaryCase]:
+    """A per-target series (`up` when `key` is None) at `over`, firing, and at `at`."""
+
     def build(b: _Builder) -> BoundaryCase:
         firing = Scenario((b.series(key, f"{over}x{SAMPLES}"),), b.by_target, humanize(over))
         quiet = Scenario((b.series(key, f"{at}x{SAMPLES}"),), b.by_target)
-        return BoundaryCase(0, firing, (quiet,))
-
-    return build
-
-
-def _target_case(key: str | None) -> Callable[[_Builder], BoundaryCase]:
-    def build(b: _Builder) -> BoundaryCase:
-        firing = Scenario((b.series(key, f"0x{SAMPLES}"),), b.by_target, "0")
-        quiet = Scenario((b.series(key, f"1x{SAMPLES}"),), b.by_target)
         return BoundaryCase(0, firing, (quiet,))
 
     return build
@@ -389,17 +380,15 @@ def _redis_memory_case(b: _Builder) -> BoundaryCase:
 def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
     """One case per alert name of `alert_specs(config)`."""
     b = _Builder(config)
-    depth_high = config.queue_depth_high
+    depth_high, dead_high = config.queue_depth_high, config.dead_letter_high
     builders: dict[str, Callable[[_Builder], BoundaryCase]] = {
-        "QueueDepthHigh": _gauge_case("queue_depth", depth_high + 1, depth_high, humanize),
+        "QueueDepthHigh": _gauge_case("queue_depth", depth_high + 1, depth_high),
         "QueueIdle": _idle_case,
         "JobLatencyP95AboveSLO": _latency_case,
-        "DeadLetterDepthHigh": _gauge_case(
-            "dead_letter_depth", config.dead_letter_high + 1, config.dead_letter_high, humanize
-        ),
-        "QueueExporterDown": _target_case(None),
+        "DeadLetterDepthHigh": _gauge_case("dead_letter_depth", dead_high + 1, dead_high),
+        "QueueExporterDown": _target_case(None, 0, 1),
         "QueueExporterAbsent": _absent_case,
-        "QueueRedisUnreachable": _target_case("redis_up"),
+        "QueueRedisUnreachable": _target_case("redis_up", 0, 1),
         "QueueNoActiveWorkers": _no_workers_case,
         "JobFailureRatioHigh": _failure_ratio_case,
         "OldestJobOlderThanTTL": _oldest_case,
@@ -408,11 +397,11 @@ def boundary_cases(config: MonitoringConfig) -> dict[str, BoundaryCase]:
         "JobsExpiring": _rate_case(
             "expired", config.expired_rate_high, "expired_rate_high_for", lambda b: b.by_type
         ),
-        "QueueExporterDroppingAgentTypes": _target_gauge_case("types_dropped", 1, 0),
+        "QueueExporterDroppingAgentTypes": _target_case("types_dropped", 1, 0),
         "QueueExporterMalformedValues": _rate_case(
             "malformed", 0, "malformed_values_for", lambda b: b.by_target
         ),
-        "QueuePausedTooLong": _gauge_case("paused", 1, 0, humanize),
+        "QueuePausedTooLong": _gauge_case("paused", 1, 0),
         "QueueHeldAtRateLimit": _held_at_rate_limit_case,
         "QueueFairKeyStarving": _fair_key_starving_case,
     }

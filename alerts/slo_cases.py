@@ -2,23 +2,15 @@
 
 Each case is a story of phases (how long, and at what burn rate: error ratio / error
 budget, 0 healthy) told to one agent type at `TOTAL_PER_MINUTE` jobs a minute, and the
-minutes at which the alert must fire or stay silent. Per alert:
+minutes at which the alert must fire or stay silent. Per alert, each of its pairs fires,
+and stays silent, on its own (a burn just above and just below its factor, `MARGIN`);
+then the page's short outage and reset, and the ticket's slow burn (`_stories`).
 
-- for each of its pairs, a burn just above and just below the pair's factor
-  (`MARGIN`), after a healthy history long enough that the other pair stays silent,
-  so each pair is shown to fire, and to stay silent, on its own;
-- the page alert: a short outage (five minutes of errors, half of what 1h at 14.4x
-  spends) that must not page, and the reset: once the errors stop, silent within the
-  short window although the long one still burns far above the factor;
-- the ticket alert: a slow burn (2x after a healthy day, below every page factor and
-  every threshold alert) that must open a ticket once the 3d window has burnt 1x.
-
-`expected_firing` is the workbook's condition computed here from the same counts (a
+`_Story.firing_pair` is the workbook's condition computed here from the same counts (a
 second, plain-Python statement of the math): generation fails if a story does not mean
 what it says. Every counter starts high, so rate() extrapolates the same for all of
-them, and each check reads windows that lie inside one phase where it matters (the
-value, a firing decision at the boundary): Prometheus 2 and 3, which differ on a
-window's left edge, agree on these numbers.
+them, and each check reads windows inside one phase where it matters: Prometheus 2 and
+3, which differ on a window's left edge, agree on these numbers.
 """
 
 from __future__ import annotations
@@ -50,9 +42,9 @@ MARGIN = 0.05
 START = 1_000_000
 """Every counter's first value: rate() then extrapolates every series alike."""
 EVALUATION_MINUTES = 10
-"""The stories' evaluation interval. The burn-rate alerts have no `for`: each evaluation
-stands alone, so evaluating every tenth minute decides what every minute would, and the
-days-long ticket stories run in seconds. Every check falls on one."""
+"""The stories' evaluation interval, which every check falls on. The burn-rate alerts
+have no `for`, so evaluating every tenth minute decides what every minute would, and
+the days-long ticket stories run in seconds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,7 @@
 
 grafanalib 0.7.1 writes every attribute, including pre-v8 keys that Grafana migrates on
 load (`rows`, `style`, panel `span`/`height`, template `useTags`, ...) and `null` for
-unset ones. Grafana's own strict schemas reject those, so they are dropped here; what
-remains is what a dashboard saved by a current Grafana contains.
+unset ones, which Grafana's own strict schemas reject.
 """
 
 from __future__ import annotations

@@ -142,11 +142,7 @@ def _targets(
     kind = ExemplarTarget if exemplars else PromTarget
     return [
         kind(
-            expr=expr,
-            legendFormat=legend,
-            refId=chr(ord("A") + index),
-            format=fmt,
-            instant=instant,
+            expr=expr, legendFormat=legend, refId=chr(ord("A") + index), format=fmt, instant=instant
         )
         for index, (expr, legend) in enumerate(queries)
     ]

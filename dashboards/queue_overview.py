@@ -78,9 +78,7 @@ def _alert_steps(spec: AlertSpec) -> list[dict[str, Any]]:
     bad = _SEVERITY_COLOUR[spec.severity]
     if spec.op == "gt":
         return steps((None, "green"), (spec.threshold, bad))
-    if spec.op == "lt":
-        return steps((None, bad), (spec.threshold, "green"))
-    return steps((None, "green"), (spec.threshold, bad), (spec.threshold + 1, "green"))
+    return steps((None, bad), (spec.threshold, "green"))
 
 
 def _alert_row(config: MonitoringConfig) -> list[Placed]:
@@ -115,70 +113,63 @@ def _by_type(expr: str, suffix: str = "") -> tuple[str, str]:
     return expr, "{{agent_type}}" + suffix
 
 
+def _chart(
+    panel: P,
+    description: str,
+    unit: str,
+    queries: Sequence[tuple[str, str]],
+    size: tuple[int, int] = (12, 8),
+    **options: Any,
+) -> Placed:
+    """The time series `panel`, titled from PANEL_TITLES, placed `size` (width, height):
+    half a row wide unless it says otherwise."""
+    return timeseries(panel, PANEL_TITLES[panel], description, unit, queries, **options), *size
+
+
 def _queue_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     ttl_line = steps((None, "green"), (config.job_ttl_seconds, "red"))
     return [
-        (
-            timeseries(
-                P.QUEUE_DEPTH,
-                PANEL_TITLES[P.QUEUE_DEPTH],
-                "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
-                "signal, and its breakdown by priority level (high, normal, low) for a type "
-                "that uses levels. Dashed line: QueueDepthHigh threshold "
-                f"({config.queue_depth_high}).",
-                by_key("queue_depth").unit,
-                [
-                    _by_type(q.gauge_by_type(sel, "queue_depth")),
-                    (
-                        f"max by ({q.BY_TYPE}, priority) ({sel.series('depth_by_priority')})",
-                        "{{agent_type}} {{priority}}",
-                    ),
-                ],
-                threshold_steps=steps((None, "green"), (config.queue_depth_high, "orange")),
-            ),
-            12,
-            8,
+        _chart(
+            P.QUEUE_DEPTH,
+            "Jobs waiting in each agent type's queue (LLEN): the primary autoscaling "
+            "signal, and its breakdown by priority level (high, normal, low) for a type "
+            "that uses levels. Dashed line: QueueDepthHigh threshold "
+            f"({config.queue_depth_high}).",
+            by_key("queue_depth").unit,
+            [
+                _by_type(q.gauge_by_type(sel, "queue_depth")),
+                (
+                    f"max by ({q.BY_TYPE}, priority) ({sel.series('depth_by_priority')})",
+                    "{{agent_type}} {{priority}}",
+                ),
+            ],
+            threshold_steps=steps((None, "green"), (config.queue_depth_high, "orange")),
         ),
-        (
-            timeseries(
-                P.DEAD_LETTER_DEPTH,
-                PANEL_TITLES[P.DEAD_LETTER_DEPTH],
-                "Jobs that used their last attempt, per agent type. Dashed line: "
-                f"DeadLetterDepthHigh threshold ({config.dead_letter_high}).",
-                by_key("dead_letter_depth").unit,
-                [_by_type(q.gauge_by_type(sel, "dead_letter_depth"))],
-                threshold_steps=steps((None, "green"), (config.dead_letter_high, "orange")),
-            ),
-            12,
-            8,
+        _chart(
+            P.DEAD_LETTER_DEPTH,
+            "Jobs that used their last attempt, per agent type. Dashed line: "
+            f"DeadLetterDepthHigh threshold ({config.dead_letter_high}).",
+            by_key("dead_letter_depth").unit,
+            [_by_type(q.gauge_by_type(sel, "dead_letter_depth"))],
+            threshold_steps=steps((None, "green"), (config.dead_letter_high, "orange")),
         ),
-        (
-            timeseries(
-                P.IN_FLIGHT,
-                PANEL_TITLES[P.IN_FLIGHT],
-                "Jobs held by a worker (leased) and jobs in the delayed set waiting for "
-                "their retry backoff.",
-                by_key("in_progress").unit,
-                [
-                    _by_type(q.gauge_by_type(sel, "in_progress"), " in progress"),
-                    _by_type(q.gauge_by_type(sel, "delayed_depth"), " delayed"),
-                ],
-            ),
-            12,
-            8,
+        _chart(
+            P.IN_FLIGHT,
+            "Jobs held by a worker (leased) and jobs in the delayed set waiting for "
+            "their retry backoff.",
+            by_key("in_progress").unit,
+            [
+                _by_type(q.gauge_by_type(sel, "in_progress"), " in progress"),
+                _by_type(q.gauge_by_type(sel, "delayed_depth"), " delayed"),
+            ],
         ),
-        (
-            timeseries(
-                P.OLDEST_JOB_AGE,
-                PANEL_TITLES[P.OLDEST_JOB_AGE],
-                "Age of the oldest job still in the queue (0 when empty). Dashed line: the "
-                f"default job TTL ({q.number(config.job_ttl_seconds)}s); past it jobs expire.",
-                by_key("oldest_age").unit,
-                [_by_type(q.gauge_by_type(sel, "oldest_age"))],
-                threshold_steps=ttl_line,
-            ),
-            12,
-            8,
+        _chart(
+            P.OLDEST_JOB_AGE,
+            "Age of the oldest job still in the queue (0 when empty). Dashed line: the "
+            f"default job TTL ({q.number(config.job_ttl_seconds)}s); past it jobs expire.",
+            by_key("oldest_age").unit,
+            [_by_type(q.gauge_by_type(sel, "oldest_age"))],
+            threshold_steps=ttl_line,
         ),
     ]
 
@@ -188,56 +179,36 @@ def _throughput_row(sel: q.Selector) -> list[Placed]:
         return [_by_type(q.rate_by_type(sel, key), f" {key}") for key in keys]
 
     return [
-        (
-            timeseries(
-                P.THROUGHPUT,
-                PANEL_TITLES[P.THROUGHPUT],
-                "Jobs per second per agent type. Completed is the workers' throughput; "
-                "failed counts jobs that failed for good.",
-                "ops",
-                rates("enqueued", "started", "completed", "failed"),
-            ),
-            12,
-            8,
+        _chart(
+            P.THROUGHPUT,
+            "Jobs per second per agent type. Completed is the workers' throughput; "
+            "failed counts jobs that failed for good.",
+            "ops",
+            rates("enqueued", "started", "completed", "failed"),
         ),
-        (
-            timeseries(
-                P.RETRIES,
-                PANEL_TITLES[P.RETRIES],
-                "Failed attempts scheduled for a retry, jobs moved to the dead-letter list, "
-                "jobs dropped because their TTL passed and jobs cancelled on request, per "
-                "second.",
-                "ops",
-                rates("retried", "dead_lettered", "expired", "cancelled"),
-            ),
-            12,
-            8,
+        _chart(
+            P.RETRIES,
+            "Failed attempts scheduled for a retry, jobs moved to the dead-letter list, "
+            "jobs dropped because their TTL passed and jobs cancelled on request, per "
+            "second.",
+            "ops",
+            rates("retried", "dead_lettered", "expired", "cancelled"),
         ),
-        (
-            timeseries(
-                P.FAILURE_RATIO,
-                PANEL_TITLES[P.FAILURE_RATIO],
-                "Share of finished jobs that failed for good: failed / (completed + failed).",
-                "percentunit",
-                [_by_type(q.failure_ratio(sel))],
-            ),
-            12,
-            8,
+        _chart(
+            P.FAILURE_RATIO,
+            "Share of finished jobs that failed for good: failed / (completed + failed).",
+            "percentunit",
+            [_by_type(q.failure_ratio(sel))],
         ),
-        (
-            timeseries(
-                P.FAILURES_BY_CLASS,
-                PANEL_TITLES[P.FAILURES_BY_CLASS],
-                "Attempts per second that ended in an error (retried, dead-lettered or "
-                "failed for good), by the exception's class. LeaseExpired: the worker "
-                "stopped renewing (crashed or killed); CorruptJob: the stored job does not "
-                f"parse. The first {MAX_ERROR_CLASSES} classes of an agent type have a "
-                f"series of their own, later ones count as `{OTHER_ERROR_CLASS}`.",
-                "ops",
-                [(q.failed_attempts_by_class(sel), "{{agent_type}} {{error_class}}")],
-            ),
-            12,
-            8,
+        _chart(
+            P.FAILURES_BY_CLASS,
+            "Attempts per second that ended in an error (retried, dead-lettered or "
+            "failed for good), by the exception's class. LeaseExpired: the worker "
+            "stopped renewing (crashed or killed); CorruptJob: the stored job does not "
+            f"parse. The first {MAX_ERROR_CLASSES} classes of an agent type have a "
+            f"series of their own, later ones count as `{OTHER_ERROR_CLASS}`.",
+            "ops",
+            [(q.failed_attempts_by_class(sel), "{{agent_type}} {{error_class}}")],
         ),
     ]
 
@@ -272,94 +243,65 @@ def _latency_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
             12,
             9,
         ),
-        (
-            timeseries(
-                P.LATENCY_QUANTILES,
-                PANEL_TITLES[P.LATENCY_QUANTILES],
-                "Quantiles of enqueue-to-completion latency per agent type, and each "
-                "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it)."
-                + TRACES_HINT,
-                unit,
-                [*quantiles, _by_type(slo, " p95 SLO")],
-                exemplars=True,
-            ),
-            12,
-            9,
+        _chart(
+            P.LATENCY_QUANTILES,
+            "Quantiles of enqueue-to-completion latency per agent type, and each "
+            "type's p95 SLO (JobLatencyP95AboveSLO fires when p95 stays above it)." + TRACES_HINT,
+            unit,
+            [*quantiles, _by_type(slo, " p95 SLO")],
+            size=(12, 9),
+            exemplars=True,
         ),
-        (
-            timeseries(
-                P.WAIT_AND_RUN,
-                PANEL_TITLES[P.WAIT_AND_RUN],
-                "Where a job's time goes, per agent type, for jobs that succeeded. Wait: "
-                "from its becoming due (enqueued, or its retry's due time) to the start "
-                "of the attempt that succeeded; high means too few workers. Run: that "
-                "attempt in the handler; high means slow work or a slow dependency. "
-                "Latency also includes earlier failed attempts and their backoff." + TRACES_HINT,
-                unit,
-                [
-                    _by_type(q.latency_quantile(sel, quantile, key=key), f" {key} p{percent}")
-                    for key in ("wait", "run")
-                    for quantile, percent in ((0.5, 50), (0.95, 95))
-                ],
-                exemplars=True,
-            ),
-            24,
-            8,
+        _chart(
+            P.WAIT_AND_RUN,
+            "Where a job's time goes, per agent type, for jobs that succeeded. Wait: "
+            "from its becoming due (enqueued, or its retry's due time) to the start "
+            "of the attempt that succeeded; high means too few workers. Run: that "
+            "attempt in the handler; high means slow work or a slow dependency. "
+            "Latency also includes earlier failed attempts and their backoff." + TRACES_HINT,
+            unit,
+            [
+                _by_type(q.latency_quantile(sel, quantile, key=key), f" {key} p{percent}")
+                for key in ("wait", "run")
+                for quantile, percent in ((0.5, 50), (0.95, 95))
+            ],
+            size=(24, 8),
+            exemplars=True,
         ),
     ]
 
 
 def _workers_row(sel: q.Selector) -> list[Placed]:
     return [
-        (
-            timeseries(
-                P.ACTIVE_WORKERS,
-                PANEL_TITLES[P.ACTIVE_WORKERS],
-                "Workers whose heartbeat is recent, per agent type.",
-                by_key("active_workers").unit,
-                [_by_type(q.gauge_by_type(sel, "active_workers"))],
-            ),
-            12,
-            8,
+        _chart(
+            P.ACTIVE_WORKERS,
+            "Workers whose heartbeat is recent, per agent type.",
+            by_key("active_workers").unit,
+            [_by_type(q.gauge_by_type(sel, "active_workers"))],
         ),
-        (
-            timeseries(
-                P.HEARTBEAT_AGE,
-                PANEL_TITLES[P.HEARTBEAT_AGE],
-                "Seconds since any worker of the agent type last sent a heartbeat.",
-                "s",
-                [_by_type(q.heartbeat_age(sel))],
-            ),
-            12,
-            8,
+        _chart(
+            P.HEARTBEAT_AGE,
+            "Seconds since any worker of the agent type last sent a heartbeat.",
+            "s",
+            [_by_type(q.heartbeat_age(sel))],
         ),
-        (
-            timeseries(
-                P.WORKER_HEARTBEATS,
-                PANEL_TITLES[P.WORKER_HEARTBEATS],
-                "Seconds since each worker's last heartbeat (at most "
-                f"{MAX_WORKERS_PER_TYPE} per agent type, the stalest). A worker whose line "
-                "keeps climbing has stopped: its jobs in progress return to the queue when "
-                "their leases lapse (In progress panel above).",
-                by_key("worker_heartbeat_age").unit,
-                [(q.worker_heartbeat_ages(sel), "{{agent_type}} {{worker}}")],
-            ),
-            12,
-            8,
+        _chart(
+            P.WORKER_HEARTBEATS,
+            "Seconds since each worker's last heartbeat (at most "
+            f"{MAX_WORKERS_PER_TYPE} per agent type, the stalest). A worker whose line "
+            "keeps climbing has stopped: its jobs in progress return to the queue when "
+            "their leases lapse (In progress panel above).",
+            by_key("worker_heartbeat_age").unit,
+            [(q.worker_heartbeat_ages(sel), "{{agent_type}} {{worker}}")],
         ),
-        (
-            timeseries(
-                P.WORKER_JOBS,
-                PANEL_TITLES[P.WORKER_JOBS],
-                "Jobs each worker is running, as its last heartbeat reported (the same "
-                f"workers as {PANEL_TITLES[P.WORKER_HEARTBEATS]}). A worker whose heartbeat "
-                "age climbs while it still shows jobs holds them until their leases lapse; "
-                "one at 0 while the queue grows takes no work.",
-                by_key("worker_jobs").unit,
-                [(q.worker_jobs_in_progress(sel), "{{agent_type}} {{worker}}")],
-            ),
-            12,
-            8,
+        _chart(
+            P.WORKER_JOBS,
+            "Jobs each worker is running, as its last heartbeat reported (the same "
+            f"workers as {PANEL_TITLES[P.WORKER_HEARTBEATS]}). A worker whose heartbeat "
+            "age climbs while it still shows jobs holds them until their leases lapse; "
+            "one at 0 while the queue grows takes no work.",
+            by_key("worker_jobs").unit,
+            [(q.worker_jobs_in_progress(sel), "{{agent_type}} {{worker}}")],
         ),
     ]
 
@@ -368,41 +310,31 @@ def _limits_row(sel: q.Selector) -> list[Placed]:
     """An agent type's limits (agentjobs limits set) beside what they bound: a type whose
     starts sit on its rate line while its queue grows is held at its rate."""
     return [
-        (
-            timeseries(
-                P.LIMITS_STARTS,
-                PANEL_TITLES[P.LIMITS_STARTS],
-                "Job starts per second per agent type, its rate limit (no line: no limit) "
-                "and the starts it held back per second (claims that asked for more than "
-                "the rate allowed). Starts on the limit while the queue depth grows: the "
-                "type is held at its rate; raise it (agentjobs limits set TYPE --rate ...) "
-                "if the upstream it protects allows.",
-                "short",
-                [
-                    _by_type(q.rate_by_type(sel, "started"), " starts/s"),
-                    _by_type(q.gauge_by_type(sel, "rate_limit"), " rate limit"),
-                    _by_type(q.rate_by_type(sel, "held_back_rate"), " held back/s"),
-                ],
-            ),
-            12,
-            8,
+        _chart(
+            P.LIMITS_STARTS,
+            "Job starts per second per agent type, its rate limit (no line: no limit) "
+            "and the starts it held back per second (claims that asked for more than "
+            "the rate allowed). Starts on the limit while the queue depth grows: the "
+            "type is held at its rate; raise it (agentjobs limits set TYPE --rate ...) "
+            "if the upstream it protects allows.",
+            "short",
+            [
+                _by_type(q.rate_by_type(sel, "started"), " starts/s"),
+                _by_type(q.gauge_by_type(sel, "rate_limit"), " rate limit"),
+                _by_type(q.rate_by_type(sel, "held_back_rate"), " held back/s"),
+            ],
         ),
-        (
-            timeseries(
-                P.LIMITS_RUNNING,
-                PANEL_TITLES[P.LIMITS_RUNNING],
-                "Jobs in progress per agent type, its max_running (no line: no cap) and the "
-                "starts the cap held back per second. Workers start no job of a type at "
-                "its cap until one ends.",
-                by_key("in_progress").unit,
-                [
-                    _by_type(q.gauge_by_type(sel, "in_progress"), " running"),
-                    _by_type(q.gauge_by_type(sel, "max_running_limit"), " max_running"),
-                    _by_type(q.rate_by_type(sel, "held_back_max_running"), " held back/s"),
-                ],
-            ),
-            12,
-            8,
+        _chart(
+            P.LIMITS_RUNNING,
+            "Jobs in progress per agent type, its max_running (no line: no cap) and the "
+            "starts the cap held back per second. Workers start no job of a type at "
+            "its cap until one ends.",
+            by_key("in_progress").unit,
+            [
+                _by_type(q.gauge_by_type(sel, "in_progress"), " running"),
+                _by_type(q.gauge_by_type(sel, "max_running_limit"), " max_running"),
+                _by_type(q.rate_by_type(sel, "held_back_max_running"), " held back/s"),
+            ],
         ),
         *_fair_share_panels(sel),
     ]
@@ -412,113 +344,89 @@ def _fair_share_panels(sel: q.Selector) -> list[Placed]:
     """Fair share (agentjobs limits set --fair-by): how many keys wait, whether one of
     them waits far longer than the rest, and what max_running_per_key holds back."""
     return [
-        (
-            timeseries(
-                P.FAIR_KEYS_WAITING,
-                PANEL_TITLES[P.FAIR_KEYS_WAITING],
-                "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
-                "with jobs waiting, per agent type; the line at 1 names the field fair "
-                "share goes by (none: it is off). With the exporter's --fair-key-top N, "
-                "the jobs waiting on each of the N keys with the largest backlog.",
-                by_key("fair_keys_waiting").unit,
-                [
-                    _by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting"),
-                    (
-                        f"max by ({q.BY_TYPE}, {FAIR_BY}) ({sel.series('fair_share_by')})",
-                        "{{agent_type}} fair by {{fair_by}}",
-                    ),
-                    (
-                        f"max by ({q.BY_TYPE}, {FAIR_KEY}) ({sel.series('fair_key_backlog')})",
-                        "{{agent_type}} {{fair_key}} backlog",
-                    ),
-                ],
-            ),
-            8,
-            8,
+        _chart(
+            P.FAIR_KEYS_WAITING,
+            "Fairness keys (tenants, orchestrators or sessions, by the type's fair_by) "
+            "with jobs waiting, per agent type; the line at 1 names the field fair "
+            "share goes by (none: it is off). With the exporter's --fair-key-top N, "
+            "the jobs waiting on each of the N keys with the largest backlog.",
+            by_key("fair_keys_waiting").unit,
+            [
+                _by_type(q.gauge_by_type(sel, "fair_keys_waiting"), " keys waiting"),
+                (
+                    f"max by ({q.BY_TYPE}, {FAIR_BY}) ({sel.series('fair_share_by')})",
+                    "{{agent_type}} fair by {{fair_by}}",
+                ),
+                (
+                    f"max by ({q.BY_TYPE}, {FAIR_KEY}) ({sel.series('fair_key_backlog')})",
+                    "{{agent_type}} {{fair_key}} backlog",
+                ),
+            ],
+            size=(8, 8),
         ),
-        (
-            timeseries(
-                P.FAIR_KEY_WAIT,
-                PANEL_TITLES[P.FAIR_KEY_WAIT],
-                "How long keys with jobs waiting have gone without a start: the longest, "
-                "and the median over keys. Close together: the keys take turns. Oldest "
-                "far above the median: one key is starved (QueueFairKeyStarving), often "
-                "held at its max_running_per_key; with --fair-key-top set, "
-                "queue_fair_key_backlog names the largest keys.",
-                by_key("fair_key_oldest_wait").unit,
-                [
-                    _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),
-                    _by_type(q.gauge_by_type(sel, "fair_key_median_wait"), " median key"),
-                ],
-            ),
-            8,
-            8,
+        _chart(
+            P.FAIR_KEY_WAIT,
+            "How long keys with jobs waiting have gone without a start: the longest, "
+            "and the median over keys. Close together: the keys take turns. Oldest "
+            "far above the median: one key is starved (QueueFairKeyStarving), often "
+            "held at its max_running_per_key; with --fair-key-top set, "
+            "queue_fair_key_backlog names the largest keys.",
+            by_key("fair_key_oldest_wait").unit,
+            [
+                _by_type(q.gauge_by_type(sel, "fair_key_oldest_wait"), " oldest key"),
+                _by_type(q.gauge_by_type(sel, "fair_key_median_wait"), " median key"),
+            ],
+            size=(8, 8),
         ),
-        (
-            timeseries(
-                P.FAIR_HELD_BACK,
-                PANEL_TITLES[P.FAIR_HELD_BACK],
-                "Job starts per second held back because their key was at the type's "
-                "max_running_per_key (no line for the limit: no cap). Steady while the "
-                "key's jobs age: raise it (agentjobs limits set TYPE "
-                "--max-running-per-key N).",
-                "short",
-                [
-                    _by_type(q.rate_by_type(sel, "held_back_max_running_per_key"), " held back/s"),
-                    _by_type(q.gauge_by_type(sel, "max_running_per_key_limit"), " per-key cap"),
-                ],
-            ),
-            8,
-            8,
+        _chart(
+            P.FAIR_HELD_BACK,
+            "Job starts per second held back because their key was at the type's "
+            "max_running_per_key (no line for the limit: no cap). Steady while the "
+            "key's jobs age: raise it (agentjobs limits set TYPE "
+            "--max-running-per-key N).",
+            "short",
+            [
+                _by_type(q.rate_by_type(sel, "held_back_max_running_per_key"), " held back/s"),
+                _by_type(q.gauge_by_type(sel, "max_running_per_key_limit"), " per-key cap"),
+            ],
+            size=(8, 8),
         ),
     ]
 
 
 def _exporter_row(sel: q.Selector) -> list[Placed]:
     return [
-        (
-            timeseries(
-                P.EXPORTER_UP,
-                PANEL_TITLES[P.EXPORTER_UP],
-                "1 = up. `up` is Prometheus reaching the exporter; Redis up is the "
-                "exporter reading Redis on its last scrape.",
-                by_key("redis_up").unit,
-                [
-                    (q.target_series(sel), "{{instance}} exporter up"),
-                    (q.target_series(sel, "redis_up"), "{{instance}} Redis up"),
-                ],
-            ),
-            8,
-            7,
+        _chart(
+            P.EXPORTER_UP,
+            "1 = up. `up` is Prometheus reaching the exporter; Redis up is the "
+            "exporter reading Redis on its last scrape.",
+            by_key("redis_up").unit,
+            [
+                (q.target_series(sel), "{{instance}} exporter up"),
+                (q.target_series(sel, "redis_up"), "{{instance}} Redis up"),
+            ],
+            size=(8, 7),
         ),
-        (
-            timeseries(
-                P.SCRAPE_DURATION,
-                PANEL_TITLES[P.SCRAPE_DURATION],
-                "Time the exporter's last scrape took to read Redis (one pipelined round trip).",
-                by_key("scrape_duration").unit,
-                [(q.target_series(sel, "scrape_duration"), "{{instance}}")],
-            ),
-            8,
-            7,
+        _chart(
+            P.SCRAPE_DURATION,
+            "Time the exporter's last scrape took to read Redis (one pipelined round trip).",
+            by_key("scrape_duration").unit,
+            [(q.target_series(sel, "scrape_duration"), "{{instance}}")],
+            size=(8, 7),
         ),
-        (
-            timeseries(
-                P.EXPORTER_ERRORS,
-                PANEL_TITLES[P.EXPORTER_ERRORS],
-                "Values in Redis the exporter could not parse (per second), and agent types "
-                "left out because the exporter's type cap was reached. Both should be 0.",
-                "short",
-                [
-                    (
-                        f"max by (job, instance) ({sel.rate('malformed')})",
-                        "{{instance}} malformed values/s",
-                    ),
-                    (q.target_series(sel, "types_dropped"), "{{instance}} agent types dropped"),
-                ],
-            ),
-            8,
-            7,
+        _chart(
+            P.EXPORTER_ERRORS,
+            "Values in Redis the exporter could not parse (per second), and agent types "
+            "left out because the exporter's type cap was reached. Both should be 0.",
+            "short",
+            [
+                (
+                    f"max by (job, instance) ({sel.rate('malformed')})",
+                    "{{instance}} malformed values/s",
+                ),
+                (q.target_series(sel, "types_dropped"), "{{instance}} agent types dropped"),
+            ],
+            size=(8, 7),
         ),
     ]
 
@@ -528,21 +436,17 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
         return f"max by (job, node) ({sel.series(key)})"
 
     return [
-        (
-            timeseries(
-                P.REDIS_MEMORY,
-                PANEL_TITLES[P.REDIS_MEMORY],
-                "Memory each Redis primary uses, and its maxmemory limit (0 when "
-                "unlimited). At the limit, under noeviction, writes are refused (OOM); "
-                f"QueueRedisMemoryHigh fires above {q.number(config.redis_memory_high)} of it.",
-                by_key("redis_memory_used").unit,
-                [
-                    (by_node("redis_memory_used"), "{{node}} used"),
-                    (by_node("redis_memory_max"), "{{node}} maxmemory (0: none)"),
-                ],
-            ),
-            16,
-            7,
+        _chart(
+            P.REDIS_MEMORY,
+            "Memory each Redis primary uses, and its maxmemory limit (0 when "
+            "unlimited). At the limit, under noeviction, writes are refused (OOM); "
+            f"QueueRedisMemoryHigh fires above {q.number(config.redis_memory_high)} of it.",
+            by_key("redis_memory_used").unit,
+            [
+                (by_node("redis_memory_used"), "{{node}} used"),
+                (by_node("redis_memory_max"), "{{node}} maxmemory (0: none)"),
+            ],
+            size=(16, 7),
         ),
         (
             stat(
@@ -558,33 +462,25 @@ def _redis_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
             8,
             7,
         ),
-        (
-            timeseries(
-                P.REDIS_CLIENTS,
-                PANEL_TITLES[P.REDIS_CLIENTS],
-                "Client connections to each Redis primary, and those blocked in a waiting "
-                "command (idle workers in BLMOVE). Connections near maxclients are refused.",
-                by_key("redis_clients").unit,
-                [
-                    (q.redis_by_node(sel, "redis_clients"), "{{node}} connected"),
-                    (q.redis_by_node(sel, "redis_blocked_clients"), "{{node}} blocked"),
-                ],
-            ),
-            12,
-            7,
+        _chart(
+            P.REDIS_CLIENTS,
+            "Client connections to each Redis primary, and those blocked in a waiting "
+            "command (idle workers in BLMOVE). Connections near maxclients are refused.",
+            by_key("redis_clients").unit,
+            [
+                (q.redis_by_node(sel, "redis_clients"), "{{node}} connected"),
+                (q.redis_by_node(sel, "redis_blocked_clients"), "{{node}} blocked"),
+            ],
+            size=(12, 7),
         ),
-        (
-            timeseries(
-                P.REDIS_EVICTIONS,
-                PANEL_TITLES[P.REDIS_EVICTIONS],
-                "Keys each Redis primary's maxmemory policy deleted, per second. Must be 0: "
-                "an eviction loses queued jobs, results or counters without an error.",
-                "ops",
-                [(q.redis_rate_by_node(sel, "redis_evicted_keys"), "{{node}} evicted keys/s")],
-                threshold_steps=steps((None, "green"), (0.001, "red")),
-            ),
-            12,
-            7,
+        _chart(
+            P.REDIS_EVICTIONS,
+            "Keys each Redis primary's maxmemory policy deleted, per second. Must be 0: "
+            "an eviction loses queued jobs, results or counters without an error.",
+            "ops",
+            [(q.redis_rate_by_node(sel, "redis_evicted_keys"), "{{node}} evicted keys/s")],
+            size=(12, 7),
+            threshold_steps=steps((None, "green"), (0.001, "red")),
         ),
     ]
 
@@ -605,7 +501,7 @@ _BURN_WINDOWS = ("5m", "1h", "6h")
 """The burn rates drawn: the page pairs' windows (the short one is the alerts' value)."""
 
 
-def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Placed:
     slo = SloQueries(config, kind, sel)
     pairs = ", ".join(
         f"{pair.severity} at {q.number(pair.factor)}x over {pair.long} and {pair.short}"
@@ -617,16 +513,15 @@ def _burn_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any
         (None, "green"),
         *zip((pair.factor for pair in BURN_RATE_PAIRS[::-1]), _BURN_COLOURS, strict=True),
     )
-    panel = _SLO_PANELS[kind][2]
-    return timeseries(
-        panel,
-        PANEL_TITLES[panel],
+    return _chart(
+        _SLO_PANELS[kind][2],
         f"How fast each agent type spends its {kind} error budget: the error ratio over "
         "a window divided by the budget (1 - the objective). At 1x (the objective) the "
         "budget lasts exactly the SLO window. The burn-rate alerts: "
         f"{pairs}, each over both windows. Dashed: 1x, 3x, 6x and 14.4x.",
         "short",
         [_by_type(slo.burn_rate(window), f" {window}") for window in _BURN_WINDOWS],
+        size=(10, 8),
         threshold_steps=lines,
     )
 
@@ -647,14 +542,12 @@ def _objectives_text(config: MonitoringConfig, kind: SloKind) -> str:
     return text
 
 
-def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
+def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Placed:
     slo = SloQueries(config, kind, sel)
     default = config.slo_default(kind)
     measure = _MEASURES[kind].format(threshold=q.number(default.threshold_seconds or 0))
-    panel = _SLO_PANELS[kind][0]
-    return timeseries(
-        panel,
-        PANEL_TITLES[panel],
+    return _chart(
+        _SLO_PANELS[kind][0],
         f"The {kind} SLI of each agent type over the last {_SLI_WINDOW}: {measure}; its "
         f"last value is the SLI now. Each type's objective is drawn beside it "
         f"({_objectives_text(config, kind)}); dashed: the default objective. Below the "
@@ -664,6 +557,7 @@ def _sli_panel(config: MonitoringConfig, sel: q.Selector, kind: SloKind) -> Any:
             _by_type(f"1 - {slo.error_ratio(_SLI_WINDOW)}", f" SLI ({_SLI_WINDOW})"),
             _by_type(slo.objective(), " objective"),
         ],
+        size=(10, 8),
         threshold_steps=steps((None, "red"), (default.target, "green")),
         value_min=None,
     )
@@ -691,23 +585,20 @@ def _slo_row(config: MonitoringConfig, sel: q.Selector) -> list[Placed]:
     placed: list[Placed] = []
     for kind in _SLO_PANELS:
         placed += [
-            (_sli_panel(config, sel, kind), 10, 8),
+            _sli_panel(config, sel, kind),
             (_budget_panel(config, sel, kind), 4, 8),
-            (_burn_panel(config, sel, kind), 10, 8),
+            _burn_panel(config, sel, kind),
         ]
     return placed
 
 
-def _titled_row(panel: P) -> Any:
-    return row(panel, PANEL_TITLES[panel])
-
-
-def _layout(sections: Sequence[tuple[Any, Sequence[Placed]]]) -> list[Any]:
+def _layout(sections: Sequence[tuple[P, Sequence[Placed]]]) -> list[Any]:
     """Rows stacked top to bottom; each row's panels fill 24 columns left to right."""
     out: list[Any] = []
     y = 0
     for row_panel, items in sections:
-        out.append(attr.evolve(row_panel, gridPos=GridPos(h=1, w=24, x=0, y=y)))
+        titled = row(row_panel, PANEL_TITLES[row_panel])
+        out.append(attr.evolve(titled, gridPos=GridPos(h=1, w=24, x=0, y=y)))
         y += 1
         x = line_height = 0
         for panel, width, height in items:
@@ -723,15 +614,15 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
     sel = q.Selector.dashboard(config.namespace)
     panels = _layout(
         [
-            (_titled_row(P.ROW_ALERTS), _alert_row(config)),
-            (_titled_row(P.ROW_SLO), _slo_row(config, sel)),
-            (_titled_row(P.ROW_QUEUE), _queue_row(config, sel)),
-            (_titled_row(P.ROW_THROUGHPUT), _throughput_row(sel)),
-            (_titled_row(P.ROW_LATENCY), _latency_row(config, sel)),
-            (_titled_row(P.ROW_WORKERS), _workers_row(sel)),
-            (_titled_row(P.ROW_LIMITS), _limits_row(sel)),
-            (_titled_row(P.ROW_EXPORTER), _exporter_row(sel)),
-            (_titled_row(P.ROW_REDIS), _redis_row(config, sel)),
+            (P.ROW_ALERTS, _alert_row(config)),
+            (P.ROW_SLO, _slo_row(config, sel)),
+            (P.ROW_QUEUE, _queue_row(config, sel)),
+            (P.ROW_THROUGHPUT, _throughput_row(sel)),
+            (P.ROW_LATENCY, _latency_row(config, sel)),
+            (P.ROW_WORKERS, _workers_row(sel)),
+            (P.ROW_LIMITS, _limits_row(sel)),
+            (P.ROW_EXPORTER, _exporter_row(sel)),
+            (P.ROW_REDIS, _redis_row(config, sel)),
         ]
     )
     alert_list = f"/alerting/list?search=namespace%3A{config.grafana_folder}"
@@ -749,9 +640,6 @@ def queue_overview(config: MonitoringConfig) -> Dashboard:
         time=Time("now-6h", "now"),
         annotations=Annotations(list=[]),
         templating=_variables(config),
-        links=[
-            link("Alert rules", alert_list),
-            link("Runbooks", config.runbook_index_url),
-        ],
+        links=[link("Alert rules", alert_list), link("Runbooks", config.runbook_index_url)],
         panels=panels,
     )

@@ -56,11 +56,9 @@ _MOST_CONNECTIONS = 4096  # what the exporter's few scrapers and readers could e
 
 
 def listen_backlog(open_files: int) -> int:
-    """The listen backlog under a file-descriptor limit of `open_files`.
-
-    It is also how many connections asyncio accepts in one burst before any of them
-    reaches the protocol (and the cap): so it is kept to an eighth of the limit, and
-    the cap leaves room for the bursts in flight. uvicorn's default is 2048."""
+    """The listen backlog under a file-descriptor limit of `open_files`: also how many
+    connections asyncio accepts in one burst before any reaches the protocol (and the
+    cap), so an eighth of the limit, at most uvicorn's default 2048."""
     if open_files == resource.RLIM_INFINITY:
         return 2048
     return max(16, min(2048, open_files // 8))
@@ -192,13 +190,10 @@ def guarded_protocol(*, header_timeout: float, max_connections: int) -> type[Gua
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the exporter until SIGINT/SIGTERM; its exit status.
-
-    2 on a bad setting, 1 when Redis refuses it at start (a wrong password, a user
-    without the exporter's rights, a TLS handshake it rejects): one line on stderr, the
-    traceback too with `--debug`. An unreachable Redis is not fatal: the exporter logs
-    it once and serves `queue_exporter_redis_up 0` (the QueueRedisUnreachable alert),
-    as it does through any later outage."""
+    """Run the exporter until SIGINT/SIGTERM; its exit status: 2 on a bad setting, 1 when
+    Redis refuses it at start (a wrong password or ACL user, a TLS handshake it rejects).
+    An unreachable Redis is not fatal: the exporter logs it once and serves
+    `queue_exporter_redis_up 0`, as through any later outage."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _DEBUG_FLAG in args
     args = [arg for arg in args if arg != _DEBUG_FLAG]

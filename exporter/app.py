@@ -54,10 +54,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        # Ready whenever it serves, Redis or not: a Redis outage is a metric
-        # (queue_exporter_redis_up 0) and its own alert. Dropping the exporter from its
-        # Service would hide that and page as "exporter down" instead. The body still
-        # says what Redis did, for a person with curl.
+        # Ready whenever it serves, Redis or not: a Redis outage is a metric and its own
+        # alert, where dropping the exporter from its Service would page "exporter down".
+        # The body says what Redis did, for a person with curl.
         redis = "reachable" if await exporter.ready() else "unreachable"
         return JSONResponse({"status": "ready", "redis": redis})
 
@@ -69,10 +68,9 @@ def create_app(settings: ExporterSettings) -> FastAPI:
 
 
 class _HeadAsGet:
-    """Answers HEAD on every GET route (uptime and link checkers send HEAD): runs the GET
-    and drops the body, so the headers, Content-Length included, are the GET's. FastAPI
-    routes, unlike Starlette's, do not add HEAD themselves, and declaring it per route
-    gives both methods one OpenAPI operation id."""
+    """Answers HEAD on every GET route (uptime and link checkers send HEAD): the GET's
+    headers, Content-Length included, without its body. FastAPI routes do not add HEAD,
+    and declaring it per route gives both methods one OpenAPI operation id."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

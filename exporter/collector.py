@@ -1,10 +1,7 @@
 """The pure functions from one scrape's result to each metric's samples
-(value_series, histogram_series) and to Prometheus metric families.
-
-No I/O, no clock, no global state: the same ScrapeResult always gives the same samples,
-so every metric is tested with hand-built snapshots. Names, types, help and labels come
-from the catalogue and nowhere else. The /metrics page is written from the same samples
-by page.py; metric_families serves the formats page.py does not write.
+(value_series, histogram_series) and to Prometheus metric families (for the formats
+page.py does not write). No I/O, no clock, no global state: every metric is tested with
+hand-built snapshots. Names, types, help and labels come from the catalogue alone.
 """
 
 from __future__ import annotations
@@ -121,8 +118,7 @@ def registry_for(families: list[Metric]) -> CollectorRegistry:
 
 def value_series(metric: catalogue.Metric, result: ScrapeResult) -> list[Series] | None:
     """The samples of gauge or counter `metric` in `result`, in exposition order, or
-    None when the metric is absent from this result (its family too): the one
-    definition of what each metric shows, for metric_families and page.py alike."""
+    None when the metric (its family too) is absent: for metric_families and page.py."""
     snapshot = result.snapshot
     key = metric.key
     if key == "malformed":

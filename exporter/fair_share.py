@@ -1,18 +1,12 @@
 """How fair share's keys wait: what the exporter reads for a type whose keys wait, and
-what the replies mean.
+what the replies mean (the reads and their cost: docs/monitoring.md).
 
 The queue keeps, per type, the ring's `since` hash (keys.py, `jobs:{type}:fair:since`):
 fairness key -> the Redis time (ms) since which that key has waited without a start
 (set when the key joins the ring, reset each time the claim serves it, deleted when the
 key leaves). So a key's wait is read with plain commands, never from a job or its
-payload. Its HLEN (the keys waiting) is in every scrape's pipeline (type_reads.py); a
-type where it is above 0 costs one more round trip, shared by every such type:
-
-- TIME, then per type `HGETALL since` while at most FAIR_READ_ALL_KEYS keys wait, else
-  `HRANDFIELD since FAIR_SAMPLE_KEYS WITHVALUES` (a random sample: the oldest and the
-  median are then over the sample).
-- Only with --fair-key-top N above 0, one more round trip: `LLEN fair:q:<key>` of each
-  key read, to publish the N largest backlogs.
+payload: TIME, then `HGETALL` of the hash, or `HRANDFIELD` of a sample when many keys
+wait; with --fair-key-top, `LLEN` of each key's list.
 """
 
 from __future__ import annotations
@@ -51,8 +45,7 @@ class FairShare:
     sampled: bool = False
     """Whether the keys read are a random sample (more than FAIR_READ_ALL_KEYS wait)."""
     top_backlogs: tuple[tuple[str, int], ...] = ()
-    """(key as a label value, jobs on its list) of the read keys with the largest
-    backlog, at most the exporter's --fair-key-top, largest first."""
+    """(key as a label value, jobs on its list) of the --fair-key-top largest, largest first."""
 
 
 def samples_keys(keys_waiting: int) -> bool:

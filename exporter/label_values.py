@@ -1,14 +1,11 @@
 """Label values the exporter takes from Redis as they are written there (worker ids,
 error classes), bounded in length.
 
-A worker names itself (any text it is given) and an error class may be written by
-hand or by another version, while Prometheus keeps every byte of a label value in
-every series' index, and a server configured with `label_value_length_limit` rejects
-the whole scrape over one value past it. So a value longer than
-MAX_LABEL_VALUE_BYTES of UTF-8 is cut: its head is kept, then `~` and the first 12
-hex digits of the SHA-256 of the whole value, the result exactly MAX_LABEL_VALUE_BYTES
-long at most. A value that fits is exported as it is; two long values that share
-their head stay two series (their digests differ).
+A worker names itself (any text) and an error class may be written by hand, while
+Prometheus keeps every byte of a label value in every series' index, and a server with
+`label_value_length_limit` rejects the whole scrape over one value past it. So a longer
+value is cut to at most MAX_LABEL_VALUE_BYTES: its head, `~` and the first 12 hex digits
+of the whole value's SHA-256, so two long values that share their head stay two series.
 """
 
 from __future__ import annotations

@@ -3,14 +3,13 @@ OpenMetrics 1.0.0, byte-identical to prometheus_client's encoders of metric_fami
 
 A 1,000-type scrape has ~60,000 samples. prometheus_client builds a Sample (with a
 labels dict) for each, then its encoder sorts and escapes each one's labels: ~300 ms a
-scrape for the text format, more for OpenMetrics, most of the exporter's time. Here the
-headers are made once per namespace, a per-type line's start (`name{agent_type="x"} `)
-once per type, a histogram series' ~15 lines by one str.format of a kept template (and
-taken as they are while the type's stats hash stays the same: PageMemory), and integer
-values skip float(). The samples are metric_families' own (collector.value_series,
-type_reading and histogram_series), and tests render the same results both ways and
-compare the bytes. A content type this module does not write (another version, or a
-name escaping that would change names) goes through prometheus_client.
+scrape for the text format, most of the exporter's time. Here the headers are made once
+per namespace, a per-type line's start once per type, a histogram series' lines by one
+str.format of a kept template (and kept while the type's stats hash stays the same:
+PageMemory), and integer values skip float(). The samples are metric_families' own
+(collector.py), and tests render the same results both ways and compare the bytes. A
+content type this module does not write (another version, or a name escaping that would
+change names) goes through prometheus_client.
 """
 
 from __future__ import annotations
@@ -63,10 +62,9 @@ def page_format(content_type: str) -> bool | None:
 
 class PageMemory:
     """What one page keeps for the next: the lines of each histogram series, by the
-    histogram object they were written from (a quiet type's stats hash is parsed once,
-    reader.py, into the same LatencyHistogram objects scrape after scrape: its ~45 lines
-    are then taken as they are), and each per-type sample's line start
-    (`name{agent_type="..."} `). Holds only what the last page used."""
+    histogram object they were written from (a quiet type's stats hash gives the same
+    LatencyHistogram objects scrape after scrape, reader.py), and each per-type sample's
+    line start (`name{agent_type="..."} `). Holds only what the last page used."""
 
     def __init__(self) -> None:
         self.histograms: dict[tuple[str, str], tuple[LatencyHistogram, str]] = {}
@@ -247,8 +245,8 @@ def _histogram_text(
     histogram: LatencyHistogram,
     exemplars: dict[float, BucketExemplar] | None = None,
 ) -> str:
-    """The `_bucket` lines, then `_count` and `_sum`, of one histogram series;
-    `exemplars` (OpenMetrics) end the lines of their buckets."""
+    """The `_bucket`, `_count` and `_sum` lines of one histogram series; `exemplars`
+    (OpenMetrics) end the lines of their buckets."""
     bounds, counts = zip(*histogram.buckets, strict=True)
     small = set(map(type, counts)) == _JUST_INT and min(counts) >= 0 and max(counts) < 10**6
     if small and not exemplars:
@@ -304,9 +302,8 @@ def _exemplar(exemplar: BucketExemplar) -> str:
 
 
 def _number(value: float) -> str:
-    """floatToGoString's text, without its float() and repr() for a small count: an
-    integer below 1e6 is written `<n>.0`, as repr(float(n)) is (at 1e6 Go's exponent
-    form starts)."""
+    """floatToGoString's text, without its float() and repr() for an integer below 1e6
+    (where Go's exponent form starts): `<n>.0`, as repr(float(n)) writes it."""
     if type(value) is int and 0 <= value < 1_000_000:
         return f"{value}.0"
     return _go_float(value)

@@ -1,23 +1,17 @@
 """Reads one Snapshot from Redis: one pipeline of plain read commands, one round trip.
 
 The pipeline carries Redis TIME, the type discovery (SCARD + one SSCAN page of
-`jobs:types`), INFO memory, clients and stats (one command; on a cluster, one addressed
-to each primary) and, per agent type exported by the previous scrape, the commands of
-type_reads.type_commands: so in the steady state a scrape costs one round trip (per
-node on a cluster) whatever the number of types or jobs. A scrape that discovers a new
-type reads it in a second round trip at once (never a stale or missing number).
+`jobs:types`), INFO memory, clients and stats (on a cluster, one addressed to each
+primary) and, per agent type exported by the previous scrape, type_reads.type_commands:
+in the steady state a scrape costs one round trip (per node on a cluster) whatever the
+number of types or jobs. A newly discovered type is read at once, in a second round trip
+(never a stale or missing number); fair share's key waits in one more (fair_share.py).
 
 No script: the exporter's ACL user (platform_common.jobs.acl) may run exactly these
-commands on exactly these keys (and the keyless INFO), so it can neither read a job
-(payloads are personal data) nor run Lua that could hold Redis busy. The oldest
-waiting job's age comes from the queue's `waiting` set (job id -> arrival time), never
-from a job hash. Fair share's key waits come from the ring's since hash (fair_share.py),
-read only for the types with keys waiting, in one more round trip for all of them (and
-one for their backlogs, with --fair-key-top).
-
-On a single server (or Sentinel's master) the request is sent by wire.py, packed once
-per type and kept; a cluster goes through redis-py's cluster pipeline, which routes by
-slot.
+commands on these keys (and the keyless INFO), so it can neither read a job (payloads
+are personal data) nor run Lua that could hold Redis busy. A single server's (or
+Sentinel master's) request is sent by wire.py, packed once per type; a cluster's goes
+through redis-py's cluster pipeline, which routes by slot.
 """
 
 from __future__ import annotations
@@ -43,13 +37,7 @@ from platform_common.jobs.redis.script import Command, Replies, Send, run_batch,
 from platform_common.jobs.redis.url import RedisClient
 from platform_common.jobs.type_registry import registry_reads, select_from_replies
 
-from .fair_share import (
-    backlog_commands,
-    fair_share,
-    samples_keys,
-    since_command,
-    since_values,
-)
+from .fair_share import backlog_commands, fair_share, samples_keys, since_command, since_values
 from .server_stats import INFO_SECTIONS, ServerStats, parse_server_stats
 from .settings import ExporterSettings
 from .snapshot import Snapshot, TypeSnapshot, type_snapshot, within_clock_tolerance
@@ -61,13 +49,10 @@ __all__ = ["SnapshotReader", "make_exporter_client", "type_commands"]
 
 
 def make_exporter_client(settings: ExporterSettings) -> RedisClient:
-    """A client whose every wait is bounded by the scrape timeout.
-
-    One immediate retry lets the first scrape after a Redis restart replace the dead
-    pooled connection and still succeed; no health-check PING, which would be an extra
-    round trip on an idle connection. Concurrent scrapes beyond the pool wait for a
-    connection (up to the scrape timeout) rather than report Redis down.
-    """
+    """A client whose every wait is bounded by the scrape timeout. One immediate retry
+    lets the first scrape after a Redis restart replace the dead pooled connection; no
+    health-check PING (an extra round trip); scrapes beyond the pool wait for a
+    connection rather than report Redis down."""
     timeout = settings.redis_timeout
     return settings.redis.make_client(
         socket_timeout=timeout,
@@ -137,9 +122,8 @@ class SnapshotReader:
     async def _with_memory(
         self, head: list[tuple[Any, ...]], agent_types: Sequence[str]
     ) -> tuple[Replies, list[str]]:
-        """Run `head` and the commands of `agent_types` with INFO (memory, clients,
-        stats) of every primary appended, in the same pipeline: the replies (the INFO
-        ones last) and the nodes they come from."""
+        """`head`, the commands of `agent_types`, then INFO of every primary, in one
+        pipeline -> the replies and the nodes the INFO ones come from."""
         client = self._client
         if not isinstance(client, RedisCluster):
             nodes = [server_name(self._settings.redis)]
@@ -153,7 +137,7 @@ class SnapshotReader:
     async def _run(
         self,
         head: list[tuple[Any, ...]],
-        agent_types: Sequence[str],
+        agent_types: Sequence[str] = (),
         tail: Sequence[tuple[Any, ...]] = (),
     ) -> Replies:
         """`head`, the commands of `agent_types`, then `tail`, in one pipeline."""
@@ -166,19 +150,17 @@ class SnapshotReader:
         return Replies(await send_and_read(client, request, count))
 
     async def _read_fair(self, results: dict[str, TypeSnapshot]) -> tuple[int, int]:
-        """Read how the fairness keys wait of each type in `results` with keys waiting,
-        in one pipeline (fair_share.py), then, with --fair-key-top, their backlogs in
-        one more; put what they say in its snapshot -> (round trips, malformed). A read
-        refused (WRONGTYPE: the since hash, or a key's list, holds another type; NOPERM:
-        an ACL user of an older release) leaves that type's or that key's numbers out,
-        counted."""
+        """Put in each snapshot of `results` with keys waiting how they wait (and, with
+        --fair-key-top, their backlogs) -> (round trips, malformed). A read refused
+        (WRONGTYPE, or NOPERM: an ACL user of an older release) leaves that type's or
+        that key's numbers out, counted."""
         waiting = [t for t in results.values() if t.fair_keys_waiting > 0]
         if not waiting:
             return 0, 0
         prefix = self._settings.queue_prefix
         keys = {t.agent_type: QueueKeys(t.agent_type, prefix) for t in waiting}
         commands = [since_command(keys[t.agent_type], t.fair_keys_waiting) for t in waiting]
-        replies = await self._run([("TIME",), *commands], ())
+        replies = await self._run([("TIME",), *commands])
         round_trips = replies.round_trips
         now_ms = _now_ms(_ok(replies[0]))
         malformed = 0
@@ -194,8 +176,7 @@ class SnapshotReader:
         lists = [(t, key) for t, since in read.items() for key in since] if top else []
         if lists:
             more = await self._run(
-                [c for t, since in read.items() for c in backlog_commands(keys[t], list(since))],
-                (),
+                [c for t, since in read.items() for c in backlog_commands(keys[t], list(since))]
             )
             round_trips += more.round_trips
             for (agent_type, key), reply in zip(lists, more, strict=True):
@@ -314,11 +295,9 @@ def _server_info(
     memory: dict[str, MemoryInfo] = {}
     server: dict[str, ServerStats] = {}
     for node, reply in zip(nodes, replies, strict=True):
-        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
-            raise reply  # connection trouble: the whole scrape is "Redis down"
+        if _refused(reply):  # connection trouble raises: the whole scrape is "Redis down"
+            return {}, {}, describe_error(reply)  # e.g. NOPERM: an exporter user without +info
         try:
-            if isinstance(reply, ResponseError):
-                raise reply  # e.g. NOPERM: an exporter user without +info
             memory[node] = parse_memory_info(reply)
             server[node] = parse_server_stats(reply)
         except (ResponseError, ValueError) as exc:

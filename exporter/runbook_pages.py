@@ -1,13 +1,10 @@
 """Serves the generated runbooks: `GET /runbooks/` (index) and `GET /runbooks/{AlertName}`.
 
-The pages are the committed markdown, package data of
-`platform_common.jobs_monitoring.runbooks`, rendered to HTML on request by the same
-renderer (`runbook_html`) that writes the static folder `runbooks/html/`, so each page
-also answers as `{AlertName}.html` and the index as `index.html`: the links of one
-rendering work on both. They are found by path, never by importing that package: the
-exporter does not depend on the monitoring code (or its extra's dependencies), only on
-the files the same wheel installs. Alerts about the exporter itself link to the hosted
-static folder instead (the site's `runbook_base_url`): this copy is down with it.
+The pages are the committed markdown (package data of
+`platform_common.jobs_monitoring.runbooks`, found by path: the exporter does not import
+the monitoring code), rendered on request by runbook_html, which also writes the static
+folder `runbooks/html/`: so each page also answers as `{AlertName}.html` and the index
+as `index.html`, and the links of one rendering work on both.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The exporter's core, without HTTP: scrape Redis into metric families, and readiness.
 
-Holds only what must outlive a request: the Redis client, the reader's memory of the
-last exported types (and of what their stats hashes said), what the last page can lend
-the next (page.py), the running total of malformed values, whether Redis was up last
-time (so that an outage is logged once when it starts and once when it ends, not on
-every scrape), and what was last said about Redis' eviction policy (likewise).
+Holds only what must outlive a request (the client, what the reader and the last page
+keep, the malformed total) and what was last logged, so that an outage or an evicting
+policy is logged when it starts and when it ends, not on every scrape.
 """
 
 from __future__ import annotations
@@ -110,11 +108,7 @@ class Exporter:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _note_memory(
-        self,
-        nodes: Mapping[str, MemoryInfo],
-        problem: str | None,
-    ) -> None:
+    def _note_memory(self, nodes: Mapping[str, MemoryInfo], problem: str | None) -> None:
         unsafe = frozenset((node, info.policy) for node, info in nodes.items() if info.can_evict)
         note = (unsafe, problem)
         if note == self._memory_note:

@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -61,35 +62,21 @@ def _redis(value: str, name: str) -> RedisSettings:
     return RedisSettings.from_url(value, setting_name=name)
 
 
-def _port(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=1, maximum=65535)
-
-
 MAX_HEARTBEAT_WINDOW_SECONDS = 86_400.0
-"""A day: far past any heartbeat interval, and small enough that the window in
-milliseconds stays an exact integer (1e308 s was accepted, then every scrape failed)."""
+"""A day: far past any heartbeat interval, and the window in ms stays an exact integer."""
 MAX_REDIS_TIMEOUT_SECONDS = 300.0
 """Five minutes: above any Prometheus scrape timeout, and a socket timeout the OS takes."""
 
-
-def _heartbeat_window(value: str, name: str) -> float:
-    return parse_duration(value, name, maximum=MAX_HEARTBEAT_WINDOW_SECONDS)
-
-
-def _redis_timeout(value: str, name: str) -> float:
-    return parse_duration(value, name, maximum=MAX_REDIS_TIMEOUT_SECONDS)
-
-
-def _max_agent_types(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=1, maximum=100_000)
+_port = partial(parse_int, minimum=1, maximum=65535)
+_max_agent_types = partial(parse_int, minimum=1, maximum=100_000)
+_fair_key_top = partial(parse_int, minimum=0, maximum=MAX_FAIR_KEY_TOP)
+_heartbeat_window = partial(parse_duration, maximum=MAX_HEARTBEAT_WINDOW_SECONDS)
+_redis_timeout = partial(parse_duration, maximum=MAX_REDIS_TIMEOUT_SECONDS)
+_log_level = partial(parse_choice, choices=_LOG_LEVELS)
 
 
 def _agent_types(value: str, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(parse_list(value, name, parse_name)))  # deduplicated, in order
-
-
-def _fair_key_top(value: str, name: str) -> int:
-    return parse_int(value, name, minimum=0, maximum=MAX_FAIR_KEY_TOP)
 
 
 def _namespace(value: str, name: str) -> str:
@@ -98,18 +85,12 @@ def _namespace(value: str, name: str) -> str:
     return value
 
 
-def _log_level(value: str, name: str) -> str:
-    return parse_choice(value, name, _LOG_LEVELS)
-
-
 @dataclass(frozen=True, slots=True)
 class ExporterSettings:
-    """Everything the exporter needs; build it with `from_args()` or `from_env()`.
-
-    Each field is declared once with its flag, its variable and its help (`--help`
-    adds the default). The queue's key prefix and latency buckets are the queue's own
-    variables (QUEUE_PREFIX, QUEUE_LATENCY_BUCKETS) and parsers, so the exporter and
-    the queue cannot disagree."""
+    """Everything the exporter needs; build it with `from_args()` or `from_env()`. Each
+    field is declared once with its flag, variable and help (`--help` adds the default);
+    the queue's key prefix and latency buckets take the queue's own variables and
+    parsers, so the exporter and the queue cannot disagree."""
 
     # One statement per setting, its help on the lines after (ruff would give every
     # argument a line of its own).

@@ -10,10 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from platform_common.jobs.keys import FAIR_BY_KEYS
-from platform_common.jobs.metric_catalogue import (
-    HEARTBEAT_CLOCK_TOLERANCE_MS,
-    MAX_WORKERS_PER_TYPE,
-)
+from platform_common.jobs.metric_catalogue import HEARTBEAT_CLOCK_TOLERANCE_MS, MAX_WORKERS_PER_TYPE
 from platform_common.jobs.redis.memory_policy import MemoryInfo
 from platform_common.jobs.redis.replies import finite_number, hash_fields
 
@@ -57,8 +54,7 @@ class TypeSnapshot:
     dead_letter_depth: int
     """LLEN of the dead-letter list."""
     counters: Mapping[str, int] = field(default_factory=dict)
-    """Stats counter (keys.STATS_COUNTERS name) -> value; missing means never incremented,
-    exported as 0; a malformed one is absent from `counters` and from the output."""
+    """StatsReading.counters: a missing counter is 0, a malformed one absent."""
     latency: LatencyHistogram | None = None
     """Enqueue -> completion; None when the stats hash's latency fields are unusable."""
     wait: LatencyHistogram | None = None
@@ -66,8 +62,7 @@ class TypeSnapshot:
     run: LatencyHistogram | None = None
     """The succeeding attempt's start -> completion; None when unusable."""
     error_classes: Mapping[str, int] = field(default_factory=dict)
-    """Failed attempts by exception class (the queue caps the classes, see keys.py; the
-    names are capped label values, label_values.py)."""
+    """StatsReading.error_classes: failed attempts by (capped) exception class."""
     oldest_age_seconds: float | None = 0.0
     """Age of the oldest waiting job, by its arrival time (type_reads.py); 0 when none
     waits, None when unknown (jobs wait but none has an arrival time)."""
@@ -80,19 +75,17 @@ class TypeSnapshot:
     """Each worker's last heartbeat, stalest first, at most MAX_WORKERS_PER_TYPE."""
     paused: bool = False
     """Whether the type is paused (JobQueue.pause): workers start none of its jobs."""
+    # The limits (queue/limits.py) are None when unset, or malformed (counted).
     rate_limit: float | None = None
-    """Job starts per second its rate limit allows (queue/limits.py); None when unset
-    (or malformed: counted)."""
+    """Job starts per second its rate limit allows."""
     max_running_limit: int | None = None
-    """Its cap on jobs running at once; None when unset (or malformed: counted)."""
+    """Its cap on jobs running at once."""
     depth_by_priority: Mapping[str, int] = field(default_factory=dict)
     """queue_depth by priority level (high, normal, low); empty when not read."""
     max_running_per_key_limit: int | None = None
-    """Its cap on jobs of one fairness key running at once; None when unset (or
-    malformed: counted)."""
+    """Its cap on jobs of one fairness key running at once."""
     fair_by: str | None = None
-    """The payload field fair share goes by (queue/limits.py FAIR_BY_KEYS); None when
-    fair share is off (or the field is none of them: counted)."""
+    """The payload field fair share goes by (one of FAIR_BY_KEYS); None: it is off."""
     fair_keys_waiting: int = 0
     """Fair share's keys with jobs waiting (HLEN of the ring's since hash): a type with
     none has no more of fair share read."""
@@ -104,14 +97,12 @@ class TypeSnapshot:
 @dataclass(frozen=True, slots=True)
 class WorkerBeat:
     worker: str
-    """The worker's id (host:pid:... as the worker names itself), as a label value:
-    capped (label_values.py)."""
+    """The worker's id as it names itself (host:pid:...), as a capped label value."""
     age_seconds: float
     """Seconds since its last heartbeat, by Redis TIME (never negative)."""
     jobs_in_progress: int | None = None
-    """Jobs it was running at that heartbeat (its own count, the worker_jobs hash);
-    None when unknown: a worker of a version that does not write it, or a malformed
-    value."""
+    """Jobs it was running at that heartbeat (the worker_jobs hash); None when unknown:
+    an older worker, or a malformed value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +142,11 @@ def type_snapshot(
     """One type's TypeSnapshot from its read parts -> (TypeSnapshot, malformed count).
 
     `depths`: queue, processing, delayed and dead-letter counts as Redis sent them;
-    `stats`: its parsed stats hash; `active`: workers beating within the window;
-    `newest`: the newest heartbeat's score or None; `oldest`: the oldest waiting job's
-    arrival (ms) or None; `beats`: every heartbeat as (worker, score); `worker_jobs`:
-    HGETALL of worker -> jobs in progress (flat or a dict; None: not read); `paused`:
-    whether the type is paused; `limits`: HMGET of its limits hash (type_reads.LIMITS_READ;
-    None: not read); `level_depths`: the high and low lists' lengths (None: not read),
-    normal's being the depth less both (never below 0: the two reads are not one
-    transaction); `fair_keys_waiting`: HLEN of fair share's since hash.
+    `active`: workers beating within the window; `newest`: the newest heartbeat's score
+    or None; `oldest`: the oldest waiting job's arrival (ms) or None; `beats`: every
+    heartbeat as (worker, score); the rest as TypeReplies has them (None: not read).
+    Normal priority's depth is the depth less high's and low's (never below 0: the reads
+    are not one transaction).
     """
     malformed = stats.malformed
     configured, bad_limits = _limits(limits)

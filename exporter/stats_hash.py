@@ -2,10 +2,9 @@
 says, as plain data.
 
 Never raises on bad data: a value that does not parse is skipped and counted in
-`malformed`. Every scrape parses every type's hash (~50 fields, 1,000 types), so the
-fields are sorted by what they are in one pass, with each field name's meaning kept
-(the same few dozen names in every hash); the reader also keeps each type's last
-reading and parses a hash again only when it changed.
+`malformed`. A scrape may parse ~1,000 hashes of ~50 fields, so the fields are sorted by
+what they are in one pass, each field name's meaning kept (the same few dozen names in
+every hash); the reader parses a type's hash again only when it changed.
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ class BucketExemplar:
 
 @dataclass(frozen=True, slots=True)
 class LatencyHistogram:
-    """One duration histogram of one agent type (keys.STATS_HISTOGRAMS), in Prometheus'
-    shape."""
+    """One duration histogram of one agent type, in Prometheus' shape."""
 
     buckets: tuple[tuple[float, int], ...]
     """(upper bound in seconds, CUMULATIVE count), ascending, the last bound is +Inf."""
@@ -70,8 +68,7 @@ class LatencyHistogram:
 
 @dataclass(frozen=True, slots=True)
 class StatsReading:
-    """What one stats hash says. Shared by the snapshots of the scrapes that read the
-    same hash: never mutated."""
+    """What one stats hash says (shared by the scrapes that read the same hash)."""
 
     counters: Mapping[str, int]
     """keys.STATS_COUNTERS name -> value; a missing one is 0, a malformed one absent."""
@@ -87,8 +84,8 @@ class StatsReading:
 def parse_stats(
     stats: object, bucket_bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS
 ) -> StatsReading:
-    """HGETALL's reply (flat [field, value, ...] or a dict) -> StatsReading.
-    `bucket_bounds` are the queue's configured latency buckets (see `_histogram`)."""
+    """HGETALL's reply (flat or a dict) -> StatsReading; `bucket_bounds` are the queue's
+    configured latency buckets (see `_histogram`)."""
     fields = hash_fields(stats)
     bounds = _configured_bounds(tuple(bucket_bounds))
     malformed = 0
@@ -148,11 +145,10 @@ def _histogram(
     cumulative `le` buckets.
 
     The queue only creates a bucket's field when an observation lands in it. Bounds
-    without a field are filled with 0 when every field found is one of the configured
-    bounds: then the `le` set is complete and stable from the first scrape (rate() and
-    histogram_quantile need that). A field outside the configured bounds means the
-    queue uses other buckets: then only the discovered ones are exported, which is
-    always correct (a missing bound's count is unknown, not 0).
+    without a field are filled with 0 when every field found is a configured bound: the
+    `le` set is then stable from the first scrape (rate() and histogram_quantile need
+    that). A field outside them means the queue uses other buckets: then only the found
+    ones are exported (a missing bound's count is unknown, not 0).
     """
     malformed = 0
     buckets: tuple[tuple[float, int], ...]
@@ -177,21 +173,13 @@ def _histogram(
         malformed += 1
     if not exemplars:
         return LatencyHistogram(buckets, total), malformed
-    # Only a bucket that is exported, and has seen a job, can carry one.
-    seen = {bound for bound, count in _counts(buckets) if count}
+    # Only a bucket that is exported, and has seen a job (its cumulative count grew), can
+    # carry one.
+    before = [0, *(count for _, count in buckets[:-1])]
+    seen = {bound for (bound, count), was in zip(buckets, before, strict=True) if count > was}
     kept = tuple((bound, exemplars[bound]) for bound in sorted(exemplars) if bound in seen)
     malformed += len(exemplars) - len(kept)
     return LatencyHistogram(buckets, total, kept), malformed
-
-
-def _counts(buckets: tuple[tuple[float, int], ...]) -> list[tuple[float, int]]:
-    """Each bucket's own (NON-cumulative) count."""
-    previous = 0
-    counts = []
-    for bound, cumulative in buckets:
-        counts.append((bound, cumulative - previous))
-        previous = cumulative
-    return counts
 
 
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
@@ -215,10 +203,9 @@ def _exemplar(raw: str, bound: float | None) -> BucketExemplar | None:
 
 
 def _error_classes(error_fields: Sequence[tuple[str, str]]) -> tuple[dict[str, int], int]:
-    """Failed attempts by class, from the hash's `error:<class>` fields. The queue caps the
-    classes; a hash holding more (written by hand) has the excess folded into `other`,
-    in field-name order, so the label stays bounded here too. A class name too long
-    for a label is capped (label_values.py)."""
+    """Failed attempts by (capped) class, from the hash's `error:<class>` fields. A hash
+    with more classes than the queue's cap (written by hand) has the excess folded into
+    `other`, in field-name order, so the label stays bounded here too."""
     malformed = 0
     counts: dict[str, int] = {}
     for name, raw in sorted(error_fields):

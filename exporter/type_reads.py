@@ -22,42 +22,35 @@ LIMITS_READ = ("rate", "interval_ms", "max_running", "max_running_per_key", "fai
 
 
 def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
-    """The read-only commands for one agent type, in the order of their replies:
+    """The read-only commands for one agent type, in the order of their replies (hashes
+    come flat in RESP2, as a dict in RESP3; ZRANGE WITHSCORES flat or as pairs):
 
     0. `ZCARD waiting`: jobs waiting to be taken that have a job hash (a retry, a
-       released or requeued job, one of the previous layout), an integer; with 7, the
-       queue depth. Not LLEN of the queue list: expiry is lazy, so an expired job's id
-       stays in the list until a worker pops and drops it, while these two hold exactly
-       the jobs that wait.
-    1. `LLEN processing`: jobs a worker has taken (an integer).
-    2. `ZCARD delayed`: jobs waiting for a retry (an integer).
-    3. `LLEN dead`: jobs in the dead-letter list (an integer).
-    4. `HGETALL stats`: the stats hash, counters and histograms (keys.py): a flat
-       [field, value, ...] list in RESP2, a dict in RESP3.
-    5. `ZRANGE workers 0 -1 WITHSCORES`: every worker's last heartbeat (worker id, ms).
-       The queue prunes silent workers, so this stays as small as the fleet.
+       released or requeued job, one of the previous layout); with 7, the queue depth.
+       Not LLEN of the queue list: expiry is lazy, so an expired job's id stays in the
+       list until a worker pops and drops it, while these two hold exactly the jobs
+       that wait.
+    1, 2, 3. `LLEN processing`, `ZCARD delayed`, `LLEN dead`: jobs a worker has taken,
+       waiting for a retry, dead-lettered.
+    4. `HGETALL stats`: the stats hash, counters and histograms (keys.py).
+    5. `ZRANGE workers 0 -1 WITHSCORES`: every worker's last heartbeat (worker id, ms);
+       the queue prunes silent workers, so this stays as small as the fleet.
     6. `ZRANGE waiting 0 0 WITHSCORES`: the oldest waiting job with a job hash (id,
-       arrival ms), or empty; the queue keeps this set beside the list precisely so
-       that no job hash is read for it.
+       arrival ms), or empty: kept beside the list so that no job hash is read for it.
     7. `HLEN queued`: jobs waiting to be taken for the first time, each packed in one
-       field of the `queued` hash (an integer; the values, which hold the payloads,
-       are never read).
+       field of the `queued` hash (the values, which hold the payloads, are never read).
     8. `ZRANGE arrivals 0 0 WITHSCORES`: the oldest second (ms) in which a job still
        packed in `queued` arrived, or empty.
     9. `HGETALL worker_jobs`: each worker's jobs in progress (worker id -> count), as
-       its heartbeat last wrote it: flat in RESP2, a dict in RESP3. Pruned with the
-       heartbeats, so as small as the fleet; no job hash is read for it.
-    10. `GET paused`: the moment the type was paused (a string), or nil while it runs.
-    11. `HMGET limits rate interval_ms max_running max_running_per_key fair_by`: the
-        type's configured rate (starts per interval_ms), caps on running jobs and the
-        field fair share goes by (queue/limits.py), each nil when not set.
+       its heartbeat last wrote it; pruned with the heartbeats.
+    10. `GET paused`: the moment the type was paused, or nil while it runs.
+    11. `HMGET limits` LIMITS_READ: the type's rate (starts per interval_ms), caps on
+        running jobs and fair share's field (queue/limits.py), each nil when not set.
     12, 13. `LLEN queue:high`, `LLEN queue:low`: the jobs waiting at priority high and
-       low (queue/priority.py). Unlike the queue list, these lose an expired job's id
-       when it expires, so each length is its level's depth; normal's is the depth
-       less both.
-    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent). Only a
-       type with keys waiting has their waits read (fair_share.py), in a round trip
-       shared by every such type: a type without fair share pays this one command.
+       low (queue/priority.py). These lose an expired job's id when it expires, so each
+       length is its level's depth; normal's is the depth less both.
+    14. `HLEN fair:since`: fair share's keys with jobs waiting (0 when absent); only a
+       type with keys waiting has their waits read (fair_share.py).
 
     A reply may also be an error (WRONGTYPE): the reader then skips the type.
     `TypeReplies.of` unpacks them in this order; change the two together.
@@ -81,30 +74,24 @@ def type_commands(keys: QueueKeys) -> list[tuple[Any, ...]]:
 
 
 class TypeReplies(NamedTuple):
-    """One type's replies to `type_commands`, by meaning."""
+    """One type's replies to `type_commands`, by meaning (as its docstring has them)."""
 
     queue_depth: Any
-    """Jobs waiting to be taken (an integer)."""
+    """Jobs waiting to be taken: replies 0 and 7 summed."""
     in_progress: Any
     delayed_depth: Any
     dead_letter_depth: Any
     stats: Any
-    """The stats hash: flat [field, value, ...] (RESP2) or a dict (RESP3)."""
     heartbeats: Any
-    """ZRANGE ... WITHSCORES of the heartbeats: flat (RESP2) or pairs (RESP3)."""
     oldest_waiting: Any
-    """ZRANGE ... WITHSCORES of at most one member: the oldest waiting job's arrival
-    (ms) is its score; empty when none waits."""
+    """Of replies 6 and 8, the one with the oldest arrival (ms, its score)."""
     worker_jobs: Any
-    """HGETALL of worker id -> jobs in progress: flat (RESP2) or a dict (RESP3)."""
     paused: bool
-    """Whether the type is paused (its pause key holds a value)."""
+    """Whether the type's pause key holds a value."""
     limits: Any
-    """HMGET of the limits hash: LIMITS_READ's values, each nil when unset."""
     level_depths: tuple[Any, Any]
-    """Jobs waiting at priority high and low (integers)."""
+    """Replies 12 and 13: jobs waiting at priority high and low."""
     fair_keys_waiting: Any
-    """Fair share's keys with jobs waiting (an integer; 0 when none)."""
 
     @classmethod
     def of(cls, replies: Sequence[Any]) -> TypeReplies:

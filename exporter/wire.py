@@ -2,15 +2,13 @@
 connection's parser: a scrape's round trip to a single Redis server (or Sentinel's
 master).
 
-redis-py's pipeline spends ~13 us of Python on every command (queueing it, packing
-it, then per reply an asyncio timeout, parse_response and a response callback): 90 ms
-for the 7,000 commands of a 1,000-type scrape, against 5-15 ms of Redis' own (INFO
-commandstats). Here the
-caller sends bytes it packed once (the reader caches each type's commands), and the
-replies are read in one loop under one deadline, each error reply in place as from a
-pipeline with raise_on_error=False. No response callbacks run, so replies are raw:
-TIME a list of two strings, INFO its text, HGETALL a flat list in RESP2; the reader
-takes those shapes.
+redis-py's pipeline spends ~13 us of Python on every command (queueing, packing, then
+per reply an asyncio timeout, parse_response and a response callback): 90 ms for the
+7,000 commands of a 1,000-type scrape, against 5-15 ms of Redis' own. Here the caller
+sends bytes it packed once, and the replies are read in one loop under one deadline,
+each error reply in place as from a pipeline with raise_on_error=False. No response
+callbacks run, so replies are raw: TIME a list of two strings, INFO its text, HGETALL a
+flat list in RESP2; the reader takes those shapes.
 
 Not for a cluster: its pipeline routes by slot and follows MOVED, which this does not.
 """

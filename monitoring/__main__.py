@@ -1,10 +1,9 @@
 """`python -m platform_common.jobs_monitoring --out DIR [--site FILE] [--check]`: write (or
 check) a site's monitoring bundle: dashboards, alert rules, runbooks.
 
-The generators' own entry point (the `monitoring` extra): the core's operator CLI does
-not generate the bundle (of monitoring, its `deploy render` imports the Kubernetes
-renderer alone). Exit status 0 done or up to date, 1 stale files on --check, 2 bad
-site settings.
+The generators' own entry point (the `monitoring` extra; the operator CLI's `deploy
+render` imports the Kubernetes renderer alone). Exit status 0 done or up to date, 1
+stale files on --check, 2 bad site settings.
 """
 
 from __future__ import annotations

@@ -57,39 +57,23 @@ DURATION_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class MonitoringConfig:
-    """Site settings and thresholds; every field is validated in `__post_init__`."""
+    """Site settings and thresholds; every field is validated in `__post_init__`. What
+    each field means: its comment in site.defaults.yaml, which users read and edit."""
 
     namespace: str
-    """Metric name prefix the exporter runs with (empty: the catalogue's exact names)."""
     job: str
-    """Prometheus `job` label of the exporter's scrape; alerts select on it."""
     exporter_url: str
-    """Where on-call reaches the exporter (curl commands in runbooks)."""
     runbook_base_url: str
-    """Where the static runbook folder (`runbooks/html/`) is hosted: every `runbook_url`
-    is `<runbook_base_url><AlertName>.html`. Never the exporter: it is down when its own
-    alerts fire."""
+    """Never the exporter: it is down when its own alerts fire."""
     grafana_url: str
-    """Base of the dashboard links that leave Grafana (alert annotations, runbook pages);
-    empty: relative `/d/<uid>?viewPanel=<id>`, which opens on the reader's own Grafana.
-    Links inside dashboards are always relative."""
     console_url: str
-    """Base of the queue console (`agentjobs console`, or where an app mounts
-    `console_router`); set: every alert about one agent type gets a `console_url`
-    annotation `<console_url>/types/<agent_type>` and its runbook says so. Empty: no
-    console links."""
     prometheus_url: str
     trace_url: str
-    """Where a trace id opens in a tracing UI: a URL holding `{trace_id}` (Jaeger
-    `http://jaeger:16686/trace/{trace_id}`, Tempo through Grafana's Explore). Set, the
-    datasource links each exemplar's `trace_id` there; empty, exemplars link nowhere."""
     datasource_uid: str
-    """Fixed uid of the provisioned Prometheus datasource the alert queries use."""
     grafana_folder: str
     grafana_dashboards_path: str
     """Where the dashboards provider reads `dashboards/*.json` inside the Grafana container."""
     rule_interval: str
-    """Evaluation interval of the Grafana rule group and the Prometheus rule group."""
 
     queue_depth_high: int
     queue_depth_high_for: str
@@ -99,13 +83,12 @@ class MonitoringConfig:
     failure_ratio_high: float
     failure_ratio_high_for: str
     job_ttl_seconds: float
-    """The jobs' ttl_seconds (the payload's default); per agent type overrides in
-    `job_ttl_overrides`."""
+    """The jobs' ttl_seconds (the payload's default)."""
     job_ttl_overrides: Mapping[str, float]
     oldest_job_over_ttl_for: str
     latency_slo_fraction_of_ttl: float
-    """Default p95 SLO = this fraction of the agent type's job TTL: a result that
-    arrives after the TTL is thrown away, so half the TTL leaves room for retries."""
+    """A result that arrives after the TTL is thrown away, so half the TTL (the default)
+    leaves room for retries."""
     latency_slo_overrides: Mapping[str, float]
     latency_above_slo_for: str
     exporter_down_for: str
@@ -114,37 +97,23 @@ class MonitoringConfig:
     no_active_workers_for: str
     redis_eviction_policy_unsafe_for: str
     redis_memory_high: float
-    """Used / maxmemory of a Redis primary (1 = full) above which RedisMemoryHigh fires."""
     redis_memory_high_for: str
     expired_rate_high: float
-    """Jobs per second of one agent type dropped because their TTL passed (0: any)."""
     expired_rate_high_for: str
     agent_types_dropped_for: str
     malformed_values_for: str
     queue_paused_too_long_for: str
-    """QueuePausedTooLong: an agent type paused (JobQueue.pause) longer than this."""
     held_at_rate_limit_for: str
-    """QueueHeldAtRateLimit: an agent type's rate limit held starts back while its queue
-    grew, this long."""
     fair_key_starving_ratio: float
-    """QueueFairKeyStarving: a fairness key has gone without a start more than this many
-    times as long as the median key (over 1)."""
     fair_key_starving_floor_seconds: float
-    """QueueFairKeyStarving: and longer than this (a few seconds against a median of
-    one is no starvation)."""
+    """A few seconds against a median of one is no starvation."""
     fair_key_starving_for: str
 
     slo_availability: Objective
-    """The default availability SLO: completed jobs out of finished ones (slo.py)."""
     slo_latency: Objective
-    """The default latency SLO: completed jobs within `threshold_seconds` of their enqueue."""
     slo_overrides: Mapping[str, SloOverride]
-    """Agent type -> what it changes of the default SLOs."""
     latency_buckets: tuple[float, ...]
-    """The queue's latency histogram bounds (its QUEUE_LATENCY_BUCKETS); empty: the
-    queue's default. A latency SLO's threshold must be one of them."""
     alerts_off: tuple[str, ...]
-    """Alerts not generated at all, e.g. a threshold alert an SLO alert covers."""
 
     for_override: str | None = None
     """Test settings only, never a site setting: replaces every alert's `for`."""
@@ -184,8 +153,8 @@ class MonitoringConfig:
             "job_ttl_seconds": self.job_ttl_seconds,
             **{f"job_ttl_overrides[{k}]": v for k, v in self.job_ttl_overrides.items()},
             **{f"latency_slo_overrides[{k}]": v for k, v in self.latency_slo_overrides.items()},
+            "fair_key_starving_floor_seconds": self.fair_key_starving_floor_seconds,
         }
-        positive["fair_key_starving_floor_seconds"] = self.fair_key_starving_floor_seconds
         if not is_finite_number(self.fair_key_starving_ratio) or self.fair_key_starving_ratio <= 1:
             raise ConfigurationError(
                 "fair_key_starving_ratio",

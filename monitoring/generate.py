@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from . import outputs
-from .alerts import grafana_provisioning
+from .alerts.grafana_provisioning import alert_rules, dashboards_provider, datasource
 from .alerts.prometheus_rules import promtool_tests, rule_file, slo_promtool_tests
 from .config import MonitoringConfig
 from .dashboards.encode import render as render_dashboard
@@ -35,20 +35,15 @@ def dump_yaml(data: Any) -> str:
 
 def bundle(config: MonitoringConfig) -> dict[str, str]:
     """Relative path (see `outputs`) -> content of every file generated for `config`."""
+    rules = Path(outputs.PROMETHEUS_RULES).name  # the tests name it: it is beside them
     files = {
         outputs.DASHBOARD_FILE: render_dashboard(queue_overview(config)),
-        outputs.GRAFANA_ALERT_RULES: dump_yaml(grafana_provisioning.alert_rules(config)),
-        outputs.GRAFANA_DATASOURCE: dump_yaml(grafana_provisioning.datasource(config)),
-        outputs.GRAFANA_DASHBOARD_PROVIDER: dump_yaml(
-            grafana_provisioning.dashboards_provider(config)
-        ),
+        outputs.GRAFANA_ALERT_RULES: dump_yaml(alert_rules(config)),
+        outputs.GRAFANA_DATASOURCE: dump_yaml(datasource(config)),
+        outputs.GRAFANA_DASHBOARD_PROVIDER: dump_yaml(dashboards_provider(config)),
         outputs.PROMETHEUS_RULES: dump_yaml(rule_file(config)),
-        outputs.PROMETHEUS_RULE_TESTS: dump_yaml(
-            promtool_tests(config, Path(outputs.PROMETHEUS_RULES).name)
-        ),
-        outputs.PROMETHEUS_SLO_RULE_TESTS: dump_yaml(
-            slo_promtool_tests(config, Path(outputs.PROMETHEUS_RULES).name)
-        ),
+        outputs.PROMETHEUS_RULE_TESTS: dump_yaml(promtool_tests(config, rules)),
+        outputs.PROMETHEUS_SLO_RULE_TESTS: dump_yaml(slo_promtool_tests(config, rules)),
     }
     pages = render_runbooks(config)
     for name, text in pages.items():

@@ -3,12 +3,10 @@ PodDisruptionBudget and its KEDA ScaledObject, plus one PrometheusRule (Promethe
 Operator) holding the alert rules of alerts/prometheus/.
 
 `render(workers, config)` returns file name -> YAML text; `agentjobs deploy render` writes
-them, and scripts/generate.py writes the repository's examples (deploy/kubernetes/workers/)
-with it. A composition root like `generate`: it joins the site settings (the same
-`MonitoringConfig` the bundle is made from, so the PrometheusRule carries exactly the
-rule file's groups and the scaler reads the exporter by the site's `job` and metric
-prefix) with the alert renderer. Each file is a complete set of objects, so tests/deploy
-validates exactly what `kubectl apply` receives.
+them, and scripts/generate.py the repository's examples (deploy/kubernetes/workers/). A
+composition root like `generate`: from the site's `MonitoringConfig`, the PrometheusRule
+carries exactly the rule file's groups and the scaler reads the exporter by the site's
+`job` and metric prefix. Each file is a complete set of objects, as `kubectl apply` takes.
 """
 
 from __future__ import annotations
@@ -155,18 +153,8 @@ def deployment(workers: Workers, agent_type: str) -> dict[str, Any]:
         ],
         # Liveness: the worker's heartbeat in Redis is fresh (a wedged event loop or dead
         # chores fail it). Redis down or full passes: a restart would not help.
-        "startupProbe": {
-            "exec": {"command": probe_command},
-            "periodSeconds": 5,
-            "timeoutSeconds": 5,
-            "failureThreshold": 24,
-        },
-        "livenessProbe": {
-            "exec": {"command": probe_command},
-            "periodSeconds": 15,
-            "timeoutSeconds": 5,
-            "failureThreshold": 3,
-        },
+        "startupProbe": _probe(probe_command, period=5, failures=24),
+        "livenessProbe": _probe(probe_command, period=15, failures=3),
         "resources": {
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
@@ -201,25 +189,27 @@ def deployment(workers: Workers, agent_type: str) -> dict[str, Any]:
                     "volumes": [
                         # Secret `redis-worker-<type>-auth`, key `password`: this type's
                         # worker ACL user (docs/operations.md, "Deploying").
-                        {
-                            "name": "redis-auth",
-                            "secret": {
-                                "secretName": f"redis-worker-{agent_type}-auth",
-                                "items": [{"key": "password", "path": "password"}],
-                            },
-                        },
-                        {
-                            "name": "redis-tls",
-                            "secret": {
-                                "secretName": "redis-tls-ca",
-                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                            },
-                        },
+                        _secret_volume("redis-auth", f"redis-worker-{agent_type}-auth", "password"),
+                        _secret_volume("redis-tls", "redis-tls-ca", "ca.crt"),
                     ],
                 },
             },
         },
     }
+
+
+def _probe(command: list[str], *, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": command},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _secret_volume(name: str, secret: str, key: str) -> dict[str, Any]:
+    """A volume of one key of Secret `secret`, as a file of the same name."""
+    return {"name": name, "secret": {"secretName": secret, "items": [{"key": key, "path": key}]}}
 
 
 def disruption_budget(workers: Workers, agent_type: str) -> dict[str, Any]:
@@ -238,9 +228,7 @@ def disruption_budget(workers: Workers, agent_type: str) -> dict[str, Any]:
 def scaler_query(config: MonitoringConfig, agent_type: str) -> str:
     """KEDA's query for one agent type, the one place its text is written: jobs waiting
     plus jobs running, per worker's concurrency, so a queue kept empty by busy workers
-    does not scale them away. Series by the site's metric prefix and exporter `job`.
-    `max by`, as the alerts: every exporter replica reports the whole queue, so a sum
-    would count it once per replica."""
+    does not scale them away. `max by`, as every query (queries.py)."""
     matchers = (f'job="{config.job}"', f'agent_type="{agent_type}"')
     sel = Selector(config.namespace, matchers, None, "")
     return (

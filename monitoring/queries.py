@@ -1,10 +1,8 @@
 """PromQL built from the metric catalogue, shared by the dashboards and the alert spec.
 
-No metric name is typed here: every series comes from the exporter's catalogue through a
-`Selector`. The one exception is Prometheus' own `up`, which no exporter exposes.
-
-Aggregation across exporter replicas uses `max`, never `sum`: every replica reads the
-same Redis and reports the same totals, so summing would double-count them.
+Every series comes from the exporter's catalogue through a `Selector` (but Prometheus'
+own `up`). Exporter replicas are aggregated with `max`, never `sum`: every replica reads
+the same Redis and reports the same totals.
 """
 
 from __future__ import annotations
@@ -56,9 +54,8 @@ BY_TYPE = f"job, {AGENT_TYPE}"
 class Selector:
     """How queries select series: dashboards use template variables, alerts fixed labels.
 
-    `target_matchers` apply to every series (Prometheus attaches `job` and `instance`
-    to all of them); `agent_type_matcher` only to metrics that carry `agent_type`, so
-    the exporter's own metrics are not filtered away by it.
+    `target_matchers` apply to every series (Prometheus gives all `job` and `instance`);
+    `agent_type_matcher` only to metrics with `agent_type`, not to the exporter's own.
     """
 
     namespace: str
@@ -147,9 +144,8 @@ def active_workers_idle(sel: Selector) -> str:
 
 
 def held_at_rate_limit(sel: Selector) -> str:
-    """Per agent type, the job starts its rate limit holds back per second, while its
-    queue depth grew over the same window: a type held at its rate and falling behind
-    (a type held back with a flat or shrinking queue keeps up: no series)."""
+    """Per agent type, the job starts its rate limit holds back per second while its queue
+    depth grew over the same window (held back with a flat queue, it keeps up)."""
     # Parenthesised: `and` binds looser than the comparison the alert appends.
     held = rate_by_type(sel, "held_back_rate")
     growing = f"max by ({BY_TYPE}) (delta({sel.series('queue_depth')}[{sel.window}])) > 0"
@@ -229,11 +225,8 @@ def target_series(sel: Selector, key: str | None = None) -> str:
 
 
 def per_type_limit(sel: Selector, default: float, overrides: Mapping[str, float]) -> str:
-    """One limit per agent type: the overrides, else `default` for every type seen.
-
-    The default side is `group by (agent_type) (queue_depth) * default` (a gauge, so no
-    counter is ever used outside rate()); `or` keeps an override where one exists.
-    """
+    """One limit per agent type: the overrides, else `default` for every type seen (by
+    its queue_depth gauge: no counter is used outside rate())."""
     default_side = f"group by ({AGENT_TYPE}) ({sel.series('queue_depth')}) * {number(default)}"
     parts = [
         f'label_replace(vector({number(limit)}), "{AGENT_TYPE}", "{agent_type}", "", "")'

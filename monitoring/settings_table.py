@@ -1,10 +1,8 @@
 """The README's settings table, rendered from the settings declarations (never by hand).
 
-Rows come from what the code reads: the queue's and the exporter's settings (each
-declared once with its parser, variable and help: platform_common.jobs.env.setting),
-the JobStore's variables and the CLI's. Defaults are read from the code, so they cannot
-go stale, and rendering fails when a variable of a strict namespace has no row or no
-meaning.
+Rows come from what the code reads: the queue's and the exporter's declared settings
+(platform_common.jobs.env.setting), the JobStore's variables and the CLI's, defaults
+included; rendering fails when a variable of a strict namespace has no row or no meaning.
 """
 
 from __future__ import annotations

@@ -87,11 +87,10 @@ def _typed(key: str, value: Any, expected: Any, origin: Path) -> Any:
             _typed(f"{key}[{index}]", item, item_type, origin) for index, item in enumerate(value)
         )
     if get_origin(expected) is Mapping:
+        _, item_type = get_args(expected)
         if not isinstance(value, dict):
-            _, item_type = get_args(expected)
             what = "number" if item_type is float else "its changes"
             raise ConfigurationError(key, f"must be a mapping of agent type: {what} ({origin})")
-        _, item_type = get_args(expected)
         typed = {}
         for name, item in value.items():
             if not isinstance(name, str):

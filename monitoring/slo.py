@@ -1,29 +1,20 @@
 """Service-level objectives per agent type: what they measure, their targets and windows.
 
-Two objectives, each a ratio of good events to all events over the queue's counters
-(what sloth and pyrra call an event-based or ratio SLO):
-
-- **availability**: of the jobs that finished, the share that completed. The errors
-  are jobs that failed for good (`jobs_failed_total`, which counts every dead-lettered
-  job once, and jobs refused by a non-retryable error) and jobs that expired
-  unfinished (`jobs_expired_total`). The queue has no cancellation: were one added, a
-  job its requester cancelled would count as neither good nor bad (a decision of the
-  client, not a failure of the service), as a 4xx is left out of an HTTP availability.
-- **latency**: of the jobs that completed, the share whose enqueue-to-completion
-  latency was within `threshold_seconds`, read from the latency histogram's bucket of
-  that bound (so it must be one of the bounds: anything else could only be guessed).
-
-Each has a `target` (0.99 = 99%), whose error budget is `1 - target`: the share of the
-`window`'s jobs that may be bad. Burn rate = error ratio / error budget; at 1 the budget
-lasts exactly the window. The alerts are the SRE workbook's multi-window, multi-burn-rate
-pairs (`BURN_RATE_PAIRS`).
+Two event-based (ratio) SLOs over the queue's counters: **availability**, of the jobs
+that finished the share that completed (failed for good and expired jobs are the
+errors), and **latency**, of the jobs that completed the share within
+`threshold_seconds` of their enqueue, read from the latency histogram's bucket of that
+bound (so it must be one of the bounds). Each has a `target` (0.99 = 99%), whose error
+budget is `1 - target`; burn rate = error ratio / error budget. What they count, and
+why: docs/operations.md, "SLOs". The alerts are the SRE workbook's multi-window,
+multi-burn-rate pairs (`BURN_RATE_PAIRS`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from platform_common.jobs.errors import ConfigurationError
@@ -117,13 +108,7 @@ class Objective:
     def merged(self, override: ObjectiveOverride | None) -> Objective:
         if override is None:
             return self
-        return Objective(
-            self.target if override.target is None else override.target,
-            self.window if override.window is None else override.window,
-            self.threshold_seconds
-            if override.threshold_seconds is None
-            else override.threshold_seconds,
-        )
+        return replace(self, **{k: v for k, v in asdict(override).items() if v is not None})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,14 @@
 """PromQL of the SLOs: each SLI's error ratio, objective, budget and burn rate, inline or recorded.
 
-`SloQueries` builds every expression from the exporter's own series (`inline`): that is
-what the recording rules record, what the Grafana alert rules and the dashboard query
-(they must work on a Prometheus without the rule file), and what promtool checks against
-the recorded series. The Prometheus alert rules and `agentjobs slo` read the recording
-rules (`recorded`), named as sloth names them: `slo:sli_error:ratio_rate5m`, ...,
-labelled `job`, `agent_type` and `slo` (availability or latency).
+`SloQueries` builds every expression from the exporter's own series (`inline`): what
+the recording rules record, and what the Grafana alert rules and the dashboard query
+(they must work on a Prometheus without the rule file). The Prometheus alert rules and
+`agentjobs slo` read the recordings (`recorded`), named as sloth names them
+(`slo:sli_error:ratio_rate5m`, ...) and labelled `job`, `agent_type` and `slo`.
 
 Per agent type the objective, the latency threshold and the window may differ: each is
-a partition of the agent types (`type_groups`), the overridden types by name and the
-default for every other type, joined with `or`, so each type has exactly one value.
-Exporter replicas are deduplicated with `max by (job, agent_type)`, as every query is
-(queries.py).
+a partition of the agent types (`type_groups`) joined with `or`, so each type has
+exactly one value.
 """
 
 from __future__ import annotations
@@ -74,9 +71,8 @@ def le_text(bound: float) -> str:
 
 
 def type_groups(default: T, overrides: Mapping[str, T]) -> list[tuple[T, str | None]]:
-    """(value, `agent_type` matcher) per value: every agent type is in exactly one group,
-    the types whose override differs from `default` by name, every other type in the
-    default's (None: no matcher, when no type differs)."""
+    """(value, `agent_type` matcher) per value: the types whose override differs from
+    `default` by name, every other type in the default's (None: no type differs)."""
     differing = {name: value for name, value in sorted(overrides.items()) if value != default}
     by_value: dict[T, list[str]] = {}
     for name, value in differing.items():

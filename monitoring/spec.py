@@ -2,9 +2,8 @@
 
 An alert is `query <op> threshold` held for `for_`. `query` is Grafana's query A (then
 B = reduce last, C = threshold), and `expr` the Prometheus rule's expression, so both
-systems compare the same number with the same threshold. `op` is `gt` or `lt` only:
-Grafana's `eq`/`ne`/`gte`/`lte` threshold types exist only since 2025, and every "is 0"
-condition here is on a whole number, so `< 1` (or `> 0`) says it exactly.
+systems compare the same number with the same threshold. `op` is `gt` or `lt` only (why:
+docs/monitoring.md, "Grafana 10.4 or newer").
 `summary` and `description` are `string.Template`s over `$agent_type`, `$instance`,
 `$job`, `$node`, `$policy`, `$value`, `$threshold` and `$for_`, rendered into each
 system's own templating by `render_text`, so a text can never state another threshold
@@ -25,14 +24,7 @@ from .config import MonitoringConfig
 from .slo import SLO_KINDS, BurnRatePair, Objective, SloKind, window_seconds
 from .slo_queries import SloQueries, burn_alert, pairs_of
 
-__all__ = [
-    "AlertSpec",
-    "Op",
-    "TemplateFlavour",
-    "alert_specs",
-    "render_concrete",
-    "render_text",
-]
+__all__ = ["AlertSpec", "Op", "TemplateFlavour", "alert_specs", "render_concrete", "render_text"]
 
 Op = Literal["gt", "lt"]
 PROMQL_OP: dict[Op, str] = {"gt": ">", "lt": "<"}
@@ -86,8 +78,7 @@ class AlertSpec:
     @property
     def expr(self) -> str:
         """The Prometheus rule expression: the same query (or its recorded form) and threshold."""
-        query = self.query if self.rule_query is None else self.rule_query
-        return f"{query} {PROMQL_OP[self.op]} {q.number(self.threshold)}"
+        return f"{self.query if self.rule_query is None else self.rule_query} {self.condition}"
 
     @property
     def condition(self) -> str:
@@ -153,32 +144,26 @@ def alert_specs(
     panel = QueueOverviewPanel
     slo = config.default_latency_slo
     ttl = config.job_ttl_seconds
+    # Per alert a line each for its name and query, its condition and its routing, then
+    # its texts (ruff would give every argument a line of its own).
+    # fmt: off
     specs = (
         AlertSpec(
-            name="QueueDepthHigh",
-            query=q.gauge_by_type(sel, "queue_depth"),
-            op="gt",
-            threshold=config.queue_depth_high,
-            for_=config.queue_depth_high_for,
-            severity="warning",
-            action="scale-up",
+            name="QueueDepthHigh", query=q.gauge_by_type(sel, "queue_depth"),
+            op="gt", threshold=config.queue_depth_high, for_=config.queue_depth_high_for,
+            severity="warning", action="scale-up", panel=panel.QUEUE_DEPTH,
             summary="Queue $agent_type has $value jobs waiting (threshold $threshold).",
             description=(
                 "More than $threshold jobs have waited in the $agent_type queue for $for_: "
                 "workers are not keeping up. Scale the $agent_type worker pool up."
             ),
-            panel=panel.QUEUE_DEPTH,
         ),
         AlertSpec(
             # The idle time is the query's range, not a `for`: it fires queue_idle_for
             # after the last activity, which is what its texts say.
-            name="QueueIdle",
-            query=q.idle_activity(sel, config.queue_idle_for),
-            op="lt",
-            threshold=1,
-            for_="0s",
-            severity="info",
-            action="scale-down",
+            name="QueueIdle", query=q.idle_activity(sel, config.queue_idle_for),
+            op="lt", threshold=1, for_="0s",
+            severity="info", action="scale-down", panel=panel.THROUGHPUT,
             summary=(
                 f"Queue $agent_type has been idle for {config.queue_idle_for}: "
                 "nothing enqueued or running."
@@ -188,249 +173,170 @@ def alert_specs(
                 f"a retry or ran, in the last {config.queue_idle_for}: traffic has stopped. "
                 "The worker pool can be scaled down."
             ),
-            panel=panel.THROUGHPUT,
         ),
         AlertSpec(
             name="JobLatencyP95AboveSLO",
             query=q.ratio_to_limit(sel, q.latency_quantile(sel, 0.95), slo, config.latency_slos()),
-            op="gt",
-            threshold=1,
-            for_=config.latency_above_slo_for,
-            severity="warning",
-            action="investigate-workers",
+            op="gt", threshold=1, for_=config.latency_above_slo_for,
+            severity="warning", action="investigate-workers", panel=panel.LATENCY_QUANTILES,
             summary="p95 latency of $agent_type jobs is $value of its SLO.",
             description=(
-                "The 95th percentile of enqueue-to-completion latency "
-                f"({sel.window} window) of "
+                f"The 95th percentile of enqueue-to-completion latency ({sel.window} window) of "
                 f"$agent_type jobs is above its SLO (default {_seconds(slo)} = "
                 f"{q.number(config.latency_slo_fraction_of_ttl)} x the {_seconds(ttl)} job TTL) "
                 "for $for_. Check worker saturation, slow handlers and retries."
             ),
-            panel=panel.LATENCY_QUANTILES,
-            value_format="humanizePercentage",
-            unit="percentunit",
+            value_format="humanizePercentage", unit="percentunit",
         ),
         AlertSpec(
-            name="DeadLetterDepthHigh",
-            query=q.gauge_by_type(sel, "dead_letter_depth"),
-            op="gt",
-            threshold=config.dead_letter_high,
-            for_=config.dead_letter_high_for,
-            severity="warning",
-            action="investigate-failures",
+            name="DeadLetterDepthHigh", query=q.gauge_by_type(sel, "dead_letter_depth"),
+            op="gt", threshold=config.dead_letter_high, for_=config.dead_letter_high_for,
+            severity="warning", action="investigate-failures", panel=panel.DEAD_LETTER_DEPTH,
             summary="$value $agent_type jobs are dead-lettered (threshold $threshold).",
             description=(
                 "The $agent_type dead-letter list holds more than $threshold jobs that used "
                 "all their attempts: a systemic failure (bad deploy, broken "
                 "dependency, poison payloads). Find the cause, then requeue or purge."
             ),
-            panel=panel.DEAD_LETTER_DEPTH,
         ),
         AlertSpec(
-            name="QueueExporterDown",
-            query=q.target_series(sel),
-            op="lt",
-            threshold=1,
-            for_=config.exporter_down_for,
-            severity="critical",
-            action="restore-exporter",
+            name="QueueExporterDown", query=q.target_series(sel),
+            op="lt", threshold=1, for_=config.exporter_down_for,
+            severity="critical", action="restore-exporter", panel=panel.EXPORTER_UP,
             summary="Queue exporter $instance is down.",
             description=(
                 "Prometheus cannot scrape the queue exporter at $instance for $for_: queue "
                 "metrics, autoscaling signals and every other queue alert are blind."
             ),
-            panel=panel.EXPORTER_UP,
         ),
         AlertSpec(
-            name="QueueExporterAbsent",
-            query=f"absent({q.target_series(sel)})",
-            op="gt",
-            threshold=0,
-            for_=config.exporter_absent_for,
-            severity="critical",
-            action="restore-exporter",
+            name="QueueExporterAbsent", query=f"absent({q.target_series(sel)})",
+            op="gt", threshold=0, for_=config.exporter_absent_for,
+            severity="critical", action="restore-exporter", panel=panel.EXPORTER_UP,
             summary=f"No queue exporter target (job={config.job}) in Prometheus.",
             description=(
                 f"Prometheus has no target of job {config.job} for $for_: the exporter is not "
                 "deployed or service discovery lost it. Every queue alert is blind."
             ),
-            panel=panel.EXPORTER_UP,
             expect_data=False,
         ),
         AlertSpec(
-            name="QueueRedisUnreachable",
-            query=q.target_series(sel, "redis_up"),
-            op="lt",
-            threshold=1,
-            for_=config.redis_unreachable_for,
-            severity="critical",
-            action="restore-redis",
+            name="QueueRedisUnreachable", query=q.target_series(sel, "redis_up"),
+            op="lt", threshold=1, for_=config.redis_unreachable_for,
+            severity="critical", action="restore-redis", panel=panel.EXPORTER_UP,
             summary="Queue exporter $instance cannot read Redis.",
             description=(
                 "The exporter at $instance answers but its last scrapes could not read Redis "
                 "for $for_. Producers and workers using the same Redis are probably failing too."
             ),
-            panel=panel.EXPORTER_UP,
         ),
         AlertSpec(
-            name="QueueNoActiveWorkers",
-            query=q.active_workers_idle(sel),
-            op="gt",
-            threshold=0,
-            for_=config.no_active_workers_for,
-            severity="critical",
-            action="start-workers",
+            name="QueueNoActiveWorkers", query=q.active_workers_idle(sel),
+            op="gt", threshold=0, for_=config.no_active_workers_for,
+            severity="critical", action="start-workers", panel=panel.ACTIVE_WORKERS,
             summary="$value $agent_type jobs are waiting and no worker is alive.",
             description=(
                 "Jobs wait in the $agent_type queue and no $agent_type worker has sent a "
                 "heartbeat for $for_: nothing will process them. Start or fix the workers."
             ),
-            panel=panel.ACTIVE_WORKERS,
             expect_data=False,
         ),
         AlertSpec(
-            name="JobFailureRatioHigh",
-            query=q.failure_ratio(sel),
-            op="gt",
-            threshold=config.failure_ratio_high,
-            for_=config.failure_ratio_high_for,
-            severity="warning",
-            action="investigate-failures",
+            name="JobFailureRatioHigh", query=q.failure_ratio(sel),
+            op="gt", threshold=config.failure_ratio_high, for_=config.failure_ratio_high_for,
+            severity="warning", action="investigate-failures", panel=panel.FAILURE_RATIO,
             summary="$value of $agent_type jobs fail for good.",
             description=(
                 "The share of finished $agent_type jobs that failed after their last attempt "
                 f"({sel.window} window) has been above $threshold (1 = 100%) for $for_."
             ),
-            panel=panel.FAILURE_RATIO,
-            value_format="humanizePercentage",
-            unit="percentunit",
+            value_format="humanizePercentage", unit="percentunit",
         ),
         AlertSpec(
             name="OldestJobOlderThanTTL",
             query=q.ratio_to_limit(sel, q.gauge_by_type(sel, "oldest_age"), ttl, config.job_ttls()),
-            op="gt",
-            threshold=1,
-            for_=config.oldest_job_over_ttl_for,
-            severity="warning",
-            action="scale-up",
+            op="gt", threshold=1, for_=config.oldest_job_over_ttl_for,
+            severity="warning", action="scale-up", panel=panel.OLDEST_JOB_AGE,
             summary="The oldest waiting $agent_type job is at $value of its TTL.",
             description=(
                 "The oldest job in the $agent_type queue has waited longer than the job TTL "
                 f"(default {_seconds(ttl)}) for $for_: jobs expire before any worker takes them."
             ),
-            panel=panel.OLDEST_JOB_AGE,
-            value_format="humanizePercentage",
-            unit="percentunit",
+            value_format="humanizePercentage", unit="percentunit",
         ),
         AlertSpec(
-            name="QueueRedisEvictionPolicyUnsafe",
-            query=q.redis_policy_safe(sel),
-            op="lt",
-            threshold=1,
-            for_=config.redis_eviction_policy_unsafe_for,
-            severity="warning",
-            action="fix-redis-config",
+            name="QueueRedisEvictionPolicyUnsafe", query=q.redis_policy_safe(sel),
+            op="lt", threshold=1, for_=config.redis_eviction_policy_unsafe_for,
+            severity="warning", action="fix-redis-config", panel=panel.REDIS_EVICTION_POLICY,
             summary="Redis $node has maxmemory-policy $policy: it can evict queue data.",
             description=(
                 "Redis $node runs with maxmemory-policy $policy, not noeviction: when its "
                 "memory fills it deletes keys, silently losing queued jobs, results and the "
                 "counters. Set maxmemory-policy noeviction."
             ),
-            panel=panel.REDIS_EVICTION_POLICY,
         ),
         AlertSpec(
-            name="QueueRedisMemoryHigh",
-            query=q.redis_memory_ratio(sel),
-            op="gt",
-            threshold=config.redis_memory_high,
-            for_=config.redis_memory_high_for,
-            severity="warning",
-            action="free-redis-memory",
+            name="QueueRedisMemoryHigh", query=q.redis_memory_ratio(sel),
+            op="gt", threshold=config.redis_memory_high, for_=config.redis_memory_high_for,
+            severity="warning", action="free-redis-memory", panel=panel.REDIS_MEMORY,
             summary="Redis $node uses $value of its maxmemory.",
             description=(
                 "Redis $node has used more than $threshold of its maxmemory (1 = 100%) for "
                 "$for_. At the limit, under noeviction, every enqueue and every worker write "
                 "is refused (OOM) until memory is freed."
             ),
-            panel=panel.REDIS_MEMORY,
-            value_format="humanizePercentage",
-            expect_data=False,
-            unit="percentunit",
+            value_format="humanizePercentage", expect_data=False, unit="percentunit",
         ),
         AlertSpec(
-            name="JobsExpiring",
-            query=q.rate_by_type(sel, "expired"),
-            op="gt",
-            threshold=config.expired_rate_high,
-            for_=config.expired_rate_high_for,
-            severity="warning",
-            action="investigate-workers",
+            name="JobsExpiring", query=q.rate_by_type(sel, "expired"),
+            op="gt", threshold=config.expired_rate_high, for_=config.expired_rate_high_for,
+            severity="warning", action="investigate-workers", panel=panel.RETRIES,
             summary="$value $agent_type jobs/s expire before they complete.",
             description=(
                 f"$agent_type jobs have been dropped because their TTL passed ({sel.window} "
                 "rate above $threshold jobs/s) for $for_: each one is a request whose user "
                 "gets an expired result. Workers do not take or finish them in time."
             ),
-            panel=panel.RETRIES,
             unit="ops",
         ),
         AlertSpec(
-            name="QueueExporterDroppingAgentTypes",
-            query=q.target_series(sel, "types_dropped"),
-            op="gt",
-            threshold=0,
-            for_=config.agent_types_dropped_for,
-            severity="warning",
-            action="raise-type-cap",
+            name="QueueExporterDroppingAgentTypes", query=q.target_series(sel, "types_dropped"),
+            op="gt", threshold=0, for_=config.agent_types_dropped_for,
+            severity="warning", action="raise-type-cap", panel=panel.EXPORTER_ERRORS,
             summary="Queue exporter $instance leaves $value agent types out (type cap reached).",
             description=(
                 "The exporter at $instance has found more agent types than its cap "
                 "(EXPORTER_MAX_AGENT_TYPES) for $for_: the types over it have no metrics, "
                 "so none of their alerts can fire. Raise the cap or remove stale types."
             ),
-            panel=panel.EXPORTER_ERRORS,
         ),
         AlertSpec(
-            name="QueueExporterMalformedValues",
-            query=q.target_rate(sel, "malformed"),
-            op="gt",
-            threshold=0,
-            for_=config.malformed_values_for,
-            severity="warning",
-            action="repair-redis-data",
+            name="QueueExporterMalformedValues", query=q.target_rate(sel, "malformed"),
+            op="gt", threshold=0, for_=config.malformed_values_for,
+            severity="warning", action="repair-redis-data", panel=panel.EXPORTER_ERRORS,
             summary="Queue exporter $instance skips $value unparseable Redis values per second.",
             description=(
                 "The exporter at $instance has kept finding values in Redis it cannot "
                 "parse (a key of the wrong type, a counter that is not a number) for $for_: "
                 "the metrics they feed are missing, not zero, and their alerts are blind."
             ),
-            panel=panel.EXPORTER_ERRORS,
             unit="ops",
         ),
         AlertSpec(
-            name="QueuePausedTooLong",
-            query=q.gauge_by_type(sel, "paused"),
-            op="gt",
-            threshold=0,
-            for_=config.queue_paused_too_long_for,
-            severity="warning",
-            action="resume-queue",
+            name="QueuePausedTooLong", query=q.gauge_by_type(sel, "paused"),
+            op="gt", threshold=0, for_=config.queue_paused_too_long_for,
+            severity="warning", action="resume-queue", panel=panel.QUEUE_DEPTH,
             summary="Agent type $agent_type has been paused for $for_: its jobs wait.",
             description=(
                 "Workers have started no $agent_type job for $for_ because the type is "
                 "paused (agentjobs pause). Jobs still enqueue and wait, and expire when their "
                 "TTL passes. Resume it (agentjobs resume) once the reason for the pause is gone."
             ),
-            panel=panel.QUEUE_DEPTH,
         ),
         AlertSpec(
-            name="QueueHeldAtRateLimit",
-            query=q.held_at_rate_limit(sel),
-            op="gt",
-            threshold=0,
-            for_=config.held_at_rate_limit_for,
-            severity="warning",
-            action="raise-rate-limit",
+            name="QueueHeldAtRateLimit", query=q.held_at_rate_limit(sel),
+            op="gt", threshold=0, for_=config.held_at_rate_limit_for,
+            severity="warning", action="raise-rate-limit", panel=panel.LIMITS_STARTS,
             summary=(
                 "Agent type $agent_type has been held at its rate limit for $for_ while its "
                 "queue grew: $value starts/s held back."
@@ -442,9 +348,7 @@ def alert_specs(
                 "passes. Raise the rate if the upstream it protects allows, else slow the "
                 "producers."
             ),
-            panel=panel.LIMITS_STARTS,
-            expect_data=False,
-            unit="ops",
+            expect_data=False, unit="ops",
         ),
         AlertSpec(
             name="QueueFairKeyStarving",
@@ -452,8 +356,7 @@ def alert_specs(
             op="gt",
             threshold=config.fair_key_starving_floor_seconds,
             for_=config.fair_key_starving_for,
-            severity="warning",
-            action="unblock-fair-key",
+            severity="warning", action="unblock-fair-key", panel=panel.FAIR_KEY_WAIT,
             summary=(
                 "A fairness key of agent type $agent_type has waited $value without a "
                 f"start, over {q.number(config.fair_key_starving_ratio)} times the median "
@@ -466,12 +369,10 @@ def alert_specs(
                 "max_running_per_key, a rate limit, every worker busy with other keys, or a "
                 "ring edited by hand). Its jobs age and expire when their TTL passes."
             ),
-            panel=panel.FAIR_KEY_WAIT,
-            value_format="humanizeDuration",
-            expect_data=False,
-            unit="s",
+            value_format="humanizeDuration", expect_data=False, unit="s",
         ),
     )
+    # fmt: on
     generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:
         return generated
@@ -556,27 +457,25 @@ def _slo_specs(config: MonitoringConfig, sel: q.Selector) -> tuple[AlertSpec, ..
                     "At 1x the budget lasts exactly the window; faster, it runs out before "
                     "the window ends. Not urgent, but it will not stop by itself."
                 )
-            specs.append(
-                AlertSpec(
-                    name=f"Job{kind.title()}BudgetBurn{speed}",
-                    query=burn_alert(inline.burn_rate, pairs),
-                    rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
-                    op="gt",
-                    threshold=0,
-                    for_="0s",  # the short window is what ends it (the workbook's choice)
-                    severity="critical" if severity == "page" else "warning",
-                    action=action,
-                    summary=(
-                        f"$agent_type burns its {kind} error budget $value times as fast "
-                        "as its SLO allows."
-                    ),
-                    description=(
-                        f"{errors} has been more than {_pairs_text(pairs, objective)}. "
-                        f"{budget} $value is the burn rate over the short window. {consequence}"
-                    ),
-                    panel=panel,
-                    expect_data=False,
-                    slo=kind,
-                )
-            )
+            # As alert_specs' table; no `for`: the short window is what ends it (the
+            # workbook's choice).
+            # fmt: off
+            specs.append(AlertSpec(
+                name=f"Job{kind.title()}BudgetBurn{speed}", slo=kind,
+                query=burn_alert(inline.burn_rate, pairs),
+                rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
+                op="gt", threshold=0, for_="0s",
+                severity="critical" if severity == "page" else "warning", action=action,
+                panel=panel,
+                summary=(
+                    f"$agent_type burns its {kind} error budget $value times as fast "
+                    "as its SLO allows."
+                ),
+                description=(
+                    f"{errors} has been more than {_pairs_text(pairs, objective)}. "
+                    f"{budget} $value is the burn rate over the short window. {consequence}"
+                ),
+                expect_data=False,
+            ))
+            # fmt: on
     return tuple(specs)

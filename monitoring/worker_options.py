@@ -32,8 +32,7 @@ _MAX_TYPE_LENGTH = 63 - len("queue-worker-")
 
 @dataclass(frozen=True, slots=True)
 class Workers:
-    """What differs between sites: checked on construction (ConfigurationError naming
-    the command's option)."""
+    """What differs between sites, checked on construction."""
 
     image: str
     handler: str

@@ -2,9 +2,8 @@
 
 Each page's header (threshold, `for`, query, dashboard panel) comes from the same
 `AlertSpec` the rules are generated from; the prose lives in
-`runbooks/templates/<AlertName>.md.j2`, which extends `_layout.md.j2` (so every page has
-Meaning, Impact, Diagnosis, Mitigation and Escalation). Panel titles and rule file
-paths come from the base package: the runbooks never import the other renderers.
+`runbooks/templates/<AlertName>.md.j2`, which extends `_layout.md.j2` (every page has
+SECTIONS). The runbooks never import the other renderers.
 """
 
 from __future__ import annotations
