@@ -144,14 +144,16 @@ def alert_specs(
     panel = QueueOverviewPanel
     slo = config.default_latency_slo
     ttl = config.job_ttl_seconds
-    # Per alert a line each for its name and query, its condition and its routing, then
-    # its texts (ruff would give every argument a line of its own).
-    # fmt: off
     specs = (
         AlertSpec(
-            name="QueueDepthHigh", query=q.gauge_by_type(sel, "queue_depth"),
-            op="gt", threshold=config.queue_depth_high, for_=config.queue_depth_high_for,
-            severity="warning", action="scale-up", panel=panel.QUEUE_DEPTH,
+            name="QueueDepthHigh",
+            query=q.gauge_by_type(sel, "queue_depth"),
+            op="gt",
+            threshold=config.queue_depth_high,
+            for_=config.queue_depth_high_for,
+            severity="warning",
+            action="scale-up",
+            panel=panel.QUEUE_DEPTH,
             summary="Queue $agent_type has $value jobs waiting (threshold $threshold).",
             description=(
                 "More than $threshold jobs have waited in the $agent_type queue for $for_: "
@@ -161,9 +163,14 @@ def alert_specs(
         AlertSpec(
             # The idle time is the query's range, not a `for`: it fires queue_idle_for
             # after the last activity, which is what its texts say.
-            name="QueueIdle", query=q.idle_activity(sel, config.queue_idle_for),
-            op="lt", threshold=1, for_="0s",
-            severity="info", action="scale-down", panel=panel.THROUGHPUT,
+            name="QueueIdle",
+            query=q.idle_activity(sel, config.queue_idle_for),
+            op="lt",
+            threshold=1,
+            for_="0s",
+            severity="info",
+            action="scale-down",
+            panel=panel.THROUGHPUT,
             summary=(
                 f"Queue $agent_type has been idle for {config.queue_idle_for}: "
                 "nothing enqueued or running."
@@ -177,8 +184,12 @@ def alert_specs(
         AlertSpec(
             name="JobLatencyP95AboveSLO",
             query=q.ratio_to_limit(sel, q.latency_quantile(sel, 0.95), slo, config.latency_slos()),
-            op="gt", threshold=1, for_=config.latency_above_slo_for,
-            severity="warning", action="investigate-workers", panel=panel.LATENCY_QUANTILES,
+            op="gt",
+            threshold=1,
+            for_=config.latency_above_slo_for,
+            severity="warning",
+            action="investigate-workers",
+            panel=panel.LATENCY_QUANTILES,
             summary="p95 latency of $agent_type jobs is $value of its SLO.",
             description=(
                 f"The 95th percentile of enqueue-to-completion latency ({sel.window} window) of "
@@ -186,12 +197,18 @@ def alert_specs(
                 f"{q.number(config.latency_slo_fraction_of_ttl)} x the {_seconds(ttl)} job TTL) "
                 "for $for_. Check worker saturation, slow handlers and retries."
             ),
-            value_format="humanizePercentage", unit="percentunit",
+            value_format="humanizePercentage",
+            unit="percentunit",
         ),
         AlertSpec(
-            name="DeadLetterDepthHigh", query=q.gauge_by_type(sel, "dead_letter_depth"),
-            op="gt", threshold=config.dead_letter_high, for_=config.dead_letter_high_for,
-            severity="warning", action="investigate-failures", panel=panel.DEAD_LETTER_DEPTH,
+            name="DeadLetterDepthHigh",
+            query=q.gauge_by_type(sel, "dead_letter_depth"),
+            op="gt",
+            threshold=config.dead_letter_high,
+            for_=config.dead_letter_high_for,
+            severity="warning",
+            action="investigate-failures",
+            panel=panel.DEAD_LETTER_DEPTH,
             summary="$value $agent_type jobs are dead-lettered (threshold $threshold).",
             description=(
                 "The $agent_type dead-letter list holds more than $threshold jobs that used "
@@ -200,9 +217,14 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueExporterDown", query=q.target_series(sel),
-            op="lt", threshold=1, for_=config.exporter_down_for,
-            severity="critical", action="restore-exporter", panel=panel.EXPORTER_UP,
+            name="QueueExporterDown",
+            query=q.target_series(sel),
+            op="lt",
+            threshold=1,
+            for_=config.exporter_down_for,
+            severity="critical",
+            action="restore-exporter",
+            panel=panel.EXPORTER_UP,
             summary="Queue exporter $instance is down.",
             description=(
                 "Prometheus cannot scrape the queue exporter at $instance for $for_: queue "
@@ -210,9 +232,14 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueExporterAbsent", query=f"absent({q.target_series(sel)})",
-            op="gt", threshold=0, for_=config.exporter_absent_for,
-            severity="critical", action="restore-exporter", panel=panel.EXPORTER_UP,
+            name="QueueExporterAbsent",
+            query=f"absent({q.target_series(sel)})",
+            op="gt",
+            threshold=0,
+            for_=config.exporter_absent_for,
+            severity="critical",
+            action="restore-exporter",
+            panel=panel.EXPORTER_UP,
             summary=f"No queue exporter target (job={config.job}) in Prometheus.",
             description=(
                 f"Prometheus has no target of job {config.job} for $for_: the exporter is not "
@@ -221,9 +248,14 @@ def alert_specs(
             expect_data=False,
         ),
         AlertSpec(
-            name="QueueRedisUnreachable", query=q.target_series(sel, "redis_up"),
-            op="lt", threshold=1, for_=config.redis_unreachable_for,
-            severity="critical", action="restore-redis", panel=panel.EXPORTER_UP,
+            name="QueueRedisUnreachable",
+            query=q.target_series(sel, "redis_up"),
+            op="lt",
+            threshold=1,
+            for_=config.redis_unreachable_for,
+            severity="critical",
+            action="restore-redis",
+            panel=panel.EXPORTER_UP,
             summary="Queue exporter $instance cannot read Redis.",
             description=(
                 "The exporter at $instance answers but its last scrapes could not read Redis "
@@ -231,9 +263,14 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueNoActiveWorkers", query=q.active_workers_idle(sel),
-            op="gt", threshold=0, for_=config.no_active_workers_for,
-            severity="critical", action="start-workers", panel=panel.ACTIVE_WORKERS,
+            name="QueueNoActiveWorkers",
+            query=q.active_workers_idle(sel),
+            op="gt",
+            threshold=0,
+            for_=config.no_active_workers_for,
+            severity="critical",
+            action="start-workers",
+            panel=panel.ACTIVE_WORKERS,
             summary="$value $agent_type jobs are waiting and no worker is alive.",
             description=(
                 "Jobs wait in the $agent_type queue and no $agent_type worker has sent a "
@@ -242,32 +279,48 @@ def alert_specs(
             expect_data=False,
         ),
         AlertSpec(
-            name="JobFailureRatioHigh", query=q.failure_ratio(sel),
-            op="gt", threshold=config.failure_ratio_high, for_=config.failure_ratio_high_for,
-            severity="warning", action="investigate-failures", panel=panel.FAILURE_RATIO,
+            name="JobFailureRatioHigh",
+            query=q.failure_ratio(sel),
+            op="gt",
+            threshold=config.failure_ratio_high,
+            for_=config.failure_ratio_high_for,
+            severity="warning",
+            action="investigate-failures",
+            panel=panel.FAILURE_RATIO,
             summary="$value of $agent_type jobs fail for good.",
             description=(
                 "The share of finished $agent_type jobs that failed after their last attempt "
                 f"({sel.window} window) has been above $threshold (1 = 100%) for $for_."
             ),
-            value_format="humanizePercentage", unit="percentunit",
+            value_format="humanizePercentage",
+            unit="percentunit",
         ),
         AlertSpec(
             name="OldestJobOlderThanTTL",
             query=q.ratio_to_limit(sel, q.gauge_by_type(sel, "oldest_age"), ttl, config.job_ttls()),
-            op="gt", threshold=1, for_=config.oldest_job_over_ttl_for,
-            severity="warning", action="scale-up", panel=panel.OLDEST_JOB_AGE,
+            op="gt",
+            threshold=1,
+            for_=config.oldest_job_over_ttl_for,
+            severity="warning",
+            action="scale-up",
+            panel=panel.OLDEST_JOB_AGE,
             summary="The oldest waiting $agent_type job is at $value of its TTL.",
             description=(
                 "The oldest job in the $agent_type queue has waited longer than the job TTL "
                 f"(default {_seconds(ttl)}) for $for_: jobs expire before any worker takes them."
             ),
-            value_format="humanizePercentage", unit="percentunit",
+            value_format="humanizePercentage",
+            unit="percentunit",
         ),
         AlertSpec(
-            name="QueueRedisEvictionPolicyUnsafe", query=q.redis_policy_safe(sel),
-            op="lt", threshold=1, for_=config.redis_eviction_policy_unsafe_for,
-            severity="warning", action="fix-redis-config", panel=panel.REDIS_EVICTION_POLICY,
+            name="QueueRedisEvictionPolicyUnsafe",
+            query=q.redis_policy_safe(sel),
+            op="lt",
+            threshold=1,
+            for_=config.redis_eviction_policy_unsafe_for,
+            severity="warning",
+            action="fix-redis-config",
+            panel=panel.REDIS_EVICTION_POLICY,
             summary="Redis $node has maxmemory-policy $policy: it can evict queue data.",
             description=(
                 "Redis $node runs with maxmemory-policy $policy, not noeviction: when its "
@@ -276,21 +329,33 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueRedisMemoryHigh", query=q.redis_memory_ratio(sel),
-            op="gt", threshold=config.redis_memory_high, for_=config.redis_memory_high_for,
-            severity="warning", action="free-redis-memory", panel=panel.REDIS_MEMORY,
+            name="QueueRedisMemoryHigh",
+            query=q.redis_memory_ratio(sel),
+            op="gt",
+            threshold=config.redis_memory_high,
+            for_=config.redis_memory_high_for,
+            severity="warning",
+            action="free-redis-memory",
+            panel=panel.REDIS_MEMORY,
             summary="Redis $node uses $value of its maxmemory.",
             description=(
                 "Redis $node has used more than $threshold of its maxmemory (1 = 100%) for "
                 "$for_. At the limit, under noeviction, every enqueue and every worker write "
                 "is refused (OOM) until memory is freed."
             ),
-            value_format="humanizePercentage", expect_data=False, unit="percentunit",
+            value_format="humanizePercentage",
+            expect_data=False,
+            unit="percentunit",
         ),
         AlertSpec(
-            name="JobsExpiring", query=q.rate_by_type(sel, "expired"),
-            op="gt", threshold=config.expired_rate_high, for_=config.expired_rate_high_for,
-            severity="warning", action="investigate-workers", panel=panel.RETRIES,
+            name="JobsExpiring",
+            query=q.rate_by_type(sel, "expired"),
+            op="gt",
+            threshold=config.expired_rate_high,
+            for_=config.expired_rate_high_for,
+            severity="warning",
+            action="investigate-workers",
+            panel=panel.RETRIES,
             summary="$value $agent_type jobs/s expire before they complete.",
             description=(
                 f"$agent_type jobs have been dropped because their TTL passed ({sel.window} "
@@ -300,9 +365,14 @@ def alert_specs(
             unit="ops",
         ),
         AlertSpec(
-            name="QueueExporterDroppingAgentTypes", query=q.target_series(sel, "types_dropped"),
-            op="gt", threshold=0, for_=config.agent_types_dropped_for,
-            severity="warning", action="raise-type-cap", panel=panel.EXPORTER_ERRORS,
+            name="QueueExporterDroppingAgentTypes",
+            query=q.target_series(sel, "types_dropped"),
+            op="gt",
+            threshold=0,
+            for_=config.agent_types_dropped_for,
+            severity="warning",
+            action="raise-type-cap",
+            panel=panel.EXPORTER_ERRORS,
             summary="Queue exporter $instance leaves $value agent types out (type cap reached).",
             description=(
                 "The exporter at $instance has found more agent types than its cap "
@@ -311,9 +381,14 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueExporterMalformedValues", query=q.target_rate(sel, "malformed"),
-            op="gt", threshold=0, for_=config.malformed_values_for,
-            severity="warning", action="repair-redis-data", panel=panel.EXPORTER_ERRORS,
+            name="QueueExporterMalformedValues",
+            query=q.target_rate(sel, "malformed"),
+            op="gt",
+            threshold=0,
+            for_=config.malformed_values_for,
+            severity="warning",
+            action="repair-redis-data",
+            panel=panel.EXPORTER_ERRORS,
             summary="Queue exporter $instance skips $value unparseable Redis values per second.",
             description=(
                 "The exporter at $instance has kept finding values in Redis it cannot "
@@ -323,9 +398,14 @@ def alert_specs(
             unit="ops",
         ),
         AlertSpec(
-            name="QueuePausedTooLong", query=q.gauge_by_type(sel, "paused"),
-            op="gt", threshold=0, for_=config.queue_paused_too_long_for,
-            severity="warning", action="resume-queue", panel=panel.QUEUE_DEPTH,
+            name="QueuePausedTooLong",
+            query=q.gauge_by_type(sel, "paused"),
+            op="gt",
+            threshold=0,
+            for_=config.queue_paused_too_long_for,
+            severity="warning",
+            action="resume-queue",
+            panel=panel.QUEUE_DEPTH,
             summary="Agent type $agent_type has been paused for $for_: its jobs wait.",
             description=(
                 "Workers have started no $agent_type job for $for_ because the type is "
@@ -334,9 +414,14 @@ def alert_specs(
             ),
         ),
         AlertSpec(
-            name="QueueHeldAtRateLimit", query=q.held_at_rate_limit(sel),
-            op="gt", threshold=0, for_=config.held_at_rate_limit_for,
-            severity="warning", action="raise-rate-limit", panel=panel.LIMITS_STARTS,
+            name="QueueHeldAtRateLimit",
+            query=q.held_at_rate_limit(sel),
+            op="gt",
+            threshold=0,
+            for_=config.held_at_rate_limit_for,
+            severity="warning",
+            action="raise-rate-limit",
+            panel=panel.LIMITS_STARTS,
             summary=(
                 "Agent type $agent_type has been held at its rate limit for $for_ while its "
                 "queue grew: $value starts/s held back."
@@ -348,7 +433,8 @@ def alert_specs(
                 "passes. Raise the rate if the upstream it protects allows, else slow the "
                 "producers."
             ),
-            expect_data=False, unit="ops",
+            expect_data=False,
+            unit="ops",
         ),
         AlertSpec(
             name="QueueFairKeyStarving",
@@ -356,7 +442,9 @@ def alert_specs(
             op="gt",
             threshold=config.fair_key_starving_floor_seconds,
             for_=config.fair_key_starving_for,
-            severity="warning", action="unblock-fair-key", panel=panel.FAIR_KEY_WAIT,
+            severity="warning",
+            action="unblock-fair-key",
+            panel=panel.FAIR_KEY_WAIT,
             summary=(
                 "A fairness key of agent type $agent_type has waited $value without a "
                 f"start, over {q.number(config.fair_key_starving_ratio)} times the median "
@@ -369,10 +457,11 @@ def alert_specs(
                 "max_running_per_key, a rate limit, every worker busy with other keys, or a "
                 "ring edited by hand). Its jobs age and expire when their TTL passes."
             ),
-            value_format="humanizeDuration", expect_data=False, unit="s",
+            value_format="humanizeDuration",
+            expect_data=False,
+            unit="s",
         ),
     )
-    # fmt: on
     generated = _switched_off(config, (*specs, *_slo_specs(config, sel)))
     if config.for_override is None:
         return generated
@@ -459,23 +548,27 @@ def _slo_specs(config: MonitoringConfig, sel: q.Selector) -> tuple[AlertSpec, ..
                 )
             # As alert_specs' table; no `for`: the short window is what ends it (the
             # workbook's choice).
-            # fmt: off
-            specs.append(AlertSpec(
-                name=f"Job{kind.title()}BudgetBurn{speed}", slo=kind,
-                query=burn_alert(inline.burn_rate, pairs),
-                rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
-                op="gt", threshold=0, for_="0s",
-                severity="critical" if severity == "page" else "warning", action=action,
-                panel=panel,
-                summary=(
-                    f"$agent_type burns its {kind} error budget $value times as fast "
-                    "as its SLO allows."
-                ),
-                description=(
-                    f"{errors} has been more than {_pairs_text(pairs, objective)}. "
-                    f"{budget} $value is the burn rate over the short window. {consequence}"
-                ),
-                expect_data=False,
-            ))
-            # fmt: on
+            specs.append(
+                AlertSpec(
+                    name=f"Job{kind.title()}BudgetBurn{speed}",
+                    slo=kind,
+                    query=burn_alert(inline.burn_rate, pairs),
+                    rule_query=burn_alert(recorded.recorded_burn_rate, pairs),
+                    op="gt",
+                    threshold=0,
+                    for_="0s",
+                    severity="critical" if severity == "page" else "warning",
+                    action=action,
+                    panel=panel,
+                    summary=(
+                        f"$agent_type burns its {kind} error budget $value times as fast "
+                        "as its SLO allows."
+                    ),
+                    description=(
+                        f"{errors} has been more than {_pairs_text(pairs, objective)}. "
+                        f"{budget} $value is the burn rate over the short window. {consequence}"
+                    ),
+                    expect_data=False,
+                )
+            )
     return tuple(specs)
