@@ -97,13 +97,14 @@ class KeyPattern:
         return [f"{access}{prefixes[self.space]}:{{{name}}}:{self.suffix}" for name in names]
 
 
-def _queue(suffix: str, *, write: bool = False) -> KeyPattern:
-    return KeyPattern("queue", suffix, write)
+def _read(*suffixes: str) -> tuple[KeyPattern, ...]:
+    """The queue keys of these suffixes, as keys a command may only read."""
+    return tuple(KeyPattern("queue", suffix) for suffix in suffixes)
 
 
 def _written(*suffixes: str) -> tuple[KeyPattern, ...]:
     """The queue keys of these suffixes, as keys a command may write."""
-    return tuple(_queue(suffix, write=True) for suffix in suffixes)
+    return tuple(KeyPattern("queue", suffix, write=True) for suffix in suffixes)
 
 
 _TYPES = KeyPattern("types", write=True)
@@ -237,12 +238,13 @@ _STORE_READS = ("exists", "hget", "hgetall", "hmget", "zrangebylex", "zrevrangeb
 _SCRIPTING = ("evalsha", "eval")
 
 
+def _called(scripts: Iterable[str]) -> set[str]:
+    return set().union(*(script_commands(script) for script in scripts))
+
+
 def _store_grant(*scripts: str) -> Grant:
     # The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
-    called: set[str] = set()
-    for script in scripts:
-        called |= script_commands(script)
-    commands = sorted((called - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))
+    commands = sorted((_called(scripts) - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))
     return Grant(tuple(commands), (_STORE,))
 
 
@@ -301,9 +303,9 @@ _WORKER_WRITES = (
     Grant(("zadd", "zrem", "pexpire"), _written("fair:r:*")),
     # Its reads: a key's running set, whose members still leased (ZMSCORE of the leases),
     # and whether only the queue list's turn is left in the ring.
-    Grant(("zrange",), (_queue("fair:r:*"),)),
-    Grant(("zmscore",), (_queue("leases"),)),
-    Grant(("lindex",), (_queue("fair"),)),
+    Grant(("zrange",), _read("fair:r:*")),
+    Grant(("zmscore",), _read("leases")),
+    Grant(("lindex",), _read("fair")),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
     # worker's jobs in progress and concurrency (heartbeat).
@@ -332,7 +334,7 @@ _WORKER_WRITES = (
     # at the newest entry.
     Grant(("xadd", "xrevrange"), _written("history")),
     # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py).
-    Grant(("xread", "xrevrange"), (_queue("control"),)),
+    Grant(("xread", "xrevrange"), _read("control")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -356,38 +358,32 @@ _WORKER_WRITES = (
 _OPERATOR_READS = (
     Grant(
         ("llen", "lrange"),
-        (
-            _queue("queue"),
-            _queue("queue:*"),
-            _queue("processing"),
-            _queue("dead"),
-            _queue("failed"),
-        ),
+        _read("queue", "queue:*", "processing", "dead", "failed"),
     ),
-    Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
+    Grant(("zcard", "zrange", "zrangebyscore"), _read("waiting", "delayed")),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
     # second the oldest of them arrived in.
-    Grant(("hlen", "hget", "hmget"), (_queue("queued"),)),
-    Grant(("zrange",), (_queue("arrivals"),)),
-    Grant(("zcount", "zscan"), (_queue("workers"),)),
+    Grant(("hlen", "hget", "hmget"), _read("queued")),
+    Grant(("zrange",), _read("arrivals")),
+    Grant(("zcount", "zscan"), _read("workers")),
     # Each worker's concurrency, which its heartbeat writes (the workers page).
-    Grant(("hgetall",), (_queue("worker_concurrency"),)),
-    Grant(("zscore",), (_queue("leases"),)),
-    Grant(("hgetall",), (_queue("stats"),)),
-    Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
+    Grant(("hgetall",), _read("worker_concurrency")),
+    Grant(("zscore",), _read("leases")),
+    Grant(("hgetall",), _read("stats")),
+    Grant(("hget", "hgetall", "hmget"), _read("job:*")),
     # The per-minute history (the charts and info's windows without Prometheus).
-    Grant(("xrange",), (_queue("history"),)),
+    Grant(("xrange",), _read("history")),
     # A running job's pending cancel request (job show's "cancel asked").
-    Grant(("hget",), (_queue("cancels"),)),
+    Grant(("hget",), _read("cancels")),
     # Results, and whether the type is paused (since when).
-    Grant(("get",), (_queue("result:*"), _queue("paused"))),
+    Grant(("get",), _read("result:*", "paused")),
     # The type's limits (JobQueue.limits, agentjobs limits show).
-    Grant(("hgetall",), (_queue("limits"),)),
+    Grant(("hgetall",), _read("limits")),
     # Fair share's waits (agentjobs limits show): the keys waiting and since when, read
     # whole or, past 10,000 keys, sampled.
-    Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+    Grant(("hlen", "hgetall", "hrandfield"), _read("fair:since")),
     # When Redis drops an ended job's record and result (job show's "kept until").
-    Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
+    Grant(("pexpiretime",), _read("job:*", "result:*")),
     # The types Redis has seen, read as the exporter reads them (the operator tools show
     # every one, and accept a name the registry holds).
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
@@ -404,12 +400,12 @@ _CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "
                 "control", "cancels")  # fmt: skip
 _CANCEL_GRANTS = (
     Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
-    Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
-    Grant(("hget", "hmget"), (_queue("queued"), _queue("stats"), _queue("arrived"))),
-    Grant(("hmget", "exists"), (_queue("job:*"),)),
-    Grant(("getrange",), (_queue("result:*"),)),
-    Grant(("hscan",), (_queue("queued"),)),
-    Grant(("zscan",), (_queue("expiry"),)),
+    Grant(("type",), _read(*_CANCEL_KEYS)),
+    Grant(("hget", "hmget"), _read("queued", "stats", "arrived")),
+    Grant(("hmget", "exists"), _read("job:*")),
+    Grant(("getrange",), _read("result:*")),
+    Grant(("hscan",), _read("queued")),
+    Grant(("zscan",), _read("expiry")),
     Grant(("hdel",), _written("queued", "arrived")),
     # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
     Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry")),
@@ -418,6 +414,25 @@ _CANCEL_GRANTS = (
     Grant(("set",), _written("result:*")),
     Grant(("xadd",), _written("control")),
 )
+
+# The keys the enqueue script declares (KEYS), each granted to EVALSHA as written:
+# `queue:*` the priority levels' lists, `job:*` a scheduled job's hash (its HSET grant),
+# `result:*` read only (by EXISTS), `fair` fair share's ring, the limits hash for its
+# fair_by (HGET). The script's own commands are checked one by one all the same, and
+# the producer has no write command on the limits hash. Then the keys whose type it
+# checks before it writes.
+_ENQUEUE_KEYS = ("queue", "queue:*", "stats", "queued", "expiring", "arrivals", "arrived",
+                 "deadline_mark", "job:*", "result:*", "expiring:*", "delayed", "expiry",
+                 "limits", "fair")  # fmt: skip
+_ENQUEUE_CHECKED = ("queue", "queue:*", "queued", "expiring", "arrivals", "arrived",
+                    "deadline_mark", "expiring:*", "job:*", "delayed", "expiry")  # fmt: skip
+
+# The keys the operator's scripts declare (`fair`: fair share's ring, for a requeued job
+# back on its key's list), and those whose type they check.
+_OPERATOR_KEYS = ("dead", "failed", "queue", "queue:*", "expiry", "stats", "waiting", "job:*",
+                  "result:*", "paused", "limits", "fair")  # fmt: skip
+_OPERATOR_CHECKED = ("dead", "failed", "queue", "queue:*", "expiry", "stats", "waiting",
+                     "job:*", "paused", "limits", "fair", "fair:q:*", "fair:since")  # fmt: skip
 
 _OPERATOR_SCRIPTS = (
     "queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_limits", "queue_cancel",
@@ -447,29 +462,7 @@ ROLES: dict[str, AclRole] = {
             ),
             grants=(
                 # The enqueue script, with exactly the keys it declares.
-                Grant(
-                    _SCRIPTING,
-                    (
-                        _queue("queue", write=True),
-                        _queue("queue:*", write=True),  # the priority levels' lists
-                        _queue("stats", write=True),
-                        _queue("queued", write=True),
-                        _queue("expiring", write=True),
-                        _queue("arrivals", write=True),
-                        _queue("arrived", write=True),
-                        _queue("deadline_mark", write=True),
-                        _queue("job:*", write=True),  # a scheduled job's hash (HSET below)
-                        _queue("result:*", write=True),  # read only, by EXISTS below
-                        _queue("expiring:*", write=True),
-                        _queue("delayed", write=True),
-                        _queue("expiry", write=True),
-                        # Fair share: its fair_by (HGET below). EVALSHA checks its keys as
-                        # written; the script's own commands are checked one by one, and
-                        # the producer has no write command on the limits hash.
-                        _queue("limits", write=True),
-                        _queue("fair", write=True),  # fair share's ring
-                    ),
-                ),
+                Grant(_SCRIPTING, _written(*_ENQUEUE_KEYS)),
                 *_CANCEL_GRANTS,
                 # What the enqueue script writes, each command on its one kind of key: a
                 # waiting job is one field of `queued` (queue/envelope.py), its id on the
@@ -480,8 +473,8 @@ ROLES: dict[str, AclRole] = {
                 # length read first), the type's fair_by read.
                 Grant(("lpush",), _written("fair", "fair:q:*")),
                 Grant(("hset",), _written("fair:since")),
-                Grant(("llen", "type"), (_queue("fair"), _queue("fair:q:*"), _queue("fair:since"))),
-                Grant(("hget",), (_queue("limits"),)),
+                Grant(("llen", "type"), _read("fair", "fair:q:*", "fair:since")),
+                Grant(("hget",), _read("limits")),
                 Grant(("get", "set"), _written("deadline_mark")),
                 Grant(("rpush",), _written("expiring:*")),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
@@ -495,41 +488,25 @@ ROLES: dict[str, AclRole] = {
                 # A scheduled job (enqueue with a delay or run_at) waits as a retry does:
                 # its job hash, its due time in the delayed set, its deadline in the expiry
                 # set (docs/operations.md, note 1, says what HSET of job hashes allows).
-                Grant(("hset",), (_queue("job:*", write=True),)),
-                Grant(("zadd",), (_queue("delayed", write=True), _queue("expiry", write=True))),
+                Grant(("hset",), _written("job:*")),
+                Grant(("zadd",), _written("delayed", "expiry")),
                 # Reads: duplicate check and job state, results, depths and counters.
-                Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
-                Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
-                Grant(("hget",), (_queue("arrived"),)),
+                Grant(("hget", "hmget", "hgetall"), _read("job:*")),
+                Grant(("hget", "hmget", "hexists", "hlen"), _read("queued")),
+                Grant(("hget",), _read("arrived")),
                 # One EXISTS spans job hashes and results (a held result takes its id too),
                 # and Redis checks all keys of a command against one selector.
-                Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
+                Grant(("exists",), _read("job:*", "result:*")),
                 # Results, and whether the type is paused (JobQueue.pause_state).
-                Grant(("get",), (_queue("result:*"), _queue("paused"))),
-                # The enqueue script's type checks, before it writes.
-                Grant(
-                    ("type",),
-                    (
-                        _queue("queue"),
-                        _queue("queue:*"),
-                        _queue("queued"),
-                        _queue("expiring"),
-                        _queue("arrivals"),
-                        _queue("arrived"),
-                        _queue("deadline_mark"),
-                        _queue("expiring:*"),
-                        _queue("job:*"),
-                        _queue("delayed"),
-                        _queue("expiry"),
-                    ),
-                ),
+                Grant(("get",), _read("result:*", "paused")),
+                Grant(("type",), _read(*_ENQUEUE_CHECKED)),
                 Grant(
                     ("llen",),
-                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
+                    _read("queue", "queue:*", "processing", "dead"),
                 ),
-                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
+                Grant(("zcard",), _read("delayed", "waiting")),
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
-                Grant(("hgetall", "hmget", "type"), (_queue("stats"),)),
+                Grant(("hgetall", "hmget", "type"), _read("stats")),
                 Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
                 _store_grant(*_STORE_SCRIPTS),
             ),
@@ -555,7 +532,7 @@ ROLES: dict[str, AclRole] = {
                 # Its scripts, with every key of its types (each command they call is
                 # checked against the grants below all the same).
                 Grant(_SCRIPTING, _written("*")),
-                Grant(_WORKER_READS, (_queue("*"),)),
+                Grant(_WORKER_READS, _read("*")),
                 *_WORKER_WRITES,
                 Grant(("sadd",), (_TYPES,)),
                 _store_grant(*_STORE_SCRIPTS),
@@ -577,25 +554,25 @@ ROLES: dict[str, AclRole] = {
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
                 Grant(
                     ("llen",),
-                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
+                    _read("queue", "queue:*", "processing", "dead"),
                 ),
-                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
+                Grant(("zcard",), _read("delayed", "waiting")),
                 # Each worker's count of jobs in progress, which its heartbeat writes: the
                 # per-worker view without reading the job hashes.
-                Grant(("hgetall",), (_queue("stats"), _queue("worker_jobs"))),
-                Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
+                Grant(("hgetall",), _read("stats", "worker_jobs")),
+                Grant(("zrange",), _read("workers", "waiting", "arrivals")),
                 # How many jobs wait packed: HLEN counts the fields, never reads a value.
-                Grant(("hlen",), (_queue("queued"),)),
+                Grant(("hlen",), _read("queued")),
                 # Whether the type is paused (queue_paused).
-                Grant(("get",), (_queue("paused"),)),
+                Grant(("get",), _read("paused")),
                 # Its configured rate and cap (queue_rate_limit_per_second, ...).
-                Grant(("hmget",), (_queue("limits"),)),
+                Grant(("hmget",), _read("limits")),
                 # Fair share: the keys waiting and since when each has had no start,
                 # all (HGETALL) or a sample of a large ring (HRANDFIELD): key -> ms, no
                 # job id or payload (exporter/fair_share.py).
-                Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+                Grant(("hlen", "hgetall", "hrandfield"), _read("fair:since")),
                 # With --fair-key-top: a key's backlog. LLEN only, never its job ids.
-                Grant(("llen",), (_queue("fair:q:*"),)),
+                Grant(("llen",), _read("fair:q:*")),
             ),
             channels="none",
             scoped=False,
@@ -629,50 +606,17 @@ ROLES: dict[str, AclRole] = {
                 *_OPERATOR_READS,
                 # The dead-letter scripts (the kept list: dead letters or failed jobs) and
                 # the pause script, with exactly the keys they declare.
-                Grant(
-                    _SCRIPTING,
-                    _written(
-                        "dead",
-                        "failed",
-                        "queue",
-                        "queue:*",
-                        "expiry",
-                        "stats",
-                        "waiting",
-                        "job:*",
-                        "result:*",
-                        "paused",
-                        "limits",
-                        "fair",  # fair share's ring (a requeued job back on its key's list)
-                    ),
-                ),
+                Grant(_SCRIPTING, _written(*_OPERATOR_KEYS)),
                 # Their checks before the first write (key types, the enqueued counter,
                 # each record's ttl: HGET of the job hash is a read above).
-                Grant(
-                    ("type",),
-                    (
-                        _queue("dead"),
-                        _queue("failed"),
-                        _queue("queue"),
-                        _queue("queue:*"),
-                        _queue("expiry"),
-                        _queue("stats"),
-                        _queue("waiting"),
-                        _queue("job:*"),
-                        _queue("paused"),
-                        _queue("limits"),
-                        _queue("fair"),
-                        _queue("fair:q:*"),
-                        _queue("fair:since"),
-                    ),
-                ),
+                Grant(("type",), _read(*_OPERATOR_CHECKED)),
                 # Fair share: a requeued job with a fairness key goes back on its key's
                 # list, and the key into the ring if that list was empty (its LLEN), waiting
                 # from now in the ring's since hash.
-                Grant(("llen",), (_queue("fair"),)),
+                Grant(("llen",), _read("fair")),
                 Grant(("lpush",), _written("fair", "fair:q:*")),
                 Grant(("hset",), _written("fair:since")),
-                Grant(("hget",), (_queue("stats"),)),
+                Grant(("hget",), _read("stats")),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
                 Grant(("lrem",), _written("dead", "failed")),
@@ -690,7 +634,7 @@ ROLES: dict[str, AclRole] = {
                 # The limits (queue_limits.lua): fields set or lifted, HGETALL read back,
                 # fair share's key weights counted (HKEYS).
                 Grant(("hset", "hdel"), _written("limits")),
-                Grant(("hkeys",), (_queue("limits"),)),
+                Grant(("hkeys",), _read("limits")),
                 *_CANCEL_GRANTS,
                 Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),
@@ -708,10 +652,7 @@ def ungranted_script_commands(role: str) -> frozenset[str]:
     """Commands the role's scripts call that none of its grants names (must be empty; that
     each is granted on the right keys is proven by running the role: tests/redis)."""
     spec = ROLES[role]
-    called: set[str] = set()
-    for script in spec.scripts:
-        called |= script_commands(script)
-    return frozenset(called - set(spec.all_commands()))
+    return frozenset(_called(spec.scripts) - set(spec.all_commands()))
 
 
 def rules(
