@@ -18,21 +18,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      that takes it drops and counts it; BLMOVE out from
                                      the right)
     jobs:{type}:queue:high    LIST   ids of waiting jobs of priority "high", and
-    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py): pushed and taken
-                                     as the queue list is; `queue` holds the "normal"
-                                     ones. A high or low job enqueued while `queue` is
-                                     empty also pushes a wake marker (WAKE_MARKER) there,
-                                     so an idle worker's BLMOVE returns; the claim drops
-                                     the marker and takes by priority, and pushes one
-                                     again while level jobs wait and `queue` is empty (the
-                                     next idle worker wakes): at most one waits. Unlike
-                                     `queue`, their entries leave when the job expires,
-                                     so LLEN is the level's depth.
+    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py), as `queue` (which
+                                     holds the "normal" ones). A high or low enqueue while
+                                     `queue` is empty pushes WAKE_MARKER there, so an idle
+                                     worker's BLMOVE returns; the claim drops it, takes by
+                                     priority and pushes one again while level jobs wait
+                                     and `queue` is empty: at most one waits. Their entries
+                                     leave when the job expires, so LLEN is the depth.
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
-                                     for a job enqueued and not yet claimed: the cheap
-                                     form of a waiting job (a hash field, not a key and a
-                                     hash of its own); the claim unpacks it into the job
-                                     hash. Its HLEN is the number of such jobs.
+                                     for a job enqueued and not yet claimed (a field, not
+                                     a key of its own); the claim unpacks it into the job
+                                     hash. HLEN is the number of such jobs.
     jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list, for
                                      a job that waits WITH a job hash (a retry promoted, a
                                      released attempt, a requeued dead letter, a job of
@@ -45,16 +41,15 @@ Queue (one set per agent type), prefix default "jobs":
                                      exporter reads the oldest waiting job's age
                                      (min of this and `waiting`) without reading any job
     jobs:{type}:deadline_mark STRING the deadline (ms, rounded up to EXPIRY_BUCKET_MS) no
-                                     job of `queued` in deadline order expires after; it
-                                     expires itself EXPIRY_BUCKET_MS after that. A job
-                                     whose deadline is no earlier than the mark minus
-                                     EXPIRY_BUCKET_MS is enqueued "in order" (",o" in
-                                     its packed header, queue/envelope.py) and raises
-                                     the mark: the ordered jobs wait on the queue list
-                                     in deadline order, so the cleanup expires them
-                                     from the list's tail (lua/queue_expire_tail.lua)
-                                     and they need no expiry bucket entry. Written by
-                                     the enqueue script, once per EXPIRY_BUCKET_MS.
+                                     job of `queued` in deadline order expires after;
+                                     expires EXPIRY_BUCKET_MS after that. A job whose
+                                     deadline is no earlier than the mark minus
+                                     EXPIRY_BUCKET_MS is enqueued "in order" (",o" in its
+                                     packed header) and raises the mark: ordered jobs
+                                     wait on the queue list in deadline order, so the
+                                     cleanup expires them from its tail
+                                     (lua/queue_expire_tail.lua), with no expiry bucket
+                                     entry. Written by the enqueue script.
     jobs:{type}:expiring      ZSET   bucket (ms) -> bucket: the expiry buckets of `queued`
     jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` out of
                                      deadline order (a shorter TTL than jobs ahead of
@@ -67,16 +62,14 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, AttemptCalls.take): field
                                      `ids`, the job ids one claim call took off the queue
-                                     itself (the worker held jobs, so no BLMOVE), in
-                                     order; <token> is the first lease token of that call.
-                                     It makes the call safe to send again after a lost
-                                     reply: the replay finds the marker and hands those
-                                     jobs back instead of taking more. TTL: the lease,
-                                     whole seconds, plus one (a reply lost for longer
-                                     finds the leases lapsed anyway, and the reaper
-                                     returns the jobs); the worker's next take deletes its
-                                     previous one, so about one exists per busy worker.
-                                     Built by QueueKeys.take.
+                                     itself (the worker held jobs: no BLMOVE), in order;
+                                     <token> is the call's first lease token. A replay
+                                     after a lost reply finds it and hands those jobs
+                                     back instead of taking more.
+                                     TTL: the lease, whole seconds, plus one (later, the
+                                     leases have lapsed and the reaper returns the jobs);
+                                     the worker's next take deletes it, so about one
+                                     exists per busy worker.
     jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here, and
                                      scheduled jobs (enqueue with delay or run_at, their
                                      job hash written by the enqueue, its run_at field
@@ -94,20 +87,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      (newest first); both lists are capped, see retention.py
     jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
     jobs:{type}:paused        STRING the Redis time (ms) the type was paused at
-                                     (queue/pausing.py); absent while it runs. The claim
-                                     reads it: while it exists no job of the type is
-                                     started (a job a worker's BLMOVE took goes back to
-                                     the queue list). Enqueue, retries, expiry and the
-                                     chores go on.
-    jobs:{type}:history       STREAM one sample a minute of the counters and depths, the
-                                     entry id the minute's start (ms): fields `at` (ms
-                                     read), each of STATS_COUNTERS, queued, running,
-                                     delayed, dead. Written by the workers' history chore
-                                     (lua/queue_history.lua: the first call of a minute
-                                     writes, the rest find its entry), which trims it to
-                                     the last HISTORY_MINUTES minutes in the same call;
-                                     the console and `agentjobs info` read it when no
-                                     Prometheus is set. Nothing on a job's path writes it.
+                                     (queue/pausing.py); absent while it runs. While it
+                                     exists the claim starts no job of the type (one a
+                                     BLMOVE took goes back to the queue list); enqueue,
+                                     retries, expiry and the chores go on.
+    jobs:{type}:history       STREAM one sample a minute, entry id the minute's start (ms):
+                                     fields `at` (ms read), each of STATS_COUNTERS and
+                                     HISTORY_DEPTHS. Written (and trimmed to
+                                     HISTORY_MINUTES) by the workers' history chore,
+                                     lua/queue_history.lua, the first call of a minute;
+                                     nothing on a job's path writes it. The console and
+                                     `agentjobs info` read it when no Prometheus is set.
     jobs:{type}:limits        HASH   the type's limits (queue/limits.py, written by
                                      lua/queue_limits.lua; absent: none, plain FIFO):
                                      rate + interval_ms (at most `rate` starts per
@@ -155,12 +145,12 @@ Queue (one set per agent type), prefix default "jobs":
                                      GCRA); written by the claims that start jobs while
                                      a rate is set, expires once it has passed.
     jobs:{type}:control       STREAM cancel requests of running jobs (queue/cancel.py):
-                                     one entry per request, fields `job` (the id) and
-                                     `reason`, written by lua/queue_cancel.lua, capped
-                                     with XADD MAXLEN ~ CANCEL_STREAM_MAX; each worker
-                                     reads it with XREAD BLOCK from the id current when
-                                     it started (worker/cancel_watch.py) and cancels the
-                                     handler of a job it runs.
+                                     fields `job` (the id) and `reason`, written by
+                                     lua/queue_cancel.lua, capped with XADD MAXLEN ~
+                                     CANCEL_STREAM_MAX; each worker reads it with XREAD
+                                     BLOCK from the id current at its start
+                                     (worker/cancel_watch.py) and cancels the handler of
+                                     a job it runs.
     jobs:{type}:cancels       HASH   the pending cancel requests of running jobs: job id ->
                                      the reason (written by lua/queue_cancel.lua); the
                                      complete, fail and reaper scripts end such a job
@@ -229,6 +219,7 @@ Failed attempts by exception class, in the same hash (written by queue_fail):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = [
     "ARRIVAL_BUCKET_MS",
@@ -332,44 +323,12 @@ WAKE_MARKER = "^wake"
 """What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
 worker: never a job id (those start with a letter or digit)."""
 
-# The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
 much (plus a cleanup interval) after its deadline; a claim expires it on the spot."""
 
 ARRIVAL_BUCKET_MS = 1_000
 """Resolution of the oldest waiting job's age for jobs in `queued`."""
-
-_QUEUE_KEY_TYPES = {
-    "queue": "list",
-    "queue:high": "list",
-    "queue:low": "list",
-    "queued": "hash",
-    "waiting": "zset",
-    "arrivals": "zset",
-    "arrived": "hash",
-    "expiring": "zset",
-    "deadline_mark": "string",
-    "processing": "list",
-    "leases": "zset",
-    "delayed": "zset",
-    "expiry": "zset",
-    "dead": "list",
-    "failed": "list",
-    "stats": "hash",
-    "paused": "string",
-    "history": "stream",
-    "limits": "hash",
-    "rate": "string",
-    "control": "stream",
-    "cancels": "hash",
-    "workers": "zset",
-    "worker_jobs": "hash",
-    "worker_concurrency": "hash",
-    "fair": "list",
-    "fair:since": "hash",
-}
-
 
 # Default latency buckets (seconds): agent jobs take from well under a second to
 # several minutes. Configurable per queue; the exporter discovers the bounds from
@@ -487,6 +446,24 @@ class StoreKeys:
         return key[len(self.base) + 1 :]
 
 
+class _Key:
+    """A fixed key of an agent type's queue, read as an attribute of QueueKeys
+    (`keys.stats` is `<prefix>:{<type>}:stats`), and the type Redis keeps it as."""
+
+    def __init__(self, suffix: str, redis_type: str) -> None:
+        self.suffix = suffix
+        self.redis_type = redis_type
+
+    @overload
+    def __get__(self, keys: None, owner: type[QueueKeys]) -> _Key: ...
+
+    @overload
+    def __get__(self, keys: QueueKeys, owner: type[QueueKeys]) -> str: ...
+
+    def __get__(self, keys: QueueKeys | None, owner: type[QueueKeys]) -> _Key | str:
+        return self if keys is None else f"{keys.base}:{self.suffix}"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Keys of one agent type's queue."""
@@ -494,13 +471,36 @@ class QueueKeys:
     agent_type: str
     prefix: str = QUEUE_PREFIX
 
+    # Its fixed keys, in the layout's order (the module docstring says what each holds).
+    queue = _Key("queue", "list")
+    queued = _Key("queued", "hash")
+    waiting = _Key("waiting", "zset")
+    arrivals = _Key("arrivals", "zset")
+    arrived = _Key("arrived", "hash")
+    deadline_mark = _Key("deadline_mark", "string")
+    expiring = _Key("expiring", "zset")
+    processing = _Key("processing", "list")
+    leases = _Key("leases", "zset")
+    delayed = _Key("delayed", "zset")
+    expiry = _Key("expiry", "zset")
+    dead = _Key("dead", "list")
+    failed = _Key("failed", "list")
+    stats = _Key("stats", "hash")
+    paused = _Key("paused", "string")
+    history = _Key("history", "stream")
+    limits = _Key("limits", "hash")
+    fair_ring = _Key("fair", "list")  # fair share's ring of fairness keys with jobs waiting
+    fair_since = _Key("fair:since", "hash")  # since when each key in the ring has waited (ms)
+    rate = _Key("rate", "string")
+    control = _Key("control", "stream")
+    cancels = _Key("cancels", "hash")
+    workers = _Key("workers", "zset")
+    worker_jobs = _Key("worker_jobs", "hash")
+    worker_concurrency = _Key("worker_concurrency", "hash")
+
     @property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.agent_type}}}"
-
-    @property
-    def queue(self) -> str:
-        return f"{self.base}:queue"
 
     def level_queue(self, priority: str) -> str:
         """The list the jobs of `priority` wait on (PRIORITY_LEVELS): `queue` for normal."""
@@ -511,87 +511,9 @@ class QueueKeys:
         """The high and low lists, in that order (the keys the scripts append)."""
         return (f"{self.base}:queue:high", f"{self.base}:queue:low")
 
-    @property
-    def queued(self) -> str:
-        return f"{self.base}:queued"
-
-    @property
-    def waiting(self) -> str:
-        return f"{self.base}:waiting"
-
-    @property
-    def arrivals(self) -> str:
-        return f"{self.base}:arrivals"
-
-    @property
-    def arrived(self) -> str:
-        return f"{self.base}:arrived"
-
-    @property
-    def expiring(self) -> str:
-        return f"{self.base}:expiring"
-
-    @property
-    def deadline_mark(self) -> str:
-        return f"{self.base}:deadline_mark"
-
     def expiring_bucket(self, expires_at_ms: int) -> str:
         """The expiry bucket list of a job of `queued` whose deadline is `expires_at_ms`."""
         return f"{self.base}:expiring:{expires_at_ms - expires_at_ms % EXPIRY_BUCKET_MS}"
-
-    @property
-    def processing(self) -> str:
-        return f"{self.base}:processing"
-
-    @property
-    def leases(self) -> str:
-        return f"{self.base}:leases"
-
-    @property
-    def delayed(self) -> str:
-        return f"{self.base}:delayed"
-
-    @property
-    def expiry(self) -> str:
-        return f"{self.base}:expiry"
-
-    @property
-    def dead(self) -> str:
-        return f"{self.base}:dead"
-
-    @property
-    def failed(self) -> str:
-        return f"{self.base}:failed"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @property
-    def paused(self) -> str:
-        return f"{self.base}:paused"
-
-    @property
-    def history(self) -> str:
-        return f"{self.base}:history"
-
-    @property
-    def limits(self) -> str:
-        return f"{self.base}:limits"
-
-    @property
-    def rate(self) -> str:
-        return f"{self.base}:rate"
-
-    @property
-    def fair_ring(self) -> str:
-        """Fair share's ring of fairness keys with jobs waiting (see the layout)."""
-        return f"{self.base}:fair"
-
-    @property
-    def fair_since(self) -> str:
-        """Since when each fairness key in the ring has waited without a start (ms)."""
-        return f"{self.base}:fair:since"
 
     def fair_list(self, key: str) -> str:
         """The list fairness key `key`'s jobs wait on (the claim derives it from the ring)."""
@@ -600,26 +522,6 @@ class QueueKeys:
     def fair_running(self, key: str) -> str:
         """The started jobs of fairness key `key` max_running_per_key counts."""
         return f"{self.base}:fair:r:{key}"
-
-    @property
-    def control(self) -> str:
-        return f"{self.base}:control"
-
-    @property
-    def cancels(self) -> str:
-        return f"{self.base}:cancels"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.base}:workers"
-
-    @property
-    def worker_jobs(self) -> str:
-        return f"{self.base}:worker_jobs"
-
-    @property
-    def worker_concurrency(self) -> str:
-        return f"{self.base}:worker_concurrency"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}:job:{job_id}"
@@ -642,3 +544,10 @@ class QueueKeys:
     @staticmethod
     def types_key(prefix: str = QUEUE_PREFIX) -> str:
         return f"{prefix}:types"
+
+
+# What a corrupt-state report compares a key's TYPE against: each fixed key's type, and
+# the priority levels' lists (QueueKeys.level_queue).
+_QUEUE_KEY_TYPES = {"queue:high": "list", "queue:low": "list"} | {
+    key.suffix: key.redis_type for key in vars(QueueKeys).values() if isinstance(key, _Key)
+}
