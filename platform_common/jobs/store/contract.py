@@ -12,7 +12,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypedDict, runtime_checkable
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -33,12 +33,16 @@ from .record import JobRecord
 from .telemetry import StoreTelemetry
 from .time_index import DEFAULT_LIST_SCAN_CAP
 
+if TYPE_CHECKING:
+    pass  # typing.Unpack of kwargs is Python 3.12+
+
 __all__ = [
     "DEFAULT_AGENT",
     "MAX_LIST_IDS",
     "MAX_PAGE_LIMIT",
     "BaseJobStore",
     "JobStore",
+    "StoreOptions",
     "UpdateSpec",
 ]
 
@@ -107,6 +111,18 @@ class UpdateSpec:
     error: str | None
     ttl_seconds: int | None
     expected_version: int | None
+
+
+class StoreOptions(TypedDict, total=False):
+    """The keyword arguments every backend takes (BaseJobStore's, with its defaults)."""
+
+    agent: str
+    time_index: bool
+    index_writes: bool
+    index_reads: bool
+    list_scan_cap: int
+    tracer_provider: TracerProvider | None
+    meter_provider: MeterProvider | None
 
 
 class BaseJobStore(IndexBackend, ABC):

@@ -189,11 +189,7 @@ class RedisTimeIndex(IndexBackend):
             for bucket, members in by_bucket.items()
         ]
         with self._unavailable():
-            return sum(await self._script_batch("store_index_repair", calls))
-
-    async def _script_batch(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run one script many times in one pipeline (one round trip per node)."""
-        return await self._binding().run_many(name, calls)
+            return sum(await self._binding().run_many("store_index_repair", calls))
 
     async def _legacy_members(self, buckets: Sequence[str], cap: int) -> list[str]:
         visible = set(buckets)
@@ -237,18 +233,18 @@ class RedisTimeIndex(IndexBackend):
             async for key in self._record_keys():
                 keys.append(key)
                 if len(keys) >= batch:
-                    await self._backfill_batch(keys, dry_run, report)
+                    await self._backfill_batch(keys, dry_run, report, progress)
                     keys = []
-                    if progress is not None:
-                        progress(report.scanned)
             if keys:
-                await self._backfill_batch(keys, dry_run, report)
-                if progress is not None:
-                    progress(report.scanned)
+                await self._backfill_batch(keys, dry_run, report, progress)
         return report
 
     async def _backfill_batch(
-        self, record_keys: list[str], dry_run: bool, report: BackfillReport
+        self,
+        record_keys: list[str],
+        dry_run: bool,
+        report: BackfillReport,
+        progress: Callable[[int], None] | None,
     ) -> None:
         owners = await self._read_each([("HGET", key, "owner_oid") for key in record_keys])
         flag = "1" if dry_run else "0"
@@ -260,7 +256,7 @@ class RedisTimeIndex(IndexBackend):
             if not _spoiled(owner)
         ]
         outcomes = dict.fromkeys(record_keys, -2)
-        replies = await self._script_batch(
+        replies = await self._binding().run_many(
             "store_index_backfill",
             [
                 (
@@ -285,6 +281,8 @@ class RedisTimeIndex(IndexBackend):
                 bad = outcome == -4 and buckets[key] not in report.bad_buckets
                 if bad and len(report.bad_buckets) < 100:
                     report.bad_buckets.append(buckets[key])
+        if progress is not None:
+            progress(report.scanned)
 
     async def _sweep(self, max_entries: int) -> int:
         client = self._binding().client

@@ -24,10 +24,8 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -46,11 +44,14 @@ from ..keys import StoreKeys
 from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient, RedisSettings
 from ..status import JobStatus, transition_allowed
-from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
+from .contract import BaseJobStore, StoreOptions, UpdateSpec
 from .record import JobRecord
 from .record_hash import is_wrong_type, parse_hash
 from .redis_index import IndexSkipLog, RedisTimeIndex
-from .time_index import DEFAULT_LIST_SCAN_CAP, owner_bucket
+from .time_index import owner_bucket
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RedisJobStore"]
 
@@ -132,24 +133,10 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         self,
         settings: RedisSettings | str,
         *,
-        agent: str = DEFAULT_AGENT,
-        time_index: bool = False,
-        index_writes: bool = False,
-        index_reads: bool = False,
-        list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
         client: RedisClient | None = None,
-        tracer_provider: TracerProvider | None = None,
-        meter_provider: MeterProvider | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            agent=agent,
-            time_index=time_index,
-            index_writes=index_writes,
-            index_reads=index_reads,
-            list_scan_cap=list_scan_cap,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-        )
+        super().__init__(**options)
         if isinstance(settings, str):
             settings = RedisSettings.from_url(settings, setting_name="JOB_STORE_URL")
         self.settings = settings
