@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from .keys import (
     COMPLETION_PATTERN,
@@ -38,12 +38,16 @@ from .keys import (
 from .redis.script import lua_source
 from .validation import validate_name
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack of kwargs is Python 3.12+
+
 __all__ = [
     "CONNECT_COMMANDS",
     "ROLES",
     "AclRole",
     "Grant",
     "KeyPattern",
+    "RuleOptions",
     "acl_file_line",
     "markdown",
     "rules",
@@ -655,71 +659,40 @@ def ungranted_script_commands(role: str) -> frozenset[str]:
     return frozenset(_called(spec.scripts) - set(spec.all_commands()))
 
 
-def rules(
-    role: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
-) -> list[str]:
+class RuleOptions(TypedDict, total=False):
+    """The keyword arguments of `rules()` (AclRole.rules' defaults: the package's prefixes,
+    unscoped)."""
+
+    queue_prefix: str
+    store_prefix: str
+    agent_types: Iterable[str] | None
+    store_agents: Iterable[str] | None
+
+
+def rules(role: str, **options: Unpack[RuleOptions]) -> list[str]:
     """The ACL rule tokens of `role` (a name in ROLES).
 
     `agent_types` scopes every role but the exporter to those agent types' queue keys
     (and completion channels), `store_agents` a producer or worker to those JobStore
-    agents' records (None: all of them)."""
-    return ROLES[role].rules(
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
+    agents' records (None: all of them); `queue_prefix` and `store_prefix` are the keys'."""
+    return ROLES[role].rules(**options)
 
 
-def acl_file_line(
-    username: str,
-    password: str,
-    role: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
-) -> str:
+def acl_file_line(username: str, password: str, role: str, **options: Unpack[RuleOptions]) -> str:
     """One `users.acl` line (or `--user` argument) for `username` in `role` (options as
     for `rules()`).
 
     The password is stored as its SHA-256 (`#<hex>`), so the ACL file never holds it."""
     digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    tokens = rules(
-        role,
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
-    return " ".join(["user", username, "reset", "on", f"#{digest}", *tokens])
+    return " ".join(["user", username, "reset", "on", f"#{digest}", *rules(role, **options)])
 
 
 def setuser_command(
-    username: str,
-    role: str,
-    password: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
+    username: str, role: str, password: str, **options: Unpack[RuleOptions]
 ) -> list[str]:
-    """`ACL SETUSER` arguments that make `username` exactly a `role` user."""
-    tokens = rules(
-        role,
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
-    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *tokens]
+    """`ACL SETUSER` arguments that make `username` exactly a `role` user (options as for
+    `rules()`)."""
+    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *rules(role, **options)]
 
 
 def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX) -> str:
