@@ -65,15 +65,12 @@ Queue (one set per agent type), prefix default "jobs":
                                      itself (the worker held jobs: no BLMOVE), in order;
                                      <token> is the call's first lease token. A replay
                                      after a lost reply finds it and hands those jobs
-                                     back instead of taking more.
-                                     TTL: the lease, whole seconds, plus one (later, the
-                                     leases have lapsed and the reaper returns the jobs);
-                                     the worker's next take deletes it, so about one
-                                     exists per busy worker.
-    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here, and
-                                     scheduled jobs (enqueue with delay or run_at, their
-                                     job hash written by the enqueue, its run_at field
-                                     the due time); the promoter queues the due ones
+                                     back instead of taking more. TTL: the lease, whole
+                                     seconds, plus one (later, the reaper returns the
+                                     jobs); the worker's next take deletes it.
+    jobs:{type}:delayed       ZSET   job id -> due time (ms): retries, and scheduled jobs
+                                     (enqueue with delay or run_at: job hash written at
+                                     once, field run_at); the promoter queues due ones
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)
@@ -85,7 +82,7 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:dead          LIST   job ids that used their last attempt (newest first)
     jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
                                      (newest first); both lists are capped, see retention.py
-    jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
+    jobs:{type}:stats         HASH   counters and histograms (below)
     jobs:{type}:paused        STRING the Redis time (ms) the type was paused at
                                      (queue/pausing.py); absent while it runs. While it
                                      exists the claim starts no job of the type (one a
@@ -99,41 +96,33 @@ Queue (one set per agent type), prefix default "jobs":
                                      nothing on a job's path writes it. The console and
                                      `agentjobs info` read it when no Prometheus is set.
     jobs:{type}:limits        HASH   the type's limits (queue/limits.py, written by
-                                     lua/queue_limits.lua; absent: none, plain FIFO):
-                                     rate + interval_ms (at most `rate` starts per
-                                     interval_ms across every worker), burst,
-                                     max_running (jobs of the type running at once),
-                                     fair_by and max_running_per_key; fair share's key
-                                     weights, fields weight:<key>, and their count,
-                                     `weights` (kept by the script). The claim reads
-                                     it with one HMGET (lua/include/limits.lua), and a
-                                     key's weight on its first turn while `weights` > 0.
-    jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): each
-                                     fairness key (the payload's tenant, orchestrator_id
-                                     or session_id) with jobs waiting on its list, once,
-                                     plus FAIR_SHARED_ENTRY, the `queue` list's own turn;
-                                     the claim takes the next entry at the right, one job
-                                     a turn, and puts it back at the left (round robin).
-                                     Written by the enqueue, the fail (release, the
-                                     reaper), the promoter and a dead-letter requeue (a
-                                     key whose list was empty joins) and the claim (a key
-                                     whose list it empties leaves; the last key gone, the
-                                     ring is deleted).
+                                     lua/queue_limits.lua; absent: plain FIFO): rate and
+                                     interval_ms (starts per interval across every
+                                     worker), burst, max_running, fair_by,
+                                     max_running_per_key, fair share's key weights
+                                     (weight:<key>) and their count `weights`. The claim
+                                     reads it with one HMGET (lua/include/limits.lua),
+                                     and a key's weight on its turn while `weights` > 0.
+    jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): once each
+                                     fairness key (FAIR_BY_KEYS) with jobs waiting on its
+                                     list, plus FAIR_SHARED_ENTRY; the claim takes the
+                                     next entry at the right, one job a turn, and puts it
+                                     back at the left. A key whose list was empty joins
+                                     (enqueue, fail: release and reaper, promoter,
+                                     dead-letter requeue); the claim removes a key whose
+                                     list it empties, and the ring with its last key.
     jobs:{type}:fair:q:<key>  LIST   ids of the jobs of fairness key <key> enqueued while
-                                     fair share was on (LPUSH in, taken from the right,
-                                     as `queue`); like `queue` it may hold the id of a job
-                                     that expired or was cancelled while it waited, which
-                                     the claim drops. A job started from it keeps its key
-                                     (job hash field `fair_key`; a scheduled job gets it
-                                     at the enqueue): released, retried, recovered by the
-                                     reaper or requeued, it comes back here (RPUSH, as
-                                     `queue`; a requeue LPUSHes, as an enqueue).
-    jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) it has waited since
-                                     without a start: written when it joins the ring and
-                                     each time the claim serves it, deleted when it leaves
-                                     (and with the ring). Its HLEN is the number of keys
-                                     with jobs waiting; the exporter reads the ages here
-                                     (a key starving waits far longer than the median).
+                                     fair share was on, pushed and taken as `queue` (and,
+                                     like it, maybe holding an expired or cancelled job's
+                                     id, which the claim drops). A job keeps its key (job
+                                     hash field `fair_key`, set at the start, or at the
+                                     enqueue of a scheduled job): released, retried,
+                                     reaped or requeued, it comes back here (RPUSH; a
+                                     requeue LPUSHes).
+    jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) since which it has
+                                     had no start: written when it joins the ring and each
+                                     time the claim serves it, deleted with it. HLEN is the
+                                     number of keys waiting; the exporter reads the ages.
     jobs:{type}:fair:r:<key>  ZSET   job id -> start time (ms) of the jobs the claim started
                                      from that key's list while max_running_per_key is set;
                                      an entry counts while the job holds a lease (the
@@ -151,12 +140,11 @@ Queue (one set per agent type), prefix default "jobs":
                                      BLOCK from the id current at its start
                                      (worker/cancel_watch.py) and cancels the handler of
                                      a job it runs.
-    jobs:{type}:cancels       HASH   the pending cancel requests of running jobs: job id ->
-                                     the reason (written by lua/queue_cancel.lua); the
-                                     complete, fail and reaper scripts end such a job
-                                     cancelled, never succeeded, retried or dead, and
-                                     delete its entry. A hash of its own, so that the
-                                     roles that cancel need no HSET of job hashes.
+    jobs:{type}:cancels       HASH   pending cancel requests of running jobs: job id -> the
+                                     reason (lua/queue_cancel.lua); complete, fail and the
+                                     reaper end such a job cancelled and delete its entry.
+                                     A hash of its own: the roles that cancel need no HSET
+                                     of job hashes.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -263,8 +251,7 @@ QUEUE_PREFIX = "jobs"
 SHARED_OWNER_BUCKET = "__shared__"
 INDEX_SEGMENT = "_idx:"
 
-# Fields of the queue stats hash that count events; each is only ever HINCRBY'd
-# by the script that performs the transition it counts.
+# The stats hash's counters (the module docstring says what each counts).
 STATS_COUNTERS = (
     "enqueued",
     "started",
@@ -341,9 +328,8 @@ DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
 def latency_bucket_field(upper_bound: float) -> str:
     """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last).
 
-    Buckets are stored NON-cumulative: an observation increments only the smallest
-    bound >= its value (one HINCRBY per completion); the exporter sums them into
-    Prometheus' cumulative `le` buckets."""
+    NON-cumulative: an observation increments only the smallest bound >= its value (one
+    HINCRBY per completion); the exporter sums them into Prometheus' `le` buckets."""
     return histogram_bucket_field("latency", upper_bound)
 
 
