@@ -226,13 +226,8 @@ def _names(names: Iterable[str] | None, field: str) -> list[str]:
 
 # The index scripts too: a page read repairs stale entries, and sweep_time_index and
 # the backfill run with the application's own user.
-_STORE_SCRIPTS = (
-    "store_create",
-    "store_update",
-    "store_delete",
-    "store_index_repair",
-    "store_index_backfill",
-)
+_STORE_SCRIPTS = ("store_create", "store_update", "store_delete", "store_index_repair",
+                  "store_index_backfill")  # fmt: skip
 # Direct JobStore reads: get/exists (HGETALL, EXISTS), the owner before a delete (HGET),
 # index rows (HMGET), index pages and the sweep (ZREVRANGEBYLEX, ZRANGEBYLEX); list_ids'
 # SCAN is keyless and sits at the root.
@@ -252,24 +247,14 @@ def _store_grant(*scripts: str) -> Grant:
     return Grant(tuple(commands), (_STORE,))
 
 
+# queue_progress is a handler's progress report (HSET of its job hash, PUBLISH);
+# queue_enqueue is there because operators requeue and re-enqueue with the worker user.
 _WORKER_SCRIPTS = (
-    "queue_claim",
-    "queue_complete",
-    "queue_fail",
-    "queue_renew",
-    "queue_heartbeat",
-    "queue_history",
-    "queue_promote",
-    "queue_reap_scan",
-    "queue_expire",
-    "queue_expire_queued",
-    "queue_expire_tail",
-    "queue_dead_requeue",
-    "queue_dead_purge",
-    "queue_kept_prune",
-    "queue_progress",  # a handler's progress report: HSET of its job hash, PUBLISH
-    "queue_enqueue",  # operators requeue and re-enqueue with the worker user
-)
+    "queue_claim", "queue_complete", "queue_fail", "queue_renew", "queue_heartbeat",
+    "queue_history", "queue_promote", "queue_reap_scan", "queue_expire",
+    "queue_expire_queued", "queue_expire_tail", "queue_dead_requeue", "queue_dead_purge",
+    "queue_kept_prune", "queue_progress", "queue_enqueue",
+)  # fmt: skip
 
 
 # What a worker reads, on any key of its types (read only): its own plain reads (BLMOVE's
@@ -314,16 +299,12 @@ _WORKER_WRITES = (
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
     # worker's jobs in progress and concurrency (heartbeat).
     Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs", "worker_concurrency")),
+    # HDEL of those, of the arrival counts, and of a settled cancel request (complete,
+    # fail, reaper).
     Grant(
         ("hdel",),
         _written(
-            "job:*",
-            "take:*",
-            "queued",
-            "arrived",
-            "worker_jobs",
-            "worker_concurrency",
-            "cancels",  # a cancel request settled (complete, fail, reaper)
+            "job:*", "take:*", "queued", "arrived", "worker_jobs", "worker_concurrency", "cancels"
         ),
     ),
     # Counters and the latency histograms; arrival counts; a requeued job's numbers.
@@ -360,10 +341,7 @@ _WORKER_WRITES = (
 # active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
 # their payloads (operators look at them) and results.
 _OPERATOR_READS = (
-    Grant(
-        ("llen", "lrange"),
-        _read("queue", "queue:*", "processing", "dead", "failed"),
-    ),
+    Grant(("llen", "lrange"), _read("queue", "queue:*", "processing", "dead", "failed")),
     Grant(("zcard", "zrange", "zrangebyscore"), _read("waiting", "delayed")),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
     # second the oldest of them arrived in.
@@ -504,10 +482,7 @@ ROLES: dict[str, AclRole] = {
                 # Results, and whether the type is paused (JobQueue.pause_state).
                 Grant(("get",), _read("result:*", "paused")),
                 Grant(("type",), _read(*_ENQUEUE_CHECKED)),
-                Grant(
-                    ("llen",),
-                    _read("queue", "queue:*", "processing", "dead"),
-                ),
+                Grant(("llen",), _read("queue", "queue:*", "processing", "dead")),
                 Grant(("zcard",), _read("delayed", "waiting")),
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
                 Grant(("hgetall", "hmget", "type"), _read("stats")),
@@ -556,10 +531,7 @@ ROLES: dict[str, AclRole] = {
             keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
-                Grant(
-                    ("llen",),
-                    _read("queue", "queue:*", "processing", "dead"),
-                ),
+                Grant(("llen",), _read("queue", "queue:*", "processing", "dead")),
                 Grant(("zcard",), _read("delayed", "waiting")),
                 # Each worker's count of jobs in progress, which its heartbeat writes: the
                 # per-worker view without reading the job hashes.
