@@ -1,10 +1,9 @@
 """Every Redis key and channel name the package uses, built here and nowhere else.
 
 Cluster layout: every key of one agent (JobStore) or one agent type (queue) carries
-that name as its hash tag, written `{name}`, so each Lua script touches exactly one
-slot and the same code runs on Redis Cluster. The braces are deliberate: the
-notes' `result:{job_id}` would hash by job id and split a job's result from its
-queue, so the job id is never inside braces here.
+that name as its hash tag, `{name}`, so each Lua script touches exactly one slot and
+the same code runs on Redis Cluster. A job id is never inside braces: it would split a
+job's keys from its queue's slot.
 
 JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     agentjobs:{agent}:<job_id>                  HASH  the record (fields below)
@@ -13,10 +12,9 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     nor an owner bucket can ever collide with the `_idx:` segment or `__shared__`)
 
 Queue (one set per agent type), prefix default "jobs":
-    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, by the enqueue script only:
-                                     an id pushed without it has no job, and the worker
-                                     that takes it drops and counts it; BLMOVE out from
-                                     the right)
+    jobs:{type}:queue         LIST   job ids waiting: LPUSH in by the enqueue script only
+                                     (a worker drops and counts an id pushed otherwise),
+                                     BLMOVE out from the right
     jobs:{type}:queue:high    LIST   ids of waiting jobs of priority "high", and
     jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py), as `queue` (which
                                      holds the "normal" ones). A high or low enqueue while
@@ -30,16 +28,16 @@ Queue (one set per agent type), prefix default "jobs":
                                      a key of its own); the claim unpacks it into the job
                                      hash. HLEN is the number of such jobs.
     jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list, for
-                                     a job that waits WITH a job hash (a retry promoted, a
-                                     released attempt, a requeued dead letter, a job of
-                                     the previous layout); claim and expiry remove it.
+                                     a job that waits WITH a job hash (a promoted retry, a
+                                     released attempt, a requeued dead letter, a job of the
+                                     previous layout); claim and expiry remove it.
                                      Depth = HLEN queued + ZCARD waiting.
     jobs:{type}:arrivals      ZSET   second (ms) -> second: every second in which a job
                                      still in `queued` was enqueued; with
     jobs:{type}:arrived       HASH   second (ms) -> how many jobs of `queued` it holds
-                                     (the field and the member go when it drops to 0), the
-                                     exporter reads the oldest waiting job's age
-                                     (min of this and `waiting`) without reading any job
+                                     (field and member go at 0), the exporter reads the
+                                     oldest waiting job's age (min of this and `waiting`)
+                                     without reading any job
     jobs:{type}:deadline_mark STRING the deadline (ms, rounded up to EXPIRY_BUCKET_MS) no
                                      job of `queued` in deadline order expires after;
                                      expires EXPIRY_BUCKET_MS after that. A job whose
@@ -53,11 +51,10 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:expiring      ZSET   bucket (ms) -> bucket: the expiry buckets of `queued`
     jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` out of
                                      deadline order (a shorter TTL than jobs ahead of
-                                     them) whose TTL deadline falls in
-                                     [ms, ms + EXPIRY_BUCKET_MS); the cleanup expires a
-                                     bucket once it is wholly past (an id no longer in
-                                     `queued` is skipped). Jobs of the previous layout
-                                     all have an entry here.
+                                     them) whose deadline is in [ms, ms + EXPIRY_BUCKET_MS);
+                                     the cleanup expires a bucket once it is wholly past
+                                     (skipping ids no longer in `queued`). Every job of
+                                     the previous layout has an entry here.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, AttemptCalls.take): field
