@@ -197,21 +197,16 @@ class AclRole:
                 for channel in (completion_channel(name), progress_channel(name))
             ],
         }[self.channels]
-        return [
+        tokens = [
             "-@all",
             *(f"+{command}" for command in keyless),
             *(f"&{channel}" for channel in channels),
             *(grant.render(prefixes, scope) for grant in self.grants),
-            *(
-                [
-                    "(+publish "
-                    + " ".join(f"&{completion_channel(name)}" for name in scope["types"])
-                    + ")"
-                ]
-                if self.publishes_completions
-                else []
-            ),
         ]
+        if self.publishes_completions:
+            own = " ".join(f"&{completion_channel(name)}" for name in scope["types"])
+            tokens.append(f"(+publish {own})")
+        return tokens
 
 
 def _names(names: Iterable[str] | None, field: str) -> list[str]:
@@ -241,10 +236,11 @@ def _called(scripts: Iterable[str]) -> set[str]:
     return set().union(*(script_commands(script) for script in scripts))
 
 
-def _store_grant(*scripts: str) -> Grant:
-    # The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
-    commands = sorted((_called(scripts) - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))
-    return Grant(tuple(commands), (_STORE,))
+# The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
+_STORE_GRANT = Grant(
+    tuple(sorted((_called(_STORE_SCRIPTS) - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))),
+    (_STORE,),
+)
 
 
 # queue_progress is a handler's progress report (HSET of its job hash, PUBLISH);
@@ -487,7 +483,7 @@ ROLES: dict[str, AclRole] = {
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
                 Grant(("hgetall", "hmget", "type"), _read("stats")),
                 Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
-                _store_grant(*_STORE_SCRIPTS),
+                _STORE_GRANT,
             ),
             # completions.py PSUBSCRIBEs agent:*:completed; progress_events.py SUBSCRIBEs
             # agent:<type>:progress, which the pattern matches.
@@ -514,7 +510,7 @@ ROLES: dict[str, AclRole] = {
                 Grant(_WORKER_READS, _read("*")),
                 *_WORKER_WRITES,
                 Grant(("sadd",), (_TYPES,)),
-                _store_grant(*_STORE_SCRIPTS),
+                _STORE_GRANT,
             ),
             channels="own types",
             scoped=True,
@@ -669,17 +665,10 @@ def setuser_command(
 
 def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX) -> str:
     """The (unscoped) rules of every role as docs/operations.md shows them."""
+    prefixes: RuleOptions = {"queue_prefix": queue_prefix, "store_prefix": store_prefix}
     parts = []
     for role in ROLES.values():
-        command = " ".join(
-            setuser_command(
-                role.name,
-                role.name,
-                "<password>",
-                queue_prefix=queue_prefix,
-                store_prefix=store_prefix,
-            )
-        )
+        command = " ".join(setuser_command(role.name, role.name, "<password>", **prefixes))
         parts.append(f"**{role.name}**: {role.summary}.\n\n```\n{command}\n```\n")
     return "\n".join(parts)
 
