@@ -12,12 +12,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import ResponseError
 
 from ..errors import InvalidRecord
 from ..keys import SHARED_OWNER_BUCKET, StoreKeys
+from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient
 from .listing import BackfillReport, IndexBackend, Row
 from .record_hash import ROW_FIELDS, exact_us, is_wrong_type, parse_hash
@@ -86,14 +88,25 @@ class IndexSkipLog:
             )  # fmt: skip
 
 
-class Bound(Protocol):
-    """A client with its scripts, for the running event loop."""
+@dataclass(slots=True)
+class Binding:
+    """A store's client for one event loop, and the scripts run through it."""
 
     client: RedisClient
 
-    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any: ...
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run `lua/<name>.lua` once; its error raised."""
+        return await run_command(self.client, Script.named(name).call(keys, args))
 
-    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]: ...
+    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run `lua/<name>.lua` once per (keys, args) in one pipeline; the first error
+        raised after every call has run."""
+        script = Script.named(name)
+        replies = await run_pipelined(self.client, [script.call(k, a) for k, a in calls])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
 
 class RedisTimeIndex(IndexBackend):
@@ -102,7 +115,7 @@ class RedisTimeIndex(IndexBackend):
     keys: StoreKeys
     _sweep_position: tuple[str, str] = ("", "")
 
-    def _binding(self) -> Bound:
+    def _binding(self) -> Binding:
         raise NotImplementedError
 
     def _unavailable(self) -> AbstractContextManager[None]:

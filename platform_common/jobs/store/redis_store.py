@@ -41,13 +41,12 @@ from ..errors import (
     VersionConflict,
 )
 from ..keys import StoreKeys
-from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient, RedisSettings
 from ..status import JobStatus, transition_allowed
 from .contract import BaseJobStore, StoreOptions, UpdateSpec
 from .record import JobRecord
 from .record_hash import is_wrong_type, parse_hash
-from .redis_index import IndexSkipLog, RedisTimeIndex
+from .redis_index import Binding, IndexSkipLog, RedisTimeIndex
 from .time_index import owner_bucket
 
 if TYPE_CHECKING:
@@ -103,27 +102,6 @@ async def _release(settings: RedisSettings, loop: asyncio.AbstractEventLoop) -> 
         # the last reference lets its sockets go with that loop.
 
 
-@dataclass(slots=True)
-class _Binding:
-    """A store's client for one event loop, and the scripts run through it."""
-
-    client: RedisClient
-
-    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run `lua/<name>.lua` once; its error raised."""
-        return await run_command(self.client, Script.named(name).call(keys, args))
-
-    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run `lua/<name>.lua` once per (keys, args) in one pipeline; the first error
-        raised after every call has run."""
-        script = Script.named(name)
-        replies = await run_pipelined(self.client, [script.call(k, a) for k, a in calls])
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-
 class RedisJobStore(RedisTimeIndex, BaseJobStore):
     """The redis:// / rediss:// backend. Pass `client` to use a client you own and close."""
 
@@ -142,7 +120,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         self.settings = settings
         self.keys = StoreKeys(self.agent)
         self._own_client = client
-        self._bindings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Binding] = (
+        self._bindings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Binding] = (
             weakref.WeakKeyDictionary()
         )
         self._sweep_position: tuple[str, str] = ("", "")
@@ -151,12 +129,12 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
     def __repr__(self) -> str:
         return f"RedisJobStore({self.settings.redacted_url()!r}, agent={self.agent!r})"
 
-    def _binding(self) -> _Binding:
+    def _binding(self) -> Binding:
         loop = asyncio.get_running_loop()
         binding = self._bindings.get(loop)
         if binding is None:
             client = self._own_client or _acquire(self.settings)
-            binding = self._bindings[loop] = _Binding(client)
+            binding = self._bindings[loop] = Binding(client)
         return binding
 
     @contextmanager
