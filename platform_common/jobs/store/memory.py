@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -179,19 +179,14 @@ class InMemoryJobStore(BaseJobStore):
         return at < len(members) and members[at] == index_member
 
     def _index_add(self, bucket: str, index_member: str) -> None:
-        members = self._index.setdefault(bucket, [])
-        at = bisect_left(members, index_member)
-        if at == len(members) or members[at] != index_member:
-            members.insert(at, index_member)
+        if not self._index_has(bucket, index_member):
+            insort(self._index.setdefault(bucket, []), index_member)
 
     def _index_remove(self, bucket: str, index_member: str) -> bool:
-        members = self._index.get(bucket)
-        if not members:
+        if not self._index_has(bucket, index_member):
             return False
-        at = bisect_left(members, index_member)
-        if at == len(members) or members[at] != index_member:
-            return False
-        del members[at]
+        members = self._index[bucket]
+        del members[bisect_left(members, index_member)]
         if not members:
             del self._index[bucket]
         return True
