@@ -188,10 +188,9 @@ the transition; so they are exact across any number of processes):
                    so a type that uses only "normal" pays no command for them.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
-Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
-of a recent job observed in that bucket, its value and when (one field per bucket, so
-bounded; written by queue_complete from the job's stored traceparent; the exporter
-serves them on the OpenMetrics page, see EXEMPLAR_FIELD_FORMAT).
+Exemplars beside them: <name>_ex:<bound> (EXEMPLAR_FIELD_FORMAT), one recent job of that
+bucket, from its stored traceparent (queue_complete); one field per bucket, so bounded.
+The exporter serves them on the OpenMetrics page.
 Failed attempts by exception class, in the same hash (written by queue_fail):
     error:<class>  attempts that ended in an error (retried, dead-lettered or failed for
                    good; not a release) whose exception was of that class; at most

@@ -390,9 +390,7 @@ def _status(value: object, field: str) -> JobStatus:
 
 
 def _json_object(value: object, field: str) -> str:
-    """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN,
-    string keys at every level, within validation.MAX_JSON_DEPTH and MAX_JSON_BYTES,
-    every string valid Unicode."""
+    """Encode a payload or result: a dict (or None) within create()'s bounds, no NaN."""
     if value is not None and not isinstance(value, dict):
         raise ValidationError(field, f"must be a dict or None, got {type(value).__name__}")
     return encode_json(value, field)
