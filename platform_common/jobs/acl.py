@@ -61,16 +61,8 @@ __all__ = [
 # (COMMAND for key positions, CLUSTER SLOTS/SHARDS for the slot map, ASKING during
 # resharding). redis-py also sends CLIENT SETINFO, which Redis 7.0 does not know (and
 # an ACL naming it would not load); redis-py ignores the error either way.
-CONNECT_COMMANDS = (
-    "ping",
-    "client|setname",
-    "command",
-    "cluster|slots",
-    "cluster|shards",
-    "cluster|nodes",
-    "asking",
-    "readonly",
-)
+CONNECT_COMMANDS = ("ping", "client|setname", "command", "cluster|slots", "cluster|shards",
+                    "cluster|nodes", "asking", "readonly")  # fmt: skip
 
 _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z_]+)['\"]")
 

@@ -248,19 +248,9 @@ SHARED_OWNER_BUCKET = "__shared__"
 INDEX_SEGMENT = "_idx:"
 
 # The stats hash's counters (the module docstring says what each counts).
-STATS_COUNTERS = (
-    "enqueued",
-    "started",
-    "completed",
-    "failed",
-    "retried",
-    "dead_lettered",
-    "expired",
-    "held_back_rate",
-    "held_back_max_running",
-    "cancelled",
-    "held_back_max_running_per_key",
-)
+STATS_COUNTERS = ("enqueued", "started", "completed", "failed", "retried", "dead_lettered",
+                  "expired", "held_back_rate", "held_back_max_running", "cancelled",
+                  "held_back_max_running_per_key")  # fmt: skip
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
 

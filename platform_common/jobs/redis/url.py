@@ -63,15 +63,8 @@ DEFAULT_REDIS_URL = f"redis://localhost:{DEFAULT_PORT}/0"
 _SERVICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Connection options that also apply to the sentinels themselves (never the data
 # nodes' credentials: sentinels have their own, see `sentinel_password`).
-_SENTINEL_SHARED_KWARGS = (
-    "socket_timeout",
-    "socket_connect_timeout",
-    "retry",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_certfile",
-    "ssl_keyfile",
-)
+_SENTINEL_SHARED_KWARGS = ("socket_timeout", "socket_connect_timeout", "retry", "ssl",
+                           "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # fmt: skip
 
 
 def redact_url(url: str) -> str:
