@@ -204,21 +204,28 @@ class RedisTimeIndex(IndexBackend):
         with self._unavailable():
             return sum(await self._binding().run_many("store_index_repair", calls))
 
+    async def _record_key_batches(
+        self, size: int, cap: int | None = None
+    ) -> AsyncIterator[list[str]]:
+        """The record keys, `size` at a time, the first `cap` of them (None: all)."""
+        batch: list[str] = []
+        scanned = 0
+        async for key in self._record_keys():
+            batch.append(key)
+            scanned += 1
+            if len(batch) >= size or scanned == cap:
+                yield batch
+                batch = []
+            if scanned == cap:
+                return
+        if batch:
+            yield batch
+
     async def _legacy_members(self, buckets: Sequence[str], cap: int) -> list[str]:
         visible = set(buckets)
         members: list[str] = []
         with self._unavailable():
-            batch: list[str] = []
-            scanned = 0
-            async for key in self._record_keys():
-                batch.append(key)
-                scanned += 1
-                if len(batch) >= _SCAN_COUNT or scanned >= cap:
-                    members += await self._visible_members(batch, visible)
-                    batch = []
-                if scanned >= cap:
-                    break
-            if batch:
+            async for batch in self._record_key_batches(_SCAN_COUNT, cap):
                 members += await self._visible_members(batch, visible)
         return members
 
@@ -242,13 +249,7 @@ class RedisTimeIndex(IndexBackend):
     ) -> BackfillReport:
         report = BackfillReport(dry_run=dry_run)
         with self._unavailable():
-            keys: list[str] = []
-            async for key in self._record_keys():
-                keys.append(key)
-                if len(keys) >= batch:
-                    await self._backfill_batch(keys, dry_run, report, progress)
-                    keys = []
-            if keys:
+            async for keys in self._record_key_batches(batch):
                 await self._backfill_batch(keys, dry_run, report, progress)
         return report
 

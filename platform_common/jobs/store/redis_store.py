@@ -54,10 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisJobStore"]
 
-# An update the script leaves to Python reads the record, checks it, then writes only if
-# it is still that version; each lost race costs one more read. Enough for every writer
-# of a busy job to get through; past it the job is being rewritten faster than we can
-# read it.
+# Reads of a record the update script leaves to Python (_update_parsed_here): enough for
+# every writer of a busy job; past it the job is rewritten faster than we can read it.
 _UPDATE_ATTEMPTS = 50
 # store_update.lua's status arguments (",a,b,"), computed once from the enum and its rule.
 _KNOWN_STATUSES = f",{','.join(status.value for status in JobStatus)},"
@@ -192,10 +190,8 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             raise InvalidRecord("record", f"job {job_id!r}: a field is not UTF-8") from None
 
     async def _update(self, job_id: str, spec: UpdateSpec) -> JobRecord:
-        # One round trip: store_update.lua judges the stored record by parse_hash's rules
-        # before its first write (Redis keeps whatever a script wrote before it failed)
-        # and answers the record as written. Only a record it cannot judge (see the
-        # script's header) costs a read here first.
+        # One round trip (see the module docstring); the script answers the record as
+        # written, or "check" for one it cannot judge (see its header).
         args = [
             "",
             "",
