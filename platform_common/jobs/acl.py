@@ -603,9 +603,7 @@ ROLES: dict[str, AclRole] = {
                 Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),
             channels="own types",
-            # A cancelled waiting job's completion event (queue_cancel). A false id published
-            # there makes subscribers read that job's result again, no more.
-            publishes_completions=True,
+            publishes_completions=True,  # as the producer's (queue_cancel)
             scoped=True,
         ),
     )

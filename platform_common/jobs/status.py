@@ -43,10 +43,8 @@ TERMINAL: frozenset[JobStatus] = frozenset(JobStatus) - ACTIVE
 
 
 def transition_allowed(current: JobStatus, requested: JobStatus) -> bool:
-    """A terminal job never becomes active again; every other move (and staying put) is allowed.
-
-    Terminal -> other terminal is refused too: a job reaches exactly one outcome.
-    """
+    """A terminal job never moves again, not even to another terminal status (a job
+    reaches exactly one outcome); every other move (and staying put) is allowed."""
     if current in TERMINAL:
         return requested == current
     return True

@@ -77,8 +77,7 @@ class HeldConnection:
         options = pool.connection_kwargs | {"socket_timeout": None}
         self._connection: AbstractConnection = pool.connection_class(**options)
         self._closed = False
-        # The reply deadline of the round trip in flight (loop time) and the task that
-        # waits for it; one timer, re-armed only when it fires, watches them all.
+        # The reply deadline (loop time) and waiting task of the round trip in flight (_watch).
         self._deadline: float | None = None
         self._waiter: asyncio.Task[Any] | None = None
         self._watchdog: asyncio.TimerHandle | None = None

@@ -293,10 +293,8 @@ class BaseJobStore(IndexBackend, ABC):
         batch: int = 500,
         progress: Callable[[int], None] | None = None,
     ) -> BackfillReport:
-        """Upsert an index entry for every live record (idempotent; safe under traffic).
-
-        `progress` is called with the number of records scanned so far after each batch.
-        """
+        """Upsert an index entry for every live record (idempotent; safe under traffic);
+        `progress` is told the number of records scanned so far after each batch."""
         with self.telemetry.operation("backfill_time_index"):
             return await self._backfill(dry_run, _limit(batch, MAX_LIST_IDS, "batch"), progress)
 
@@ -380,8 +378,6 @@ class BaseJobStore(IndexBackend, ABC):
 
 
 def _status(value: object, field: str) -> JobStatus:
-    if isinstance(value, JobStatus):
-        return value
     try:
         return JobStatus(value)  # type: ignore[arg-type]
     except ValueError:

@@ -32,8 +32,7 @@ logger = logging.getLogger("platform_common.jobs.store.redis_store")
 _SCAN_COUNT = 1000
 
 INDEX_SKIP_LOG_INTERVAL = 60.0
-"""Seconds between two WARNING lines of one store about writes that went on without
-their time-index entry."""
+"""Seconds between two of one store's IndexSkipLog lines."""
 
 
 class IndexSkipLog:
