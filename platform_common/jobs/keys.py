@@ -278,8 +278,7 @@ HISTORY_DEPTHS = ("queued", "running", "delayed", "dead")
 them: queued counts the packed jobs and those waiting with a job hash)."""
 
 PRIORITY_LEVELS = ("high", "normal", "low")
-"""The priority levels, highest first (queue/priority.py); "normal" is the default and
-waits on the `queue` list itself, the others on `queue:<level>`."""
+"""The priority levels, highest first (queue/priority.py); "normal" is the default."""
 
 FAIR_BY_KEYS = ("tenant", "orchestrator_id", "session_id")
 """The payload fields fair share can go by (queue/limits.py; None, or "none", is plain
@@ -293,8 +292,8 @@ is never empty): jobs without the key wait there (a job with one keeps it throug
 retries, a release, the reaper and a requeue: job hash field `fair_key`)."""
 
 WAKE_MARKER = "^wake"
-"""What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
-worker: never a job id (those start with a letter or digit)."""
+"""The wake marker of the layout's `queue:high`: never a job id (those start with a letter
+or digit)."""
 
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
@@ -312,16 +311,14 @@ DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
 
 
 def latency_bucket_field(upper_bound: float) -> str:
-    """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last).
-
-    NON-cumulative: an observation increments only the smallest bound >= its value (one
-    HINCRBY per completion); the exporter sums them into Prometheus' `le` buckets."""
+    """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last)."""
     return histogram_bucket_field("latency", upper_bound)
 
 
 def histogram_bucket_field(histogram: str, upper_bound: float) -> str:
     """Stats-hash field of bucket `upper_bound` of STATS_HISTOGRAMS `histogram`
-    (`wait_le:0.5`), stored NON-cumulative like the latency ones."""
+    (`wait_le:0.5`). NON-cumulative: an observation increments only the smallest bound
+    >= its value (one HINCRBY); the exporter sums them into Prometheus' `le` buckets."""
     return f"{histogram}_le:{_format_bound(upper_bound)}"
 
 

@@ -4,8 +4,7 @@ The exporter emits exactly these; the dashboards, alerts, runbooks and the READM
 metric table are generated from them; a test checks the live exposition against them.
 It lives in the core (data only) because the core reads the exporter's counters back
 from Prometheus too (`agentjobs info`, the console), and imports flow one way.
-Names follow the Prometheus guide: base units, `_total` on counters, `_seconds` on
-durations. `name` is the series name as exposed (a counter's includes `_total`).
+Names follow the Prometheus guide: base units, `_total` on counters, `_seconds` on durations.
 """
 
 from __future__ import annotations
