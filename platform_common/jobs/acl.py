@@ -324,10 +324,8 @@ _WORKER_WRITES = (
 
 # What the operator tools read (operations/: info, workers, job show, dead list/show, the
 # dry runs, the console's pages), read only, each command on the keys it reads there:
-# depths and counters as JobQueue.stats reads them, pages of the processing and dead
-# lists and of the waiting and delayed sets (the oldest waiting job is ZRANGE 0 0),
-# active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
-# their payloads (operators look at them) and results.
+# depths, counters, pages of lists and sets (the oldest waiting job is ZRANGE 0 0),
+# heartbeats, leases, job records with their payloads (operators look at them), results.
 _OPERATOR_READS = (
     Grant(("llen", "lrange"), _read("queue", "queue:*", "processing", "dead", "failed")),
     Grant(("zcard", "zrange", "zrangebyscore"), _read("waiting", "delayed")),
@@ -361,11 +359,10 @@ _OPERATOR_READS = (
 
 # Cancel (queue/cancel.py): the cancel script with exactly the keys it declares, its reads
 # and type checks, and its writes, each command on its one kind of key. A waiting job
-# leaves the queued hash (its arrival count down) or its sets, its record goes, its
-# result is written; a running one gets its entry in the cancels hash (HSET there only:
-# no job hash field is ever written) and the control stream an entry. cancel_session's
-# scan script pages through the queued hash and the expiry set and reads each job's
-# payload.
+# leaves `queued` (its arrival count down) or its sets, its record goes, its result is
+# written; a running one gets an entry in the cancels hash (no job hash field is ever
+# written) and in the control stream. cancel_session's scan script pages through
+# `queued` and the expiry set and reads each job's payload.
 _CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
                 "control", "cancels")  # fmt: skip
 _CANCEL_GRANTS = (
@@ -434,10 +431,8 @@ ROLES: dict[str, AclRole] = {
                 # The enqueue script, with exactly the keys it declares.
                 Grant(_SCRIPTING, _written(*_ENQUEUE_KEYS)),
                 *_CANCEL_GRANTS,
-                # What the enqueue script writes, each command on its one kind of key: a
-                # waiting job is one field of `queued` (queue/envelope.py), its id on the
-                # queue list (and in its expiry bucket when out of deadline order), a count
-                # of its arrival second, and the deadline mark (keys.py).
+                # What the enqueue script writes, each command on its one kind of key
+                # (keys.py: `queued`, the queue lists, expiry buckets, arrivals, the mark).
                 Grant(("lpush",), _written("queue", "queue:*")),
                 # Fair share: a job onto its key's list, a new key into the ring (and its
                 # length read first), the type's fair_by read.
