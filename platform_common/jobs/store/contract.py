@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypedDict, runtime_ch
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from ..errors import JobsError, ValidationError
-from ..status import JobStatus
+from ..errors import IllegalTransition, JobsError, ValidationError, VersionConflict
+from ..status import JobStatus, transition_allowed
 from ..validation import (
     encode_json,
     is_int,
@@ -111,6 +111,14 @@ class UpdateSpec:
     error: str | None
     ttl_seconds: int | None
     expected_version: int | None
+
+    def check(self, job_id: str, version: int, status: JobStatus) -> None:
+        """VersionConflict or IllegalTransition when this update may not be written over a
+        record at `version` in `status` (a backend asks before it writes)."""
+        if self.expected_version is not None and version != self.expected_version:
+            raise VersionConflict(job_id, self.expected_version, version)
+        if self.status is not None and not transition_allowed(status, self.status):
+            raise IllegalTransition(job_id, status.value, self.status.value)
 
 
 class StoreOptions(TypedDict, total=False):

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import clock
-from ..errors import IllegalTransition, JobConflict, JobNotFound, VersionConflict
-from ..status import JobStatus, transition_allowed
+from ..errors import JobConflict, JobNotFound
+from ..status import JobStatus
 from .contract import BaseJobStore, StoreOptions, UpdateSpec
 from .listing import BackfillReport, Row
 from .record import JobRecord
@@ -108,10 +108,7 @@ class InMemoryJobStore(BaseJobStore):
         stored = self._records.get(job_id)
         if stored is None:
             raise JobNotFound(job_id)
-        if spec.expected_version is not None and stored.version != spec.expected_version:
-            raise VersionConflict(job_id, spec.expected_version, stored.version)
-        if spec.status is not None and not transition_allowed(stored.status, spec.status):
-            raise IllegalTransition(job_id, stored.status.value, spec.status.value)
+        spec.check(job_id, stored.version, stored.status)
         if spec.status is not None:
             stored.status = spec.status
         if spec.payload_json is not None:

@@ -219,10 +219,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             if not fields:
                 raise JobNotFound(job_id)
             current = parse_hash(job_id, fields)[0]
-            if spec.expected_version is not None and current.version != spec.expected_version:
-                raise VersionConflict(job_id, spec.expected_version, current.version)
-            if spec.status is not None and not transition_allowed(current.status, spec.status):
-                raise IllegalTransition(job_id, current.status.value, spec.status.value)
+            spec.check(job_id, current.version, current.status)
             version = current.version + 1
             args = [fields["version"], fields["created_at"], str(version), *_changes(spec)]
             with self._unavailable():
