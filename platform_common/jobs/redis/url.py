@@ -310,11 +310,10 @@ def _parse_netloc(
         user, _, secret = userinfo.partition(":")
         username = unquote(user) or None
         password = unquote(secret) or None
-    addresses = []
-    for item in host_list.split(","):
-        host, port = _split_host_port(item, default_port, setting_name, safe)
-        addresses.append((host, port))
-    return username, password, tuple(addresses)
+    addresses = tuple(
+        _split_host_port(item, default_port, setting_name, safe) for item in host_list.split(",")
+    )
+    return username, password, addresses
 
 
 def _split_host_port(item: str, default_port: int, setting_name: str, safe: str) -> tuple[str, int]:

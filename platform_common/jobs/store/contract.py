@@ -231,11 +231,10 @@ class BaseJobStore(IndexBackend, ABC):
         with self.telemetry.operation("update") as op:
             job_id = validate_job_id(job_id)
             op.job(job_id)
-            if error is not None and not isinstance(error, str):
-                raise ValidationError(
-                    "error", f"must be a string or None, got {type(error).__name__}"
-                )
             if error is not None:
+                if not isinstance(error, str):
+                    problem = f"must be a string or None, got {type(error).__name__}"
+                    raise ValidationError("error", problem)
                 validate_text(error, "error")
             if expected_version is not None and (
                 not is_int(expected_version) or expected_version < 1
