@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from .keys import (
     COMPLETION_PATTERN,
@@ -38,12 +38,16 @@ from .keys import (
 from .redis.script import lua_source
 from .validation import validate_name
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack of kwargs is Python 3.12+
+
 __all__ = [
     "CONNECT_COMMANDS",
     "ROLES",
     "AclRole",
     "Grant",
     "KeyPattern",
+    "RuleOptions",
     "acl_file_line",
     "markdown",
     "rules",
@@ -57,16 +61,8 @@ __all__ = [
 # (COMMAND for key positions, CLUSTER SLOTS/SHARDS for the slot map, ASKING during
 # resharding). redis-py also sends CLIENT SETINFO, which Redis 7.0 does not know (and
 # an ACL naming it would not load); redis-py ignores the error either way.
-CONNECT_COMMANDS = (
-    "ping",
-    "client|setname",
-    "command",
-    "cluster|slots",
-    "cluster|shards",
-    "cluster|nodes",
-    "asking",
-    "readonly",
-)
+CONNECT_COMMANDS = ("ping", "client|setname", "command", "cluster|slots", "cluster|shards",
+                    "cluster|nodes", "asking", "readonly")  # fmt: skip
 
 _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z_]+)['\"]")
 
@@ -97,13 +93,14 @@ class KeyPattern:
         return [f"{access}{prefixes[self.space]}:{{{name}}}:{self.suffix}" for name in names]
 
 
-def _queue(suffix: str, *, write: bool = False) -> KeyPattern:
-    return KeyPattern("queue", suffix, write)
+def _read(*suffixes: str) -> tuple[KeyPattern, ...]:
+    """The queue keys of these suffixes, as keys a command may only read."""
+    return tuple(KeyPattern("queue", suffix) for suffix in suffixes)
 
 
 def _written(*suffixes: str) -> tuple[KeyPattern, ...]:
     """The queue keys of these suffixes, as keys a command may write."""
-    return tuple(_queue(suffix, write=True) for suffix in suffixes)
+    return tuple(KeyPattern("queue", suffix, write=True) for suffix in suffixes)
 
 
 _TYPES = KeyPattern("types", write=True)
@@ -192,21 +189,16 @@ class AclRole:
                 for channel in (completion_channel(name), progress_channel(name))
             ],
         }[self.channels]
-        return [
+        tokens = [
             "-@all",
             *(f"+{command}" for command in keyless),
             *(f"&{channel}" for channel in channels),
             *(grant.render(prefixes, scope) for grant in self.grants),
-            *(
-                [
-                    "(+publish "
-                    + " ".join(f"&{completion_channel(name)}" for name in scope["types"])
-                    + ")"
-                ]
-                if self.publishes_completions
-                else []
-            ),
         ]
+        if self.publishes_completions:
+            own = " ".join(f"&{completion_channel(name)}" for name in scope["types"])
+            tokens.append(f"(+publish {own})")
+        return tokens
 
 
 def _names(names: Iterable[str] | None, field: str) -> list[str]:
@@ -221,13 +213,8 @@ def _names(names: Iterable[str] | None, field: str) -> list[str]:
 
 # The index scripts too: a page read repairs stale entries, and sweep_time_index and
 # the backfill run with the application's own user.
-_STORE_SCRIPTS = (
-    "store_create",
-    "store_update",
-    "store_delete",
-    "store_index_repair",
-    "store_index_backfill",
-)
+_STORE_SCRIPTS = ("store_create", "store_update", "store_delete", "store_index_repair",
+                  "store_index_backfill")  # fmt: skip
 # Direct JobStore reads: get/exists (HGETALL, EXISTS), the owner before a delete (HGET),
 # index rows (HMGET), index pages and the sweep (ZREVRANGEBYLEX, ZRANGEBYLEX); list_ids'
 # SCAN is keyless and sits at the root.
@@ -237,33 +224,25 @@ _STORE_READS = ("exists", "hget", "hgetall", "hmget", "zrangebylex", "zrevrangeb
 _SCRIPTING = ("evalsha", "eval")
 
 
-def _store_grant(*scripts: str) -> Grant:
-    # The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
-    called: set[str] = set()
-    for script in scripts:
-        called |= script_commands(script)
-    commands = sorted((called - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))
-    return Grant(tuple(commands), (_STORE,))
+def _called(scripts: Iterable[str]) -> set[str]:
+    return set().union(*(script_commands(script) for script in scripts))
 
 
-_WORKER_SCRIPTS = (
-    "queue_claim",
-    "queue_complete",
-    "queue_fail",
-    "queue_renew",
-    "queue_heartbeat",
-    "queue_history",
-    "queue_promote",
-    "queue_reap_scan",
-    "queue_expire",
-    "queue_expire_queued",
-    "queue_expire_tail",
-    "queue_dead_requeue",
-    "queue_dead_purge",
-    "queue_kept_prune",
-    "queue_progress",  # a handler's progress report: HSET of its job hash, PUBLISH
-    "queue_enqueue",  # operators requeue and re-enqueue with the worker user
+# The JobStore's own namespace: its scripts, its reads, nothing of the queue's.
+_STORE_GRANT = Grant(
+    tuple(sorted((_called(_STORE_SCRIPTS) - {"time"}) | set(_SCRIPTING) | set(_STORE_READS))),
+    (_STORE,),
 )
+
+
+# queue_progress is a handler's progress report (HSET of its job hash, PUBLISH);
+# queue_enqueue is there because operators requeue and re-enqueue with the worker user.
+_WORKER_SCRIPTS = (
+    "queue_claim", "queue_complete", "queue_fail", "queue_renew", "queue_heartbeat",
+    "queue_history", "queue_promote", "queue_reap_scan", "queue_expire",
+    "queue_expire_queued", "queue_expire_tail", "queue_dead_requeue", "queue_dead_purge",
+    "queue_kept_prune", "queue_progress", "queue_enqueue",
+)  # fmt: skip
 
 
 # What a worker reads, on any key of its types (read only): its own plain reads (BLMOVE's
@@ -301,23 +280,19 @@ _WORKER_WRITES = (
     Grant(("zadd", "zrem", "pexpire"), _written("fair:r:*")),
     # Its reads: a key's running set, whose members still leased (ZMSCORE of the leases),
     # and whether only the queue list's turn is left in the ring.
-    Grant(("zrange",), (_queue("fair:r:*"),)),
-    Grant(("zmscore",), (_queue("leases"),)),
-    Grant(("lindex",), (_queue("fair"),)),
+    Grant(("zrange",), _read("fair:r:*")),
+    Grant(("zmscore",), _read("leases")),
+    Grant(("lindex",), _read("fair")),
     # Fields: job hashes (claim, complete, fail, requeue), a take's marker, a packed job of
     # `queued` (enqueue in, claim and expiry out), arrival counts (in and out), each
     # worker's jobs in progress and concurrency (heartbeat).
     Grant(("hset",), _written("job:*", "take:*", "queued", "worker_jobs", "worker_concurrency")),
+    # HDEL of those, of the arrival counts, and of a settled cancel request (complete,
+    # fail, reaper).
     Grant(
         ("hdel",),
         _written(
-            "job:*",
-            "take:*",
-            "queued",
-            "arrived",
-            "worker_jobs",
-            "worker_concurrency",
-            "cancels",  # a cancel request settled (complete, fail, reaper)
+            "job:*", "take:*", "queued", "arrived", "worker_jobs", "worker_concurrency", "cancels"
         ),
     ),
     # Counters and the latency histograms; arrival counts; a requeued job's numbers.
@@ -332,7 +307,7 @@ _WORKER_WRITES = (
     # at the newest entry.
     Grant(("xadd", "xrevrange"), _written("history")),
     # Cancel (queue/cancel.py): the control stream read (worker/cancel_watch.py).
-    Grant(("xread", "xrevrange"), (_queue("control"),)),
+    Grant(("xread", "xrevrange"), _read("control")),
     # Only records and results are ever deleted (claim, expiry, purge, pruning); SET writes
     # results and (re-enqueueing, see _WORKER_SCRIPTS) the deadline mark.
     Grant(("del",), _written("job:*", "result:*")),
@@ -349,45 +324,34 @@ _WORKER_WRITES = (
 
 # What the operator tools read (operations/: info, workers, job show, dead list/show, the
 # dry runs, the console's pages), read only, each command on the keys it reads there:
-# depths and counters as JobQueue.stats reads them, pages of the processing and dead
-# lists and of the waiting and delayed sets (the oldest waiting job is ZRANGE 0 0),
-# active workers (ZCOUNT) and each heartbeat (ZSCAN), lease deadlines, job records with
-# their payloads (operators look at them) and results.
+# depths, counters, pages of lists and sets (the oldest waiting job is ZRANGE 0 0),
+# heartbeats, leases, job records with their payloads (operators look at them), results.
 _OPERATOR_READS = (
-    Grant(
-        ("llen", "lrange"),
-        (
-            _queue("queue"),
-            _queue("queue:*"),
-            _queue("processing"),
-            _queue("dead"),
-            _queue("failed"),
-        ),
-    ),
-    Grant(("zcard", "zrange", "zrangebyscore"), (_queue("waiting"), _queue("delayed"))),
+    Grant(("llen", "lrange"), _read("queue", "queue:*", "processing", "dead", "failed")),
+    Grant(("zcard", "zrange", "zrangebyscore"), _read("waiting", "delayed")),
     # Waiting jobs still packed (queue/envelope.py): their count, their fields, and the
     # second the oldest of them arrived in.
-    Grant(("hlen", "hget", "hmget"), (_queue("queued"),)),
-    Grant(("zrange",), (_queue("arrivals"),)),
-    Grant(("zcount", "zscan"), (_queue("workers"),)),
+    Grant(("hlen", "hget", "hmget"), _read("queued")),
+    Grant(("zrange",), _read("arrivals")),
+    Grant(("zcount", "zscan"), _read("workers")),
     # Each worker's concurrency, which its heartbeat writes (the workers page).
-    Grant(("hgetall",), (_queue("worker_concurrency"),)),
-    Grant(("zscore",), (_queue("leases"),)),
-    Grant(("hgetall",), (_queue("stats"),)),
-    Grant(("hget", "hgetall", "hmget"), (_queue("job:*"),)),
+    Grant(("hgetall",), _read("worker_concurrency")),
+    Grant(("zscore",), _read("leases")),
+    Grant(("hgetall",), _read("stats")),
+    Grant(("hget", "hgetall", "hmget"), _read("job:*")),
     # The per-minute history (the charts and info's windows without Prometheus).
-    Grant(("xrange",), (_queue("history"),)),
+    Grant(("xrange",), _read("history")),
     # A running job's pending cancel request (job show's "cancel asked").
-    Grant(("hget",), (_queue("cancels"),)),
+    Grant(("hget",), _read("cancels")),
     # Results, and whether the type is paused (since when).
-    Grant(("get",), (_queue("result:*"), _queue("paused"))),
+    Grant(("get",), _read("result:*", "paused")),
     # The type's limits (JobQueue.limits, agentjobs limits show).
-    Grant(("hgetall",), (_queue("limits"),)),
+    Grant(("hgetall",), _read("limits")),
     # Fair share's waits (agentjobs limits show): the keys waiting and since when, read
     # whole or, past 10,000 keys, sampled.
-    Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+    Grant(("hlen", "hgetall", "hrandfield"), _read("fair:since")),
     # When Redis drops an ended job's record and result (job show's "kept until").
-    Grant(("pexpiretime",), (_queue("job:*"), _queue("result:*"))),
+    Grant(("pexpiretime",), _read("job:*", "result:*")),
     # The types Redis has seen, read as the exporter reads them (the operator tools show
     # every one, and accept a name the registry holds).
     Grant(("scard", "sismember", "sscan"), (KeyPattern("types"),)),
@@ -395,21 +359,20 @@ _OPERATOR_READS = (
 
 # Cancel (queue/cancel.py): the cancel script with exactly the keys it declares, its reads
 # and type checks, and its writes, each command on its one kind of key. A waiting job
-# leaves the queued hash (its arrival count down) or its sets, its record goes, its
-# result is written; a running one gets its entry in the cancels hash (HSET there only:
-# no job hash field is ever written) and the control stream an entry. cancel_session's
-# scan script pages through the queued hash and the expiry set and reads each job's
-# payload.
+# leaves `queued` (its arrival count down) or its sets, its record goes, its result is
+# written; a running one gets an entry in the cancels hash (no job hash field is ever
+# written) and in the control stream. cancel_session's scan script pages through
+# `queued` and the expiry set and reads each job's payload.
 _CANCEL_KEYS = ("queued", "waiting", "delayed", "expiry", "stats", "arrivals", "arrived",
                 "control", "cancels")  # fmt: skip
 _CANCEL_GRANTS = (
     Grant(_SCRIPTING, _written(*_CANCEL_KEYS, "job:*", "result:*")),
-    Grant(("type",), tuple(_queue(name) for name in _CANCEL_KEYS)),
-    Grant(("hget", "hmget"), (_queue("queued"), _queue("stats"), _queue("arrived"))),
-    Grant(("hmget", "exists"), (_queue("job:*"),)),
-    Grant(("getrange",), (_queue("result:*"),)),
-    Grant(("hscan",), (_queue("queued"),)),
-    Grant(("zscan",), (_queue("expiry"),)),
+    Grant(("type",), _read(*_CANCEL_KEYS)),
+    Grant(("hget", "hmget"), _read("queued", "stats", "arrived")),
+    Grant(("hmget", "exists"), _read("job:*")),
+    Grant(("getrange",), _read("result:*")),
+    Grant(("hscan",), _read("queued")),
+    Grant(("zscan",), _read("expiry")),
     Grant(("hdel",), _written("queued", "arrived")),
     # (HINCRBY of the stats hash and the arrival counts: each role's own grant has them)
     Grant(("zrem",), _written("arrivals", "waiting", "delayed", "expiry")),
@@ -418,6 +381,25 @@ _CANCEL_GRANTS = (
     Grant(("set",), _written("result:*")),
     Grant(("xadd",), _written("control")),
 )
+
+# The keys the enqueue script declares (KEYS), each granted to EVALSHA as written:
+# `queue:*` the priority levels' lists, `job:*` a scheduled job's hash (its HSET grant),
+# `result:*` read only (by EXISTS), `fair` fair share's ring, the limits hash for its
+# fair_by (HGET). The script's own commands are checked one by one all the same, and
+# the producer has no write command on the limits hash. Then the keys whose type it
+# checks before it writes.
+_ENQUEUE_KEYS = ("queue", "queue:*", "stats", "queued", "expiring", "arrivals", "arrived",
+                 "deadline_mark", "job:*", "result:*", "expiring:*", "delayed", "expiry",
+                 "limits", "fair")  # fmt: skip
+_ENQUEUE_CHECKED = ("queue", "queue:*", "queued", "expiring", "arrivals", "arrived",
+                    "deadline_mark", "expiring:*", "job:*", "delayed", "expiry")  # fmt: skip
+
+# The keys the operator's scripts declare (`fair`: fair share's ring, for a requeued job
+# back on its key's list), and those whose type they check.
+_OPERATOR_KEYS = ("dead", "failed", "queue", "queue:*", "expiry", "stats", "waiting", "job:*",
+                  "result:*", "paused", "limits", "fair")  # fmt: skip
+_OPERATOR_CHECKED = ("dead", "failed", "queue", "queue:*", "expiry", "stats", "waiting",
+                     "job:*", "paused", "limits", "fair", "fair:q:*", "fair:since")  # fmt: skip
 
 _OPERATOR_SCRIPTS = (
     "queue_dead_requeue", "queue_dead_purge", "queue_pause", "queue_limits", "queue_cancel",
@@ -447,41 +429,17 @@ ROLES: dict[str, AclRole] = {
             ),
             grants=(
                 # The enqueue script, with exactly the keys it declares.
-                Grant(
-                    _SCRIPTING,
-                    (
-                        _queue("queue", write=True),
-                        _queue("queue:*", write=True),  # the priority levels' lists
-                        _queue("stats", write=True),
-                        _queue("queued", write=True),
-                        _queue("expiring", write=True),
-                        _queue("arrivals", write=True),
-                        _queue("arrived", write=True),
-                        _queue("deadline_mark", write=True),
-                        _queue("job:*", write=True),  # a scheduled job's hash (HSET below)
-                        _queue("result:*", write=True),  # read only, by EXISTS below
-                        _queue("expiring:*", write=True),
-                        _queue("delayed", write=True),
-                        _queue("expiry", write=True),
-                        # Fair share: its fair_by (HGET below). EVALSHA checks its keys as
-                        # written; the script's own commands are checked one by one, and
-                        # the producer has no write command on the limits hash.
-                        _queue("limits", write=True),
-                        _queue("fair", write=True),  # fair share's ring
-                    ),
-                ),
+                Grant(_SCRIPTING, _written(*_ENQUEUE_KEYS)),
                 *_CANCEL_GRANTS,
-                # What the enqueue script writes, each command on its one kind of key: a
-                # waiting job is one field of `queued` (queue/envelope.py), its id on the
-                # queue list (and in its expiry bucket when out of deadline order), a count
-                # of its arrival second, and the deadline mark (keys.py).
+                # What the enqueue script writes, each command on its one kind of key
+                # (keys.py: `queued`, the queue lists, expiry buckets, arrivals, the mark).
                 Grant(("lpush",), _written("queue", "queue:*")),
                 # Fair share: a job onto its key's list, a new key into the ring (and its
                 # length read first), the type's fair_by read.
                 Grant(("lpush",), _written("fair", "fair:q:*")),
                 Grant(("hset",), _written("fair:since")),
-                Grant(("llen", "type"), (_queue("fair"), _queue("fair:q:*"), _queue("fair:since"))),
-                Grant(("hget",), (_queue("limits"),)),
+                Grant(("llen", "type"), _read("fair", "fair:q:*", "fair:since")),
+                Grant(("hget",), _read("limits")),
                 Grant(("get", "set"), _written("deadline_mark")),
                 Grant(("rpush",), _written("expiring:*")),
                 # (HINCRBY of stats also by register_type, which creates the buckets at 0)
@@ -495,43 +453,24 @@ ROLES: dict[str, AclRole] = {
                 # A scheduled job (enqueue with a delay or run_at) waits as a retry does:
                 # its job hash, its due time in the delayed set, its deadline in the expiry
                 # set (docs/operations.md, note 1, says what HSET of job hashes allows).
-                Grant(("hset",), (_queue("job:*", write=True),)),
-                Grant(("zadd",), (_queue("delayed", write=True), _queue("expiry", write=True))),
+                Grant(("hset",), _written("job:*")),
+                Grant(("zadd",), _written("delayed", "expiry")),
                 # Reads: duplicate check and job state, results, depths and counters.
-                Grant(("hget", "hmget", "hgetall"), (_queue("job:*"),)),
-                Grant(("hget", "hmget", "hexists", "hlen"), (_queue("queued"),)),
-                Grant(("hget",), (_queue("arrived"),)),
+                Grant(("hget", "hmget", "hgetall"), _read("job:*")),
+                Grant(("hget", "hmget", "hexists", "hlen"), _read("queued")),
+                Grant(("hget",), _read("arrived")),
                 # One EXISTS spans job hashes and results (a held result takes its id too),
                 # and Redis checks all keys of a command against one selector.
-                Grant(("exists",), (_queue("job:*"), _queue("result:*"))),
+                Grant(("exists",), _read("job:*", "result:*")),
                 # Results, and whether the type is paused (JobQueue.pause_state).
-                Grant(("get",), (_queue("result:*"), _queue("paused"))),
-                # The enqueue script's type checks, before it writes.
-                Grant(
-                    ("type",),
-                    (
-                        _queue("queue"),
-                        _queue("queue:*"),
-                        _queue("queued"),
-                        _queue("expiring"),
-                        _queue("arrivals"),
-                        _queue("arrived"),
-                        _queue("deadline_mark"),
-                        _queue("expiring:*"),
-                        _queue("job:*"),
-                        _queue("delayed"),
-                        _queue("expiry"),
-                    ),
-                ),
-                Grant(
-                    ("llen",),
-                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
-                ),
-                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
+                Grant(("get",), _read("result:*", "paused")),
+                Grant(("type",), _read(*_ENQUEUE_CHECKED)),
+                Grant(("llen",), _read("queue", "queue:*", "processing", "dead")),
+                Grant(("zcard",), _read("delayed", "waiting")),
                 # (TYPE and HMGET: register_type checks the buckets before HINCRBY)
-                Grant(("hgetall", "hmget", "type"), (_queue("stats"),)),
+                Grant(("hgetall", "hmget", "type"), _read("stats")),
                 Grant(("sadd",), (_TYPES,)),  # the exporter discovers types here
-                _store_grant(*_STORE_SCRIPTS),
+                _STORE_GRANT,
             ),
             # completions.py PSUBSCRIBEs agent:*:completed; progress_events.py SUBSCRIBEs
             # agent:<type>:progress, which the pattern matches.
@@ -555,10 +494,10 @@ ROLES: dict[str, AclRole] = {
                 # Its scripts, with every key of its types (each command they call is
                 # checked against the grants below all the same).
                 Grant(_SCRIPTING, _written("*")),
-                Grant(_WORKER_READS, (_queue("*"),)),
+                Grant(_WORKER_READS, _read("*")),
                 *_WORKER_WRITES,
                 Grant(("sadd",), (_TYPES,)),
-                _store_grant(*_STORE_SCRIPTS),
+                _STORE_GRANT,
             ),
             channels="own types",
             scoped=True,
@@ -575,27 +514,24 @@ ROLES: dict[str, AclRole] = {
             keyless=("time", "info"),  # info: Redis memory and eviction policy metrics
             grants=(
                 Grant(("scard", "sscan"), (KeyPattern("types"),)),
-                Grant(
-                    ("llen",),
-                    (_queue("queue"), _queue("queue:*"), _queue("processing"), _queue("dead")),
-                ),
-                Grant(("zcard",), (_queue("delayed"), _queue("waiting"))),
+                Grant(("llen",), _read("queue", "queue:*", "processing", "dead")),
+                Grant(("zcard",), _read("delayed", "waiting")),
                 # Each worker's count of jobs in progress, which its heartbeat writes: the
                 # per-worker view without reading the job hashes.
-                Grant(("hgetall",), (_queue("stats"), _queue("worker_jobs"))),
-                Grant(("zrange",), (_queue("workers"), _queue("waiting"), _queue("arrivals"))),
+                Grant(("hgetall",), _read("stats", "worker_jobs")),
+                Grant(("zrange",), _read("workers", "waiting", "arrivals")),
                 # How many jobs wait packed: HLEN counts the fields, never reads a value.
-                Grant(("hlen",), (_queue("queued"),)),
+                Grant(("hlen",), _read("queued")),
                 # Whether the type is paused (queue_paused).
-                Grant(("get",), (_queue("paused"),)),
+                Grant(("get",), _read("paused")),
                 # Its configured rate and cap (queue_rate_limit_per_second, ...).
-                Grant(("hmget",), (_queue("limits"),)),
+                Grant(("hmget",), _read("limits")),
                 # Fair share: the keys waiting and since when each has had no start,
                 # all (HGETALL) or a sample of a large ring (HRANDFIELD): key -> ms, no
                 # job id or payload (exporter/fair_share.py).
-                Grant(("hlen", "hgetall", "hrandfield"), (_queue("fair:since"),)),
+                Grant(("hlen", "hgetall", "hrandfield"), _read("fair:since")),
                 # With --fair-key-top: a key's backlog. LLEN only, never its job ids.
-                Grant(("llen",), (_queue("fair:q:*"),)),
+                Grant(("llen",), _read("fair:q:*")),
             ),
             channels="none",
             scoped=False,
@@ -629,50 +565,17 @@ ROLES: dict[str, AclRole] = {
                 *_OPERATOR_READS,
                 # The dead-letter scripts (the kept list: dead letters or failed jobs) and
                 # the pause script, with exactly the keys they declare.
-                Grant(
-                    _SCRIPTING,
-                    _written(
-                        "dead",
-                        "failed",
-                        "queue",
-                        "queue:*",
-                        "expiry",
-                        "stats",
-                        "waiting",
-                        "job:*",
-                        "result:*",
-                        "paused",
-                        "limits",
-                        "fair",  # fair share's ring (a requeued job back on its key's list)
-                    ),
-                ),
+                Grant(_SCRIPTING, _written(*_OPERATOR_KEYS)),
                 # Their checks before the first write (key types, the enqueued counter,
                 # each record's ttl: HGET of the job hash is a read above).
-                Grant(
-                    ("type",),
-                    (
-                        _queue("dead"),
-                        _queue("failed"),
-                        _queue("queue"),
-                        _queue("queue:*"),
-                        _queue("expiry"),
-                        _queue("stats"),
-                        _queue("waiting"),
-                        _queue("job:*"),
-                        _queue("paused"),
-                        _queue("limits"),
-                        _queue("fair"),
-                        _queue("fair:q:*"),
-                        _queue("fair:since"),
-                    ),
-                ),
+                Grant(("type",), _read(*_OPERATOR_CHECKED)),
                 # Fair share: a requeued job with a fairness key goes back on its key's
                 # list, and the key into the ring if that list was empty (its LLEN), waiting
                 # from now in the ring's since hash.
-                Grant(("llen",), (_queue("fair"),)),
+                Grant(("llen",), _read("fair")),
                 Grant(("lpush",), _written("fair", "fair:q:*")),
                 Grant(("hset",), _written("fair:since")),
-                Grant(("hget",), (_queue("stats"),)),
+                Grant(("hget",), _read("stats")),
                 # Their writes, each command on its one kind of key. No EXISTS: the
                 # enqueue script, which calls it, is refused.
                 Grant(("lrem",), _written("dead", "failed")),
@@ -690,14 +593,12 @@ ROLES: dict[str, AclRole] = {
                 # The limits (queue_limits.lua): fields set or lifted, HGETALL read back,
                 # fair share's key weights counted (HKEYS).
                 Grant(("hset", "hdel"), _written("limits")),
-                Grant(("hkeys",), (_queue("limits"),)),
+                Grant(("hkeys",), _read("limits")),
                 *_CANCEL_GRANTS,
                 Grant(("hincrby",), _written("arrived")),  # a cancelled packed job's count
             ),
             channels="own types",
-            # A cancelled waiting job's completion event (queue_cancel). A false id published
-            # there makes subscribers read that job's result again, no more.
-            publishes_completions=True,
+            publishes_completions=True,  # as the producer's (queue_cancel)
             scoped=True,
         ),
     )
@@ -708,92 +609,51 @@ def ungranted_script_commands(role: str) -> frozenset[str]:
     """Commands the role's scripts call that none of its grants names (must be empty; that
     each is granted on the right keys is proven by running the role: tests/redis)."""
     spec = ROLES[role]
-    called: set[str] = set()
-    for script in spec.scripts:
-        called |= script_commands(script)
-    return frozenset(called - set(spec.all_commands()))
+    return frozenset(_called(spec.scripts) - set(spec.all_commands()))
 
 
-def rules(
-    role: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
-) -> list[str]:
+class RuleOptions(TypedDict, total=False):
+    """The keyword arguments of `rules()` (AclRole.rules' defaults: the package's prefixes,
+    unscoped)."""
+
+    queue_prefix: str
+    store_prefix: str
+    agent_types: Iterable[str] | None
+    store_agents: Iterable[str] | None
+
+
+def rules(role: str, **options: Unpack[RuleOptions]) -> list[str]:
     """The ACL rule tokens of `role` (a name in ROLES).
 
     `agent_types` scopes every role but the exporter to those agent types' queue keys
     (and completion channels), `store_agents` a producer or worker to those JobStore
-    agents' records (None: all of them)."""
-    return ROLES[role].rules(
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
+    agents' records (None: all of them); `queue_prefix` and `store_prefix` are the keys'."""
+    return ROLES[role].rules(**options)
 
 
-def acl_file_line(
-    username: str,
-    password: str,
-    role: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
-) -> str:
+def acl_file_line(username: str, password: str, role: str, **options: Unpack[RuleOptions]) -> str:
     """One `users.acl` line (or `--user` argument) for `username` in `role` (options as
     for `rules()`).
 
     The password is stored as its SHA-256 (`#<hex>`), so the ACL file never holds it."""
     digest = hashlib.sha256(password.encode("utf-8")).hexdigest()
-    tokens = rules(
-        role,
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
-    return " ".join(["user", username, "reset", "on", f"#{digest}", *tokens])
+    return " ".join(["user", username, "reset", "on", f"#{digest}", *rules(role, **options)])
 
 
 def setuser_command(
-    username: str,
-    role: str,
-    password: str,
-    *,
-    queue_prefix: str = QUEUE_PREFIX,
-    store_prefix: str = STORE_PREFIX,
-    agent_types: Iterable[str] | None = None,
-    store_agents: Iterable[str] | None = None,
+    username: str, role: str, password: str, **options: Unpack[RuleOptions]
 ) -> list[str]:
-    """`ACL SETUSER` arguments that make `username` exactly a `role` user."""
-    tokens = rules(
-        role,
-        queue_prefix=queue_prefix,
-        store_prefix=store_prefix,
-        agent_types=agent_types,
-        store_agents=store_agents,
-    )
-    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *tokens]
+    """`ACL SETUSER` arguments that make `username` exactly a `role` user (options as for
+    `rules()`)."""
+    return ["ACL", "SETUSER", username, "reset", "on", f">{password}", *rules(role, **options)]
 
 
 def markdown(*, queue_prefix: str = QUEUE_PREFIX, store_prefix: str = STORE_PREFIX) -> str:
     """The (unscoped) rules of every role as docs/operations.md shows them."""
+    prefixes: RuleOptions = {"queue_prefix": queue_prefix, "store_prefix": store_prefix}
     parts = []
     for role in ROLES.values():
-        command = " ".join(
-            setuser_command(
-                role.name,
-                role.name,
-                "<password>",
-                queue_prefix=queue_prefix,
-                store_prefix=store_prefix,
-            )
-        )
+        command = " ".join(setuser_command(role.name, role.name, "<password>", **prefixes))
         parts.append(f"**{role.name}**: {role.summary}.\n\n```\n{command}\n```\n")
     return "\n".join(parts)
 

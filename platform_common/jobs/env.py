@@ -245,7 +245,6 @@ def parse_choice(raw: str, setting: str, choices: Iterable[str]) -> str:
 
 def parse_name(raw: str, setting: str) -> str:
     """An agent type or key prefix, by the package's one naming rule (validate_name)."""
-
     try:
         return validate_name(raw.strip(), setting)
     except ValidationError as exc:

@@ -1,10 +1,9 @@
 """Every Redis key and channel name the package uses, built here and nowhere else.
 
 Cluster layout: every key of one agent (JobStore) or one agent type (queue) carries
-that name as its hash tag, written `{name}`, so each Lua script touches exactly one
-slot and the same code runs on Redis Cluster. The braces are deliberate: the
-notes' `result:{job_id}` would hash by job id and split a job's result from its
-queue, so the job id is never inside braces here.
+that name as its hash tag, `{name}`, so each Lua script touches exactly one slot and
+the same code runs on Redis Cluster. A job id is never inside braces: it would split a
+job's keys from its queue's slot.
 
 JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     agentjobs:{agent}:<job_id>                  HASH  the record (fields below)
@@ -13,74 +12,62 @@ JobStore (agent = OTEL_SERVICE_NAME), prefix default "agentjobs":
     nor an owner bucket can ever collide with the `_idx:` segment or `__shared__`)
 
 Queue (one set per agent type), prefix default "jobs":
-    jobs:{type}:queue         LIST   job ids waiting (LPUSH in, by the enqueue script only:
-                                     an id pushed without it has no job, and the worker
-                                     that takes it drops and counts it; BLMOVE out from
-                                     the right)
+    jobs:{type}:queue         LIST   job ids waiting: LPUSH in by the enqueue script only
+                                     (a worker drops and counts an id pushed otherwise),
+                                     BLMOVE out from the right
     jobs:{type}:queue:high    LIST   ids of waiting jobs of priority "high", and
-    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py): pushed and taken
-                                     as the queue list is; `queue` holds the "normal"
-                                     ones. A high or low job enqueued while `queue` is
-                                     empty also pushes a wake marker (WAKE_MARKER) there,
-                                     so an idle worker's BLMOVE returns; the claim drops
-                                     the marker and takes by priority, and pushes one
-                                     again while level jobs wait and `queue` is empty (the
-                                     next idle worker wakes): at most one waits. Unlike
-                                     `queue`, their entries leave when the job expires,
-                                     so LLEN is the level's depth.
+    jobs:{type}:queue:low     LIST   of priority "low" (queue/priority.py), as `queue` (which
+                                     holds the "normal" ones). A high or low enqueue while
+                                     `queue` is empty pushes WAKE_MARKER there, so an idle
+                                     worker's BLMOVE returns; the claim drops it, takes by
+                                     priority and pushes one again while level jobs wait
+                                     and `queue` is empty: at most one waits. Their entries
+                                     leave when the job expires, so LLEN is the depth.
     jobs:{type}:queued        HASH   job id -> the whole job, packed (queue/envelope.py),
-                                     for a job enqueued and not yet claimed: the cheap
-                                     form of a waiting job (a hash field, not a key and a
-                                     hash of its own); the claim unpacks it into the job
-                                     hash. Its HLEN is the number of such jobs.
+                                     for a job enqueued and not yet claimed (a field, not
+                                     a key of its own); the claim unpacks it into the job
+                                     hash. HLEN is the number of such jobs.
     jobs:{type}:waiting       ZSET   job id -> time (ms) it last entered the queue list, for
-                                     a job that waits WITH a job hash (a retry promoted, a
-                                     released attempt, a requeued dead letter, a job of
-                                     the previous layout); claim and expiry remove it.
+                                     a job that waits WITH a job hash (a promoted retry, a
+                                     released attempt, a requeued dead letter, a job of the
+                                     previous layout); claim and expiry remove it.
                                      Depth = HLEN queued + ZCARD waiting.
     jobs:{type}:arrivals      ZSET   second (ms) -> second: every second in which a job
                                      still in `queued` was enqueued; with
     jobs:{type}:arrived       HASH   second (ms) -> how many jobs of `queued` it holds
-                                     (the field and the member go when it drops to 0), the
-                                     exporter reads the oldest waiting job's age
-                                     (min of this and `waiting`) without reading any job
+                                     (field and member go at 0), the exporter reads the
+                                     oldest waiting job's age (min of this and `waiting`)
+                                     without reading any job
     jobs:{type}:deadline_mark STRING the deadline (ms, rounded up to EXPIRY_BUCKET_MS) no
-                                     job of `queued` in deadline order expires after; it
-                                     expires itself EXPIRY_BUCKET_MS after that. A job
-                                     whose deadline is no earlier than the mark minus
-                                     EXPIRY_BUCKET_MS is enqueued "in order" (",o" in
-                                     its packed header, queue/envelope.py) and raises
-                                     the mark: the ordered jobs wait on the queue list
-                                     in deadline order, so the cleanup expires them
-                                     from the list's tail (lua/queue_expire_tail.lua)
-                                     and they need no expiry bucket entry. Written by
-                                     the enqueue script, once per EXPIRY_BUCKET_MS.
+                                     job of `queued` in deadline order expires after;
+                                     expires EXPIRY_BUCKET_MS after that. A job whose
+                                     deadline is no earlier than the mark minus
+                                     EXPIRY_BUCKET_MS is enqueued "in order" (",o" in its
+                                     packed header) and raises the mark: ordered jobs
+                                     wait on the queue list in deadline order, so the
+                                     cleanup expires them from its tail
+                                     (lua/queue_expire_tail.lua), with no expiry bucket
+                                     entry. Written by the enqueue script.
     jobs:{type}:expiring      ZSET   bucket (ms) -> bucket: the expiry buckets of `queued`
     jobs:{type}:expiring:<ms> LIST   ids of the jobs enqueued into `queued` out of
                                      deadline order (a shorter TTL than jobs ahead of
-                                     them) whose TTL deadline falls in
-                                     [ms, ms + EXPIRY_BUCKET_MS); the cleanup expires a
-                                     bucket once it is wholly past (an id no longer in
-                                     `queued` is skipped). Jobs of the previous layout
-                                     all have an entry here.
+                                     them) whose deadline is in [ms, ms + EXPIRY_BUCKET_MS);
+                                     the cleanup expires a bucket once it is wholly past
+                                     (skipping ids no longer in `queued`). Every job of
+                                     the previous layout has an entry here.
     jobs:{type}:processing    LIST   job ids taken by a worker (BLMOVE target)
     jobs:{type}:leases        ZSET   job id -> lease deadline (ms); the reaper reads it
     jobs:{type}:take:<token>  HASH   a take's marker (queue_claim.lua, AttemptCalls.take): field
                                      `ids`, the job ids one claim call took off the queue
-                                     itself (the worker held jobs, so no BLMOVE), in
-                                     order; <token> is the first lease token of that call.
-                                     It makes the call safe to send again after a lost
-                                     reply: the replay finds the marker and hands those
-                                     jobs back instead of taking more. TTL: the lease,
-                                     whole seconds, plus one (a reply lost for longer
-                                     finds the leases lapsed anyway, and the reaper
-                                     returns the jobs); the worker's next take deletes its
-                                     previous one, so about one exists per busy worker.
-                                     Built by QueueKeys.take.
-    jobs:{type}:delayed       ZSET   job id -> due time (ms); retries wait here, and
-                                     scheduled jobs (enqueue with delay or run_at, their
-                                     job hash written by the enqueue, its run_at field
-                                     the due time); the promoter queues the due ones
+                                     itself (the worker held jobs: no BLMOVE), in order;
+                                     <token> is the call's first lease token. A replay
+                                     after a lost reply finds it and hands those jobs
+                                     back instead of taking more. TTL: the lease, whole
+                                     seconds, plus one (later, the reaper returns the
+                                     jobs); the worker's next take deletes it.
+    jobs:{type}:delayed       ZSET   job id -> due time (ms): retries, and scheduled jobs
+                                     (enqueue with delay or run_at: job hash written at
+                                     once, field run_at); the promoter queues due ones
     jobs:{type}:expiry        ZSET   job id -> TTL deadline (ms) of every unfinished job
                                      that has a job hash (claimed, delayed, re-queued);
                                      the periodic cleanup reads it (bounded per run)
@@ -92,58 +79,47 @@ Queue (one set per agent type), prefix default "jobs":
     jobs:{type}:dead          LIST   job ids that used their last attempt (newest first)
     jobs:{type}:failed        LIST   job ids failed for good by a non-retryable error
                                      (newest first); both lists are capped, see retention.py
-    jobs:{type}:stats         HASH   counters + latency histogram (see STATS_FIELDS)
+    jobs:{type}:stats         HASH   counters and histograms (below)
     jobs:{type}:paused        STRING the Redis time (ms) the type was paused at
-                                     (queue/pausing.py); absent while it runs. The claim
-                                     reads it: while it exists no job of the type is
-                                     started (a job a worker's BLMOVE took goes back to
-                                     the queue list). Enqueue, retries, expiry and the
-                                     chores go on.
-    jobs:{type}:history       STREAM one sample a minute of the counters and depths, the
-                                     entry id the minute's start (ms): fields `at` (ms
-                                     read), each of STATS_COUNTERS, queued, running,
-                                     delayed, dead. Written by the workers' history chore
-                                     (lua/queue_history.lua: the first call of a minute
-                                     writes, the rest find its entry), which trims it to
-                                     the last HISTORY_MINUTES minutes in the same call;
-                                     the console and `agentjobs info` read it when no
-                                     Prometheus is set. Nothing on a job's path writes it.
+                                     (queue/pausing.py); absent while it runs. While it
+                                     exists the claim starts no job of the type (one a
+                                     BLMOVE took goes back to the queue list); enqueue,
+                                     retries, expiry and the chores go on.
+    jobs:{type}:history       STREAM one sample a minute, entry id the minute's start (ms):
+                                     fields `at` (ms read), each of STATS_COUNTERS and
+                                     HISTORY_DEPTHS. Written (and trimmed to
+                                     HISTORY_MINUTES) by the workers' history chore,
+                                     lua/queue_history.lua, the first call of a minute;
+                                     nothing on a job's path writes it. The console and
+                                     `agentjobs info` read it when no Prometheus is set.
     jobs:{type}:limits        HASH   the type's limits (queue/limits.py, written by
-                                     lua/queue_limits.lua; absent: none, plain FIFO):
-                                     rate + interval_ms (at most `rate` starts per
-                                     interval_ms across every worker), burst,
-                                     max_running (jobs of the type running at once),
-                                     fair_by and max_running_per_key; fair share's key
-                                     weights, fields weight:<key>, and their count,
-                                     `weights` (kept by the script). The claim reads
-                                     it with one HMGET (lua/include/limits.lua), and a
-                                     key's weight on its first turn while `weights` > 0.
-    jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): each
-                                     fairness key (the payload's tenant, orchestrator_id
-                                     or session_id) with jobs waiting on its list, once,
-                                     plus FAIR_SHARED_ENTRY, the `queue` list's own turn;
-                                     the claim takes the next entry at the right, one job
-                                     a turn, and puts it back at the left (round robin).
-                                     Written by the enqueue, the fail (release, the
-                                     reaper), the promoter and a dead-letter requeue (a
-                                     key whose list was empty joins) and the claim (a key
-                                     whose list it empties leaves; the last key gone, the
-                                     ring is deleted).
+                                     lua/queue_limits.lua; absent: plain FIFO): rate and
+                                     interval_ms (starts per interval across every
+                                     worker), burst, max_running, fair_by,
+                                     max_running_per_key, fair share's key weights
+                                     (weight:<key>) and their count `weights`. The claim
+                                     reads it with one HMGET (lua/include/limits.lua),
+                                     and a key's weight on its turn while `weights` > 0.
+    jobs:{type}:fair          LIST   fair share's ring (queue/limits.py fair_by): once each
+                                     fairness key (FAIR_BY_KEYS) with jobs waiting on its
+                                     list, plus FAIR_SHARED_ENTRY; the claim takes the
+                                     next entry at the right, one job a turn, and puts it
+                                     back at the left. A key whose list was empty joins
+                                     (enqueue, fail: release and reaper, promoter,
+                                     dead-letter requeue); the claim removes a key whose
+                                     list it empties, and the ring with its last key.
     jobs:{type}:fair:q:<key>  LIST   ids of the jobs of fairness key <key> enqueued while
-                                     fair share was on (LPUSH in, taken from the right,
-                                     as `queue`); like `queue` it may hold the id of a job
-                                     that expired or was cancelled while it waited, which
-                                     the claim drops. A job started from it keeps its key
-                                     (job hash field `fair_key`; a scheduled job gets it
-                                     at the enqueue): released, retried, recovered by the
-                                     reaper or requeued, it comes back here (RPUSH, as
-                                     `queue`; a requeue LPUSHes, as an enqueue).
-    jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) it has waited since
-                                     without a start: written when it joins the ring and
-                                     each time the claim serves it, deleted when it leaves
-                                     (and with the ring). Its HLEN is the number of keys
-                                     with jobs waiting; the exporter reads the ages here
-                                     (a key starving waits far longer than the median).
+                                     fair share was on, pushed and taken as `queue` (and,
+                                     like it, maybe holding an expired or cancelled job's
+                                     id, which the claim drops). A job keeps its key (job
+                                     hash field `fair_key`, set at the start, or at the
+                                     enqueue of a scheduled job): released, retried,
+                                     reaped or requeued, it comes back here (RPUSH; a
+                                     requeue LPUSHes).
+    jobs:{type}:fair:since    HASH   fairness key -> the Redis time (ms) since which it has
+                                     had no start: written when it joins the ring and each
+                                     time the claim serves it, deleted with it. HLEN is the
+                                     number of keys waiting; the exporter reads the ages.
     jobs:{type}:fair:r:<key>  ZSET   job id -> start time (ms) of the jobs the claim started
                                      from that key's list while max_running_per_key is set;
                                      an entry counts while the job holds a lease (the
@@ -155,18 +131,17 @@ Queue (one set per agent type), prefix default "jobs":
                                      GCRA); written by the claims that start jobs while
                                      a rate is set, expires once it has passed.
     jobs:{type}:control       STREAM cancel requests of running jobs (queue/cancel.py):
-                                     one entry per request, fields `job` (the id) and
-                                     `reason`, written by lua/queue_cancel.lua, capped
-                                     with XADD MAXLEN ~ CANCEL_STREAM_MAX; each worker
-                                     reads it with XREAD BLOCK from the id current when
-                                     it started (worker/cancel_watch.py) and cancels the
-                                     handler of a job it runs.
-    jobs:{type}:cancels       HASH   the pending cancel requests of running jobs: job id ->
-                                     the reason (written by lua/queue_cancel.lua); the
-                                     complete, fail and reaper scripts end such a job
-                                     cancelled, never succeeded, retried or dead, and
-                                     delete its entry. A hash of its own, so that the
-                                     roles that cancel need no HSET of job hashes.
+                                     fields `job` (the id) and `reason`, written by
+                                     lua/queue_cancel.lua, capped with XADD MAXLEN ~
+                                     CANCEL_STREAM_MAX; each worker reads it with XREAD
+                                     BLOCK from the id current at its start
+                                     (worker/cancel_watch.py) and cancels the handler of
+                                     a job it runs.
+    jobs:{type}:cancels       HASH   pending cancel requests of running jobs: job id -> the
+                                     reason (lua/queue_cancel.lua); complete, fail and the
+                                     reaper end such a job cancelled and delete its entry.
+                                     A hash of its own: the roles that cancel need no HSET
+                                     of job hashes.
     jobs:{type}:workers       ZSET   worker id -> last heartbeat (ms)
     jobs:{type}:worker_jobs   HASH   worker id -> its jobs in progress, written with each
                                      heartbeat, removed when it leaves or is pruned with
@@ -213,10 +188,9 @@ the transition; so they are exact across any number of processes):
                    so a type that uses only "normal" pays no command for them.
 Histograms in the same hash, each observed once per successful completion (see
 STATS_HISTOGRAMS): <name>_le:<bound> (NON-cumulative bucket), <name>_sum, <name>_count.
-Exemplars beside them: <name>_ex:<bound> = "<trace id> <seconds> <unix ms>", the trace
-of a recent job observed in that bucket, its value and when (one field per bucket, so
-bounded; written by queue_complete from the job's stored traceparent; the exporter
-serves them on the OpenMetrics page, see EXEMPLAR_FIELD_FORMAT).
+Exemplars beside them: <name>_ex:<bound> (EXEMPLAR_FIELD_FORMAT), one recent job of that
+bucket, from its stored traceparent (queue_complete); one field per bucket, so bounded.
+The exporter serves them on the OpenMetrics page.
 Failed attempts by exception class, in the same hash (written by queue_fail):
     error:<class>  attempts that ended in an error (retried, dead-lettered or failed for
                    good; not a release) whose exception was of that class; at most
@@ -229,6 +203,7 @@ Failed attempts by exception class, in the same hash (written by queue_fail):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = [
     "ARRIVAL_BUCKET_MS",
@@ -272,21 +247,10 @@ QUEUE_PREFIX = "jobs"
 SHARED_OWNER_BUCKET = "__shared__"
 INDEX_SEGMENT = "_idx:"
 
-# Fields of the queue stats hash that count events; each is only ever HINCRBY'd
-# by the script that performs the transition it counts.
-STATS_COUNTERS = (
-    "enqueued",
-    "started",
-    "completed",
-    "failed",
-    "retried",
-    "dead_lettered",
-    "expired",
-    "held_back_rate",
-    "held_back_max_running",
-    "cancelled",
-    "held_back_max_running_per_key",
-)
+# The stats hash's counters (the module docstring says what each counts).
+STATS_COUNTERS = ("enqueued", "started", "completed", "failed", "retried", "dead_lettered",
+                  "expired", "held_back_rate", "held_back_max_running", "cancelled",
+                  "held_back_max_running_per_key")  # fmt: skip
 LATENCY_SUM_FIELD = "latency_sum"
 LATENCY_COUNT_FIELD = "latency_count"
 
@@ -314,8 +278,7 @@ HISTORY_DEPTHS = ("queued", "running", "delayed", "dead")
 them: queued counts the packed jobs and those waiting with a job hash)."""
 
 PRIORITY_LEVELS = ("high", "normal", "low")
-"""The priority levels, highest first (queue/priority.py); "normal" is the default and
-waits on the `queue` list itself, the others on `queue:<level>`."""
+"""The priority levels, highest first (queue/priority.py); "normal" is the default."""
 
 FAIR_BY_KEYS = ("tenant", "orchestrator_id", "session_id")
 """The payload fields fair share can go by (queue/limits.py; None, or "none", is plain
@@ -329,47 +292,15 @@ is never empty): jobs without the key wait there (a job with one keeps it throug
 retries, a release, the reaper and a requeue: job hash field `fair_key`)."""
 
 WAKE_MARKER = "^wake"
-"""What a high or low enqueue pushes on the `queue` list when it is empty, to wake an idle
-worker: never a job id (those start with a letter or digit)."""
+"""The wake marker of the layout's `queue:high`: never a job id (those start with a letter
+or digit)."""
 
-# The type of each fixed key of a queue (the layout in the module docstring).
 EXPIRY_BUCKET_MS = 10_000
 """Width of one expiry bucket of `queued`: a job waiting unclaimed expires at most this
 much (plus a cleanup interval) after its deadline; a claim expires it on the spot."""
 
 ARRIVAL_BUCKET_MS = 1_000
 """Resolution of the oldest waiting job's age for jobs in `queued`."""
-
-_QUEUE_KEY_TYPES = {
-    "queue": "list",
-    "queue:high": "list",
-    "queue:low": "list",
-    "queued": "hash",
-    "waiting": "zset",
-    "arrivals": "zset",
-    "arrived": "hash",
-    "expiring": "zset",
-    "deadline_mark": "string",
-    "processing": "list",
-    "leases": "zset",
-    "delayed": "zset",
-    "expiry": "zset",
-    "dead": "list",
-    "failed": "list",
-    "stats": "hash",
-    "paused": "string",
-    "history": "stream",
-    "limits": "hash",
-    "rate": "string",
-    "control": "stream",
-    "cancels": "hash",
-    "workers": "zset",
-    "worker_jobs": "hash",
-    "worker_concurrency": "hash",
-    "fair": "list",
-    "fair:since": "hash",
-}
-
 
 # Default latency buckets (seconds): agent jobs take from well under a second to
 # several minutes. Configurable per queue; the exporter discovers the bounds from
@@ -380,17 +311,14 @@ DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
 
 
 def latency_bucket_field(upper_bound: float) -> str:
-    """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last).
-
-    Buckets are stored NON-cumulative: an observation increments only the smallest
-    bound >= its value (one HINCRBY per completion); the exporter sums them into
-    Prometheus' cumulative `le` buckets."""
+    """Stats-hash field of latency bucket `upper_bound` ("+Inf" for the last)."""
     return histogram_bucket_field("latency", upper_bound)
 
 
 def histogram_bucket_field(histogram: str, upper_bound: float) -> str:
     """Stats-hash field of bucket `upper_bound` of STATS_HISTOGRAMS `histogram`
-    (`wait_le:0.5`), stored NON-cumulative like the latency ones."""
+    (`wait_le:0.5`). NON-cumulative: an observation increments only the smallest bound
+    >= its value (one HINCRBY); the exporter sums them into Prometheus' `le` buckets."""
     return f"{histogram}_le:{_format_bound(upper_bound)}"
 
 
@@ -487,6 +415,24 @@ class StoreKeys:
         return key[len(self.base) + 1 :]
 
 
+class _Key:
+    """A fixed key of an agent type's queue, read as an attribute of QueueKeys
+    (`keys.stats` is `<prefix>:{<type>}:stats`), and the type Redis keeps it as."""
+
+    def __init__(self, suffix: str, redis_type: str) -> None:
+        self.suffix = suffix
+        self.redis_type = redis_type
+
+    @overload
+    def __get__(self, keys: None, owner: type[QueueKeys]) -> _Key: ...
+
+    @overload
+    def __get__(self, keys: QueueKeys, owner: type[QueueKeys]) -> str: ...
+
+    def __get__(self, keys: QueueKeys | None, owner: type[QueueKeys]) -> _Key | str:
+        return self if keys is None else f"{keys.base}:{self.suffix}"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Keys of one agent type's queue."""
@@ -494,13 +440,36 @@ class QueueKeys:
     agent_type: str
     prefix: str = QUEUE_PREFIX
 
+    # Its fixed keys, in the layout's order (the module docstring says what each holds).
+    queue = _Key("queue", "list")
+    queued = _Key("queued", "hash")
+    waiting = _Key("waiting", "zset")
+    arrivals = _Key("arrivals", "zset")
+    arrived = _Key("arrived", "hash")
+    deadline_mark = _Key("deadline_mark", "string")
+    expiring = _Key("expiring", "zset")
+    processing = _Key("processing", "list")
+    leases = _Key("leases", "zset")
+    delayed = _Key("delayed", "zset")
+    expiry = _Key("expiry", "zset")
+    dead = _Key("dead", "list")
+    failed = _Key("failed", "list")
+    stats = _Key("stats", "hash")
+    paused = _Key("paused", "string")
+    history = _Key("history", "stream")
+    limits = _Key("limits", "hash")
+    fair_ring = _Key("fair", "list")  # fair share's ring of fairness keys with jobs waiting
+    fair_since = _Key("fair:since", "hash")  # since when each key in the ring has waited (ms)
+    rate = _Key("rate", "string")
+    control = _Key("control", "stream")
+    cancels = _Key("cancels", "hash")
+    workers = _Key("workers", "zset")
+    worker_jobs = _Key("worker_jobs", "hash")
+    worker_concurrency = _Key("worker_concurrency", "hash")
+
     @property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.agent_type}}}"
-
-    @property
-    def queue(self) -> str:
-        return f"{self.base}:queue"
 
     def level_queue(self, priority: str) -> str:
         """The list the jobs of `priority` wait on (PRIORITY_LEVELS): `queue` for normal."""
@@ -511,87 +480,9 @@ class QueueKeys:
         """The high and low lists, in that order (the keys the scripts append)."""
         return (f"{self.base}:queue:high", f"{self.base}:queue:low")
 
-    @property
-    def queued(self) -> str:
-        return f"{self.base}:queued"
-
-    @property
-    def waiting(self) -> str:
-        return f"{self.base}:waiting"
-
-    @property
-    def arrivals(self) -> str:
-        return f"{self.base}:arrivals"
-
-    @property
-    def arrived(self) -> str:
-        return f"{self.base}:arrived"
-
-    @property
-    def expiring(self) -> str:
-        return f"{self.base}:expiring"
-
-    @property
-    def deadline_mark(self) -> str:
-        return f"{self.base}:deadline_mark"
-
     def expiring_bucket(self, expires_at_ms: int) -> str:
         """The expiry bucket list of a job of `queued` whose deadline is `expires_at_ms`."""
         return f"{self.base}:expiring:{expires_at_ms - expires_at_ms % EXPIRY_BUCKET_MS}"
-
-    @property
-    def processing(self) -> str:
-        return f"{self.base}:processing"
-
-    @property
-    def leases(self) -> str:
-        return f"{self.base}:leases"
-
-    @property
-    def delayed(self) -> str:
-        return f"{self.base}:delayed"
-
-    @property
-    def expiry(self) -> str:
-        return f"{self.base}:expiry"
-
-    @property
-    def dead(self) -> str:
-        return f"{self.base}:dead"
-
-    @property
-    def failed(self) -> str:
-        return f"{self.base}:failed"
-
-    @property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @property
-    def paused(self) -> str:
-        return f"{self.base}:paused"
-
-    @property
-    def history(self) -> str:
-        return f"{self.base}:history"
-
-    @property
-    def limits(self) -> str:
-        return f"{self.base}:limits"
-
-    @property
-    def rate(self) -> str:
-        return f"{self.base}:rate"
-
-    @property
-    def fair_ring(self) -> str:
-        """Fair share's ring of fairness keys with jobs waiting (see the layout)."""
-        return f"{self.base}:fair"
-
-    @property
-    def fair_since(self) -> str:
-        """Since when each fairness key in the ring has waited without a start (ms)."""
-        return f"{self.base}:fair:since"
 
     def fair_list(self, key: str) -> str:
         """The list fairness key `key`'s jobs wait on (the claim derives it from the ring)."""
@@ -600,26 +491,6 @@ class QueueKeys:
     def fair_running(self, key: str) -> str:
         """The started jobs of fairness key `key` max_running_per_key counts."""
         return f"{self.base}:fair:r:{key}"
-
-    @property
-    def control(self) -> str:
-        return f"{self.base}:control"
-
-    @property
-    def cancels(self) -> str:
-        return f"{self.base}:cancels"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.base}:workers"
-
-    @property
-    def worker_jobs(self) -> str:
-        return f"{self.base}:worker_jobs"
-
-    @property
-    def worker_concurrency(self) -> str:
-        return f"{self.base}:worker_concurrency"
 
     def job(self, job_id: str) -> str:
         return f"{self.base}:job:{job_id}"
@@ -642,3 +513,10 @@ class QueueKeys:
     @staticmethod
     def types_key(prefix: str = QUEUE_PREFIX) -> str:
         return f"{prefix}:types"
+
+
+# What a corrupt-state report compares a key's TYPE against: each fixed key's type, and
+# the priority levels' lists (QueueKeys.level_queue).
+_QUEUE_KEY_TYPES = {"queue:high": "list", "queue:low": "list"} | {
+    key.suffix: key.redis_type for key in vars(QueueKeys).values() if isinstance(key, _Key)
+}

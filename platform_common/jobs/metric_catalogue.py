@@ -4,8 +4,7 @@ The exporter emits exactly these; the dashboards, alerts, runbooks and the READM
 metric table are generated from them; a test checks the live exposition against them.
 It lives in the core (data only) because the core reads the exporter's counters back
 from Prometheus too (`agentjobs info`, the console), and imports flow one way.
-Names follow the Prometheus guide: base units, `_total` on counters, `_seconds` on
-durations. `name` is the series name as exposed (a counter's includes `_total`).
+Names follow the Prometheus guide: base units, `_total` on counters, `_seconds` on durations.
 """
 
 from __future__ import annotations
@@ -96,61 +95,56 @@ class Metric:
         return f"{namespace}_{self.name}" if namespace else self.name
 
 
-def _m(key: str, name: str, type_: MetricType, help_: str, unit: str,
-       labels: tuple[str, ...] = (AGENT_TYPE,)) -> Metric:  # fmt: skip
-    return Metric(key, name, type_, help_, unit, labels)
-
-
 CATALOGUE: tuple[Metric, ...] = (
     # The six every queue dashboard reads, under exactly these names.
-    _m("queue_depth", "queue_depth", "gauge", "Jobs waiting to be taken: never-claimed jobs (HLEN of its queued hash) plus retries and released jobs (ZCARD of its waiting set).", "short"),
-    _m("enqueued", "jobs_enqueued_total", "counter", "Jobs accepted by enqueue.", "short"),
-    _m("completed", "jobs_completed_total", "counter", "Jobs whose handler succeeded.", "short"),
-    _m("failed", "jobs_failed_total", "counter", "Jobs that failed for good (last attempt used or not retryable).", "short"),
-    _m("latency", "job_latency_seconds", "histogram", "Time from enqueue (a scheduled job: from its due time) to successful completion.", "s"),
-    _m("wait", "job_wait_seconds", "histogram", "Time a job's succeeding attempt waited for a worker: from its becoming due (enqueue, or its retry's due time) to its start.", "s"),
-    _m("run", "job_run_seconds", "histogram", "Time a job's succeeding attempt spent in the handler: from its start to completion.", "s"),
-    _m("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
+    Metric("queue_depth", "queue_depth", "gauge", "Jobs waiting to be taken: never-claimed jobs (HLEN of its queued hash) plus retries and released jobs (ZCARD of its waiting set).", "short"),
+    Metric("enqueued", "jobs_enqueued_total", "counter", "Jobs accepted by enqueue.", "short"),
+    Metric("completed", "jobs_completed_total", "counter", "Jobs whose handler succeeded.", "short"),
+    Metric("failed", "jobs_failed_total", "counter", "Jobs that failed for good (last attempt used or not retryable).", "short"),
+    Metric("latency", "job_latency_seconds", "histogram", "Time from enqueue (a scheduled job: from its due time) to successful completion.", "s"),
+    Metric("wait", "job_wait_seconds", "histogram", "Time a job's succeeding attempt waited for a worker: from its becoming due (enqueue, or its retry's due time) to its start.", "s"),
+    Metric("run", "job_run_seconds", "histogram", "Time a job's succeeding attempt spent in the handler: from its start to completion.", "s"),
+    Metric("dead_letter_depth", "dead_letter_depth", "gauge", "Jobs in the dead-letter list.", "short"),
     # What on-call needs beside them.
-    _m("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
-    _m("depth_by_priority", "queue_depth_by_priority", "gauge", "Jobs waiting to be taken, by priority level (high, normal, low): a breakdown of queue_depth, which stays the total that autoscaling and alerts read.", "short", (AGENT_TYPE, PRIORITY)),
-    _m("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting in the delayed sorted set: retries for their backoff, scheduled jobs for their time.", "short"),
-    _m("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
-    _m("rate_limit", "queue_rate_limit_per_second", "gauge", "Job starts per second the agent type's rate limit allows across every worker (agentjobs limits set --rate); no sample when it has none.", "short"),
-    _m("max_running_limit", "queue_max_running_limit", "gauge", "Most jobs of the agent type that may run at once across every worker (agentjobs limits set --max-running); no sample when it has none.", "short"),
-    _m("held_back_rate", "jobs_held_back_by_rate_total", "counter", "Job starts the agent type's rate limit held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
-    _m("held_back_max_running", "jobs_held_back_by_max_running_total", "counter", "Job starts the agent type's max_running held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
+    Metric("in_progress", "jobs_in_progress", "gauge", "Jobs taken by a worker and not yet finished.", "short"),
+    Metric("depth_by_priority", "queue_depth_by_priority", "gauge", "Jobs waiting to be taken, by priority level (high, normal, low): a breakdown of queue_depth, which stays the total that autoscaling and alerts read.", "short", (AGENT_TYPE, PRIORITY)),
+    Metric("delayed_depth", "jobs_delayed", "gauge", "Jobs waiting in the delayed sorted set: retries for their backoff, scheduled jobs for their time.", "short"),
+    Metric("paused", "queue_paused", "gauge", "1 while the agent type is paused (JobQueue.pause, agentjobs pause): workers start none of its jobs; else 0.", "short"),
+    Metric("rate_limit", "queue_rate_limit_per_second", "gauge", "Job starts per second the agent type's rate limit allows across every worker (agentjobs limits set --rate); no sample when it has none.", "short"),
+    Metric("max_running_limit", "queue_max_running_limit", "gauge", "Most jobs of the agent type that may run at once across every worker (agentjobs limits set --max-running); no sample when it has none.", "short"),
+    Metric("held_back_rate", "jobs_held_back_by_rate_total", "counter", "Job starts the agent type's rate limit held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
+    Metric("held_back_max_running", "jobs_held_back_by_max_running_total", "counter", "Job starts the agent type's max_running held back: each claim adds the jobs it asked for and did not start (a job waiting through several claims counts at each).", "short"),
     # Fair share (agentjobs limits set --fair-by): how its keys wait (exporter/fair_share.py).
-    _m("held_back_max_running_per_key", "jobs_held_back_by_max_running_per_key_total", "counter", "Job starts held back because their fairness key was at the agent type's max_running_per_key: each claim adds the jobs it asked for and did not start.", "short"),
-    _m("max_running_per_key_limit", "queue_max_running_per_key_limit", "gauge", "Most jobs of one fairness key that may run at once (agentjobs limits set --max-running-per-key); no sample when it has none.", "short"),
-    _m("fair_share_by", "queue_fair_share_by", "gauge", "1, labelled with the payload field fair share goes by (tenant, orchestrator_id or session_id); no sample when fair share is off.", "short", (AGENT_TYPE, FAIR_BY)),
-    _m("fair_keys_waiting", "queue_fair_keys_waiting", "gauge", "Fairness keys with jobs waiting (the keys on fair share's ring; 0 without fair share).", "short"),
-    _m("fair_key_oldest_wait", "queue_fair_key_oldest_wait_seconds", "gauge", "The longest any fairness key with jobs waiting has gone without a start: since it joined the ring, or since the claim last started one of its jobs (a key held at max_running_per_key ages too). Over every key up to " f"{FAIR_READ_ALL_KEYS} keys waiting, over a random sample of {FAIR_SAMPLE_KEYS} beyond; no sample when none waits.", "s"),
-    _m("fair_key_median_wait", "queue_fair_key_median_wait_seconds", "gauge", "The median over fairness keys with jobs waiting of how long each has gone without a start (the keys as for queue_fair_key_oldest_wait_seconds); far below that oldest, one key is starved. No sample when none waits.", "s"),
-    _m("fair_key_backlog", "queue_fair_key_backlog", "gauge", "Jobs waiting on each of the fairness keys with the largest backlog, for the exporter's --fair-key-top keys (default 0: no series), among the keys read (a random " f"{FAIR_SAMPLE_KEYS} beyond {FAIR_READ_ALL_KEYS} keys waiting).", "short", (AGENT_TYPE, FAIR_KEY)),
-    _m("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
-    _m("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
-    _m("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),
-    _m("expired", "jobs_expired_total", "counter", "Jobs dropped because their TTL passed before completion.", "short"),
-    _m("cancelled", "jobs_cancelled_total", "counter", "Jobs cancelled on request (JobQueue.cancel, cancel_session, agentjobs job cancel): while waiting, or when their running attempt ended; their result is never stored.", "short"),
-    _m("attempts_failed", "jobs_attempts_failed_total", "counter", "Attempts that ended in an error (retried, dead-lettered or failed for good), by exception class; at most " f"{MAX_ERROR_CLASSES} classes per agent type, the rest as `{OTHER_ERROR_CLASS}`.", "short", (AGENT_TYPE, ERROR_CLASS)),
-    _m("oldest_age", "oldest_job_age_seconds", "gauge", "Age of the oldest waiting job (0 when the queue is empty).", "s"),
-    _m("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),
-    _m("last_heartbeat", "worker_last_heartbeat_timestamp_seconds", "gauge", "Unix time of the newest worker heartbeat.", "dateTimeAsIso"),
-    _m("worker_heartbeat_age", "worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat; at most " f"{MAX_WORKERS_PER_TYPE} workers per agent type, the stalest.", "s", (AGENT_TYPE, WORKER)),
-    _m("worker_jobs", "worker_jobs_in_progress", "gauge", "Jobs each worker is running, as its last heartbeat reported; for the same workers as worker_heartbeat_age_seconds.", "short", (AGENT_TYPE, WORKER)),
+    Metric("held_back_max_running_per_key", "jobs_held_back_by_max_running_per_key_total", "counter", "Job starts held back because their fairness key was at the agent type's max_running_per_key: each claim adds the jobs it asked for and did not start.", "short"),
+    Metric("max_running_per_key_limit", "queue_max_running_per_key_limit", "gauge", "Most jobs of one fairness key that may run at once (agentjobs limits set --max-running-per-key); no sample when it has none.", "short"),
+    Metric("fair_share_by", "queue_fair_share_by", "gauge", "1, labelled with the payload field fair share goes by (tenant, orchestrator_id or session_id); no sample when fair share is off.", "short", (AGENT_TYPE, FAIR_BY)),
+    Metric("fair_keys_waiting", "queue_fair_keys_waiting", "gauge", "Fairness keys with jobs waiting (the keys on fair share's ring; 0 without fair share).", "short"),
+    Metric("fair_key_oldest_wait", "queue_fair_key_oldest_wait_seconds", "gauge", "The longest any fairness key with jobs waiting has gone without a start: since it joined the ring, or since the claim last started one of its jobs (a key held at max_running_per_key ages too). Over every key up to " f"{FAIR_READ_ALL_KEYS} keys waiting, over a random sample of {FAIR_SAMPLE_KEYS} beyond; no sample when none waits.", "s"),
+    Metric("fair_key_median_wait", "queue_fair_key_median_wait_seconds", "gauge", "The median over fairness keys with jobs waiting of how long each has gone without a start (the keys as for queue_fair_key_oldest_wait_seconds); far below that oldest, one key is starved. No sample when none waits.", "s"),
+    Metric("fair_key_backlog", "queue_fair_key_backlog", "gauge", "Jobs waiting on each of the fairness keys with the largest backlog, for the exporter's --fair-key-top keys (default 0: no series), among the keys read (a random " f"{FAIR_SAMPLE_KEYS} beyond {FAIR_READ_ALL_KEYS} keys waiting).", "short", (AGENT_TYPE, FAIR_KEY)),
+    Metric("started", "jobs_started_total", "counter", "Attempts started by workers.", "short"),
+    Metric("retried", "jobs_retried_total", "counter", "Failed attempts scheduled for a retry.", "short"),
+    Metric("dead_lettered", "jobs_dead_lettered_total", "counter", "Jobs moved to the dead-letter list.", "short"),
+    Metric("expired", "jobs_expired_total", "counter", "Jobs dropped because their TTL passed before completion.", "short"),
+    Metric("cancelled", "jobs_cancelled_total", "counter", "Jobs cancelled on request (JobQueue.cancel, cancel_session, agentjobs job cancel): while waiting, or when their running attempt ended; their result is never stored.", "short"),
+    Metric("attempts_failed", "jobs_attempts_failed_total", "counter", "Attempts that ended in an error (retried, dead-lettered or failed for good), by exception class; at most " f"{MAX_ERROR_CLASSES} classes per agent type, the rest as `{OTHER_ERROR_CLASS}`.", "short", (AGENT_TYPE, ERROR_CLASS)),
+    Metric("oldest_age", "oldest_job_age_seconds", "gauge", "Age of the oldest waiting job (0 when the queue is empty).", "s"),
+    Metric("active_workers", "active_workers", "gauge", "Workers whose heartbeat is recent.", "short"),
+    Metric("last_heartbeat", "worker_last_heartbeat_timestamp_seconds", "gauge", "Unix time of the newest worker heartbeat.", "dateTimeAsIso"),
+    Metric("worker_heartbeat_age", "worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat; at most " f"{MAX_WORKERS_PER_TYPE} workers per agent type, the stalest.", "s", (AGENT_TYPE, WORKER)),
+    Metric("worker_jobs", "worker_jobs_in_progress", "gauge", "Jobs each worker is running, as its last heartbeat reported; for the same workers as worker_heartbeat_age_seconds.", "short", (AGENT_TYPE, WORKER)),
     # The exporter's own health (gauges, as Prometheus' exporter guide recommends).
-    _m("redis_up", "queue_exporter_redis_up", "gauge", "1 when the last scrape read Redis, else 0.", "short", ()),
-    _m("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),
-    _m("malformed", "queue_exporter_malformed_values_total", "counter", "Values in Redis the exporter could not parse and skipped.", "short", ()),
-    _m("types_dropped", "queue_exporter_agent_types_dropped", "gauge", "Agent types not exported because the type cap was reached.", "short", ()),
+    Metric("redis_up", "queue_exporter_redis_up", "gauge", "1 when the last scrape read Redis, else 0.", "short", ()),
+    Metric("scrape_duration", "queue_exporter_scrape_duration_seconds", "gauge", "Time the last scrape took to read Redis.", "s", ()),
+    Metric("malformed", "queue_exporter_malformed_values_total", "counter", "Values in Redis the exporter could not parse and skipped.", "short", ()),
+    Metric("types_dropped", "queue_exporter_agent_types_dropped", "gauge", "Agent types not exported because the type cap was reached.", "short", ()),
     # Redis' own memory, from INFO memory (absent when the exporter may not run INFO).
-    _m("redis_memory_used", "queue_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO memory used_memory), per primary node.", "bytes", (NODE,)),
-    _m("redis_memory_max", "queue_redis_memory_max_bytes", "gauge", "Redis' memory limit (maxmemory) per primary node; 0 means no limit.", "bytes", (NODE,)),
-    _m("redis_policy_safe", "queue_redis_eviction_policy_safe", "gauge", "1 when the node's maxmemory-policy is noeviction, 0 when Redis may evict queue keys.", "short", (NODE, POLICY)),
-    _m("redis_clients", "queue_redis_connected_clients", "gauge", "Client connections to the node (INFO clients connected_clients).", "short", (NODE,)),
-    _m("redis_blocked_clients", "queue_redis_blocked_clients", "gauge", "Clients in a blocking command on the node, e.g. idle workers waiting in BLMOVE.", "short", (NODE,)),
-    _m("redis_evicted_keys", "queue_redis_evicted_keys_total", "counter", "Keys the node's maxmemory policy evicted since it started (INFO stats evicted_keys); must stay 0.", "short", (NODE,)),
+    Metric("redis_memory_used", "queue_redis_memory_used_bytes", "gauge", "Memory Redis uses (INFO memory used_memory), per primary node.", "bytes", (NODE,)),
+    Metric("redis_memory_max", "queue_redis_memory_max_bytes", "gauge", "Redis' memory limit (maxmemory) per primary node; 0 means no limit.", "bytes", (NODE,)),
+    Metric("redis_policy_safe", "queue_redis_eviction_policy_safe", "gauge", "1 when the node's maxmemory-policy is noeviction, 0 when Redis may evict queue keys.", "short", (NODE, POLICY)),
+    Metric("redis_clients", "queue_redis_connected_clients", "gauge", "Client connections to the node (INFO clients connected_clients).", "short", (NODE,)),
+    Metric("redis_blocked_clients", "queue_redis_blocked_clients", "gauge", "Clients in a blocking command on the node, e.g. idle workers waiting in BLMOVE.", "short", (NODE,)),
+    Metric("redis_evicted_keys", "queue_redis_evicted_keys_total", "counter", "Keys the node's maxmemory policy evicted since it started (INFO stats evicted_keys); must stay 0.", "short", (NODE,)),
 )  # fmt: skip
 
 _BY_KEY = {metric.key: metric for metric in CATALOGUE}

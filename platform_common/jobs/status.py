@@ -1,10 +1,6 @@
-"""The job vocabularies, in one place.
-
-JobStatus is the JobStore's status; QueueState is where a queue job is (the Lua scripts
-write and compare exactly these strings, tests/queue/test_status.py holds them to this enum);
-AttemptOutcome is what one fail/complete script call did. Each is a str enum, so JSON and
-Redis values are the plain strings, and each has derived frozensets instead of ad-hoc
-tuples of strings at the call sites.
+"""The job vocabularies, in one place: str enums (JSON and Redis hold the plain strings),
+with derived frozensets instead of tuples of strings at the call sites. The Lua scripts
+write and compare exactly QueueState's strings (tests/queue/test_status.py holds them to it).
 """
 
 from __future__ import annotations
@@ -47,10 +43,8 @@ TERMINAL: frozenset[JobStatus] = frozenset(JobStatus) - ACTIVE
 
 
 def transition_allowed(current: JobStatus, requested: JobStatus) -> bool:
-    """A terminal job never becomes active again; every other move (and staying put) is allowed.
-
-    Terminal -> other terminal is refused too: a job reaches exactly one outcome.
-    """
+    """A terminal job never moves again, not even to another terminal status (a job
+    reaches exactly one outcome); every other move (and staying put) is allowed."""
     if current in TERMINAL:
         return requested == current
     return True

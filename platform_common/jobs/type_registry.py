@@ -4,10 +4,8 @@ here for the exporter and the operator tools alike (imports flow exporter -> cor
 configured types plus bounded discovery, capped.
 
 Discovery reads the set with one SSCAN page (COUNT sized from the cap), so a polluted
-set can never make a read unbounded. Names that are not valid agent types are skipped
-(and counted as invalid); types beyond `max_agent_types` are counted as dropped. The
-result is deterministic for a given set: configured types first, in their configured
-order, then discovered ones sorted.
+set can never make a read unbounded; the result (Selection) is deterministic for a given
+set: configured types first, in their order, then discovered ones sorted.
 """
 
 from __future__ import annotations

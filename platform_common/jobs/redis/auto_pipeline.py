@@ -2,20 +2,17 @@
 round trip, on a connection held for the purpose.
 
 Commands issued in the same turn of the event loop go out together, in one write, at
-the end of that turn (a lone command waits for that turn, no longer); those issued while
-a batch is in flight go out together as the next one. A worker that takes its next jobs
-while its last ones' completions are recorded thus pays one write and one read for both
-instead of N pool checkouts and N round trips. A batch runs to its end in a task of its
-own, whatever happens to the callers waiting for it.
+the end of that turn; those issued while a batch is in flight go out as the next one.
+A worker that takes its next jobs while its last ones' completions are recorded thus
+pays one round trip for both, not N pool checkouts and N round trips. A batch runs to
+its end in a task of its own, whatever happens to the callers waiting for it.
 
 Transport: on a single node and behind Sentinel, one connection of the client's own
-connection class, held for life, with a reply timeout on each write+read (one timer
-watching every round trip, HeldConnection._watch).
-redis-py's per-command path (pool checkout with its health probe, retry wrapper, a
-`wait_for` Task around every write) costs more than the round trip itself on a small
-machine; this path uses only its public connection API (`pack_commands`,
-`send_packed_command`, `read_response`). On a cluster, where each slot lives on its own
-node, the batch goes out as a redis-py cluster pipeline (one round trip per node).
+connection class, held for life, with a reply timeout on each round trip
+(HeldConnection._watch), through redis-py's public connection API only: its
+per-command path (pool checkout with a health probe, retry wrapper, a `wait_for` Task
+per write) costs more than the round trip itself on a small machine. On a cluster the
+batch goes out as a redis-py cluster pipeline (one round trip per node).
 
 The replies of the scripts named `undecoded` are read as Redis sent them (bytes, not
 decoded): a caller that returns stored bytes (the claim returns payloads) decodes each
@@ -80,8 +77,7 @@ class HeldConnection:
         options = pool.connection_kwargs | {"socket_timeout": None}
         self._connection: AbstractConnection = pool.connection_class(**options)
         self._closed = False
-        # The reply deadline of the round trip in flight (loop time) and the task that
-        # waits for it; one timer, re-armed only when it fires, watches them all.
+        # The reply deadline (loop time) and waiting task of the round trip in flight (_watch).
         self._deadline: float | None = None
         self._waiter: asyncio.Task[Any] | None = None
         self._watchdog: asyncio.TimerHandle | None = None

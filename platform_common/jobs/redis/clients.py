@@ -94,8 +94,7 @@ class ClusterClient(ReadOnlyScriptSlots):
 
     async def aclose(self) -> None:
         await super().aclose()
-        # RedisCluster.aclose() does nothing while a re-initialisation is pending (after
-        # any connection error), so close every node we know of ourselves.
+        # Then every node we know of ourselves (see the class docstring).
         nodes = [*self._known_nodes().values(), *self._retired]
         self._retired = []
         # Nodes redis-py dropped itself are being closed in tasks of its own: wait for them.

@@ -35,10 +35,8 @@ def _busy(max_connections: int, timeout: float | None) -> BackendBusy:
 
 class WaitingConnectionPool(aioredis.ConnectionPool):
     """A ConnectionPool that, when full, waits for a released connection up to
-    `timeout` seconds (then BackendBusy) instead of raising MaxConnectionsError.
-
-    The common case (a connection is free) costs what redis-py's plain pool costs;
-    BlockingConnectionPool would add a Condition and a timeout to every checkout."""
+    `timeout` seconds (then BackendBusy) instead of raising MaxConnectionsError; when a
+    connection is free it costs what redis-py's plain pool costs."""
 
     def __init__(self, *, timeout: float | None = 5.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

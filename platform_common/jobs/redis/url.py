@@ -63,15 +63,8 @@ DEFAULT_REDIS_URL = f"redis://localhost:{DEFAULT_PORT}/0"
 _SERVICE_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # Connection options that also apply to the sentinels themselves (never the data
 # nodes' credentials: sentinels have their own, see `sentinel_password`).
-_SENTINEL_SHARED_KWARGS = (
-    "socket_timeout",
-    "socket_connect_timeout",
-    "retry",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_certfile",
-    "ssl_keyfile",
-)
+_SENTINEL_SHARED_KWARGS = ("socket_timeout", "socket_connect_timeout", "retry", "ssl",
+                           "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")  # fmt: skip
 
 
 def redact_url(url: str) -> str:
@@ -317,11 +310,10 @@ def _parse_netloc(
         user, _, secret = userinfo.partition(":")
         username = unquote(user) or None
         password = unquote(secret) or None
-    addresses = []
-    for item in host_list.split(","):
-        host, port = _split_host_port(item, default_port, setting_name, safe)
-        addresses.append((host, port))
-    return username, password, tuple(addresses)
+    addresses = tuple(
+        _split_host_port(item, default_port, setting_name, safe) for item in host_list.split(",")
+    )
+    return username, password, addresses
 
 
 def _split_host_port(item: str, default_port: int, setting_name: str, safe: str) -> tuple[str, int]:

@@ -7,15 +7,11 @@ Reads JOB_STORE_URL and OTEL_SERVICE_NAME like the agent does. Upserts one index
 for every live record of the agent; entries already there are counted, not
 rewritten; records that vanish mid-run or are malformed are skipped (and reported).
 
-Rollout (the order matters: reads before a complete backfill under-report):
-1. JOBSTATE_TIME_INDEX_WRITES=true on every agent (creates now write their entry);
-2. run the backfill (it adds the entries of the jobs created before step 1);
-3. run it with --verify: it writes nothing and exits 1 while a record lacks its entry
-   (an agent still without writes, a run cut short); repeat 2 until it exits 0;
-4. JOBSTATE_TIME_INDEX_READS=true on the agents (list_for_owner reads the index).
-Rolling back goes the other way: reads off, then writes off. A run with --dry-run
-writes nothing. `run` is the backfill itself; the command's options and progress bar
-are in `platform_common.jobs.cli.store_commands`.
+It runs between the two switches of time_index.py: after index writes are on
+everywhere, and again with --verify (nothing written; exit 1 while a record lacks its
+entry) until it exits 0, before reads go on (docs/user-guide.md has the rollout).
+--dry-run writes nothing either. `run` is the backfill itself; the command's options
+and progress bar are in `platform_common.jobs.cli.store_commands`.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypedDict, runtime_checkable
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
-from ..errors import JobsError, ValidationError
-from ..status import JobStatus
+from ..errors import IllegalTransition, JobsError, ValidationError, VersionConflict
+from ..status import JobStatus, transition_allowed
 from ..validation import (
     encode_json,
     is_int,
@@ -33,12 +33,16 @@ from .record import JobRecord
 from .telemetry import StoreTelemetry
 from .time_index import DEFAULT_LIST_SCAN_CAP
 
+if TYPE_CHECKING:
+    pass  # typing.Unpack of kwargs is Python 3.12+
+
 __all__ = [
     "DEFAULT_AGENT",
     "MAX_LIST_IDS",
     "MAX_PAGE_LIMIT",
     "BaseJobStore",
     "JobStore",
+    "StoreOptions",
     "UpdateSpec",
 ]
 
@@ -107,6 +111,26 @@ class UpdateSpec:
     error: str | None
     ttl_seconds: int | None
     expected_version: int | None
+
+    def check(self, job_id: str, version: int, status: JobStatus) -> None:
+        """VersionConflict or IllegalTransition when this update may not be written over a
+        record at `version` in `status` (a backend asks before it writes)."""
+        if self.expected_version is not None and version != self.expected_version:
+            raise VersionConflict(job_id, self.expected_version, version)
+        if self.status is not None and not transition_allowed(status, self.status):
+            raise IllegalTransition(job_id, status.value, self.status.value)
+
+
+class StoreOptions(TypedDict, total=False):
+    """The keyword arguments every backend takes (BaseJobStore's, with its defaults)."""
+
+    agent: str
+    time_index: bool
+    index_writes: bool
+    index_reads: bool
+    list_scan_cap: int
+    tracer_provider: TracerProvider | None
+    meter_provider: MeterProvider | None
 
 
 class BaseJobStore(IndexBackend, ABC):
@@ -207,11 +231,10 @@ class BaseJobStore(IndexBackend, ABC):
         with self.telemetry.operation("update") as op:
             job_id = validate_job_id(job_id)
             op.job(job_id)
-            if error is not None and not isinstance(error, str):
-                raise ValidationError(
-                    "error", f"must be a string or None, got {type(error).__name__}"
-                )
             if error is not None:
+                if not isinstance(error, str):
+                    problem = f"must be a string or None, got {type(error).__name__}"
+                    raise ValidationError("error", problem)
                 validate_text(error, "error")
             if expected_version is not None and (
                 not is_int(expected_version) or expected_version < 1
@@ -277,10 +300,8 @@ class BaseJobStore(IndexBackend, ABC):
         batch: int = 500,
         progress: Callable[[int], None] | None = None,
     ) -> BackfillReport:
-        """Upsert an index entry for every live record (idempotent; safe under traffic).
-
-        `progress` is called with the number of records scanned so far after each batch.
-        """
+        """Upsert an index entry for every live record (idempotent; safe under traffic);
+        `progress` is told the number of records scanned so far after each batch."""
         with self.telemetry.operation("backfill_time_index"):
             return await self._backfill(dry_run, _limit(batch, MAX_LIST_IDS, "batch"), progress)
 
@@ -364,8 +385,6 @@ class BaseJobStore(IndexBackend, ABC):
 
 
 def _status(value: object, field: str) -> JobStatus:
-    if isinstance(value, JobStatus):
-        return value
     try:
         return JobStatus(value)  # type: ignore[arg-type]
     except ValueError:
@@ -374,9 +393,7 @@ def _status(value: object, field: str) -> JobStatus:
 
 
 def _json_object(value: object, field: str) -> str:
-    """Encode a payload/result: a dict (or None for payload) of JSON values, no NaN,
-    string keys at every level, within validation.MAX_JSON_DEPTH and MAX_JSON_BYTES,
-    every string valid Unicode."""
+    """Encode a payload or result: a dict (or None) within create()'s bounds, no NaN."""
     if value is not None and not isinstance(value, dict):
         raise ValidationError(field, f"must be a dict or None, got {type(value).__name__}")
     return encode_json(value, field)

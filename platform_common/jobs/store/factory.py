@@ -33,7 +33,7 @@ from ..env import read_namespace, read_variable
 from ..errors import ConfigurationError, ValidationError
 from ..redis.url import RedisSettings, redact_url
 from ..validation import validate_name
-from .contract import DEFAULT_AGENT, BaseJobStore
+from .contract import DEFAULT_AGENT, BaseJobStore, StoreOptions
 from .memory import InMemoryJobStore
 from .redis_store import RedisJobStore
 from .time_index import (
@@ -110,7 +110,7 @@ def make_job_store(
     url = config.url if url is None else url.strip()
     if agent is not None:
         agent = validate_name(agent, "agent")
-    common = {
+    common: StoreOptions = {
         "agent": agent or config.agent,
         "index_writes": config.index_writes,
         "index_reads": config.index_reads,
@@ -127,7 +127,7 @@ def make_job_store(
             raise ConfigurationError(URL_ENV, f"memory:// takes no host, path or options: {url!r}")
         if not url:
             _warn_memory_fallback()
-        return InMemoryJobStore(**common)  # type: ignore[arg-type]
+        return InMemoryJobStore(**common)
     if scheme in _REDIS_SCHEMES:
         settings = RedisSettings.from_url(url, setting_name=URL_ENV)
         if agent is None and not config.agent_from_env:
@@ -137,7 +137,7 @@ def make_job_store(
                 AGENT_ENV,
                 DEFAULT_AGENT,
             )
-        return RedisJobStore(settings, **common)  # type: ignore[arg-type]
+        return RedisJobStore(settings, **common)
     raise ConfigurationError(
         URL_ENV,
         f"unknown scheme {scheme!r} in {redact_url(url)!r}: use memory://, redis://, rediss://"

@@ -12,20 +12,21 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
+from typing import TYPE_CHECKING
 
 from .. import clock
-from ..errors import IllegalTransition, JobConflict, JobNotFound, VersionConflict
-from ..status import JobStatus, transition_allowed
-from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
+from ..errors import JobConflict, JobNotFound
+from ..status import JobStatus
+from .contract import BaseJobStore, StoreOptions, UpdateSpec
 from .listing import BackfillReport, Row
 from .record import JobRecord
-from .time_index import DEFAULT_LIST_SCAN_CAP, created_us, member, owner_bucket
+from .time_index import created_us, member, owner_bucket
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["InMemoryJobStore"]
 
@@ -62,26 +63,9 @@ class InMemoryJobStore(BaseJobStore):
     db_system = "memory"
 
     def __init__(
-        self,
-        *,
-        agent: str = DEFAULT_AGENT,
-        time_index: bool = False,
-        index_writes: bool = False,
-        index_reads: bool = False,
-        list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
-        now: Callable[[], float] | None = None,
-        tracer_provider: TracerProvider | None = None,
-        meter_provider: MeterProvider | None = None,
+        self, *, now: Callable[[], float] | None = None, **options: Unpack[StoreOptions]
     ) -> None:
-        super().__init__(
-            agent=agent,
-            time_index=time_index,
-            index_writes=index_writes,
-            index_reads=index_reads,
-            list_scan_cap=list_scan_cap,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-        )
+        super().__init__(**options)
         # Looked up on every call, so monkeypatching clock.now works after construction too.
         self._now = now or (lambda: clock.now())
         self._records: dict[str, _Stored] = {}
@@ -124,10 +108,7 @@ class InMemoryJobStore(BaseJobStore):
         stored = self._records.get(job_id)
         if stored is None:
             raise JobNotFound(job_id)
-        if spec.expected_version is not None and stored.version != spec.expected_version:
-            raise VersionConflict(job_id, spec.expected_version, stored.version)
-        if spec.status is not None and not transition_allowed(stored.status, spec.status):
-            raise IllegalTransition(job_id, stored.status.value, spec.status.value)
+        spec.check(job_id, stored.version, stored.status)
         if spec.status is not None:
             stored.status = spec.status
         if spec.payload_json is not None:
@@ -195,19 +176,14 @@ class InMemoryJobStore(BaseJobStore):
         return at < len(members) and members[at] == index_member
 
     def _index_add(self, bucket: str, index_member: str) -> None:
-        members = self._index.setdefault(bucket, [])
-        at = bisect_left(members, index_member)
-        if at == len(members) or members[at] != index_member:
-            members.insert(at, index_member)
+        if not self._index_has(bucket, index_member):
+            insort(self._index.setdefault(bucket, []), index_member)
 
     def _index_remove(self, bucket: str, index_member: str) -> bool:
-        members = self._index.get(bucket)
-        if not members:
+        if not self._index_has(bucket, index_member):
             return False
-        at = bisect_left(members, index_member)
-        if at == len(members) or members[at] != index_member:
-            return False
-        del members[at]
+        members = self._index[bucket]
+        del members[bisect_left(members, index_member)]
         if not members:
             del self._index[bucket]
         return True
@@ -285,10 +261,7 @@ class InMemoryJobStore(BaseJobStore):
         for bucket in sorted(b for b in self._index if b >= bucket_from):
             members = self._index[bucket]
             start = bisect_left(members, member_from) if bucket == bucket_from else 0
-            for index_member in members[start:]:
-                entries.append((bucket, index_member))
-                if len(entries) >= max_entries:
-                    break
+            entries += [(bucket, m) for m in members[start : start + max_entries - len(entries)]]
             if len(entries) >= max_entries:
                 break
         if len(entries) >= max_entries:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import InvalidRecord
@@ -10,19 +10,6 @@ from ..status import JobStatus
 from ..validation import is_finite_number, is_int
 
 __all__ = ["JobRecord"]
-
-_FIELDS = (
-    "job_id",
-    "status",
-    "payload",
-    "result",
-    "error",
-    "created_at",
-    "updated_at",
-    "version",
-    "owner_oid",
-)
-_REQUIRED = frozenset(_FIELDS) - {"owner_oid"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +37,9 @@ class JobRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain JSON-serialisable dict; `from_dict(to_dict(r)) == r`."""
-        return {
-            "job_id": self.job_id,
-            "status": self.status.value,
-            "payload": self.payload,
-            "result": self.result,
-            "error": self.error,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "version": self.version,
-            "owner_oid": self.owner_oid,
-        }
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["status"] = self.status.value
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> JobRecord:
@@ -110,6 +89,10 @@ class JobRecord:
             version=version,
             owner_oid=owner,
         )
+
+
+_FIELDS = tuple(f.name for f in fields(JobRecord))
+_REQUIRED = frozenset(_FIELDS) - {"owner_oid"}
 
 
 def _timestamp(data: dict[str, Any], name: str) -> float:

@@ -12,12 +12,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from redis.exceptions import ResponseError
 
 from ..errors import InvalidRecord
 from ..keys import SHARED_OWNER_BUCKET, StoreKeys
+from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient
 from .listing import BackfillReport, IndexBackend, Row
 from .record_hash import ROW_FIELDS, exact_us, is_wrong_type, parse_hash
@@ -30,8 +32,7 @@ logger = logging.getLogger("platform_common.jobs.store.redis_store")
 _SCAN_COUNT = 1000
 
 INDEX_SKIP_LOG_INTERVAL = 60.0
-"""Seconds between two WARNING lines of one store about writes that went on without
-their time-index entry."""
+"""Seconds between two of one store's IndexSkipLog lines."""
 
 
 class IndexSkipLog:
@@ -86,14 +87,25 @@ class IndexSkipLog:
             )  # fmt: skip
 
 
-class Bound(Protocol):
-    """A client with its scripts, for the running event loop."""
+@dataclass(slots=True)
+class Binding:
+    """A store's client for one event loop, and the scripts run through it."""
 
     client: RedisClient
 
-    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any: ...
+    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run `lua/<name>.lua` once; its error raised."""
+        return await run_command(self.client, Script.named(name).call(keys, args))
 
-    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]: ...
+    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run `lua/<name>.lua` once per (keys, args) in one pipeline; the first error
+        raised after every call has run."""
+        script = Script.named(name)
+        replies = await run_pipelined(self.client, [script.call(k, a) for k, a in calls])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
 
 class RedisTimeIndex(IndexBackend):
@@ -102,7 +114,7 @@ class RedisTimeIndex(IndexBackend):
     keys: StoreKeys
     _sweep_position: tuple[str, str] = ("", "")
 
-    def _binding(self) -> Bound:
+    def _binding(self) -> Binding:
         raise NotImplementedError
 
     def _unavailable(self) -> AbstractContextManager[None]:
@@ -189,27 +201,30 @@ class RedisTimeIndex(IndexBackend):
             for bucket, members in by_bucket.items()
         ]
         with self._unavailable():
-            return sum(await self._script_batch("store_index_repair", calls))
+            return sum(await self._binding().run_many("store_index_repair", calls))
 
-    async def _script_batch(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run one script many times in one pipeline (one round trip per node)."""
-        return await self._binding().run_many(name, calls)
+    async def _record_key_batches(
+        self, size: int, cap: int | None = None
+    ) -> AsyncIterator[list[str]]:
+        """The record keys, `size` at a time, the first `cap` of them (None: all)."""
+        batch: list[str] = []
+        scanned = 0
+        async for key in self._record_keys():
+            batch.append(key)
+            scanned += 1
+            if len(batch) >= size or scanned == cap:
+                yield batch
+                batch = []
+            if scanned == cap:
+                return
+        if batch:
+            yield batch
 
     async def _legacy_members(self, buckets: Sequence[str], cap: int) -> list[str]:
         visible = set(buckets)
         members: list[str] = []
         with self._unavailable():
-            batch: list[str] = []
-            scanned = 0
-            async for key in self._record_keys():
-                batch.append(key)
-                scanned += 1
-                if len(batch) >= _SCAN_COUNT or scanned >= cap:
-                    members += await self._visible_members(batch, visible)
-                    batch = []
-                if scanned >= cap:
-                    break
-            if batch:
+            async for batch in self._record_key_batches(_SCAN_COUNT, cap):
                 members += await self._visible_members(batch, visible)
         return members
 
@@ -233,22 +248,16 @@ class RedisTimeIndex(IndexBackend):
     ) -> BackfillReport:
         report = BackfillReport(dry_run=dry_run)
         with self._unavailable():
-            keys: list[str] = []
-            async for key in self._record_keys():
-                keys.append(key)
-                if len(keys) >= batch:
-                    await self._backfill_batch(keys, dry_run, report)
-                    keys = []
-                    if progress is not None:
-                        progress(report.scanned)
-            if keys:
-                await self._backfill_batch(keys, dry_run, report)
-                if progress is not None:
-                    progress(report.scanned)
+            async for keys in self._record_key_batches(batch):
+                await self._backfill_batch(keys, dry_run, report, progress)
         return report
 
     async def _backfill_batch(
-        self, record_keys: list[str], dry_run: bool, report: BackfillReport
+        self,
+        record_keys: list[str],
+        dry_run: bool,
+        report: BackfillReport,
+        progress: Callable[[int], None] | None,
     ) -> None:
         owners = await self._read_each([("HGET", key, "owner_oid") for key in record_keys])
         flag = "1" if dry_run else "0"
@@ -260,7 +269,7 @@ class RedisTimeIndex(IndexBackend):
             if not _spoiled(owner)
         ]
         outcomes = dict.fromkeys(record_keys, -2)
-        replies = await self._script_batch(
+        replies = await self._binding().run_many(
             "store_index_backfill",
             [
                 (
@@ -285,6 +294,8 @@ class RedisTimeIndex(IndexBackend):
                 bad = outcome == -4 and buckets[key] not in report.bad_buckets
                 if bad and len(report.bad_buckets) < 100:
                     report.bad_buckets.append(buckets[key])
+        if progress is not None:
+            progress(report.scanned)
 
     async def _sweep(self, max_entries: int) -> int:
         client = self._binding().client

@@ -24,10 +24,8 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -43,21 +41,21 @@ from ..errors import (
     VersionConflict,
 )
 from ..keys import StoreKeys
-from ..redis.script import Script, run_command, run_pipelined
 from ..redis.url import RedisClient, RedisSettings
 from ..status import JobStatus, transition_allowed
-from .contract import DEFAULT_AGENT, BaseJobStore, UpdateSpec
+from .contract import BaseJobStore, StoreOptions, UpdateSpec
 from .record import JobRecord
 from .record_hash import is_wrong_type, parse_hash
-from .redis_index import IndexSkipLog, RedisTimeIndex
-from .time_index import DEFAULT_LIST_SCAN_CAP, owner_bucket
+from .redis_index import Binding, IndexSkipLog, RedisTimeIndex
+from .time_index import owner_bucket
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RedisJobStore"]
 
-# An update the script leaves to Python reads the record, checks it, then writes only if
-# it is still that version; each lost race costs one more read. Enough for every writer
-# of a busy job to get through; past it the job is being rewritten faster than we can
-# read it.
+# Reads of a record the update script leaves to Python (_update_parsed_here): enough for
+# every writer of a busy job; past it the job is rewritten faster than we can read it.
 _UPDATE_ATTEMPTS = 50
 # store_update.lua's status arguments (",a,b,"), computed once from the enum and its rule.
 _KNOWN_STATUSES = f",{','.join(status.value for status in JobStatus)},"
@@ -102,27 +100,6 @@ async def _release(settings: RedisSettings, loop: asyncio.AbstractEventLoop) -> 
         # the last reference lets its sockets go with that loop.
 
 
-@dataclass(slots=True)
-class _Binding:
-    """A store's client for one event loop, and the scripts run through it."""
-
-    client: RedisClient
-
-    async def run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run `lua/<name>.lua` once; its error raised."""
-        return await run_command(self.client, Script.named(name).call(keys, args))
-
-    async def run_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run `lua/<name>.lua` once per (keys, args) in one pipeline; the first error
-        raised after every call has run."""
-        script = Script.named(name)
-        replies = await run_pipelined(self.client, [script.call(k, a) for k, a in calls])
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-
 class RedisJobStore(RedisTimeIndex, BaseJobStore):
     """The redis:// / rediss:// backend. Pass `client` to use a client you own and close."""
 
@@ -132,30 +109,16 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
         self,
         settings: RedisSettings | str,
         *,
-        agent: str = DEFAULT_AGENT,
-        time_index: bool = False,
-        index_writes: bool = False,
-        index_reads: bool = False,
-        list_scan_cap: int = DEFAULT_LIST_SCAN_CAP,
         client: RedisClient | None = None,
-        tracer_provider: TracerProvider | None = None,
-        meter_provider: MeterProvider | None = None,
+        **options: Unpack[StoreOptions],
     ) -> None:
-        super().__init__(
-            agent=agent,
-            time_index=time_index,
-            index_writes=index_writes,
-            index_reads=index_reads,
-            list_scan_cap=list_scan_cap,
-            tracer_provider=tracer_provider,
-            meter_provider=meter_provider,
-        )
+        super().__init__(**options)
         if isinstance(settings, str):
             settings = RedisSettings.from_url(settings, setting_name="JOB_STORE_URL")
         self.settings = settings
         self.keys = StoreKeys(self.agent)
         self._own_client = client
-        self._bindings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Binding] = (
+        self._bindings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Binding] = (
             weakref.WeakKeyDictionary()
         )
         self._sweep_position: tuple[str, str] = ("", "")
@@ -164,12 +127,12 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
     def __repr__(self) -> str:
         return f"RedisJobStore({self.settings.redacted_url()!r}, agent={self.agent!r})"
 
-    def _binding(self) -> _Binding:
+    def _binding(self) -> Binding:
         loop = asyncio.get_running_loop()
         binding = self._bindings.get(loop)
         if binding is None:
             client = self._own_client or _acquire(self.settings)
-            binding = self._bindings[loop] = _Binding(client)
+            binding = self._bindings[loop] = Binding(client)
         return binding
 
     @contextmanager
@@ -227,10 +190,8 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             raise InvalidRecord("record", f"job {job_id!r}: a field is not UTF-8") from None
 
     async def _update(self, job_id: str, spec: UpdateSpec) -> JobRecord:
-        # One round trip: store_update.lua judges the stored record by parse_hash's rules
-        # before its first write (Redis keeps whatever a script wrote before it failed)
-        # and answers the record as written. Only a record it cannot judge (see the
-        # script's header) costs a read here first.
+        # One round trip (see the module docstring); the script answers the record as
+        # written, or "check" for one it cannot judge (see its header).
         args = [
             "",
             "",
@@ -258,10 +219,7 @@ class RedisJobStore(RedisTimeIndex, BaseJobStore):
             if not fields:
                 raise JobNotFound(job_id)
             current = parse_hash(job_id, fields)[0]
-            if spec.expected_version is not None and current.version != spec.expected_version:
-                raise VersionConflict(job_id, spec.expected_version, current.version)
-            if spec.status is not None and not transition_allowed(current.status, spec.status):
-                raise IllegalTransition(job_id, current.status.value, spec.status.value)
+            spec.check(job_id, current.version, current.status)
             version = current.version + 1
             args = [fields["version"], fields["created_at"], str(version), *_changes(spec)]
             with self._unavailable():
