@@ -96,6 +96,7 @@
 -- @include time
 -- @include numbers
 -- @include key_types
+-- @include arrivals
 -- @include packed_header
 -- @include levels
 -- @include limits
@@ -166,15 +167,9 @@ end
 -- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
 -- (`fair_keyed`: jobs ever enqueued on a fairness key's list; see Fair share)
 local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled', 'fair_keyed')
-if failed(counters) then
-    return wrong_type(3, 'hash') or counters
-end
-for c, field in ipairs({'started', 'expired'}) do
-    local value = counters[c]
-    if value and not count(value) then
-        return redis.error_reply('CORRUPT 3 field ' .. field .. ' is not an integer: '
-            .. shown(value))
-    end
+refusal = counts_refusal(3, {'started', 'expired'}, counters)
+if refusal then
+    return refusal
 end
 -- The pause: its GET doubles as its type check (any string value pauses).
 local paused = redis.pcall('GET', KEYS[10])
@@ -562,8 +557,7 @@ end
 -- The packed jobs, unpacked: {enqueued_at, expires_at, ttl, max_attempts, nonce,
 -- trace_context, payload} as strings, or {problem, arrival second or nil}.
 local unpacked = {}
-local leaving = {}  -- arrival second -> how many of its jobs leave the queued hash
-local seconds = {}
+local leaving = arrival_tally()  -- the packed jobs leaving the queued hash
 local unpacking = {}
 for i = 1, n do
     local value = packed[i]
@@ -613,30 +607,13 @@ for i = 1, n do
             job.fields[#job.fields + 1] = 'fair_key'
             job.fields[#job.fields + 1] = fair_jobs[ids[i]]
         end
-        if enq and #enq <= 15 then
-            local second = tonumber(enq) - tonumber(enq) % arrival_ms
-            job.second = second
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
-        end
+        arrival_leaves(leaving, enq, arrival_ms)
         unpacked[i] = job
     end
 end
-if #seconds > 0 then
-    local counts = redis.pcall('HMGET', KEYS[9], unpack(seconds))
-    if failed(counts) then
-        return wrong_type(9, 'hash') or counts
-    end
-    for s, second in ipairs(seconds) do
-        local value = counts[s]
-        if value and not count(value) then
-            return redis.error_reply('CORRUPT 9 field ' .. second .. ' is not an integer: '
-                .. shown(value))
-        end
-    end
+refusal = arrivals_refusal(leaving, 9)
+if refusal then
+    return refusal
 end
 -- A packed job has no job hash yet (the claim creates it): one EXISTS over those keys
 -- stands for a read of each, the usual case; only if one exists (another type, or a hand
@@ -888,12 +865,7 @@ end
 if #arrived > 0 then
     redis.call('ZREM', KEYS[6], unpack(arrived))
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[9], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[9], second)
-        redis.call('ZREM', KEYS[8], second)
-    end
-end
+arrivals_leave(leaving, 9, 8)
 -- The last packed job gone: no arrival second may be left. One can be, if a packed value
 -- whose arrival did not parse left (or a hand edit took one away); left, it would age
 -- the oldest waiting job forever.

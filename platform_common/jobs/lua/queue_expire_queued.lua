@@ -20,8 +20,7 @@
 -- All-or-nothing: a key of another type or a counter that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include arrivals
 -- @include packed_header
 -- @include levels
 local now = now_ms()
@@ -56,9 +55,9 @@ for i = 1, n do
         return {'moved'}
     end
 end
-local counted = redis.call('HGET', KEYS[4], 'expired')
-if counted and not count(counted) then
-    return corrupt(4, 'field expired is not an integer: ' .. shown(counted))
+refusal = count_refusal(4, 'expired')
+if refusal then
+    return refusal
 end
 
 local packed = n > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
@@ -66,8 +65,7 @@ local expired = {}
 local traces = {}
 local problems = {}
 local results = {}  -- i -> {result JSON, ttl}
-local leaving = {}  -- arrival second -> jobs of it expired here
-local seconds = {}
+local leaving = arrival_tally()  -- the jobs expired here
 local seen = {}
 local leveled = {}  -- Levels: {list, id} of each expired high or low job
 for i = 1, n do
@@ -87,31 +85,18 @@ for i = 1, n do
             results[i] = {'{"status":"expired","result":null,"error":"not started within its'
                 .. ' ttl of ' .. ttl .. ' s"}', ttl}
         end
-        enq = job and job[1] or enq
         expired[#expired + 1] = ids[i]
         traces[#traces + 1] = job and job[6] or ''
         if job and job.level and low_list then
             local priority = job.level == 'h' and 'high' or 'low'
             leveled[#leveled + 1] = {level_list(priority, nil, high_list, low_list), ids[i]}
         end
-        if enq and #enq <= 15 then
-            local second = tonumber(enq) - tonumber(enq) % arrival_ms
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
-        end
+        arrival_leaves(leaving, job and job[1] or enq, arrival_ms)
     end
 end
-if #seconds > 0 then
-    local counts = redis.call('HMGET', KEYS[6], unpack(seconds))
-    for s, second in ipairs(seconds) do
-        local value = counts[s]
-        if value and not count(value) then
-            return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
-        end
-    end
+refusal = arrivals_refusal(leaving, 6)
+if refusal then
+    return refusal
 end
 
 -- The writes: nothing below can fail.
@@ -125,12 +110,7 @@ if #expired > 0 then
         end
     end
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[6], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[6], second)
-        redis.call('ZREM', KEYS[5], second)
-    end
-end
+arrivals_leave(leaving, 6, 5)
 for _, entry in ipairs(leveled) do
     redis.call('LREM', entry[1], -1, entry[2])
 end
