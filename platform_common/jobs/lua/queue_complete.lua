@@ -38,8 +38,7 @@
 -- published, its entry deleted; the handler's value is dropped. A cancels key of
 -- another type refuses the whole call.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 local n = (#KEYS - 5) / 2
 local cancels_key = 5 + 2 * n
 local m = tonumber(ARGV[2])
@@ -175,15 +174,9 @@ end
 -- ---- cancel: its counter checked with the others, its writes apart (below) ----
 if #cancels > 0 then
     local refused = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'zset'}})
+        or count_refusal(4, 'cancelled')
     if refused then
         return refused
-    end
-    local counted = redis.pcall('HGET', KEYS[4], 'cancelled')
-    if failed(counted) then
-        return wrong_type(4, 'hash') or counted
-    end
-    if counted and not count(counted) then
-        return corrupt(4, 'field cancelled is not an integer: ' .. shown(counted))
     end
 end
 local function write_cancels()
@@ -279,13 +272,9 @@ for h = 1, 3 do
     read[#read + 1] = names[h] .. '_sum'
 end
 local stats = redis.pcall('HMGET', KEYS[4], unpack(read))
-if stats.err then
-    return wrong_type(4, 'hash') or stats
-end
-for c, field in ipairs(counters) do
-    if stats[c] and not count(stats[c]) then
-        return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[c]))
-    end
+refusal = counts_refusal(4, counters, stats)
+if refusal then
+    return refusal
 end
 for h = 1, 3 do
     local value = stats[first_sum + h - 1]

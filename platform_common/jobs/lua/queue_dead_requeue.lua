@@ -33,8 +33,7 @@
 -- read and checked first, then everything is written. A key list of another type (in no
 -- KEYS) is refused with "CORRUPT 0 <key> <problem>", before the first write too.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include kept_list
 -- @include levels
 -- @include fair_keys
@@ -51,13 +50,9 @@ end
 if ring then
     typed[#typed + 1] = {8 + 2 * m, 'list'}
 end
-local refusal = wrong_types(typed)
+local refusal = wrong_types(typed) or count_refusal(4, 'enqueued')
 if refusal then
     return refusal
-end
-local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
-if enqueued and not count(enqueued) then
-    return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
 local kept_state, moment, bad_argument = kept_arguments()
 if bad_argument then

@@ -24,8 +24,7 @@
 -- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
 -- the first write. Every check runs before the first write, and nothing after it can fail.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include levels
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
 local FINISHED = {succeeded = true, failed = true, dead = true, cancelled = true}
@@ -43,13 +42,9 @@ local cancels = KEYS[9 + 2 * m]  -- (optional)
 if cancels then
     typed[#typed + 1] = {9 + 2 * m, 'hash'}
 end
-local refusal = wrong_types(typed)
+local refusal = wrong_types(typed) or count_refusal(5, 'expired')
 if refusal then
     return refusal
-end
-local counted = redis.call('HGET', KEYS[5], 'expired')
-if counted and not count(counted) then
-    return corrupt(5, 'field expired is not an integer: ' .. shown(counted))
 end
 -- A constant of the caller (expiry.py): wrong, it is a bug, not corrupt state.
 local fallback_ttl = int(ARGV[2])

@@ -61,8 +61,7 @@
 --         attempt's replies also carry the record's trace_context ("" if none), for the
 --         reaper's log line: {"retrying", due_ms, trace_context} {"dead", trace_context}
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include levels
 -- @include fair_keys
 local job_id = ARGV[1]
@@ -89,20 +88,10 @@ if error_class then
     fields[4] = 'error_classes'
     fields[5] = 'error:' .. error_class
 end
--- The refusal of stats field `name` holding `value`, when it is not a count HINCRBY
--- accepts, else nil.
-local function bad_counter(name, value)
-    if not value or count(value) then
-        return nil
-    end
-    return corrupt(7, 'field ' .. name .. ' is not an integer: ' .. shown(value))
-end
 local counters = redis.call('HMGET', KEYS[7], unpack(fields))
-for i, name in ipairs(fields) do
-    local refusal = bad_counter(name, counters[i])
-    if refusal then
-        return refusal
-    end
+local refusal = counts_refusal(7, fields, counters)
+if refusal then
+    return refusal
 end
 local new_class = false
 if error_class and error_class ~= 'other' and not counters[5] then
@@ -115,7 +104,7 @@ if error_class and error_class ~= 'other' and not counters[5] then
         new_class = true
     else
         error_class = 'other'
-        local refusal = bad_counter('error:other', redis.call('HGET', KEYS[7], 'error:other'))
+        refusal = count_refusal(7, 'error:other')
         if refusal then
             return refusal
         end
