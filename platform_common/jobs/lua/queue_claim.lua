@@ -115,8 +115,12 @@ local expired = 0
 -- Jobs that no longer wait (BLMOVE took them off the queue list): out of the waiting set.
 local arrived = {}
 
+-- A job hash's fields as the claim reads them (`f` below). fair_key: Fair share, read with
+-- the rest so that a job which keeps it is not written again.
+local RECORD_FIELDS = {'state', 'token', 'expires_at', 'ttl', 'attempts', 'max_attempts',
+    'payload', 'trace_context', 'fair_key'}
+
 -- Why the record cannot run (its first numeric field that does not parse), or nil.
--- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
 local function problem_of(f)
     local field, raw
     if not int(f[3]) then
@@ -300,15 +304,22 @@ else
                 end
             end
         end
-        -- The next job of level l: its window's next entry past any marker, or nil.
-        local function next_job(l)
-            while used[l] < #entries[l] do
-                used[l] = used[l] + 1
-                if entries[l][used[l]] ~= WAKE_MARKER then
-                    return entries[l][used[l]]
+        -- The next job of `window` after its entry `at`, past any marker (or nil), and
+        -- the position of the last entry read.
+        local function next_in(window, at)
+            while at < #window do
+                at = at + 1
+                if window[at] ~= WAKE_MARKER then
+                    return window[at], at
                 end
             end
-            return nil
+            return nil, at
+        end
+        -- The next job of level l.
+        local function next_job(l)
+            local job
+            job, used[l] = next_in(entries[l], used[l])
+            return job
         end
         if fair then
             -- Fair share: the normal level's jobs are the ring's picks, in turn order; the
@@ -316,13 +327,9 @@ else
             queue_window = entries[2]
             local shared_used = 0
             local function shared_next()
-                while shared_used < #queue_window do
-                    shared_used = shared_used + 1
-                    if queue_window[shared_used] ~= WAKE_MARKER then
-                        return queue_window[shared_used]
-                    end
-                end
-                return nil
+                local job
+                job, shared_used = next_in(queue_window, shared_used)
+                return job
             end
             local refusal
             fair_state, refusal = fair_plan(KEYS[ring_index], ring_len, take, shared_next,
@@ -390,8 +397,7 @@ else
         -- Nothing is written: each job still held with its token is handed back again.
         out[1] = left + level_waiting
         for i, job_id in ipairs(ids) do
-            local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
-                'attempts', 'max_attempts', 'payload', 'trace_context')
+            local f = redis.pcall('HMGET', job_keys[i], unpack(RECORD_FIELDS))
             if failed(f) then
                 return job_refusal(i) or f
             end
@@ -401,19 +407,30 @@ else
     end
 end
 local n = #ids
--- A claim that starts nothing (paused, or held back by a limit): the given jobs go back
--- to the queue list's consuming end, as if the BLMOVE had not run (in reverse order, so
--- the first taken is taken first again); a take has moved nothing yet.
-local function give_back()
-    if take == 0 then
-        for i = n, 1, -1 do
-            redis.call('LREM', KEYS[1], 1, ids[i])
-            redis.call('RPUSH', KEYS[5], ids[i])
-        end
-        for _ = 1, markers do  -- (a wake marker goes back too: it wakes a worker again)
-            redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+-- Given jobs (`job_ids`) go back to the queue list's consuming end, as if the BLMOVE had
+-- not run (in reverse order, so the first taken is taken first again).
+local function put_back(job_ids)
+    for i = #job_ids, 1, -1 do
+        redis.call('LREM', KEYS[1], 1, job_ids[i])
+        redis.call('RPUSH', KEYS[5], job_ids[i])
+    end
+end
+-- The wake markers given leave processing: dropped (it did its work, this worker is
+-- awake), or back on the queue list when `back` (it wakes a worker again).
+local function drop_markers(back)
+    for _ = 1, markers do
+        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+        if back then
             redis.call('RPUSH', KEYS[5], WAKE_MARKER)
         end
+    end
+end
+-- A claim that starts nothing (paused, or held back by a limit): the given jobs and
+-- markers go back; a take has moved nothing yet.
+local function give_back()
+    if take == 0 then
+        put_back(ids)
+        drop_markers(true)
     end
 end
 if paused then
@@ -421,16 +438,10 @@ if paused then
     return {'paused'}
 end
 -- Levels: given jobs while a high or low job waits (or fair share's ring holds entries) go
--- back, and the worker takes (a wake marker given is dropped: it did its work, this
--- worker is awake).
+-- back, and the worker takes.
 if take == 0 and (level_waiting > 0 or fair) then
-    for i = n, 1, -1 do
-        redis.call('LREM', KEYS[1], 1, ids[i])
-        redis.call('RPUSH', KEYS[5], ids[i])
-    end
-    for _ = 1, markers do
-        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-    end
+    put_back(ids)
+    drop_markers(false)
     return {'levels'}
 end
 if n == 0 and fair_state then
@@ -452,9 +463,7 @@ if n == 0 and fair_state then
 end
 if n == 0 then
     -- (Only wake markers were given, or met on the lists' tails: dropped here.)
-    for _ = 1, markers do
-        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-    end
+    drop_markers(false)
     local dropped = 0
     for _, window in ipairs(windows or {}) do
         for _ = 1, #window[2] do
@@ -505,10 +514,10 @@ if #KEYS >= rate_index then
         for i = 1, allowed do
             kept[ids[i]] = true
         end
+        if take == 0 then
+            held_back = {unpack(ids, allowed + 1, n)}
+        end
         for i = n, allowed + 1, -1 do
-            if take == 0 then
-                held_back[#held_back + 1] = ids[i]  -- the last first, as give_back does
-            end
             ids[i], tokens[i], job_keys[i], result_keys[i] = nil, nil, nil, nil
         end
         n = allowed
@@ -638,9 +647,7 @@ for i = 1, n do
     if unpacked[i] and not read_packed then
         records[i] = {}
     else
-        -- (fair_key: Fair share, read with the rest so a job that keeps it is not written)
-        local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
-            'attempts', 'max_attempts', 'payload', 'trace_context', 'fair_key')
+        local f = redis.pcall('HMGET', job_keys[i], unpack(RECORD_FIELDS))
         if failed(f) then
             return job_refusal(i) or f
         end
@@ -673,22 +680,29 @@ end
 local leases = {}
 local deadlines = {}
 local unqueued = {}
-local function lease(job_id)
+-- Job `job_id` starts: under a lease, counted started.
+local function start(job_id)
     leases[#leases + 1] = lease_until
     leases[#leases + 1] = job_id
+    started = started + 1
 end
 local function drop(job_id)
     redis.call('LREM', KEYS[1], 1, job_id)
 end
+-- Job i, past its TTL, is expired without starting: its result says so for `ttl`
+-- seconds (text), its id is published.
+local function expire(i, ttl)
+    drop(ids[i])
+    redis.call('ZREM', KEYS[2], ids[i])
+    redis.call('SET', result_keys[i], '{"status":"expired","result":null,'
+        .. '"error":"not started within its ttl of ' .. ttl .. ' s"}', 'EX', ttl)
+    redis.call('PUBLISH', ARGV[3], ids[i])
+    expired = expired + 1
+end
 -- Limits: given jobs past what the limits allow go back to the queue list, in place.
-for _, job_id in ipairs(held_back) do
-    redis.call('LREM', KEYS[1], 1, job_id)
-    redis.call('RPUSH', KEYS[5], job_id)
-end
--- Levels: a wake marker given is dropped (it did its work: this worker is awake).
-for _ = 1, markers do
-    redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-end
+put_back(held_back)
+-- Levels: a wake marker given is dropped.
+drop_markers(false)
 local dropped = 0  -- wake markers taken off the queue list here
 local from_levels = 0  -- jobs taken off the high and low lists here
 local from_keys = 0  -- jobs taken off fairness keys' lists here (Fair share)
@@ -742,33 +756,24 @@ for i = 1, n do
         -- a stray, as below.
         drop(job_id)
         out[i + 1] = {job_id, 'skip'}
-    elseif job and not seen[job_id] then
+    elseif job then
         -- Enqueued and never claimed: unpack it into its job hash (or expire it).
         unqueued[#unqueued + 1] = job_id
-        if job.problem then
-            redis.call('HSET', job_key, 'attempts', '1', 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
-            lease(job_id)
-            started = started + 1
-            out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
-        elseif now >= tonumber(job[2]) then
-            drop(job_id)
-            redis.call('ZREM', KEYS[2], job_id)
-            redis.call('SET', result_keys[i],
-                '{"status":"expired","result":null,"error":"not started within its ttl of '
-                .. job[3] .. ' s"}', 'EX', job[3])
-            redis.call('PUBLISH', ARGV[3], job_id)
-            expired = expired + 1
+        if not job.problem and now >= tonumber(job[2]) then
+            expire(i, job[3])
             out[i + 1] = {job_id, 'expired', job[6] ~= '' and job[6] or false}
         else
             redis.call('HSET', job_key, 'state', 'running', 'attempts', '1', 'token', token,
                 'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
-            deadlines[#deadlines + 1] = job[2]
-            deadlines[#deadlines + 1] = job_id
-            lease(job_id)
-            started = started + 1
-            out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
-                job[6] ~= '' and job[6] or false}
+            start(job_id)
+            if job.problem then
+                out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
+            else
+                deadlines[#deadlines + 1] = job[2]
+                deadlines[#deadlines + 1] = job_id
+                out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
+                    job[6] ~= '' and job[6] or false}
+            end
         end
     elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
@@ -776,59 +781,41 @@ for i = 1, n do
     elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
         -- (a record without a 'state' field is a job queued by enqueue)
         local problem = problem_of(f)
-        -- The attempt this claim starts, written by the HSET (its value is known: a
-        -- HINCRBY would cost one more command); an attempts field that does not parse
-        -- is left as it is.
-        local attempts = f[5] and int(f[5])
-        if not f[5] or attempts then
-            attempts = (attempts or 0) + 1
-        end
-        -- Fair share: taken from a key's list, it keeps its key: one more HSET for a job
-        -- whose job hash lacks it (a job back on its key's list has it already; one
-        -- written by hand may not). A job of the queue list pays nothing.
-        local fair_key = fair_jobs and fair_jobs[job_id]
-        if fair_key == f[9] then
-            fair_key = nil
-        end
-        if problem then
-            if attempts then
+        arrived[#arrived + 1] = job_id
+        if not problem and now >= int(f[3]) then
+            -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
+            -- leading zero ("060"), which int() reads.
+            expire(i, string.format('%d', int(f[4])))
+            redis.call('ZREM', KEYS[4], job_id)
+            redis.call('DEL', job_key)
+            out[i + 1] = {job_id, 'expired', f[8] or false}
+        else
+            -- The attempt this claim starts, written by the HSET (its value is known: a
+            -- HINCRBY would cost one more command); an attempts field that does not parse
+            -- is left as it is.
+            local attempts = f[5] and int(f[5])
+            if not f[5] or attempts then
+                attempts = (attempts or 0) + 1
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
                     'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
             else
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
                     'worker', ARGV[2], 'started_at', now_text)
             end
-            lease(job_id)
-            started = started + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'corrupt', token, problem, now}
-        elseif now >= int(f[3]) then
-            fair_key = nil  -- (expired: its job hash is deleted)
-            -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
-            -- leading zero ("060"), which int() reads.
-            local ttl = string.format('%d', int(f[4]))
-            drop(job_id)
-            redis.call('ZREM', KEYS[2], job_id)
-            redis.call('ZREM', KEYS[4], job_id)
-            redis.call('DEL', job_key)
-            redis.call('SET', result_keys[i],
-                '{"status":"expired","result":null,"error":"not started within its ttl of '
-                .. ttl .. ' s"}', 'EX', ttl)
-            redis.call('PUBLISH', ARGV[3], job_id)
-            expired = expired + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'expired', f[8] or false}
-        else
-            redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
-            lease(job_id)
-            started = started + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
-                f[8] or false}
-        end
-        if fair_key then
-            redis.call('HSET', job_key, 'fair_key', fair_key)
+            start(job_id)
+            if problem then
+                out[i + 1] = {job_id, 'corrupt', token, problem, now}
+            else
+                out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
+                    f[8] or false}
+            end
+            -- Fair share: taken from a key's list, it keeps its key: one more HSET for a
+            -- job whose job hash lacks it (a job back on its key's list has it already;
+            -- one written by hand may not). A job of the queue list pays nothing.
+            local fair_key = fair_jobs and fair_jobs[job_id]
+            if fair_key and fair_key ~= f[9] then
+                redis.call('HSET', job_key, 'fair_key', fair_key)
+            end
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):
