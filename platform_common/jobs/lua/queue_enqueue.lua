@@ -72,8 +72,7 @@
 -- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
 -- wrote of them.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include packed_header
 -- @include levels
 -- @include fair_keys
@@ -158,23 +157,6 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
--- Levels: the stats field `leveled` (Fair share: `fair_keyed`) must take this call's
--- HINCRBY (checked before the first write; its hash's type is checked by the first
--- write itself).
-local function counter_problem(field)
-    local value = redis.pcall('HGET', KEYS[2], field)
-    if type(value) == 'table' then
-        return wrong_type(2, 'hash') or value
-    end
-    if value and not count(value) then
-        return corrupt(2, 'field ' .. field .. ' is not an integer: ' .. shown(value))
-    end
-    return nil
-end
-local function leveled_problem()
-    return counter_problem('leveled')
-end
-
 -- Fair share: each job's fairness key ({[i] = key}, the jobs without one absent), when
 -- the limits name a field and the call is of normal jobs; else nil.
 local fair_keys = nil
@@ -237,7 +219,8 @@ if schedule and schedule ~= '' then
     end
     local delayed, expiry = 8 + 3 * n, 9 + 3 * n
     local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
-        or (level and leveled_problem()) or (keyed > 0 and counter_problem('fair_keyed'))
+        or (level and count_refusal(2, 'leveled'))
+        or (keyed > 0 and count_refusal(2, 'fair_keyed'))
     if problem then
         return problem
     end
@@ -403,10 +386,12 @@ end
 if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
-problem = problem or (level and leveled_problem())
+-- (Levels: the stats field `leveled`, Fair share: `fair_keyed`, checked before the first
+-- write, as `enqueued` is by its own HINCRBY)
+problem = problem or (level and count_refusal(2, 'leveled'))
 if fair_count > 0 and not problem then
     local ring = KEYS[12 + 3 * n]
-    problem = wrong_type(12 + 3 * n, 'list') or counter_problem('fair_keyed')
+    problem = wrong_type(12 + 3 * n, 'list') or count_refusal(2, 'fair_keyed')
     if not problem then
         local _
         _, problem = fair_joining(ring, fair_order)
