@@ -23,8 +23,8 @@
 --   hands back each job still held with its token. It expires after a lease; the
 --   worker's next take deletes its previous one (so one is kept per worker).
 -- Levels (queue/priority.py), optional: the two KEYS after all the above are the high
---   and low lists (then the limits' two, below). Without them the claim takes from the queue list alone, as before
---   levels existed. With them:
+--   and low lists (then the limits' two, below); without them the claim takes from the
+--   queue list alone. With them:
 --   - a take fills its slots from the highest level with jobs waiting (high, normal, low),
 --     except its fair turns: the job numbered k (the type's `started` count before the
 --     call, plus its slot) comes from the lowest level with jobs waiting when
@@ -64,16 +64,16 @@
 -- hands them back (they are running, under lease).
 -- Limits (lua/include/limits.lua; queue/limits.py), optional: the two KEYS after the
 -- levels' are the type's limits hash and its rate key (after the jobs' keys, so the
--- positions above do not move; a caller passing neither applies no limits). With jobs to start, the claim reads the limits
--- hash (one HMGET: absent, nothing else is read) and starts at most as many as the
--- limits allow now; when none may start the reply is {"capped"} (max_running jobs of
--- the type run) or {"throttled", ms} (the rate allows the next start in ms), and it
--- writes nothing but what a pause writes (given jobs go back to the queue list as
--- there) and the count of the jobs held back (the stats hash's held_back_rate or
--- held_back_max_running, checked before). A replay of a take hands back what its first
--- run took, as ever.
--- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS after the
--- limits' two is the type's ring (keys.py `fair`), read once the stats field
+-- positions above do not move; a caller passing neither applies no limits). With jobs
+-- to start, the claim reads the limits hash (one HMGET: absent, nothing else is read)
+-- and starts at most as many as the limits allow now, the first in the take's order
+-- (given jobs past them go back to the queue list); when none may start the reply is
+-- {"capped"} (max_running jobs of the type run) or {"throttled", ms} (the rate allows
+-- the next start in ms), and it writes nothing but what a pause writes and the count of
+-- the jobs held back (the stats hash's held_back_rate or held_back_max_running, checked
+-- before). A replay of a take hands back what its first run took.
+-- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS
+-- after the limits' two is the type's ring (keys.py `fair`), read once the stats field
 -- `fair_keyed` (jobs ever enqueued on a fairness key's list) is above 0. While it holds
 -- entries, the normal level's jobs come from it round robin, one job a turn: a key's
 -- next job from its list, the queue list's next on its shared turn; high and low jobs
@@ -153,8 +153,8 @@ local function replayed(job_id, token, f)
 end
 
 -- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
--- list's length (for the reply, and the take) and the two counters are read once,
--- their read doubling as the type check.
+-- list's length (for the reply, and the take), the counters and the pause are read
+-- once, each read doubling as the type check.
 local typed = {{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}
 if take > 0 then
     typed[#typed + 1] = {11, 'hash'}
@@ -168,22 +168,20 @@ local left = redis.pcall('LLEN', KEYS[5])
 if failed(left) then
     return wrong_type(5, 'list') or left
 end
--- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
--- (`fair_keyed`: jobs ever enqueued on a fairness key's list; see Fair share)
+-- (`leveled`, `fair_keyed`: jobs ever enqueued at priority high or low, on a fairness
+-- key's list; see Levels and Fair share below)
 local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled', 'fair_keyed')
 refusal = counts_refusal(3, {'started', 'expired'}, counters)
 if refusal then
     return refusal
 end
--- The pause: its GET doubles as its type check (any string value pauses).
+-- (any string value pauses)
 local paused = redis.pcall('GET', KEYS[10])
 if failed(paused) then
     return wrong_type(10, 'string') or paused
 end
--- Levels: the high and low lists when passed (the last two KEYS), read only once the
--- type has ever had a job enqueued at either (the stats field `leveled`, which the
--- HMGET above read anyway): a type that uses only normal pays no command for them.
--- Their lengths are read then (the read doubling as their type check).
+-- Levels: the lengths of the high and low lists, when passed, read only once `leveled`
+-- is above 0: a type that uses only normal pays no command for them.
 local fixed_keys = take > 0 and 12 or 10 + (#ARGV - 5)
 local levels = nil  -- {{key, length} of high, of normal, of low}
 local level_waiting = 0
@@ -201,10 +199,8 @@ if #KEYS >= fixed_keys + 2 and counters[3] and counters[3] ~= '0' then
         levels[l] = {KEYS[at], length}
     end
 end
--- Fair share: the ring (the KEYS after the limits'), read once the type has ever had a job
--- on a key's list (the stats field `fair_keyed`, which the HMGET above read anyway), and
--- then the limits too, for max_running_per_key (the limits check below reads them again
--- otherwise).
+-- Fair share: the ring's length, read once `fair_keyed` is above 0, and then the limits
+-- too, for max_running_per_key (else the limits check below reads them).
 local limits_index, rate_index, ring_index = fixed_keys + 3, fixed_keys + 4, fixed_keys + 5
 local limits, limits_read = nil, false
 local ring_len = 0
@@ -382,11 +378,7 @@ else
                 consumed = consumed - 1
             end
             if consumed > 0 and not (fair and l == 2) then  -- (Fair: include/fair_turns.lua's)
-                local window = {}
-                for i = 1, consumed do
-                    window[i] = entries[l][i]
-                end
-                windows[#windows + 1] = {levels[l][1], window}
+                windows[#windows + 1] = {levels[l][1], {unpack(entries[l], 1, consumed)}}
             end
         end
     end
@@ -474,15 +466,10 @@ if n == 0 then
     out[1] = left + level_waiting - dropped
     return out
 end
--- ---- Limits: a check before the take (lua/include/limits.lua) ----------------------
--- Reads only, before any write: how many of the n jobs may start now. None: the jobs go
--- back as for a pause and the reply says why and for how long. Fewer than n: only that
--- many are claimed (the first: ids are in the order the take chose them, by level and
--- fair turn, or the order they left the list); a take takes only those (each list's
--- window is cut after the last of them it holds), given jobs past them go back to the
--- queue list with the writes below. The jobs held back are counted in the stats hash
--- (held_back_rate, _max_running). The limits' keys follow the levels' (see the header);
--- a caller that passes neither applies none.
+-- ---- Limits (see the header): reads only, before any write ----------------------------
+-- Fewer than n may start: the first that many are claimed (ids are in the order the take
+-- chose them, by level and fair turn, or the order they left the list); a take takes
+-- only those (each list's window is cut after the last of them it holds).
 local spend, bound
 local held_count = 0
 local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)

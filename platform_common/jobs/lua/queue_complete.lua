@@ -98,12 +98,22 @@ if failed(asked) then
     return wrong_type(cancels_key, 'hash') or asked
 end
 -- ---- end cancel ----
+-- The refusal of job hash KEYS[key] whose field `field` holds `raw`, which does not parse.
+local function unparsed(key, field, raw)
+    return corrupt(key, 'field ' .. field .. ' of the job does not parse: ' .. shown(raw))
+end
 for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
         'started_at', 'due_at', 'run_at', 'trace_context')
     local state = f[1]
+    -- (a ttl with a leading zero, "060", is refused too: SET EX and EXPIRE refuse it as
+    -- stored, so it is refused here, before any write, like any ttl that does not parse)
+    local ttl = int(f[4])
+    if ttl and (ttl <= 0 or not string.find(f[4], '^[1-9]')) then
+        ttl = nil
+    end
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
     elseif f[2] ~= ARGV[first_job + 3 * (i - 1) + 1] then
@@ -121,9 +131,8 @@ for i = 1, n do
         end
     -- ---- cancel: a requested job ends cancelled, its value unstored ----
     elseif asked[i] then
-        local ttl = int(f[4])
-        if not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
-            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+        if not ttl then
+            entries[i] = unparsed(key, 'ttl', f[4])
         else
             cancels[#cancels + 1] = {i, string.format('%d', ttl), asked[i]}
             seen[job_id] = true
@@ -131,7 +140,6 @@ for i = 1, n do
     -- ---- end cancel ----
     else
         local enqueued_at = int(f[3])
-        local ttl = int(f[4])
         local started_at = int(f[5])
         -- run_at: the job was scheduled (enqueued with a delay), its life begins then.
         local run_at = f[7] and int(f[7])
@@ -142,21 +150,15 @@ for i = 1, n do
             due_at = int(f[6])
         end
         if not enqueued_at then
-            entries[i] = corrupt(key, 'field enqueued_at of the job does not parse: '
-                .. shown(f[3]))
-        elseif not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
-            -- (a leading zero, "060": SET EX and EXPIRE refuse it as stored; refused
-            -- here, before any write, like any ttl that does not parse)
-            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+            entries[i] = unparsed(key, 'enqueued_at', f[3])
+        elseif not ttl then
+            entries[i] = unparsed(key, 'ttl', f[4])
         elseif not started_at then
-            entries[i] = corrupt(key, 'field started_at of the job does not parse: '
-                .. shown(f[5]))
+            entries[i] = unparsed(key, 'started_at', f[5])
         elseif not due_at then
-            entries[i] = corrupt(key, 'field due_at of the job does not parse: '
-                .. shown(f[6]))
+            entries[i] = unparsed(key, 'due_at', f[6])
         elseif f[7] and not run_at then
-            entries[i] = corrupt(key, 'field run_at of the job does not parse: '
-                .. shown(f[7]))
+            entries[i] = unparsed(key, 'run_at', f[7])
         else
             -- Seconds between two ms timestamps, never negative (a clock step, a
             -- hand-edited field).

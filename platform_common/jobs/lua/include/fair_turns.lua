@@ -232,11 +232,7 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
         local count = taken[entry] or 0
         if entry ~= FAIR_SHARED then
             if count > 0 then
-                local moved = {}
-                for i = 1, count do
-                    moved[i] = s.window[i]
-                end
-                windows[#windows + 1] = {s.list, moved}
+                windows[#windows + 1] = {s.list, {unpack(s.window, 1, count)}}
             end
             -- A key read to its list's end, all of it taken: its list is empty now; one
             -- whose whole window is taken but not known to end is looked at after the
