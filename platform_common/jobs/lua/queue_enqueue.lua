@@ -37,10 +37,9 @@
 -- the mark to its deadline; the ordered jobs of the queue list then wait in deadline
 -- order (within a bucket width), so the cleanup expires them from the list's tail
 -- (lua/queue_expire_tail.lua) and they need no bucket entry. Any other job (a shorter
--- TTL than the jobs ahead of it) gets its id into its expiry bucket, as every job did
--- before. The mark is kept rounded up to a bucket boundary (written once per bucket
--- width, not per job) and expires a bucket width after it: by then every ordered job
--- under it is past its deadline, and the next job starts a new mark.
+-- TTL than the jobs ahead of it) gets its id into its expiry bucket. The mark is kept
+-- rounded up to a bucket boundary (written once per bucket width, not per job) and
+-- expires a bucket width after it, when every ordered job under it is past its deadline.
 -- Scheduled: each job is written as a retry waits (keys.py): its job hash (the fields the
 -- claim unpacks a packed job into, plus run_at, the due time), its id in the delayed set
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
@@ -49,10 +48,9 @@
 -- Levels: a high or low job is written as a normal one is, except that its id goes on
 -- its level's list (KEYS[10+3n]) instead of the queue list, its header ends in ",h" or
 -- ",l" (never in deadline order: it gets its expiry bucket entry), and, while the queue
--- list is empty, a wake marker goes there (include/levels.lua). A scheduled one
--- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
--- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
--- normal call reads and writes nothing more than before levels existed.
+-- list is empty, a wake marker goes there (include/levels.lua). A scheduled one keeps
+-- its level in its job hash (`priority`). Either counts its jobs in the stats field
+-- `leveled` (the claim looks at the levels' lists only once it is above 0).
 -- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal
 -- jobs reads the limits' `fair_by` (one HGET); when it names a field, each job that has
 -- that field waits on its key's list instead of the queue list (never in deadline order:
@@ -60,9 +58,8 @@
 -- list was empty, a wake marker goes on the queue list while that is empty, and the
 -- stats field `fair_keyed` counts the jobs (the claim reads the ring only once it is
 -- above 0). A scheduled one keeps its key in its job hash (`fair_key`), for the
--- promoter, which queues it on its key's list, and is counted in `fair_keyed` now. Jobs
--- without the field and those of a level go where they went before. A fairness value
--- that does not parse is refused before any write.
+-- promoter, which queues it on its key's list, and is counted in `fair_keyed` now. A
+-- fairness value that does not parse is refused before any write.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
