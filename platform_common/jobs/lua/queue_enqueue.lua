@@ -184,6 +184,7 @@ if schedule and schedule ~= '' then
     end
     local due = kind == '@' and amount or now + amount
     local jobs = {}
+    local keyed = 0  -- Fair share: the jobs of this call that keep a key (for the promoter)
     for i = 1, n do
         if not replayed[i] then
             local base = 6 + 5 * (i - 1)
@@ -199,13 +200,9 @@ if schedule and schedule ~= '' then
                 return {'late', now, string.format('%d', due)}
             end
             jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
-        end
-    end
-    -- Fair share: the jobs of this call that keep a key (for the promoter).
-    local keyed = 0
-    for _, job in ipairs(jobs) do
-        if fair_keys and fair_keys[job[1]] then
-            keyed = keyed + 1
+            if fair_keys and fair_keys[i] then
+                keyed = keyed + 1
+            end
         end
     end
     if #jobs == 0 then

@@ -21,7 +21,6 @@
 --                          normal goes back on its key's list, `<ring>:q:<key>`, the key
 --                          into the ring if its list was empty, a wake marker on the
 --                          queue list while that is empty (include/fair_keys.lua).
---                          Absent: on the queue list, as before fair share.
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -52,9 +51,9 @@
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
 -- Cancel (queue/cancel.py): an attempt of a job with a cancel request (its entry in the
--- cancels hash KEYS[14], the reason; its entry deleted) ends cancelled in every mode ("lost", the reaper's,
--- included): no retry, no dead letter, no failure recorded; its result says cancelled
--- with the reason, kept for its TTL, counted in `cancelled`, published. Reply
+-- cancels hash KEYS[14], the reason; its entry deleted) ends cancelled in every mode
+-- ("lost" included): no retry, no dead letter, no failure recorded; its result says
+-- cancelled with the reason, kept for its TTL, counted in `cancelled`, published. Reply
 -- {"cancelled"} ({"cancelled", trace_context} in mode "lost").
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
 --         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
