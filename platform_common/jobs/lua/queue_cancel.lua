@@ -36,10 +36,7 @@ local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[5 + i]
-end
+local ids = {unpack(ARGV, 6, 5 + n)}
 local packed = n > 0 and redis.call('HMGET', KEYS[1], unpack(ids)) or {}
 
 -- The plan, judged before the first write.

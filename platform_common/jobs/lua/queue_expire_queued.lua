@@ -42,10 +42,7 @@ local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[5 + i]
-end
+local ids = {unpack(ARGV, 6, 5 + n)}
 local head = n > 0 and redis.call('LRANGE', KEYS[2], 0, n - 1) or {}
 if #head ~= n then
     return {'moved'}

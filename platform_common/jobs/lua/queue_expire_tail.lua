@@ -60,10 +60,7 @@ end
 if n == 0 then
     return {{}, 0, 0, {}}
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[3 + i]
-end
+local ids = {unpack(ARGV, 4, 3 + n)}
 local window = redis.call('LRANGE', KEYS[1], -(offset + n), -(offset + 1))
 if #window ~= n then
     return {'moved'}
