@@ -115,8 +115,7 @@ local expired = 0
 -- Jobs that no longer wait (BLMOVE took them off the queue list): out of the waiting set.
 local arrived = {}
 
--- A job hash's fields as the claim reads them (`f` below). fair_key: Fair share, read with
--- the rest so that a job which keeps it is not written again.
+-- A job hash's fields as the claim reads them (`f` below; fair_key: Fair share).
 local RECORD_FIELDS = {'state', 'token', 'expires_at', 'ttl', 'attempts', 'max_attempts',
     'payload', 'trace_context', 'fair_key'}
 
@@ -597,8 +596,7 @@ for i = 1, n do
                     exp .. ',' .. ttl .. ',' .. max)
             end
         end
-        -- Fair share: taken from its key's list, it keeps its key (its retries, a release,
-        -- a recovery or a requeue put it back there: include/fair_keys.lua).
+        -- Fair share: taken from its key's list, it keeps its key (see the header).
         if fair_jobs and fair_jobs[ids[i]] then
             job.fields[#job.fields + 1] = 'fair_key'
             job.fields[#job.fields + 1] = fair_jobs[ids[i]]
@@ -642,9 +640,8 @@ for i = 1, n do
     end
 end
 
--- Taken here: the result keys a job past its TTL would be written to, read first (as
--- every key of a taken job is: not declared, they are refused before a write on a
--- cluster node that does not serve them).
+-- Taken here: the result keys a job past its TTL would be written to, read first (in no
+-- KEYS, as the header says).
 if take > 0 then
     local late = {}
     for i = 1, n do
@@ -796,9 +793,8 @@ for i = 1, n do
                 out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
                     f[8] or false}
             end
-            -- Fair share: taken from a key's list, it keeps its key: one more HSET for a
-            -- job whose job hash lacks it (a job back on its key's list has it already;
-            -- one written by hand may not). A job of the queue list pays nothing.
+            -- Fair share: taken from a key's list, it keeps its key: one more HSET only
+            -- for a job hash that lacks it (a job back on its key's list has it already).
             local fair_key = fair_jobs and fair_jobs[job_id]
             if fair_key and fair_key ~= f[9] then
                 redis.call('HSET', job_key, 'fair_key', fair_key)
@@ -817,9 +813,8 @@ for i = 1, n do
     seen[job_id] = true
 end
 if take > 0 then
-    -- This call's marker: a replay of it hands these jobs back instead of taking more.
-    -- It lives for a lease (a reply lost for longer finds the leases lapsed anyway);
-    -- the worker's next take deletes its previous one.
+    -- This call's marker (see the header): a reply lost for longer than its lease finds
+    -- the leases lapsed anyway.
     redis.call('HSET', KEYS[11], 'ids', table.concat(ids, '\n'))
     redis.call('EXPIRE', KEYS[11], math.floor(lease_ms / 1000) + 1)
     if KEYS[12] ~= KEYS[11] then
@@ -851,8 +846,7 @@ end
 if started > 0 then
     redis.call('HINCRBY', KEYS[3], 'started', started)
 end
--- Limits: the jobs started spend the rate, the ones held back are counted
--- (lua/include/limits.lua).
+-- Limits: the jobs started spend the rate, the ones held back are counted.
 spend_rate(spend, started, now, rate_index)
 if held_count > 0 then
     redis.call('HINCRBY', KEYS[3], bound, held_count)

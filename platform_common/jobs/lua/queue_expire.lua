@@ -22,7 +22,7 @@
 -- their result).
 -- All-or-nothing: a shared key of another type or an `expired` counter that is not an
 -- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
--- the first write. Every check runs before the first write, and nothing after it can fail.
+-- the first write; nothing after it can fail.
 -- @include time
 -- @include counts
 -- @include levels
@@ -30,7 +30,6 @@ local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts
 local FINISHED = {succeeded = true, failed = true, dead = true, cancelled = true}
 local LIVE = {queued = true, retrying = true, running = true}
 
--- Shared keys first: a wrong type would make a write below fail halfway.
 local typed = {{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'}, {6, 'zset'}}
 local m = #ARGV - 2
 local high_list, low_list = KEYS[7 + 2 * m], KEYS[8 + 2 * m]  -- Levels (optional)
