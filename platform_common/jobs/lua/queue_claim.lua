@@ -115,11 +115,8 @@ local expired = 0
 -- Jobs that no longer wait (BLMOVE took them off the queue list): out of the waiting set.
 local arrived = {}
 
--- A job hash's fields as the claim reads them (`f` below; fair_key: Fair share).
-local RECORD_FIELDS = {'state', 'token', 'expires_at', 'ttl', 'attempts', 'max_attempts',
-    'payload', 'trace_context', 'fair_key'}
-
 -- Why the record cannot run (its first numeric field that does not parse), or nil.
+-- f: state, token, expires_at, ttl, attempts, max_attempts, payload, trace_context
 local function problem_of(f)
     local field, raw
     if not int(f[3]) then
@@ -388,7 +385,8 @@ else
         -- Nothing is written: each job still held with its token is handed back again.
         out[1] = left + level_waiting
         for i, job_id in ipairs(ids) do
-            local f = redis.pcall('HMGET', job_keys[i], unpack(RECORD_FIELDS))
+            local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
+                'attempts', 'max_attempts', 'payload', 'trace_context')
             if failed(f) then
                 return job_refusal(i) or f
             end
@@ -632,7 +630,9 @@ for i = 1, n do
     if unpacked[i] and not read_packed then
         records[i] = {}
     else
-        local f = redis.pcall('HMGET', job_keys[i], unpack(RECORD_FIELDS))
+        -- (fair_key: Fair share, read with the rest so a job that keeps it is not written)
+        local f = redis.pcall('HMGET', job_keys[i], 'state', 'token', 'expires_at', 'ttl',
+            'attempts', 'max_attempts', 'payload', 'trace_context', 'fair_key')
         if failed(f) then
             return job_refusal(i) or f
         end
