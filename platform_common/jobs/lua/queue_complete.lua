@@ -25,9 +25,10 @@
 -- context that does not hold one is no error: the job completes, with no exemplar.
 -- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
 -- happened), {"lost", state}, {"cancelled"} (see Cancel below), or the error
--- "CORRUPT <position in KEYS> <problem>" in place when its job key holds another type or a field it reads (enqueued_at, ttl,
--- started_at, due_at, run_at) does not parse: that job is not written, the others are
--- (trace_context is read too, but only ever decides whether an exemplar is written).
+-- "CORRUPT <position in KEYS> <problem>" in place when its job key holds another type
+-- or a field it reads (enqueued_at, ttl, started_at, due_at, run_at) does not parse:
+-- that job is not written, the others are (trace_context is read too, but only ever
+-- decides whether an exemplar is written).
 -- All-or-nothing: every job is read and judged before the first write. A shared key of
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);

@@ -24,8 +24,8 @@ local LIMIT_MAX = 1000000000  -- queue/limits.py refuses more; a hand edit may n
 -- The limits the claim applies, read from the hash KEYS[index]: nil when none is set
 -- (then the claim costs one HMGET of an absent key more than without limits), a table
 -- {rate, interval_ms, burst, max_running, max_running_per_key, weights} (each a number or
--- nil), or nil and the
--- refusal "CORRUPT <index> ..." of a value that does not parse (read before any write).
+-- nil), or nil and the refusal "CORRUPT <index> ..." of a value that does not parse
+-- (read before any write).
 local function read_limits(index)
     local f = redis.pcall('HMGET', KEYS[index], unpack(LIMIT_FIELDS))
     if failed(f) then
