@@ -548,8 +548,10 @@ if failed(packed) then
     return wrong_type(7, 'hash') or packed
 end
 -- The packed jobs, unpacked: {enqueued_at, expires_at, ttl, max_attempts, nonce,
--- trace_context, payload} as strings, or {problem, arrival second or nil}.
+-- trace_context, payload} as strings, `fields` their job hash's, `problem` (or nil) why
+-- the job cannot run.
 local unpacked = {}
+local packed_keys = {}  -- their job keys
 local leaving = arrival_tally()  -- the packed jobs leaving the queued hash
 local unpacking = {}
 for i = 1, n do
@@ -601,6 +603,7 @@ for i = 1, n do
         end
         arrival_leaves(leaving, enq, arrival_ms)
         unpacked[i] = job
+        packed_keys[#packed_keys + 1] = job_keys[i]
     end
 end
 refusal = arrivals_refusal(leaving, 9)
@@ -611,12 +614,6 @@ end
 -- stands for a read of each, the usual case; only if one exists (another type, or a hand
 -- edit) is each read and checked like the others.
 local records = {}
-local packed_keys = {}
-for i = 1, n do
-    if unpacked[i] then
-        packed_keys[#packed_keys + 1] = job_keys[i]
-    end
-end
 local read_packed = false
 if #packed_keys > 0 then
     -- (pcall: a key this node does not serve, on a cluster, is refused before a write)
