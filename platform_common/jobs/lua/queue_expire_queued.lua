@@ -60,7 +60,7 @@ end
 local packed = n > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
 local expired = {}
 local traces = {}
-local problems = {}
+local out = {expired, traces}  -- the reply, then {job id, problem} per value unparsed
 local results = {}  -- i -> {result JSON, ttl}
 local leaving = arrival_tally()  -- the jobs expired here
 local seen = {}
@@ -75,7 +75,7 @@ for i = 1, n do
         -- as 0: either is a problem here, not a failure after the first write.
         if not job or #ttl > 9 or not string.find(ttl, '^[1-9]') then
             local problem = 'stored packed job does not parse (queue/envelope.py)'
-            problems[#problems + 1] = {ids[i], problem}
+            out[#out + 1] = {ids[i], problem}
             results[i] = {'{"status":"expired","result":null,"error":"expired; ' .. problem
                 .. '"}', fallback_ttl}
         else
@@ -116,9 +116,5 @@ if n > 0 then
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('ZREM', KEYS[1], start)
-end
-local out = {expired, traces}
-for _, problem in ipairs(problems) do
-    out[#out + 1] = problem
 end
 return out
