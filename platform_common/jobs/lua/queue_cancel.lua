@@ -21,8 +21,7 @@
 -- All-or-nothing: a key of another type, a job whose stored state is unknown, or a count
 -- (stats `cancelled`, an arrival second) that is not an integer is refused with the
 -- error reply "CORRUPT <position in KEYS> <problem>" before the first write.
--- @include numbers
--- @include key_types
+-- @include arrivals
 -- @include packed_header
 local n = (#KEYS - 9) / 2
 local reason = ARGV[2]
@@ -37,10 +36,7 @@ local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[5 + i]
-end
+local ids = {unpack(ARGV, 6, 5 + n)}
 local packed = n > 0 and redis.call('HMGET', KEYS[1], unpack(ids)) or {}
 
 -- The plan, judged before the first write.
@@ -49,8 +45,7 @@ local unpacked = {}  -- ids leaving the queued hash
 local dropped = {}   -- ids whose job hash goes (waiting or delayed)
 local results = {}   -- {i, ttl}: jobs cancelled here
 local requested = {} -- i of running jobs to ask
-local leaving = {}   -- arrival second -> packed jobs of it cancelled here
-local seconds = {}
+local leaving = arrival_tally()  -- the packed jobs cancelled here
 local seen = {}
 -- A ttl SET EX accepts as stored (no leading zero, no sign), else the fallback.
 local function ttl_or_fallback(value)
@@ -66,15 +61,7 @@ for i = 1, n do
         out[i] = seen[job_id]
     elseif packed[i] then
         local job, enq = unpack_packed(packed[i])
-        enq = job and job[1] or enq
-        if enq and #enq <= 15 then
-            local second = tonumber(enq) - tonumber(enq) % arrival_ms
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
-        end
+        arrival_leaves(leaving, job and job[1] or enq, arrival_ms)
         unpacked[#unpacked + 1] = job_id
         results[#results + 1] = {i, ttl_or_fallback(job and job[3])}
         out[i] = {job_id, 'cancelled'}
@@ -111,19 +98,9 @@ for i = 1, n do
     end
     seen[job_id] = out[i]
 end
-if #results > 0 then
-    local counted = redis.call('HGET', KEYS[5], 'cancelled')
-    if counted and not count(counted) then
-        return corrupt(5, 'field cancelled is not an integer: ' .. shown(counted))
-    end
-end
-if #seconds > 0 then
-    local counts = redis.call('HMGET', KEYS[7], unpack(seconds))
-    for s, second in ipairs(seconds) do
-        if counts[s] and not count(counts[s]) then
-            return corrupt(7, 'field ' .. second .. ' is not an integer: ' .. shown(counts[s]))
-        end
-    end
+refusal = (#results > 0 and count_refusal(5, 'cancelled')) or arrivals_refusal(leaving, 7)
+if refusal then
+    return refusal
 end
 
 -- The writes: nothing below can fail.
@@ -131,12 +108,7 @@ local error_text = cjson.encode(reason ~= '' and reason or 'cancelled')
 if #unpacked > 0 then
     redis.call('HDEL', KEYS[1], unpack(unpacked))
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[7], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[7], second)
-        redis.call('ZREM', KEYS[6], second)
-    end
-end
+arrivals_leave(leaving, 7, 6)
 if #dropped > 0 then
     for _, set in ipairs({2, 3, 4}) do
         redis.call('ZREM', KEYS[set], unpack(dropped))

@@ -23,8 +23,8 @@
 --   hands back each job still held with its token. It expires after a lease; the
 --   worker's next take deletes its previous one (so one is kept per worker).
 -- Levels (queue/priority.py), optional: the two KEYS after all the above are the high
---   and low lists (then the limits' two, below). Without them the claim takes from the queue list alone, as before
---   levels existed. With them:
+--   and low lists (then the limits' two, below); without them the claim takes from the
+--   queue list alone. With them:
 --   - a take fills its slots from the highest level with jobs waiting (high, normal, low),
 --     except its fair turns: the job numbered k (the type's `started` count before the
 --     call, plus its slot) comes from the lowest level with jobs waiting when
@@ -64,16 +64,16 @@
 -- hands them back (they are running, under lease).
 -- Limits (lua/include/limits.lua; queue/limits.py), optional: the two KEYS after the
 -- levels' are the type's limits hash and its rate key (after the jobs' keys, so the
--- positions above do not move; a caller passing neither applies no limits). With jobs to start, the claim reads the limits
--- hash (one HMGET: absent, nothing else is read) and starts at most as many as the
--- limits allow now; when none may start the reply is {"capped"} (max_running jobs of
--- the type run) or {"throttled", ms} (the rate allows the next start in ms), and it
--- writes nothing but what a pause writes (given jobs go back to the queue list as
--- there) and the count of the jobs held back (the stats hash's held_back_rate or
--- held_back_max_running, checked before). A replay of a take hands back what its first
--- run took, as ever.
--- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS after the
--- limits' two is the type's ring (keys.py `fair`), read once the stats field
+-- positions above do not move; a caller passing neither applies no limits). With jobs
+-- to start, the claim reads the limits hash (one HMGET: absent, nothing else is read)
+-- and starts at most as many as the limits allow now, the first in the take's order
+-- (given jobs past them go back to the queue list); when none may start the reply is
+-- {"capped"} (max_running jobs of the type run) or {"throttled", ms} (the rate allows
+-- the next start in ms), and it writes nothing but what a pause writes and the count of
+-- the jobs held back (the stats hash's held_back_rate or held_back_max_running, checked
+-- before). A replay of a take hands back what its first run took.
+-- Fair share (lua/include/fair_turns.lua; queue/limits.py fair_by), optional: the KEYS
+-- after the limits' two is the type's ring (keys.py `fair`), read once the stats field
 -- `fair_keyed` (jobs ever enqueued on a fairness key's list) is above 0. While it holds
 -- entries, the normal level's jobs come from it round robin, one job a turn: a key's
 -- next job from its list, the queue list's next on its shared turn; high and low jobs
@@ -96,6 +96,7 @@
 -- @include time
 -- @include numbers
 -- @include key_types
+-- @include arrivals
 -- @include packed_header
 -- @include levels
 -- @include limits
@@ -148,8 +149,8 @@ local function replayed(job_id, token, f)
 end
 
 -- The checks, all reads and cheap: a TYPE per key the writes below touch; the queue
--- list's length (for the reply, and the take) and the two counters are read once,
--- their read doubling as the type check.
+-- list's length (for the reply, and the take), the counters and the pause are read
+-- once, each read doubling as the type check.
 local typed = {{1, 'list'}, {2, 'zset'}, {4, 'zset'}, {6, 'zset'}, {8, 'zset'}}
 if take > 0 then
     typed[#typed + 1] = {11, 'hash'}
@@ -163,28 +164,20 @@ local left = redis.pcall('LLEN', KEYS[5])
 if failed(left) then
     return wrong_type(5, 'list') or left
 end
--- (`leveled`: jobs ever enqueued at priority high or low; see Levels below)
--- (`fair_keyed`: jobs ever enqueued on a fairness key's list; see Fair share)
+-- (`leveled`, `fair_keyed`: jobs ever enqueued at priority high or low, on a fairness
+-- key's list; see Levels and Fair share below)
 local counters = redis.pcall('HMGET', KEYS[3], 'started', 'expired', 'leveled', 'fair_keyed')
-if failed(counters) then
-    return wrong_type(3, 'hash') or counters
+refusal = counts_refusal(3, {'started', 'expired'}, counters)
+if refusal then
+    return refusal
 end
-for c, field in ipairs({'started', 'expired'}) do
-    local value = counters[c]
-    if value and not count(value) then
-        return redis.error_reply('CORRUPT 3 field ' .. field .. ' is not an integer: '
-            .. shown(value))
-    end
-end
--- The pause: its GET doubles as its type check (any string value pauses).
+-- (any string value pauses)
 local paused = redis.pcall('GET', KEYS[10])
 if failed(paused) then
     return wrong_type(10, 'string') or paused
 end
--- Levels: the high and low lists when passed (the last two KEYS), read only once the
--- type has ever had a job enqueued at either (the stats field `leveled`, which the
--- HMGET above read anyway): a type that uses only normal pays no command for them.
--- Their lengths are read then (the read doubling as their type check).
+-- Levels: the lengths of the high and low lists, when passed, read only once `leveled`
+-- is above 0: a type that uses only normal pays no command for them.
 local fixed_keys = take > 0 and 12 or 10 + (#ARGV - 5)
 local levels = nil  -- {{key, length} of high, of normal, of low}
 local level_waiting = 0
@@ -202,10 +195,8 @@ if #KEYS >= fixed_keys + 2 and counters[3] and counters[3] ~= '0' then
         levels[l] = {KEYS[at], length}
     end
 end
--- Fair share: the ring (the KEYS after the limits'), read once the type has ever had a job
--- on a key's list (the stats field `fair_keyed`, which the HMGET above read anyway), and
--- then the limits too, for max_running_per_key (the limits check below reads them again
--- otherwise).
+-- Fair share: the ring's length, read once `fair_keyed` is above 0, and then the limits
+-- too, for max_running_per_key (else the limits check below reads them).
 local limits_index, rate_index, ring_index = fixed_keys + 3, fixed_keys + 4, fixed_keys + 5
 local limits, limits_read = nil, false
 local ring_len = 0
@@ -305,15 +296,22 @@ else
                 end
             end
         end
-        -- The next job of level l: its window's next entry past any marker, or nil.
-        local function next_job(l)
-            while used[l] < #entries[l] do
-                used[l] = used[l] + 1
-                if entries[l][used[l]] ~= WAKE_MARKER then
-                    return entries[l][used[l]]
+        -- The next job of `window` after its entry `at`, past any marker (or nil), and
+        -- the position of the last entry read.
+        local function next_in(window, at)
+            while at < #window do
+                at = at + 1
+                if window[at] ~= WAKE_MARKER then
+                    return window[at], at
                 end
             end
-            return nil
+            return nil, at
+        end
+        -- The next job of level l.
+        local function next_job(l)
+            local job
+            job, used[l] = next_in(entries[l], used[l])
+            return job
         end
         if fair then
             -- Fair share: the normal level's jobs are the ring's picks, in turn order; the
@@ -321,13 +319,9 @@ else
             queue_window = entries[2]
             local shared_used = 0
             local function shared_next()
-                while shared_used < #queue_window do
-                    shared_used = shared_used + 1
-                    if queue_window[shared_used] ~= WAKE_MARKER then
-                        return queue_window[shared_used]
-                    end
-                end
-                return nil
+                local job
+                job, shared_used = next_in(queue_window, shared_used)
+                return job
             end
             local refusal
             fair_state, refusal = fair_plan(KEYS[ring_index], ring_len, take, shared_next,
@@ -380,11 +374,7 @@ else
                 consumed = consumed - 1
             end
             if consumed > 0 and not (fair and l == 2) then  -- (Fair: include/fair_turns.lua's)
-                local window = {}
-                for i = 1, consumed do
-                    window[i] = entries[l][i]
-                end
-                windows[#windows + 1] = {levels[l][1], window}
+                windows[#windows + 1] = {levels[l][1], {unpack(entries[l], 1, consumed)}}
             end
         end
     end
@@ -406,19 +396,30 @@ else
     end
 end
 local n = #ids
--- A claim that starts nothing (paused, or held back by a limit): the given jobs go back
--- to the queue list's consuming end, as if the BLMOVE had not run (in reverse order, so
--- the first taken is taken first again); a take has moved nothing yet.
-local function give_back()
-    if take == 0 then
-        for i = n, 1, -1 do
-            redis.call('LREM', KEYS[1], 1, ids[i])
-            redis.call('RPUSH', KEYS[5], ids[i])
-        end
-        for _ = 1, markers do  -- (a wake marker goes back too: it wakes a worker again)
-            redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+-- Given jobs (`job_ids`) go back to the queue list's consuming end, as if the BLMOVE had
+-- not run (in reverse order, so the first taken is taken first again).
+local function put_back(job_ids)
+    for i = #job_ids, 1, -1 do
+        redis.call('LREM', KEYS[1], 1, job_ids[i])
+        redis.call('RPUSH', KEYS[5], job_ids[i])
+    end
+end
+-- The wake markers given leave processing: dropped (it did its work, this worker is
+-- awake), or back on the queue list when `back` (it wakes a worker again).
+local function drop_markers(back)
+    for _ = 1, markers do
+        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
+        if back then
             redis.call('RPUSH', KEYS[5], WAKE_MARKER)
         end
+    end
+end
+-- A claim that starts nothing (paused, or held back by a limit): the given jobs and
+-- markers go back; a take has moved nothing yet.
+local function give_back()
+    if take == 0 then
+        put_back(ids)
+        drop_markers(true)
     end
 end
 if paused then
@@ -426,16 +427,10 @@ if paused then
     return {'paused'}
 end
 -- Levels: given jobs while a high or low job waits (or fair share's ring holds entries) go
--- back, and the worker takes (a wake marker given is dropped: it did its work, this
--- worker is awake).
+-- back, and the worker takes.
 if take == 0 and (level_waiting > 0 or fair) then
-    for i = n, 1, -1 do
-        redis.call('LREM', KEYS[1], 1, ids[i])
-        redis.call('RPUSH', KEYS[5], ids[i])
-    end
-    for _ = 1, markers do
-        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-    end
+    put_back(ids)
+    drop_markers(false)
     return {'levels'}
 end
 if n == 0 and fair_state then
@@ -457,9 +452,7 @@ if n == 0 and fair_state then
 end
 if n == 0 then
     -- (Only wake markers were given, or met on the lists' tails: dropped here.)
-    for _ = 1, markers do
-        redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-    end
+    drop_markers(false)
     local dropped = 0
     for _, window in ipairs(windows or {}) do
         for _ = 1, #window[2] do
@@ -470,15 +463,10 @@ if n == 0 then
     out[1] = left + level_waiting - dropped
     return out
 end
--- ---- Limits: a check before the take (lua/include/limits.lua) ----------------------
--- Reads only, before any write: how many of the n jobs may start now. None: the jobs go
--- back as for a pause and the reply says why and for how long. Fewer than n: only that
--- many are claimed (the first: ids are in the order the take chose them, by level and
--- fair turn, or the order they left the list); a take takes only those (each list's
--- window is cut after the last of them it holds), given jobs past them go back to the
--- queue list with the writes below. The jobs held back are counted in the stats hash
--- (held_back_rate, _max_running). The limits' keys follow the levels' (see the header);
--- a caller that passes neither applies none.
+-- ---- Limits (see the header): reads only, before any write ----------------------------
+-- Fewer than n may start: the first that many are claimed (ids are in the order the take
+-- chose them, by level and fair turn, or the order they left the list); a take takes
+-- only those (each list's window is cut after the last of them it holds).
 local spend, bound
 local held_count = 0
 local held_back = {}  -- given jobs the limits leave waiting (put back with the writes)
@@ -510,10 +498,10 @@ if #KEYS >= rate_index then
         for i = 1, allowed do
             kept[ids[i]] = true
         end
+        if take == 0 then
+            held_back = {unpack(ids, allowed + 1, n)}
+        end
         for i = n, allowed + 1, -1 do
-            if take == 0 then
-                held_back[#held_back + 1] = ids[i]  -- the last first, as give_back does
-            end
             ids[i], tokens[i], job_keys[i], result_keys[i] = nil, nil, nil, nil
         end
         n = allowed
@@ -560,10 +548,11 @@ if failed(packed) then
     return wrong_type(7, 'hash') or packed
 end
 -- The packed jobs, unpacked: {enqueued_at, expires_at, ttl, max_attempts, nonce,
--- trace_context, payload} as strings, or {problem, arrival second or nil}.
+-- trace_context, payload} as strings, `fields` their job hash's, `problem` (or nil) why
+-- the job cannot run.
 local unpacked = {}
-local leaving = {}  -- arrival second -> how many of its jobs leave the queued hash
-local seconds = {}
+local packed_keys = {}  -- their job keys
+local leaving = arrival_tally()  -- the packed jobs leaving the queued hash
 local unpacking = {}
 for i = 1, n do
     local value = packed[i]
@@ -607,47 +596,24 @@ for i = 1, n do
                     exp .. ',' .. ttl .. ',' .. max)
             end
         end
-        -- Fair share: taken from its key's list, it keeps its key (its retries, a release,
-        -- a recovery or a requeue put it back there: include/fair_keys.lua).
+        -- Fair share: taken from its key's list, it keeps its key (see the header).
         if fair_jobs and fair_jobs[ids[i]] then
             job.fields[#job.fields + 1] = 'fair_key'
             job.fields[#job.fields + 1] = fair_jobs[ids[i]]
         end
-        if enq and #enq <= 15 then
-            local second = tonumber(enq) - tonumber(enq) % arrival_ms
-            job.second = second
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
-        end
+        arrival_leaves(leaving, enq, arrival_ms)
         unpacked[i] = job
+        packed_keys[#packed_keys + 1] = job_keys[i]
     end
 end
-if #seconds > 0 then
-    local counts = redis.pcall('HMGET', KEYS[9], unpack(seconds))
-    if failed(counts) then
-        return wrong_type(9, 'hash') or counts
-    end
-    for s, second in ipairs(seconds) do
-        local value = counts[s]
-        if value and not count(value) then
-            return redis.error_reply('CORRUPT 9 field ' .. second .. ' is not an integer: '
-                .. shown(value))
-        end
-    end
+refusal = arrivals_refusal(leaving, 9)
+if refusal then
+    return refusal
 end
 -- A packed job has no job hash yet (the claim creates it): one EXISTS over those keys
 -- stands for a read of each, the usual case; only if one exists (another type, or a hand
 -- edit) is each read and checked like the others.
 local records = {}
-local packed_keys = {}
-for i = 1, n do
-    if unpacked[i] then
-        packed_keys[#packed_keys + 1] = job_keys[i]
-    end
-end
 local read_packed = false
 if #packed_keys > 0 then
     -- (pcall: a key this node does not serve, on a cluster, is refused before a write)
@@ -671,9 +637,8 @@ for i = 1, n do
     end
 end
 
--- Taken here: the result keys a job past its TTL would be written to, read first (as
--- every key of a taken job is: not declared, they are refused before a write on a
--- cluster node that does not serve them).
+-- Taken here: the result keys a job past its TTL would be written to, read first (in no
+-- KEYS, as the header says).
 if take > 0 then
     local late = {}
     for i = 1, n do
@@ -696,22 +661,29 @@ end
 local leases = {}
 local deadlines = {}
 local unqueued = {}
-local function lease(job_id)
+-- Job `job_id` starts: under a lease, counted started.
+local function start(job_id)
     leases[#leases + 1] = lease_until
     leases[#leases + 1] = job_id
+    started = started + 1
 end
 local function drop(job_id)
     redis.call('LREM', KEYS[1], 1, job_id)
 end
+-- Job i, past its TTL, is expired without starting: its result says so for `ttl`
+-- seconds (text), its id is published.
+local function expire(i, ttl)
+    drop(ids[i])
+    redis.call('ZREM', KEYS[2], ids[i])
+    redis.call('SET', result_keys[i], '{"status":"expired","result":null,'
+        .. '"error":"not started within its ttl of ' .. ttl .. ' s"}', 'EX', ttl)
+    redis.call('PUBLISH', ARGV[3], ids[i])
+    expired = expired + 1
+end
 -- Limits: given jobs past what the limits allow go back to the queue list, in place.
-for _, job_id in ipairs(held_back) do
-    redis.call('LREM', KEYS[1], 1, job_id)
-    redis.call('RPUSH', KEYS[5], job_id)
-end
--- Levels: a wake marker given is dropped (it did its work: this worker is awake).
-for _ = 1, markers do
-    redis.call('LREM', KEYS[1], 1, WAKE_MARKER)
-end
+put_back(held_back)
+-- Levels: a wake marker given is dropped.
+drop_markers(false)
 local dropped = 0  -- wake markers taken off the queue list here
 local from_levels = 0  -- jobs taken off the high and low lists here
 local from_keys = 0  -- jobs taken off fairness keys' lists here (Fair share)
@@ -765,33 +737,24 @@ for i = 1, n do
         -- a stray, as below.
         drop(job_id)
         out[i + 1] = {job_id, 'skip'}
-    elseif job and not seen[job_id] then
+    elseif job then
         -- Enqueued and never claimed: unpack it into its job hash (or expire it).
         unqueued[#unqueued + 1] = job_id
-        if job.problem then
-            redis.call('HSET', job_key, 'attempts', '1', 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
-            lease(job_id)
-            started = started + 1
-            out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
-        elseif now >= tonumber(job[2]) then
-            drop(job_id)
-            redis.call('ZREM', KEYS[2], job_id)
-            redis.call('SET', result_keys[i],
-                '{"status":"expired","result":null,"error":"not started within its ttl of '
-                .. job[3] .. ' s"}', 'EX', job[3])
-            redis.call('PUBLISH', ARGV[3], job_id)
-            expired = expired + 1
+        if not job.problem and now >= tonumber(job[2]) then
+            expire(i, job[3])
             out[i + 1] = {job_id, 'expired', job[6] ~= '' and job[6] or false}
         else
             redis.call('HSET', job_key, 'state', 'running', 'attempts', '1', 'token', token,
                 'worker', ARGV[2], 'started_at', now_text, unpack(job.fields))
-            deadlines[#deadlines + 1] = job[2]
-            deadlines[#deadlines + 1] = job_id
-            lease(job_id)
-            started = started + 1
-            out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
-                job[6] ~= '' and job[6] or false}
+            start(job_id)
+            if job.problem then
+                out[i + 1] = {job_id, 'corrupt', token, job.problem, now}
+            else
+                deadlines[#deadlines + 1] = job[2]
+                deadlines[#deadlines + 1] = job_id
+                out[i + 1] = {job_id, 'run', token, 1, job[4], job[2], job[7], now,
+                    job[6] ~= '' and job[6] or false}
+            end
         end
     elseif state == 'running' and f[2] == token then
         -- A replay of this very claim (the reply was lost): hand the lease back again.
@@ -799,59 +762,40 @@ for i = 1, n do
     elseif f[3] and (not state or state == 'queued' or state == 'retrying') then
         -- (a record without a 'state' field is a job queued by enqueue)
         local problem = problem_of(f)
-        -- The attempt this claim starts, written by the HSET (its value is known: a
-        -- HINCRBY would cost one more command); an attempts field that does not parse
-        -- is left as it is.
-        local attempts = f[5] and int(f[5])
-        if not f[5] or attempts then
-            attempts = (attempts or 0) + 1
-        end
-        -- Fair share: taken from a key's list, it keeps its key: one more HSET for a job
-        -- whose job hash lacks it (a job back on its key's list has it already; one
-        -- written by hand may not). A job of the queue list pays nothing.
-        local fair_key = fair_jobs and fair_jobs[job_id]
-        if fair_key == f[9] then
-            fair_key = nil
-        end
-        if problem then
-            if attempts then
+        arrived[#arrived + 1] = job_id
+        if not problem and now >= int(f[3]) then
+            -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
+            -- leading zero ("060"), which int() reads.
+            expire(i, string.format('%d', int(f[4])))
+            redis.call('ZREM', KEYS[4], job_id)
+            redis.call('DEL', job_key)
+            out[i + 1] = {job_id, 'expired', f[8] or false}
+        else
+            -- The attempt this claim starts, written by the HSET (its value is known: a
+            -- HINCRBY would cost one more command); an attempts field that does not parse
+            -- is left as it is.
+            local attempts = f[5] and int(f[5])
+            if not f[5] or attempts then
+                attempts = (attempts or 0) + 1
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
                     'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
             else
                 redis.call('HSET', job_key, 'state', 'running', 'token', token,
                     'worker', ARGV[2], 'started_at', now_text)
             end
-            lease(job_id)
-            started = started + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'corrupt', token, problem, now}
-        elseif now >= int(f[3]) then
-            fair_key = nil  -- (expired: its job hash is deleted)
-            -- The parsed ttl, written with %d: SET EX refuses the stored text if it has a
-            -- leading zero ("060"), which int() reads.
-            local ttl = string.format('%d', int(f[4]))
-            drop(job_id)
-            redis.call('ZREM', KEYS[2], job_id)
-            redis.call('ZREM', KEYS[4], job_id)
-            redis.call('DEL', job_key)
-            redis.call('SET', result_keys[i],
-                '{"status":"expired","result":null,"error":"not started within its ttl of '
-                .. ttl .. ' s"}', 'EX', ttl)
-            redis.call('PUBLISH', ARGV[3], job_id)
-            expired = expired + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'expired', f[8] or false}
-        else
-            redis.call('HSET', job_key, 'state', 'running', 'token', token,
-                'worker', ARGV[2], 'started_at', now_text, 'attempts', attempts)
-            lease(job_id)
-            started = started + 1
-            arrived[#arrived + 1] = job_id
-            out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
-                f[8] or false}
-        end
-        if fair_key then
-            redis.call('HSET', job_key, 'fair_key', fair_key)
+            start(job_id)
+            if problem then
+                out[i + 1] = {job_id, 'corrupt', token, problem, now}
+            else
+                out[i + 1] = {job_id, 'run', token, attempts, f[6], f[3], f[7], now,
+                    f[8] or false}
+            end
+            -- Fair share: taken from a key's list, it keeps its key: one more HSET only
+            -- for a job hash that lacks it (a job back on its key's list has it already).
+            local fair_key = fair_jobs and fair_jobs[job_id]
+            if fair_key and fair_key ~= f[9] then
+                redis.call('HSET', job_key, 'fair_key', fair_key)
+            end
         end
     else
         -- Not claimable (gone, finished, or a stray second entry of a running job):
@@ -866,9 +810,8 @@ for i = 1, n do
     seen[job_id] = true
 end
 if take > 0 then
-    -- This call's marker: a replay of it hands these jobs back instead of taking more.
-    -- It lives for a lease (a reply lost for longer finds the leases lapsed anyway);
-    -- the worker's next take deletes its previous one.
+    -- This call's marker (see the header): a reply lost for longer than its lease finds
+    -- the leases lapsed anyway.
     redis.call('HSET', KEYS[11], 'ids', table.concat(ids, '\n'))
     redis.call('EXPIRE', KEYS[11], math.floor(lease_ms / 1000) + 1)
     if KEYS[12] ~= KEYS[11] then
@@ -888,12 +831,7 @@ end
 if #arrived > 0 then
     redis.call('ZREM', KEYS[6], unpack(arrived))
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[9], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[9], second)
-        redis.call('ZREM', KEYS[8], second)
-    end
-end
+arrivals_leave(leaving, 9, 8)
 -- The last packed job gone: no arrival second may be left. One can be, if a packed value
 -- whose arrival did not parse left (or a hand edit took one away); left, it would age
 -- the oldest waiting job forever.
@@ -905,8 +843,7 @@ end
 if started > 0 then
     redis.call('HINCRBY', KEYS[3], 'started', started)
 end
--- Limits: the jobs started spend the rate, the ones held back are counted
--- (lua/include/limits.lua).
+-- Limits: the jobs started spend the rate, the ones held back are counted.
 spend_rate(spend, started, now, rate_index)
 if held_count > 0 then
     redis.call('HINCRBY', KEYS[3], bound, held_count)

@@ -25,9 +25,10 @@
 -- context that does not hold one is no error: the job completes, with no exemplar.
 -- Returns one entry per job, in order: {"ok"}, {"replay"} (this completion already
 -- happened), {"lost", state}, {"cancelled"} (see Cancel below), or the error
--- "CORRUPT <position in KEYS> <problem>" in place when its job key holds another type or a field it reads (enqueued_at, ttl,
--- started_at, due_at, run_at) does not parse: that job is not written, the others are
--- (trace_context is read too, but only ever decides whether an exemplar is written).
+-- "CORRUPT <position in KEYS> <problem>" in place when its job key holds another type
+-- or a field it reads (enqueued_at, ttl, started_at, due_at, run_at) does not parse:
+-- that job is not written, the others are (trace_context is read too, but only ever
+-- decides whether an exemplar is written).
 -- All-or-nothing: every job is read and judged before the first write. A shared key of
 -- another type or a stats field this call bumps that does not parse refuses the whole
 -- call with the error reply "CORRUPT <position in KEYS> <problem>" (nothing written);
@@ -38,8 +39,7 @@
 -- published, its entry deleted; the handler's value is dropped. A cancels key of
 -- another type refuses the whole call.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 local n = (#KEYS - 5) / 2
 local cancels_key = 5 + 2 * n
 local m = tonumber(ARGV[2])
@@ -99,12 +99,22 @@ if failed(asked) then
     return wrong_type(cancels_key, 'hash') or asked
 end
 -- ---- end cancel ----
+-- The refusal of job hash KEYS[key] whose field `field` holds `raw`, which does not parse.
+local function unparsed(key, field, raw)
+    return corrupt(key, 'field ' .. field .. ' of the job does not parse: ' .. shown(raw))
+end
 for i = 1, n do
     local key = 3 + 2 * i
     local job_id = ARGV[first_job + 3 * (i - 1)]
     local f = redis.pcall('HMGET', KEYS[key], 'state', 'token', 'enqueued_at', 'ttl',
         'started_at', 'due_at', 'run_at', 'trace_context')
     local state = f[1]
+    -- (a ttl with a leading zero, "060", is refused too: SET EX and EXPIRE refuse it as
+    -- stored, so it is refused here, before any write, like any ttl that does not parse)
+    local ttl = int(f[4])
+    if ttl and (ttl <= 0 or not string.find(f[4], '^[1-9]')) then
+        ttl = nil
+    end
     if f.err then
         entries[i] = wrong_type(key, 'hash') or f
     elseif f[2] ~= ARGV[first_job + 3 * (i - 1) + 1] then
@@ -122,9 +132,8 @@ for i = 1, n do
         end
     -- ---- cancel: a requested job ends cancelled, its value unstored ----
     elseif asked[i] then
-        local ttl = int(f[4])
-        if not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
-            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+        if not ttl then
+            entries[i] = unparsed(key, 'ttl', f[4])
         else
             cancels[#cancels + 1] = {i, string.format('%d', ttl), asked[i]}
             seen[job_id] = true
@@ -132,7 +141,6 @@ for i = 1, n do
     -- ---- end cancel ----
     else
         local enqueued_at = int(f[3])
-        local ttl = int(f[4])
         local started_at = int(f[5])
         -- run_at: the job was scheduled (enqueued with a delay), its life begins then.
         local run_at = f[7] and int(f[7])
@@ -143,21 +151,15 @@ for i = 1, n do
             due_at = int(f[6])
         end
         if not enqueued_at then
-            entries[i] = corrupt(key, 'field enqueued_at of the job does not parse: '
-                .. shown(f[3]))
-        elseif not ttl or ttl <= 0 or not string.find(f[4], '^[1-9]') then
-            -- (a leading zero, "060": SET EX and EXPIRE refuse it as stored; refused
-            -- here, before any write, like any ttl that does not parse)
-            entries[i] = corrupt(key, 'field ttl of the job does not parse: ' .. shown(f[4]))
+            entries[i] = unparsed(key, 'enqueued_at', f[3])
+        elseif not ttl then
+            entries[i] = unparsed(key, 'ttl', f[4])
         elseif not started_at then
-            entries[i] = corrupt(key, 'field started_at of the job does not parse: '
-                .. shown(f[5]))
+            entries[i] = unparsed(key, 'started_at', f[5])
         elseif not due_at then
-            entries[i] = corrupt(key, 'field due_at of the job does not parse: '
-                .. shown(f[6]))
+            entries[i] = unparsed(key, 'due_at', f[6])
         elseif f[7] and not run_at then
-            entries[i] = corrupt(key, 'field run_at of the job does not parse: '
-                .. shown(f[7]))
+            entries[i] = unparsed(key, 'run_at', f[7])
         else
             -- Seconds between two ms timestamps, never negative (a clock step, a
             -- hand-edited field).
@@ -175,15 +177,9 @@ end
 -- ---- cancel: its counter checked with the others, its writes apart (below) ----
 if #cancels > 0 then
     local refused = wrong_types({{1, 'list'}, {2, 'zset'}, {3, 'zset'}})
+        or count_refusal(4, 'cancelled')
     if refused then
         return refused
-    end
-    local counted = redis.pcall('HGET', KEYS[4], 'cancelled')
-    if failed(counted) then
-        return wrong_type(4, 'hash') or counted
-    end
-    if counted and not count(counted) then
-        return corrupt(4, 'field cancelled is not an integer: ' .. shown(counted))
     end
 end
 local function write_cancels()
@@ -279,13 +275,9 @@ for h = 1, 3 do
     read[#read + 1] = names[h] .. '_sum'
 end
 local stats = redis.pcall('HMGET', KEYS[4], unpack(read))
-if stats.err then
-    return wrong_type(4, 'hash') or stats
-end
-for c, field in ipairs(counters) do
-    if stats[c] and not count(stats[c]) then
-        return corrupt(4, 'field ' .. field .. ' is not an integer: ' .. shown(stats[c]))
-    end
+refusal = counts_refusal(4, counters, stats)
+if refusal then
+    return refusal
 end
 for h = 1, 3 do
     local value = stats[first_sum + h - 1]

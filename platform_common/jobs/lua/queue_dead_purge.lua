@@ -6,10 +6,9 @@
 -- ARGV[2+i] job id of job i
 -- Returns one code per job, in order: 1 purged; 0 not a kept job of this list (not on it,
 -- its record gone or in another state: a stale entry is dropped, the record is left);
--- 2 ended after the moment (a newer dead letter, maybe of a requeued job): left alone.
--- A record whose finished_at is missing or does not parse counts as ended before the
--- moment: every ending writes it, so such a record is not a new one. A job key of
--- another type than a hash is no record the queue wrote: it is deleted with its entry.
+-- 2 ended after the moment (a newer dead letter, maybe of a requeued job; include/
+-- kept_list.lua kept_verdict): left alone. A job key of another type than a hash is no
+-- record the queue wrote: it is deleted with its entry.
 -- Every check runs before the first write: a list of another type, or an argument that
 -- does not parse, is refused and nothing changes; LREM and DEL cannot fail after that.
 -- @include kept_list

@@ -11,8 +11,7 @@
 --         a normal job whose job hash keeps a `fair_key` (the claim wrote it: it was
 --         started from that key's list) goes back on its key's list, `<ring>:q:<key>`, as
 --         an enqueue puts it there (include/fair_keys.lua: the key into the ring if its
---         list was empty, a wake marker on the queue list while that is empty). Absent: on
---         the queue list, as before fair share.
+--         list was empty, a wake marker on the queue list while that is empty)
 -- ARGV[1] the state a record on this list holds: 'dead' or 'failed'
 -- ARGV[2] the moment, Redis ms: only jobs that ended (finished_at) no later are requeued;
 --         '' for any time
@@ -20,9 +19,7 @@
 -- Returns one code per job, in order: 1 requeued; 0 not a kept job of this list (not on
 -- it, its record gone or in another state: a stale entry is dropped, the record is
 -- left); 2 ended after the moment (a newer dead letter, maybe of a job requeued and
--- failed again): left alone. A record whose finished_at is missing or does not parse
--- counts as ended before the moment: every ending writes it, so such a record is not a
--- new one.
+-- failed again; include/kept_list.lua kept_verdict): left alone.
 -- The record is rewritten without HSET, so that the operator role, which runs this
 -- script, needs none (an HSET could write a payload, a whole job no one enqueued): its
 -- state is deleted (a job hash without one is a queued job's), each number is deleted
@@ -33,8 +30,7 @@
 -- read and checked first, then everything is written. A key list of another type (in no
 -- KEYS) is refused with "CORRUPT 0 <key> <problem>", before the first write too.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include kept_list
 -- @include levels
 -- @include fair_keys
@@ -51,13 +47,9 @@ end
 if ring then
     typed[#typed + 1] = {8 + 2 * m, 'list'}
 end
-local refusal = wrong_types(typed)
+local refusal = wrong_types(typed) or count_refusal(4, 'enqueued')
 if refusal then
     return refusal
-end
-local enqueued = redis.call('HGET', KEYS[4], 'enqueued')
-if enqueued and not count(enqueued) then
-    return corrupt(4, 'field enqueued is not an integer: ' .. shown(enqueued))
 end
 local kept_state, moment, bad_argument = kept_arguments()
 if bad_argument then

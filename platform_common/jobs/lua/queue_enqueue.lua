@@ -37,10 +37,9 @@
 -- the mark to its deadline; the ordered jobs of the queue list then wait in deadline
 -- order (within a bucket width), so the cleanup expires them from the list's tail
 -- (lua/queue_expire_tail.lua) and they need no bucket entry. Any other job (a shorter
--- TTL than the jobs ahead of it) gets its id into its expiry bucket, as every job did
--- before. The mark is kept rounded up to a bucket boundary (written once per bucket
--- width, not per job) and expires a bucket width after it: by then every ordered job
--- under it is past its deadline, and the next job starts a new mark.
+-- TTL than the jobs ahead of it) gets its id into its expiry bucket. The mark is kept
+-- rounded up to a bucket boundary (written once per bucket width, not per job) and
+-- expires a bucket width after it, when every ordered job under it is past its deadline.
 -- Scheduled: each job is written as a retry waits (keys.py): its job hash (the fields the
 -- claim unpacks a packed job into, plus run_at, the due time), its id in the delayed set
 -- (score: the due time; the promoter queues it then) and in the expiry set (its
@@ -49,10 +48,9 @@
 -- Levels: a high or low job is written as a normal one is, except that its id goes on
 -- its level's list (KEYS[10+3n]) instead of the queue list, its header ends in ",h" or
 -- ",l" (never in deadline order: it gets its expiry bucket entry), and, while the queue
--- list is empty, a wake marker goes there (include/levels.lua). A scheduled one
--- keeps its level in its job hash (`priority`). Either counts its jobs in the stats
--- field `leveled` (the claim looks at the levels' lists only once it is above 0). A
--- normal call reads and writes nothing more than before levels existed.
+-- list is empty, a wake marker goes there (include/levels.lua). A scheduled one keeps
+-- its level in its job hash (`priority`). Either counts its jobs in the stats field
+-- `leveled` (the claim looks at the levels' lists only once it is above 0).
 -- Fair share (include/fair_keys.lua): with the fairness values given, a call of normal
 -- jobs reads the limits' `fair_by` (one HGET); when it names a field, each job that has
 -- that field waits on its key's list instead of the queue list (never in deadline order:
@@ -60,9 +58,8 @@
 -- list was empty, a wake marker goes on the queue list while that is empty, and the
 -- stats field `fair_keyed` counts the jobs (the claim reads the ring only once it is
 -- above 0). A scheduled one keeps its key in its job hash (`fair_key`), for the
--- promoter, which queues it on its key's list, and is counted in `fair_keyed` now. Jobs
--- without the field and those of a level go where they went before. A fairness value
--- that does not parse is refused before any write.
+-- promoter, which queues it on its key's list, and is counted in `fair_keyed` now. A
+-- fairness value that does not parse is refused before any write.
 -- Returns {"ok", written}, {"duplicate", job_id...} (an id is taken while it waits, or its
 -- record or its result exists: a new job must never read an old job's outcome),
 -- {"ahead", now} (`now`, Redis TIME in ms, is before ARGV[3]) or {"expired", now} (`now`
@@ -72,8 +69,7 @@
 -- or (the arrival count, the arrivals set, the stats counter) by undoing what this call
 -- wrote of them.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include packed_header
 -- @include levels
 -- @include fair_keys
@@ -158,23 +154,6 @@ if #duplicates > 0 then
     return {'duplicate', unpack(duplicates)}
 end
 
--- Levels: the stats field `leveled` (Fair share: `fair_keyed`) must take this call's
--- HINCRBY (checked before the first write; its hash's type is checked by the first
--- write itself).
-local function counter_problem(field)
-    local value = redis.pcall('HGET', KEYS[2], field)
-    if type(value) == 'table' then
-        return wrong_type(2, 'hash') or value
-    end
-    if value and not count(value) then
-        return corrupt(2, 'field ' .. field .. ' is not an integer: ' .. shown(value))
-    end
-    return nil
-end
-local function leveled_problem()
-    return counter_problem('leveled')
-end
-
 -- Fair share: each job's fairness key ({[i] = key}, the jobs without one absent), when
 -- the limits name a field and the call is of normal jobs; else nil.
 local fair_keys = nil
@@ -205,6 +184,7 @@ if schedule and schedule ~= '' then
     end
     local due = kind == '@' and amount or now + amount
     local jobs = {}
+    local keyed = 0  -- Fair share: the jobs of this call that keep a key (for the promoter)
     for i = 1, n do
         if not replayed[i] then
             local base = 6 + 5 * (i - 1)
@@ -220,13 +200,9 @@ if schedule and schedule ~= '' then
                 return {'late', now, string.format('%d', due)}
             end
             jobs[#jobs + 1] = {i, expires_at, ttl, attempts}
-        end
-    end
-    -- Fair share: the jobs of this call that keep a key (for the promoter).
-    local keyed = 0
-    for _, job in ipairs(jobs) do
-        if fair_keys and fair_keys[job[1]] then
-            keyed = keyed + 1
+            if fair_keys and fair_keys[i] then
+                keyed = keyed + 1
+            end
         end
     end
     if #jobs == 0 then
@@ -237,7 +213,8 @@ if schedule and schedule ~= '' then
     end
     local delayed, expiry = 8 + 3 * n, 9 + 3 * n
     local problem = wrong_type(delayed, 'zset') or wrong_type(expiry, 'zset')
-        or (level and leveled_problem()) or (keyed > 0 and counter_problem('fair_keyed'))
+        or (level and count_refusal(2, 'leveled'))
+        or (keyed > 0 and count_refusal(2, 'fair_keyed'))
     if problem then
         return problem
     end
@@ -403,10 +380,12 @@ end
 if new_bucket then
     problem = problem or wrong_type(4, 'zset')
 end
-problem = problem or (level and leveled_problem())
+-- (Levels: the stats field `leveled`, Fair share: `fair_keyed`, checked before the first
+-- write, as `enqueued` is by its own HINCRBY)
+problem = problem or (level and count_refusal(2, 'leveled'))
 if fair_count > 0 and not problem then
     local ring = KEYS[12 + 3 * n]
-    problem = wrong_type(12 + 3 * n, 'list') or counter_problem('fair_keyed')
+    problem = wrong_type(12 + 3 * n, 'list') or count_refusal(2, 'fair_keyed')
     if not problem then
         local _
         _, problem = fair_joining(ring, fair_order)

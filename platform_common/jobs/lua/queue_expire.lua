@@ -22,16 +22,14 @@
 -- their result).
 -- All-or-nothing: a shared key of another type or an `expired` counter that is not an
 -- integer is refused with the error reply "CORRUPT <position in KEYS> <problem>" before
--- the first write. Every check runs before the first write, and nothing after it can fail.
+-- the first write; nothing after it can fail.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include levels
 local MAX_TTL = 315360000 -- validation.MAX_TTL_SECONDS: what SET ... EX accepts for sure
 local FINISHED = {succeeded = true, failed = true, dead = true, cancelled = true}
 local LIVE = {queued = true, retrying = true, running = true}
 
--- Shared keys first: a wrong type would make a write below fail halfway.
 local typed = {{1, 'zset'}, {2, 'zset'}, {3, 'list'}, {4, 'zset'}, {5, 'hash'}, {6, 'zset'}}
 local m = #ARGV - 2
 local high_list, low_list = KEYS[7 + 2 * m], KEYS[8 + 2 * m]  -- Levels (optional)
@@ -43,13 +41,9 @@ local cancels = KEYS[9 + 2 * m]  -- (optional)
 if cancels then
     typed[#typed + 1] = {9 + 2 * m, 'hash'}
 end
-local refusal = wrong_types(typed)
+local refusal = wrong_types(typed) or count_refusal(5, 'expired')
 if refusal then
     return refusal
-end
-local counted = redis.call('HGET', KEYS[5], 'expired')
-if counted and not count(counted) then
-    return corrupt(5, 'field expired is not an integer: ' .. shown(counted))
 end
 -- A constant of the caller (expiry.py): wrong, it is a bug, not corrupt state.
 local fallback_ttl = int(ARGV[2])

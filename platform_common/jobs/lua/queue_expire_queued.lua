@@ -20,8 +20,7 @@
 -- All-or-nothing: a key of another type or a counter that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include arrivals
 -- @include packed_header
 -- @include levels
 local now = now_ms()
@@ -43,10 +42,7 @@ local refusal = wrong_types(typed)
 if refusal then
     return refusal
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[5 + i]
-end
+local ids = {unpack(ARGV, 6, 5 + n)}
 local head = n > 0 and redis.call('LRANGE', KEYS[2], 0, n - 1) or {}
 if #head ~= n then
     return {'moved'}
@@ -56,18 +52,17 @@ for i = 1, n do
         return {'moved'}
     end
 end
-local counted = redis.call('HGET', KEYS[4], 'expired')
-if counted and not count(counted) then
-    return corrupt(4, 'field expired is not an integer: ' .. shown(counted))
+refusal = count_refusal(4, 'expired')
+if refusal then
+    return refusal
 end
 
 local packed = n > 0 and redis.call('HMGET', KEYS[3], unpack(ids)) or {}
 local expired = {}
 local traces = {}
-local problems = {}
+local out = {expired, traces}  -- the reply, then {job id, problem} per value unparsed
 local results = {}  -- i -> {result JSON, ttl}
-local leaving = {}  -- arrival second -> jobs of it expired here
-local seconds = {}
+local leaving = arrival_tally()  -- the jobs expired here
 local seen = {}
 local leveled = {}  -- Levels: {list, id} of each expired high or low job
 for i = 1, n do
@@ -80,38 +75,25 @@ for i = 1, n do
         -- as 0: either is a problem here, not a failure after the first write.
         if not job or #ttl > 9 or not string.find(ttl, '^[1-9]') then
             local problem = 'stored packed job does not parse (queue/envelope.py)'
-            problems[#problems + 1] = {ids[i], problem}
+            out[#out + 1] = {ids[i], problem}
             results[i] = {'{"status":"expired","result":null,"error":"expired; ' .. problem
                 .. '"}', fallback_ttl}
         else
             results[i] = {'{"status":"expired","result":null,"error":"not started within its'
                 .. ' ttl of ' .. ttl .. ' s"}', ttl}
         end
-        enq = job and job[1] or enq
         expired[#expired + 1] = ids[i]
         traces[#traces + 1] = job and job[6] or ''
         if job and job.level and low_list then
             local priority = job.level == 'h' and 'high' or 'low'
             leveled[#leveled + 1] = {level_list(priority, nil, high_list, low_list), ids[i]}
         end
-        if enq and #enq <= 15 then
-            local second = tonumber(enq) - tonumber(enq) % arrival_ms
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
-        end
+        arrival_leaves(leaving, job and job[1] or enq, arrival_ms)
     end
 end
-if #seconds > 0 then
-    local counts = redis.call('HMGET', KEYS[6], unpack(seconds))
-    for s, second in ipairs(seconds) do
-        local value = counts[s]
-        if value and not count(value) then
-            return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
-        end
-    end
+refusal = arrivals_refusal(leaving, 6)
+if refusal then
+    return refusal
 end
 
 -- The writes: nothing below can fail.
@@ -125,12 +107,7 @@ if #expired > 0 then
         end
     end
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[6], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[6], second)
-        redis.call('ZREM', KEYS[5], second)
-    end
-end
+arrivals_leave(leaving, 6, 5)
 for _, entry in ipairs(leveled) do
     redis.call('LREM', entry[1], -1, entry[2])
 end
@@ -139,9 +116,5 @@ if n > 0 then
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('ZREM', KEYS[1], start)
-end
-local out = {expired, traces}
-for _, problem in ipairs(problems) do
-    out[#out + 1] = problem
 end
 return out

@@ -27,8 +27,7 @@
 -- All-or-nothing: a key of another type or a count that is not an integer is refused
 -- with the error reply "CORRUPT <position in KEYS> <problem>" before the first write.
 -- @include time
--- @include numbers
--- @include key_types
+-- @include arrivals
 -- @include packed_header
 -- @include wake_marker
 local now = now_ms()
@@ -36,8 +35,8 @@ local offset = tonumber(ARGV[2])
 local arrival_ms = tonumber(ARGV[3])
 local n = #ARGV - 3
 
--- A packed value's enqueued_at, expires_at (numbers), ttl (text, as SET EX gets it),
--- trace context and whether it is ordered; nil if it does not parse. Numbers of more
+-- A packed value's enqueued_at (digits), expires_at (a number), ttl (text, as SET EX
+-- gets it), trace context and whether it is ordered; nil if it does not parse. Numbers of more
 -- than 15 digits lose precision as Lua numbers, and SET EX refuses a ttl of 0 or with a
 -- leading zero, which would fail the script after its first write: such a value is kept.
 local function parse(value)
@@ -49,26 +48,19 @@ local function parse(value)
     if #enq > 15 or #exp > 15 or #ttl > 9 or not string.find(ttl, '^[1-9]') then
         return nil
     end
-    return {enq = tonumber(enq), exp = tonumber(exp), ttl = ttl, trace = job[6],
+    return {enq = enq, exp = tonumber(exp), ttl = ttl, trace = job[6],
         ordered = job.ordered}
 end
 
 local refusal = wrong_types({{1, 'list'}, {2, 'hash'}, {3, 'zset'}, {4, 'hash'}, {5, 'zset'},
-    {6, 'hash'}})
+    {6, 'hash'}}) or count_refusal(4, 'expired')
 if refusal then
     return refusal
-end
-local counted = redis.call('HGET', KEYS[4], 'expired')
-if counted and not count(counted) then
-    return corrupt(4, 'field expired is not an integer: ' .. shown(counted))
 end
 if n == 0 then
     return {{}, 0, 0, {}}
 end
-local ids = {}
-for i = 1, n do
-    ids[i] = ARGV[3 + i]
-end
+local ids = {unpack(ARGV, 4, 3 + n)}
 local window = redis.call('LRANGE', KEYS[1], -(offset + n), -(offset + 1))
 if #window ~= n then
     return {'moved'}
@@ -84,8 +76,7 @@ local packed = redis.call('HMGET', KEYS[2], unpack(ids))
 local expired = {}   -- ids, in the order expired
 local traces = {}    -- the trace context of each, in the same order
 local results = {}   -- i -> {result JSON, ttl} of each entry expired here
-local leaving = {}   -- arrival second -> jobs of it expired here
-local seconds = {}
+local leaving = arrival_tally()  -- the jobs expired here
 local decided = {}   -- id -> 'expired' or 'kept': an id the list holds twice (reused)
 local droppable = 0  -- the run of expired and stale entries at the window's tail
 local in_run = true
@@ -109,12 +100,7 @@ for i = n, 1, -1 do
             traces[#traces + 1] = job.trace
             results[i] = {'{"status":"expired","result":null,"error":"not started within its'
                 .. ' ttl of ' .. job.ttl .. ' s"}', job.ttl}
-            local second = job.enq - job.enq % arrival_ms
-            if not leaving[second] then
-                leaving[second] = 0
-                seconds[#seconds + 1] = second
-            end
-            leaving[second] = leaving[second] + 1
+            arrival_leaves(leaving, job.enq, arrival_ms)
         elseif job and job.ordered then
             stopped = 1
             break
@@ -131,14 +117,9 @@ for i = n, 1, -1 do
         droppable = droppable + 1
     end
 end
-if #seconds > 0 then
-    local counts = redis.call('HMGET', KEYS[6], unpack(seconds))
-    for s, second in ipairs(seconds) do
-        local value = counts[s]
-        if value and not count(value) then
-            return corrupt(6, 'field ' .. second .. ' is not an integer: ' .. shown(value))
-        end
-    end
+refusal = arrivals_refusal(leaving, 6)
+if refusal then
+    return refusal
 end
 
 -- The writes: nothing below can fail.
@@ -152,12 +133,7 @@ if #expired > 0 then
         end
     end
 end
-for _, second in ipairs(seconds) do
-    if redis.call('HINCRBY', KEYS[6], second, -leaving[second]) <= 0 then
-        redis.call('HDEL', KEYS[6], second)
-        redis.call('ZREM', KEYS[5], second)
-    end
-end
+arrivals_leave(leaving, 6, 5)
 -- Only at the list's very tail: an entry skipped over stays where it is (taking it out
 -- would cost O(list)); its run is trimmed once the entries tail-ward of it are gone.
 -- One LREM per entry, tail first, each finding its entry at the tail: LTRIM would do it

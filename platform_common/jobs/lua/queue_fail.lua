@@ -21,7 +21,6 @@
 --                          normal goes back on its key's list, `<ring>:q:<key>`, the key
 --                          into the ring if its list was empty, a wake marker on the
 --                          queue list while that is empty (include/fair_keys.lua).
---                          Absent: on the queue list, as before fair share.
 -- ARGV[1] job id
 -- ARGV[2] mode: "error"   the handler raised; retry unless that was the last attempt
 --               "fatal"   the handler raised a non-retryable error; fail now
@@ -52,17 +51,16 @@
 -- A numeric field of the record that does not parse never makes this script fail: the
 -- attempt then ends dead-lettered.
 -- Cancel (queue/cancel.py): an attempt of a job with a cancel request (its entry in the
--- cancels hash KEYS[14], the reason; its entry deleted) ends cancelled in every mode ("lost", the reaper's,
--- included): no retry, no dead letter, no failure recorded; its result says cancelled
--- with the reason, kept for its TTL, counted in `cancelled`, published. Reply
+-- cancels hash KEYS[14], the reason; its entry deleted) ends cancelled in every mode
+-- ("lost" included): no retry, no dead letter, no failure recorded; its result says
+-- cancelled with the reason, kept for its TTL, counted in `cancelled`, published. Reply
 -- {"cancelled"} ({"cancelled", trace_context} in mode "lost").
 -- Returns {"retrying", due_ms} {"dead"} {"failed"} {"released"} {"requeued"}
 --         {"replay", state} {"skip"} or {"lost", state}; in mode "lost" the ended
 --         attempt's replies also carry the record's trace_context ("" if none), for the
 --         reaper's log line: {"retrying", due_ms, trace_context} {"dead", trace_context}
 -- @include time
--- @include numbers
--- @include key_types
+-- @include counts
 -- @include levels
 -- @include fair_keys
 local job_id = ARGV[1]
@@ -89,20 +87,10 @@ if error_class then
     fields[4] = 'error_classes'
     fields[5] = 'error:' .. error_class
 end
--- The refusal of stats field `name` holding `value`, when it is not a count HINCRBY
--- accepts, else nil.
-local function bad_counter(name, value)
-    if not value or count(value) then
-        return nil
-    end
-    return corrupt(7, 'field ' .. name .. ' is not an integer: ' .. shown(value))
-end
 local counters = redis.call('HMGET', KEYS[7], unpack(fields))
-for i, name in ipairs(fields) do
-    local refusal = bad_counter(name, counters[i])
-    if refusal then
-        return refusal
-    end
+local refusal = counts_refusal(7, fields, counters)
+if refusal then
+    return refusal
 end
 local new_class = false
 if error_class and error_class ~= 'other' and not counters[5] then
@@ -115,7 +103,7 @@ if error_class and error_class ~= 'other' and not counters[5] then
         new_class = true
     else
         error_class = 'other'
-        local refusal = bad_counter('error:other', redis.call('HGET', KEYS[7], 'error:other'))
+        refusal = count_refusal(7, 'error:other')
         if refusal then
             return refusal
         end

@@ -48,10 +48,7 @@ if refusal then
 end
 
 local sample = {'at', string.format('%d', now)}
-local counters = {}
-for i = 3, #ARGV do
-    counters[#counters + 1] = ARGV[i]
-end
+local counters = {unpack(ARGV, 3)}
 local stored = redis.call('HMGET', KEYS[2], unpack(counters))
 for i, name in ipairs(counters) do
     local value = stored[i] or '0'

@@ -241,24 +241,16 @@ local function judge(flat, rec)
   if not listed(ARGV[9], rec.status) then
     return {'malformed', 'status'}
   end
-  local verdict = created_verdict(rec.created_at)
-  if verdict ~= OK then
-    return refusal('created_at', verdict)
+  -- (result is the one of them a record may lack)
+  for _, check in ipairs({{'created_at', created_verdict}, {'payload', json_verdict},
+      {'result', json_verdict}, {'updated_at', float_verdict}}) do
+    local value = rec[check[1]]
+    local verdict = value and check[2](value) or OK
+    if verdict ~= OK then
+      return refusal(check[1], verdict)
+    end
   end
-  verdict = json_verdict(rec.payload)
-  if verdict ~= OK then
-    return refusal('payload', verdict)
-  end
-  verdict = rec.result and json_verdict(rec.result) or OK
-  if verdict ~= OK then
-    return refusal('result', verdict)
-  end
-  verdict = float_verdict(rec.updated_at)
-  if verdict ~= OK then
-    return refusal('updated_at', verdict)
-  end
-  local digits
-  verdict, digits = version_verdict(rec.version)
+  local verdict, digits = version_verdict(rec.version)
   if verdict ~= OK then
     return refusal('version', verdict)
   end
@@ -316,14 +308,10 @@ end
 
 local updated = store_time()
 local fields = {'version', version, 'updated_at', updated}
-if ARGV[4] ~= '' then
-  table.insert(fields, 'status'); table.insert(fields, ARGV[4])
-end
-if ARGV[5] ~= '' then
-  table.insert(fields, 'payload'); table.insert(fields, ARGV[5])
-end
-if ARGV[6] ~= '' then
-  table.insert(fields, 'result'); table.insert(fields, ARGV[6])
+for a, name in ipairs({'status', 'payload', 'result'}) do
+  if ARGV[3 + a] ~= '' then
+    table.insert(fields, name); table.insert(fields, ARGV[3 + a])
+  end
 end
 if ARGV[7] ~= '' then
   table.insert(fields, 'error'); table.insert(fields, string.sub(ARGV[7], 2))

@@ -198,17 +198,14 @@ end
 -- them) are appended to `windows`; returns {job id -> entry} of the kept picks taken
 -- from a key's list, and the ring's writes as a function to call with the other writes.
 local function fair_commit(plan, kept, windows, queue, shared_window)
-    local taken = {}
+    local taken, by_job = {}, {}
     local last_visit = #plan.visits
     for p = 1, kept do
         local pick = plan.picks[p]
         taken[pick[2]] = (taken[pick[2]] or 0) + 1
         last_visit = pick[3]
-    end
-    local by_job = {}
-    for p = 1, kept do
-        if plan.picks[p][2] ~= FAIR_SHARED then
-            by_job[plan.picks[p][1]] = plan.picks[p][2]
+        if pick[2] ~= FAIR_SHARED then
+            by_job[pick[1]] = pick[2]
         end
     end
     local shared = taken[FAIR_SHARED] or 0
@@ -232,11 +229,7 @@ local function fair_commit(plan, kept, windows, queue, shared_window)
         local count = taken[entry] or 0
         if entry ~= FAIR_SHARED then
             if count > 0 then
-                local moved = {}
-                for i = 1, count do
-                    moved[i] = s.window[i]
-                end
-                windows[#windows + 1] = {s.list, moved}
+                windows[#windows + 1] = {s.list, {unpack(s.window, 1, count)}}
             end
             -- A key read to its list's end, all of it taken: its list is empty now; one
             -- whose whole window is taken but not known to end is looked at after the

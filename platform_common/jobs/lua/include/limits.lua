@@ -1,5 +1,4 @@
--- @include numbers
--- @include key_types
+-- @include counts
 -- An agent type's limits (queue/limits.py, written by lua/queue_limits.lua), as the
 -- claim applies them before it takes or starts a job. Fields of the limits hash:
 --   rate, interval_ms  at most `rate` job starts per `interval_ms`, across every worker
@@ -25,8 +24,8 @@ local LIMIT_MAX = 1000000000  -- queue/limits.py refuses more; a hand edit may n
 -- The limits the claim applies, read from the hash KEYS[index]: nil when none is set
 -- (then the claim costs one HMGET of an absent key more than without limits), a table
 -- {rate, interval_ms, burst, max_running, max_running_per_key, weights} (each a number or
--- nil), or nil and the
--- refusal "CORRUPT <index> ..." of a value that does not parse (read before any write).
+-- nil), or nil and the refusal "CORRUPT <index> ..." of a value that does not parse
+-- (read before any write).
 local function read_limits(index)
     local f = redis.pcall('HMGET', KEYS[index], unpack(LIMIT_FIELDS))
     if failed(f) then
@@ -109,17 +108,11 @@ local function admitted(limits, wanted, now, leases_index, rate_index)
     return allowed, nil, {tat = tat, step = step}, bound
 end
 
--- The held-back counters of the stats hash KEYS[index] (its type checked by the caller)
--- read before any write, or the refusal of one that HINCRBY would refuse.
+-- The refusal of a held-back counter of the stats hash KEYS[index] that HINCRBY would
+-- refuse, else nil (read before any write).
 local function held_back_counts(index)
-    local fields = {'held_back_rate', 'held_back_max_running', 'held_back_max_running_per_key'}
-    local values = redis.call('HMGET', KEYS[index], unpack(fields))
-    for i, field in ipairs(fields) do
-        if values[i] and not count(values[i]) then
-            return corrupt(index, 'field ' .. field .. ' is not an integer: ' .. shown(values[i]))
-        end
-    end
-    return nil
+    return counts_refusal(index,
+        {'held_back_rate', 'held_back_max_running', 'held_back_max_running_per_key'})
 end
 
 -- After the claim's writes: `started` starts move the TAT on (nothing when no rate is
