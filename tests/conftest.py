@@ -27,8 +27,11 @@ from tests.support.backends import (
     parametrize_redis_url,
     sample_cluster_cases,
 )
+from tests.support.leaked_clients import install as name_leaked_cluster_clients
 from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, valkey_installable, valkey_server_binary
+
+name_leaked_cluster_clients()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
