@@ -9,6 +9,7 @@
     job cancel cancel one job (a waiting one never starts, a running one is stopped)
     session cancel   cancel every unfinished job of a user session
     dead       list | show | requeue | purge dead letters (dry-run, confirmation, JSON)
+    failed     the same for failed jobs (failed for good without a retry)
     pause      stop workers starting jobs of an agent type (running ones finish)
     resume     let them start its jobs again
     limits     show | set an agent type's rate, burst, caps and fair-share key (live)

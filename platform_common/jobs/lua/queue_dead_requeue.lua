@@ -21,7 +21,8 @@
 -- left); 2 ended after the moment (a newer dead letter, maybe of a job requeued and
 -- failed again; include/kept_list.lua kept_verdict): left alone.
 -- The record is rewritten without HSET, so that the operator role, which runs this
--- script, needs none (an HSET could write a payload, a whole job no one enqueued): its
+-- script, needs no HSET of a job hash (one could write a payload, a whole job no one
+-- enqueued; its only HSET is fair share's since hash, include/fair_keys.lua): its
 -- state is deleted (a job hash without one is a queued job's), each number is deleted
 -- and then added (HINCRBY) at its new value.
 -- A key of another type, the ttl of a record to requeue or the enqueued counter that
